@@ -1,0 +1,155 @@
+// Contract: the in-memory form of a snapshot file, shared by everything on the collector side.
+// The live collector builds it from ring events, the JSON writer writes it, the readers rebuild it
+// from a cumemtrace or PyTorch snapshot, and the analysis commands only ever look at this form.
+// It mirrors PyTorch's memory-history layout (see schemas/snapshot.schema.json): stacks are
+// interned once in `stacks` and referenced by index, so identical stacks cost one copy.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cumemtrace::snap {
+
+inline constexpr int kSchemaVersion = 1;
+inline constexpr int32_t kNoStack = -1;
+
+struct Frame {
+  std::string filename;
+  int64_t line = 0;
+  std::string name;
+  bool operator==(const Frame&) const = default;
+};
+
+using Stack = std::vector<Frame>;  // innermost first
+
+enum class Action : uint8_t {
+  kAlloc,
+  kFreeRequested,
+  kFreeCompleted,
+  kSegmentAlloc,
+  kSegmentFree,
+  kSegmentMap,
+  kSegmentUnmap,
+  kSnapshot,
+  kOom,
+};
+
+std::string_view action_name(Action a);
+std::optional<Action> parse_action(std::string_view s);
+
+struct TraceEntry {
+  Action action = Action::kAlloc;
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  uint64_t stream = 0;
+  int64_t time_us = 0;
+  int32_t stack = kNoStack;  // index into Snapshot::stacks
+  uint64_t device_free = 0;  // oom only
+  uint32_t tid = 0;          // 0 when unknown (PyTorch files)
+};
+
+struct Block {
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint64_t requested_size = 0;
+  std::string state = "active_allocated";
+  int32_t stack = kNoStack;
+};
+
+struct Segment {
+  int device = 0;
+  uint64_t address = 0;
+  uint64_t total_size = 0;
+  uint64_t allocated_size = 0;
+  uint64_t active_size = 0;
+  uint64_t requested_size = 0;
+  uint64_t stream = 0;
+  std::string segment_type = "large";
+  bool is_expandable = false;
+  int32_t stack = kNoStack;
+  std::vector<Block> blocks;
+};
+
+struct Annotation {  // PyTorch's external_annotations entry
+  std::string name;
+  std::string stage;  // "START", "END" or "MARK"
+  int device = 0;
+  int64_t time_us = 0;
+};
+
+struct DeviceSummary {
+  int device = 0;
+  uint64_t peak_bytes = 0;
+  int64_t peak_time_us = 0;
+  uint64_t live_bytes = 0;
+  uint64_t allocations = 0;
+  uint64_t frees = 0;
+};
+
+struct Ended {
+  std::string how = "running";  // "exit", "signal", "vanished" (died, cause unknown), "running"
+  int code = 0;                 // exit status when how == "exit"
+  int signal = 0;               // signal number when how == "signal"
+};
+
+struct VmmHandle {  // cuMemCreate'd physical memory still held
+  uint64_t handle = 0;
+  uint64_t size = 0;
+  int device = 0;
+  int32_t stack = kNoStack;
+  int64_t time_us = 0;
+};
+
+struct HostAllocation {  // pinned host memory still held
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  std::string api;
+  int32_t stack = kNoStack;
+  int64_t time_us = 0;
+};
+
+struct Anomaly {
+  std::string kind;  // "free_unknown_pointer", "double_free", "release_unknown_handle", ...
+  uint64_t addr = 0;
+  std::string api;
+  int32_t stack = kNoStack;
+  int64_t time_us = 0;
+  uint32_t tid = 0;
+};
+
+struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapshots
+  int schema_version = kSchemaVersion;
+  std::string tool_version;
+  int pid = 0;
+  int ppid = 0;
+  std::string exe;
+  std::vector<std::string> argv;
+  std::string hostname;
+  std::map<std::string, std::string> rank;  // RANK, LOCAL_RANK, WORLD_SIZE... when set
+  int64_t start_time_us = 0;
+  int64_t end_time_us = 0;
+  std::string reason = "exit";  // why this file was written: "exit", "oom", "signal", "request"
+  Ended ended;
+  uint64_t events_total = 0;
+  uint64_t events_dropped = 0;
+  std::vector<DeviceSummary> devices;
+  std::vector<VmmHandle> vmm_handles;
+  std::vector<HostAllocation> host_allocations;
+  std::vector<Anomaly> anomalies;
+  std::map<std::string, std::string> threads;  // tid -> name
+};
+
+struct Snapshot {
+  std::vector<Segment> segments;
+  std::vector<std::vector<TraceEntry>> device_traces;  // index = device ordinal
+  std::vector<Stack> stacks;
+  std::vector<Annotation> annotations;
+  std::map<std::string, std::string> allocator_settings;
+  std::optional<ToolSection> tool;
+};
+
+}  // namespace cumemtrace::snap

@@ -1,0 +1,48 @@
+// Contract: the driver entry points cumemtrace interposes, by their exact ABI names. Each has an
+// exported hook of that name (for programs linked with -lcuda) and is also handed out in place
+// of the real pointer by the dlsym / cuGetProcAddress wrappers: route() maps a real driver
+// pointer to the hook with exactly that ABI (by pointer identity, so `_v2` and `_ptsz` variants
+// never get mixed up) and returns any other pointer unchanged. real() gives the driver's own
+// function for a hook.
+#pragma once
+
+#include <cstddef>
+
+namespace cumemtrace::preload {
+
+#define CUMEMTRACE_HOOKS(X)       \
+  X(cuMemAlloc_v2)                \
+  X(cuMemAllocPitch_v2)           \
+  X(cuMemAllocManaged)            \
+  X(cuMemFree_v2)                 \
+  X(cuMemAllocAsync)              \
+  X(cuMemAllocAsync_ptsz)         \
+  X(cuMemAllocFromPoolAsync)      \
+  X(cuMemAllocFromPoolAsync_ptsz) \
+  X(cuMemFreeAsync)               \
+  X(cuMemFreeAsync_ptsz)          \
+  X(cuMemCreate)                  \
+  X(cuMemRelease)                 \
+  X(cuMemMap)                     \
+  X(cuMemUnmap)                   \
+  X(cuMemAddressReserve)          \
+  X(cuMemAddressFree)             \
+  X(cuMemHostAlloc)               \
+  X(cuMemAllocHost_v2)            \
+  X(cuMemFreeHost)                \
+  X(cuGetProcAddress)             \
+  X(cuGetProcAddress_v2)
+
+enum class HookId : unsigned {
+#define CUMEMTRACE_ENUM(name) name,
+  CUMEMTRACE_HOOKS(CUMEMTRACE_ENUM)
+#undef CUMEMTRACE_ENUM
+      kCount
+};
+
+void* real(HookId id) noexcept;
+void set_real(HookId id, void* fn) noexcept;
+void* route(void* real_fn) noexcept;
+const char* hook_name(HookId id) noexcept;
+
+}  // namespace cumemtrace::preload

@@ -1,0 +1,308 @@
+// The exported memory hooks. Each calls the real driver function and records what happened:
+// allocations after the real call returned (so the address exists), frees before the real call
+// (so a reuse of the address by another thread is ordered after it). A failed free is followed by
+// a kFreeFailed event that undoes it.
+#include <cuda.h>
+
+#include "hook_table.h"
+#include "real_driver.h"
+#include "recorder.h"
+
+#define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
+
+using cumemtrace::preload::EventArgs;
+using cumemtrace::preload::HookId;
+using cumemtrace::preload::ReentryGuard;
+using cumemtrace::wire::Api;
+using cumemtrace::wire::Kind;
+namespace pl = cumemtrace::preload;
+
+namespace {
+
+template <typename Fn>
+Fn real_fn(HookId id) noexcept {
+  return reinterpret_cast<Fn>(pl::real(id));
+}
+
+uint64_t u64(CUstream s) {
+  return reinterpret_cast<uint64_t>(s);
+}
+
+// After an allocation call: the event for its outcome. `device` is evaluated only on success,
+// where the allocating context is current.
+template <typename DeviceFn>
+void after_alloc(CUresult r, Api api, Kind ok_kind, uint64_t addr, uint64_t size, uint64_t stream,
+                 uint8_t flags, DeviceFn device) noexcept {
+  EventArgs a{ok_kind, api, static_cast<int32_t>(r)};
+  a.size = size;
+  a.stream = stream;
+  a.flags = flags;
+  if (r == CUDA_SUCCESS) {
+    a.addr = addr;
+    a.device = device();
+  } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    a.kind = Kind::kOom;
+    a.device = pl::current_device();
+    a.aux = pl::device_free_bytes();
+  } else {
+    a.kind = Kind::kAllocFailed;
+  }
+  pl::record(a);
+}
+
+void before_free(Kind kind, Api api, uint64_t addr, uint64_t stream, uint8_t flags) noexcept {
+  EventArgs a{kind, api};
+  a.addr = addr;
+  a.stream = stream;
+  a.flags = flags;
+  pl::record(a);
+}
+
+void after_free(CUresult r, Api api, uint64_t addr) noexcept {
+  if (r == CUDA_SUCCESS) return;
+  EventArgs a{Kind::kFreeFailed, api, static_cast<int32_t>(r)};
+  a.addr = addr;
+  pl::record(a);
+}
+
+constexpr uint8_t kPtsz = cumemtrace::wire::kFlagPerThreadStream;
+
+CUresult alloc_async(HookId id, Api api, uint8_t flags, CUdeviceptr* dptr, size_t size,
+                     CUstream s) noexcept {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t, CUstream)>(id);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(dptr, size, s);
+  if (g.outer && pl::tracing_possible()) {
+    after_alloc(r, api, Kind::kAlloc, dptr ? *dptr : 0, size, u64(s), flags,
+                [&] { return pl::pointer_device(*dptr); });
+  }
+  return r;
+}
+
+CUresult alloc_pool_async(HookId id, uint8_t flags, CUdeviceptr* dptr, size_t size,
+                          CUmemoryPool pool, CUstream s) noexcept {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream)>(id);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(dptr, size, pool, s);
+  if (g.outer && pl::tracing_possible()) {
+    after_alloc(r, Api::kMemAllocFromPoolAsync, Kind::kAlloc, dptr ? *dptr : 0, size, u64(s), flags,
+                [&] { return pl::pointer_device(*dptr); });
+  }
+  return r;
+}
+
+CUresult free_async(HookId id, uint8_t flags, CUdeviceptr dptr, CUstream s) noexcept {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr, CUstream)>(id);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  const bool rec = g.outer && dptr != 0 && pl::tracing_possible();
+  if (rec) before_free(Kind::kFree, Api::kMemFreeAsync, dptr, u64(s), flags);
+  CUresult r = fn(dptr, s);
+  if (rec) after_free(r, Api::kMemFreeAsync, dptr);
+  return r;
+}
+
+}  // namespace
+
+CUMEMTRACE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t)>(HookId::cuMemAlloc_v2);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(dptr, bytesize);
+  if (g.outer && pl::tracing_possible()) {
+    after_alloc(r, Api::kMemAlloc, Kind::kAlloc, dptr ? *dptr : 0, bytesize, 0, 0,
+                pl::current_device);
+  }
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
+                                              size_t height, unsigned int elem) {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned)>(
+      HookId::cuMemAllocPitch_v2);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(dptr, pitch, width, height, elem);
+  if (g.outer && pl::tracing_possible()) {
+    const uint64_t size = r == CUDA_SUCCESS && pitch ? uint64_t{*pitch} * height : width * height;
+    after_alloc(r, Api::kMemAllocPitch, Kind::kAlloc, dptr ? *dptr : 0, size, 0, 0,
+                pl::current_device);
+  }
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize,
+                                             unsigned int flags) {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t, unsigned)>(HookId::cuMemAllocManaged);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(dptr, bytesize, flags);
+  if (g.outer && pl::tracing_possible()) {
+    after_alloc(r, Api::kMemAllocManaged, Kind::kAlloc, dptr ? *dptr : 0, bytesize, 0, 0,
+                pl::current_device);
+  }
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr)>(HookId::cuMemFree_v2);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  const bool rec = g.outer && dptr != 0 && pl::tracing_possible();
+  if (rec) before_free(Kind::kFree, Api::kMemFree, dptr, 0, 0);
+  CUresult r = fn(dptr);
+  if (rec) after_free(r, Api::kMemFree, dptr);
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream s) {
+  return alloc_async(HookId::cuMemAllocAsync, Api::kMemAllocAsync, 0, dptr, size, s);
+}
+CUMEMTRACE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream s) {
+  return alloc_async(HookId::cuMemAllocAsync_ptsz, Api::kMemAllocAsync, kPtsz, dptr, size, s);
+}
+CUMEMTRACE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size,
+                                                   CUmemoryPool pool, CUstream s) {
+  return alloc_pool_async(HookId::cuMemAllocFromPoolAsync, 0, dptr, size, pool, s);
+}
+CUMEMTRACE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size,
+                                                        CUmemoryPool pool, CUstream s) {
+  return alloc_pool_async(HookId::cuMemAllocFromPoolAsync_ptsz, kPtsz, dptr, size, pool, s);
+}
+CUMEMTRACE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
+  return free_async(HookId::cuMemFreeAsync, 0, dptr, s);
+}
+CUMEMTRACE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
+  return free_async(HookId::cuMemFreeAsync_ptsz, kPtsz, dptr, s);
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                       const CUmemAllocationProp* prop, unsigned long long flags) {
+  auto fn = real_fn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                                 unsigned long long)>(HookId::cuMemCreate);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(handle, size, prop, flags);
+  if (g.outer && pl::tracing_possible()) {
+    // The device comes from the request, never from the thread's context (which NCCL's threads
+    // may not have).
+    const int device =
+        prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -1;
+    after_alloc(r, Api::kMemCreate, Kind::kCreate, handle ? *handle : 0, size, 0, 0,
+                [device] { return device; });
+  }
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  auto fn = real_fn<CUresult (*)(CUmemGenericAllocationHandle)>(HookId::cuMemRelease);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  const bool rec = g.outer && pl::tracing_possible();
+  if (rec) before_free(Kind::kRelease, Api::kMemRelease, handle, 0, 0);
+  CUresult r = fn(handle);
+  if (rec) after_free(r, Api::kMemRelease, handle);
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                                    CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                                 unsigned long long)>(HookId::cuMemMap);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(ptr, size, offset, handle, flags);
+  if (g.outer && r == CUDA_SUCCESS && pl::tracing_possible()) {
+    EventArgs a{Kind::kMap, Api::kMemMap};
+    a.addr = ptr;
+    a.size = size;
+    a.aux = handle;
+    pl::record(a);
+  }
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr, size_t)>(HookId::cuMemUnmap);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  const bool rec = g.outer && pl::tracing_possible();
+  if (rec) {
+    EventArgs a{Kind::kUnmap, Api::kMemUnmap};
+    a.addr = ptr;
+    a.size = size;
+    pl::record(a);
+  }
+  CUresult r = fn(ptr, size);
+  if (rec) after_free(r, Api::kMemUnmap, ptr);
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
+                                               CUdeviceptr addr, unsigned long long flags) {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>(
+      HookId::cuMemAddressReserve);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(ptr, size, alignment, addr, flags);
+  if (g.outer && r == CUDA_SUCCESS && pl::tracing_possible()) {
+    EventArgs a{Kind::kReserve, Api::kMemAddressReserve};
+    a.addr = *ptr;
+    a.size = size;
+    pl::record(a);
+  }
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  auto fn = real_fn<CUresult (*)(CUdeviceptr, size_t)>(HookId::cuMemAddressFree);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  const bool rec = g.outer && pl::tracing_possible();
+  if (rec) {
+    EventArgs a{Kind::kAddressFree, Api::kMemAddressFree};
+    a.addr = ptr;
+    a.size = size;
+    pl::record(a);
+  }
+  CUresult r = fn(ptr, size);
+  if (rec) after_free(r, Api::kMemAddressFree, ptr);
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
+  auto fn = real_fn<CUresult (*)(void**, size_t, unsigned)>(HookId::cuMemHostAlloc);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(pp, bytesize, flags);
+  if (g.outer && pl::tracing_possible()) {
+    after_alloc(r, Api::kMemHostAlloc, Kind::kHostAlloc, pp ? reinterpret_cast<uint64_t>(*pp) : 0,
+                bytesize, 0, 0, [] { return -1; });
+  }
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  auto fn = real_fn<CUresult (*)(void**, size_t)>(HookId::cuMemAllocHost_v2);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(pp, bytesize);
+  if (g.outer && pl::tracing_possible()) {
+    after_alloc(r, Api::kMemAllocHost, Kind::kHostAlloc, pp ? reinterpret_cast<uint64_t>(*pp) : 0,
+                bytesize, 0, 0, [] { return -1; });
+  }
+  return r;
+}
+
+CUMEMTRACE_EXPORT CUresult cuMemFreeHost(void* p) {
+  auto fn = real_fn<CUresult (*)(void*)>(HookId::cuMemFreeHost);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  const bool rec = g.outer && p && pl::tracing_possible();
+  if (rec) before_free(Kind::kHostFree, Api::kMemFreeHost, reinterpret_cast<uint64_t>(p), 0, 0);
+  CUresult r = fn(p);
+  if (rec) after_free(r, Api::kMemFreeHost, reinterpret_cast<uint64_t>(p));
+  return r;
+}

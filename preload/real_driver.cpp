@@ -1,0 +1,78 @@
+#include "real_driver.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <atomic>
+
+namespace cumemtrace::preload {
+
+DlsymFn real_dlsym() noexcept {
+  static std::atomic<DlsymFn> cached{nullptr};
+  DlsymFn fn = cached.load(std::memory_order_acquire);
+  if (fn) return fn;
+  // glibc >= 2.34 has dlsym in libc at GLIBC_2.34; older ones only at GLIBC_2.2.5.
+  void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (!p) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  fn = reinterpret_cast<DlsymFn>(p);
+  cached.store(fn, std::memory_order_release);
+  return fn;
+}
+
+void* libcuda_handle() noexcept {
+  static std::atomic<void*> cached{nullptr};
+  void* h = cached.load(std::memory_order_acquire);
+  if (h) return h;
+  h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!h) h = dlopen("libcuda.so.1", RTLD_NOW);
+  if (h) cached.store(h, std::memory_order_release);
+  return h;
+}
+
+void* driver_symbol(const char* name) noexcept {
+  DlsymFn dl = real_dlsym();
+  void* h = libcuda_handle();
+  return dl && h ? dl(h, name) : nullptr;
+}
+
+namespace {
+
+template <typename Fn>
+Fn lazy(std::atomic<void*>& slot, const char* name) noexcept {
+  void* p = slot.load(std::memory_order_acquire);
+  if (!p) {
+    p = driver_symbol(name);
+    slot.store(p, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(p);
+}
+
+std::atomic<void*> g_ctx_get_device{nullptr};
+std::atomic<void*> g_pointer_get_attribute{nullptr};
+std::atomic<void*> g_mem_get_info{nullptr};
+
+}  // namespace
+
+int current_device() noexcept {
+  auto fn = lazy<CUresult (*)(CUdevice*)>(g_ctx_get_device, "cuCtxGetDevice");
+  CUdevice d = -1;
+  if (!fn || fn(&d) != CUDA_SUCCESS) return -1;
+  return d;
+}
+
+int pointer_device(uint64_t dptr) noexcept {
+  auto fn = lazy<CUresult (*)(void*, CUpointer_attribute, CUdeviceptr)>(g_pointer_get_attribute,
+                                                                        "cuPointerGetAttribute");
+  int ordinal = -1;
+  if (!fn || fn(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr) != CUDA_SUCCESS) return -1;
+  return ordinal;
+}
+
+uint64_t device_free_bytes() noexcept {
+  auto fn = lazy<CUresult (*)(size_t*, size_t*)>(g_mem_get_info, "cuMemGetInfo_v2");
+  size_t free_b = 0, total = 0;
+  if (!fn || fn(&free_b, &total) != CUDA_SUCCESS) return 0;
+  return free_b;
+}
+
+}  // namespace cumemtrace::preload

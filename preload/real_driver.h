@@ -1,0 +1,22 @@
+// Contract: how the preload reaches the real libc and CUDA driver. real_dlsym() is glibc's dlsym
+// (we export our own, so a plain call would find ourselves). driver_symbol() resolves a symbol
+// of the already-loaded libcuda.so.1 (or loads it). The device queries call the real driver and
+// are only used where the calling thread's context is known to be current: right after a
+// successful allocation or on the out-of-memory path.
+#pragma once
+
+#include <cstdint>
+
+namespace cumemtrace::preload {
+
+using DlsymFn = void* (*)(void*, const char*);
+
+DlsymFn real_dlsym() noexcept;
+void* libcuda_handle() noexcept;
+void* driver_symbol(const char* name) noexcept;
+
+int current_device() noexcept;               // cuCtxGetDevice, -1 on failure
+int pointer_device(uint64_t dptr) noexcept;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, -1
+uint64_t device_free_bytes() noexcept;       // cuMemGetInfo_v2 free bytes, 0 on failure
+
+}  // namespace cumemtrace::preload

@@ -1,0 +1,49 @@
+// Contract: what the hooks call to record an event. Every function here is noexcept, allocates
+// nothing and takes no lock on the hot path. The first event starts the session (ring, collector
+// connection) lazily; when starting fails, tracing turns off with one `cumemtrace:` line and every
+// later call returns at once. Hooks wrap their body in a ReentryGuard and record only when it is
+// the outermost one, so a driver call made from inside a hook is never recorded twice.
+#pragma once
+
+#include <cstdint>
+
+#include "wire_format.h"
+
+namespace cumemtrace::preload {
+
+extern thread_local int t_hook_depth __attribute__((tls_model("initial-exec")));
+
+struct ReentryGuard {
+  bool outer;
+  ReentryGuard() noexcept : outer(t_hook_depth++ == 0) {}
+  ~ReentryGuard() { --t_hook_depth; }
+  ReentryGuard(const ReentryGuard&) = delete;
+  ReentryGuard& operator=(const ReentryGuard&) = delete;
+};
+
+struct EventArgs {
+  wire::Kind kind;
+  wire::Api api = wire::Api::kNone;
+  int32_t result = 0;
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  int device = -1;
+  uint64_t stream = 0;
+  uint64_t aux = 0;
+  uint8_t flags = 0;
+};
+
+// False once tracing is known to be off (disabled, failed, or AT_SECURE): hooks may then skip
+// the work of preparing an event.
+bool tracing_possible() noexcept;
+
+// Called in a forked child: the calling thread's cached id belongs to the parent.
+void forget_thread_cache() noexcept;
+
+// Records one event with the caller's stack (when stacks are on).
+void record(const EventArgs& a) noexcept;
+
+// Records an event that carries a string instead of a stack (marks, thread names).
+void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept;
+
+}  // namespace cumemtrace::preload

@@ -1,0 +1,110 @@
+#include "ring_producer.h"
+
+#include <signal.h>
+#include <time.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace cumemtrace::preload {
+
+namespace {
+
+uint64_t monotonic_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+void RingProducer::attach(wire::RingHeader* header, wire::Slot* slots, uint64_t max_wait_ns) {
+  slots_ = slots;
+  mask_ = header->capacity - 1;
+  max_wait_ns_ = max_wait_ns;
+  header_ = header;
+}
+
+bool RingProducer::collector_alive() const noexcept {
+  const uint32_t state = header_->collector_state.load(std::memory_order_acquire);
+  if (state == wire::kCollectorGone) return false;
+  const int pid = header_->collector_pid.load(std::memory_order_relaxed);
+  if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+    header_->collector_state.store(wire::kCollectorGone, std::memory_order_release);
+    return false;
+  }
+  return true;
+}
+
+bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
+  const uint64_t cap = header_->capacity;
+  uint64_t head = header_->head.load(std::memory_order_relaxed);
+  uint64_t wait_start = 0;
+  unsigned spins = 0;
+  for (;;) {
+    const uint64_t tail = header_->tail.load(std::memory_order_acquire);
+    if (head + n - tail <= cap) {
+      if (header_->head.compare_exchange_weak(head, head + n, std::memory_order_acq_rel,
+                                              std::memory_order_relaxed)) {
+        if (wait_start && header_->stalled.load(std::memory_order_relaxed)) {
+          header_->stalled.store(0, std::memory_order_relaxed);
+        }
+        ticket = head;
+        return true;
+      }
+      continue;  // head moved; `head` holds the new value
+    }
+    // Full. A producer that already timed out marks the ring stalled: later producers drop at
+    // once instead of each waiting the full bound, until the collector frees space again.
+    if (header_->stalled.load(std::memory_order_relaxed) || !collector_alive()) return false;
+    if (++spins < 64) {
+      cpu_relax();
+    } else {
+      const uint64_t now = monotonic_ns();
+      if (!wait_start) wait_start = now;
+      if (now - wait_start > max_wait_ns_) {
+        header_->stalled.store(1, std::memory_order_relaxed);
+        return false;
+      }
+      timespec ts{0, 20000};  // 20 us: the collector polls every millisecond or so
+      nanosleep(&ts, nullptr);
+    }
+    head = header_->head.load(std::memory_order_relaxed);
+  }
+}
+
+bool RingProducer::publish(wire::EventPayload& ev, const void* extra,
+                           uint32_t extra_bytes) noexcept {
+  wire::RingHeader* h = header_;
+  if (!h) return false;
+  const uint32_t extra_slots =
+      static_cast<uint32_t>((extra_bytes + wire::kPayloadBytes - 1) / wire::kPayloadBytes);
+  ev.extra_slots = static_cast<uint8_t>(extra_slots);
+  uint64_t ticket;
+  if (!reserve(1 + extra_slots, ticket)) {
+    h->dropped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const auto* bytes = static_cast<const unsigned char*>(extra);
+  for (uint32_t i = 0; i < extra_slots; ++i) {
+    wire::Slot& s = slots_[(ticket + 1 + i) & mask_];
+    const uint32_t off = i * static_cast<uint32_t>(wire::kPayloadBytes);
+    const uint32_t len = extra_bytes - off < wire::kPayloadBytes
+                             ? extra_bytes - off
+                             : static_cast<uint32_t>(wire::kPayloadBytes);
+    std::memcpy(s.payload, bytes + off, len);
+    s.seq.store(ticket + 2 + i, std::memory_order_release);
+  }
+  wire::Slot& s = slots_[ticket & mask_];
+  std::memcpy(s.payload, &ev, sizeof ev);
+  s.seq.store(ticket + 1, std::memory_order_release);
+  return true;
+}
+
+}  // namespace cumemtrace::preload

@@ -1,0 +1,416 @@
+#include "session.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "control_protocol.h"
+#include "module_map.h"
+#include "recorder.h"
+
+extern char** environ;
+
+namespace cumemtrace::preload {
+
+namespace {
+
+Config g_config;
+RingProducer g_ring;
+std::atomic<int> g_state{static_cast<int>(SessionState::kIdle)};
+int g_live_fd = -1;  // our end of the liveness socketpair
+void* g_ring_map = nullptr;
+size_t g_ring_bytes = 0;
+bool g_process_hooks_installed = false;
+
+uint64_t clock_ns(clockid_t id) {
+  timespec ts;
+  clock_gettime(id, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Parses a non-negative decimal; false on anything else (empty, sign, junk, overflow).
+bool parse_u64(const char* s, uint64_t& out) {
+  if (!s || !*s) return false;
+  uint64_t v = 0;
+  for (const char* p = s; *p; ++p) {
+    if (*p < '0' || *p > '9') return false;
+    const uint64_t d = static_cast<uint64_t>(*p - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  out = v;
+  return true;
+}
+
+bool read_config(Config& c) {
+  uint64_t v;
+  if (const char* s = getenv("CUMEMTRACE_STACK_DEPTH")) {
+    if (!parse_u64(s, v) || v > wire::kMaxStackDepth) {
+      print_line("invalid CUMEMTRACE_STACK_DEPTH (expected 0..128); tracing disabled: ", s);
+      return false;
+    }
+    c.stack_depth = static_cast<unsigned>(v);
+  }
+  if (const char* s = getenv("CUMEMTRACE_BUFFER_MB")) {
+    if (!parse_u64(s, v) || v < 1 || v > 4096) {
+      print_line("invalid CUMEMTRACE_BUFFER_MB (expected 1..4096); tracing disabled: ", s);
+      return false;
+    }
+    uint64_t slots = (v << 20) / wire::kSlotBytes;
+    uint64_t pow2 = wire::kMinCapacity;
+    while (pow2 * 2 <= slots && pow2 < wire::kMaxCapacity) pow2 *= 2;
+    c.ring_slots = pow2;
+  }
+  if (const char* s = getenv("CUMEMTRACE_MAX_WAIT_MS")) {
+    if (!parse_u64(s, v) || v > 3600000) {
+      print_line("invalid CUMEMTRACE_MAX_WAIT_MS (expected 0..3600000); tracing disabled: ", s);
+      return false;
+    }
+    c.max_wait_ns = v * 1000000ull;
+  }
+  if (const char* s = getenv("CUMEMTRACE_CONTROL_FD")) {
+    if (!parse_u64(s, v) || v > 1u << 20) {
+      print_line("invalid CUMEMTRACE_CONTROL_FD; tracing disabled: ", s);
+      return false;
+    }
+    c.control_fd = static_cast<int>(v);
+  }
+  c.output = getenv("CUMEMTRACE_OUTPUT");
+  c.collector = getenv("CUMEMTRACE_COLLECTOR");
+  c.debug = getenv("CUMEMTRACE_DEBUG") != nullptr;
+  return true;
+}
+
+// The control fd named by the launcher must really be a SEQPACKET Unix socket: a program may
+// have closed it and reused the number for something else.
+bool is_control_socket(int fd) {
+  int type = 0;
+  socklen_t len = sizeof type;
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) return false;
+  sockaddr_storage ss{};
+  socklen_t sl = sizeof ss;
+  return getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0 && ss.ss_family == AF_UNIX;
+}
+
+// Finds the collector: $CUMEMTRACE_COLLECTOR, else next to this library (lib/../bin/cumemtrace
+// in both the build tree and an installed tree, or the same directory).
+bool find_collector(char* out, size_t cap) {
+  if (g_config.collector) {
+    snprintf(out, cap, "%s", g_config.collector);
+    return access(out, X_OK) == 0;
+  }
+  Dl_info di;
+  if (!dladdr(reinterpret_cast<void*>(&find_collector), &di) || !di.dli_fname) return false;
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", di.dli_fname);
+  char* slash = strrchr(dir, '/');
+  if (slash) {
+    *slash = '\0';
+  } else {
+    snprintf(dir, sizeof dir, ".");
+  }
+  snprintf(out, cap, "%s/../bin/cumemtrace", dir);
+  if (access(out, X_OK) == 0) return true;
+  snprintf(out, cap, "%s/cumemtrace", dir);
+  return access(out, X_OK) == 0;
+}
+
+// Starts a detached collector for this process: it daemonizes itself (the intermediate child
+// exits at once and is reaped here), so the application never sees it as a child.
+int spawn_collector() {
+  char path[4096];
+  if (!find_collector(path, sizeof path)) {
+    print_line("collector executable not found (set CUMEMTRACE_COLLECTOR); tracing disabled");
+    return -1;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    print_line("socketpair failed; tracing disabled: ", strerror(errno));
+    return -1;
+  }
+  // The collector must not trace itself: pass the environment without LD_PRELOAD.
+  static char* envp[4096];
+  size_t n = 0;
+  for (char** e = environ; e && *e && n + 1 < sizeof envp / sizeof *envp; ++e) {
+    if (strncmp(*e, "LD_PRELOAD=", 11) != 0) envp[n++] = *e;
+  }
+  envp[n] = nullptr;
+  const char* out = g_config.output ? g_config.output : ".";
+  char* argv[] = {path,
+                  const_cast<char*>("__collect"),
+                  const_cast<char*>("--control-fd"),
+                  const_cast<char*>("3"),
+                  const_cast<char*>("--output"),
+                  const_cast<char*>(out),
+                  const_cast<char*>("--daemonize"),
+                  nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, path, &fa, nullptr, argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  close(sv[1]);
+  if (rc != 0) {
+    close(sv[0]);
+    print_line("cannot start the collector; tracing disabled: ", strerror(rc));
+    return -1;
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return sv[0];
+}
+
+size_t read_file(const char* path, char* buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  size_t n = 0;
+  while (n < cap) {
+    ssize_t r = read(fd, buf + n, cap - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += static_cast<size_t>(r);
+  }
+  close(fd);
+  return n;
+}
+
+bool send_hello(int ctl, int memfd, int live_remote) {
+  static char msg[wire::kMaxHelloBytes];
+  auto* h = reinterpret_cast<wire::Hello*>(msg);
+  memset(h, 0, sizeof *h);
+  h->magic = wire::kHelloMagic;
+  h->wire_version = wire::kWireVersion;
+  h->pid = getpid();
+  h->ppid = getppid();
+  h->ring_bytes = g_ring_bytes;
+  char* p = msg + sizeof *h;
+  const size_t room = sizeof msg - sizeof *h;
+  ssize_t exe = readlink("/proc/self/exe", p, room / 4);
+  h->exe_bytes = exe > 0 ? static_cast<uint32_t>(exe) : 0;
+  p += h->exe_bytes;
+  size_t argv_bytes = read_file("/proc/self/cmdline", p, room / 2);
+  h->argv_bytes = static_cast<uint32_t>(argv_bytes);
+  p += argv_bytes;
+  static const char* kRankVars[] = {
+      "RANK",        "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+      "SLURM_PROCID"};
+  char* end = msg + sizeof msg;
+  for (const char* var : kRankVars) {
+    const char* v = getenv(var);
+    if (!v) continue;
+    int w = snprintf(p, static_cast<size_t>(end - p), "%s=%s", var, v);
+    if (w < 0 || p + w + 1 >= end) break;
+    p += w + 1;
+    h->rank_bytes += static_cast<uint32_t>(w + 1);
+  }
+  iovec iov{msg, static_cast<size_t>(p - msg)};
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))];
+  memset(cbuf, 0, sizeof cbuf);
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = cbuf;
+  mh.msg_controllen = sizeof cbuf;
+  cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  int fds[2] = {memfd, live_remote};
+  memcpy(CMSG_DATA(cm), fds, sizeof fds);
+  ssize_t r;
+  do {
+    r = sendmsg(ctl, &mh, MSG_NOSIGNAL);
+  } while (r < 0 && errno == EINTR);
+  return r == static_cast<ssize_t>(iov.iov_len);
+}
+
+bool wait_ack(int fd) {
+  pollfd pfd{fd, POLLIN, 0};
+  int r;
+  do {
+    r = poll(&pfd, 1, 10000);
+  } while (r < 0 && errno == EINTR);
+  if (r <= 0) {
+    print_line("the collector did not answer; tracing disabled");
+    return false;
+  }
+  wire::Ack ack{};
+  ssize_t n;
+  do {
+    n = recv(fd, &ack, sizeof ack, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof ack) || ack.magic != wire::kAckMagic) {
+    print_line("the collector closed the connection; tracing disabled");
+    return false;
+  }
+  if (ack.status != 0) {
+    ack.message[sizeof ack.message - 1] = '\0';
+    print_line(ack.message, "; tracing disabled");
+    return false;
+  }
+  return true;
+}
+
+void on_process_exit(int status, void*) {
+  if (g_state.load(std::memory_order_acquire) != static_cast<int>(SessionState::kRunning)) return;
+  EventArgs a{wire::Kind::kExit};
+  a.result = status;
+  record(a);
+}
+
+// In a forked child the parent's ring, liveness socket and thread ids are not ours: forget them
+// (without touching the parent's ring) and start over lazily on the child's first event.
+void on_fork_child() {
+  g_ring.detach();
+  if (g_ring_map) munmap(g_ring_map, g_ring_bytes);
+  g_ring_map = nullptr;
+  if (g_live_fd >= 0) close(g_live_fd);
+  g_live_fd = -1;
+  modules_reset();
+  forget_thread_cache();
+  g_state.store(static_cast<int>(SessionState::kIdle), std::memory_order_release);
+}
+
+bool start() {
+  if (getauxval(AT_SECURE)) return false;  // setuid/setgid: never trace
+  if (!read_config(g_config)) return false;
+
+  int ctl = -1;
+  bool own_ctl = false;
+  if (g_config.control_fd >= 0) {
+    if (!is_control_socket(g_config.control_fd)) {
+      print_line(
+          "CUMEMTRACE_CONTROL_FD is not the collector's socket (closed by the program?); "
+          "tracing disabled");
+      return false;
+    }
+    ctl = g_config.control_fd;
+  } else {
+    ctl = spawn_collector();
+    if (ctl < 0) return false;
+    own_ctl = true;
+  }
+
+  g_ring_bytes = wire::ring_bytes(g_config.ring_slots);
+  int memfd = static_cast<int>(syscall(SYS_memfd_create, "cumemtrace-ring", MFD_CLOEXEC));
+  if (memfd < 0 || ftruncate(memfd, static_cast<off_t>(g_ring_bytes)) != 0) {
+    print_line("cannot create the ring buffer; tracing disabled: ", strerror(errno));
+    if (memfd >= 0) close(memfd);
+    if (own_ctl) close(ctl);
+    return false;
+  }
+  void* map = mmap(nullptr, g_ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (map == MAP_FAILED) {
+    print_line("cannot map the ring buffer; tracing disabled: ", strerror(errno));
+    close(memfd);
+    if (own_ctl) close(ctl);
+    return false;
+  }
+  auto* hdr = new (map) wire::RingHeader{};
+  hdr->magic = wire::kMagic;
+  hdr->version = wire::kWireVersion;
+  hdr->capacity = g_config.ring_slots;
+  hdr->pid = getpid();
+  hdr->ppid = getppid();
+  hdr->start_realtime_ns = clock_ns(CLOCK_REALTIME);
+  hdr->start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
+  hdr->stack_depth = g_config.stack_depth;
+  // A fresh memfd reads as zeros, so every slot's seq is 0 ("not yet written": ticket + 1 > 0).
+  auto* slots = reinterpret_cast<wire::Slot*>(static_cast<char*>(map) + wire::kHeaderBytes);
+
+  int live[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, live) != 0) {
+    print_line("socketpair failed; tracing disabled: ", strerror(errno));
+    munmap(map, g_ring_bytes);
+    close(memfd);
+    if (own_ctl) close(ctl);
+    return false;
+  }
+  const bool sent = send_hello(ctl, memfd, live[1]);
+  close(memfd);
+  close(live[1]);
+  if (own_ctl) close(ctl);  // the collector exits once every traced process is gone
+  if (!sent) {
+    print_line("cannot reach the collector; tracing disabled: ", strerror(errno));
+    close(live[0]);
+    munmap(map, g_ring_bytes);
+    return false;
+  }
+  if (!wait_ack(live[0])) {
+    close(live[0]);
+    munmap(map, g_ring_bytes);
+    return false;
+  }
+  g_live_fd = live[0];
+  g_ring_map = map;
+  g_ring.attach(hdr, slots, g_config.max_wait_ns);
+  if (!g_process_hooks_installed) {
+    g_process_hooks_installed = true;
+    on_exit(on_process_exit, nullptr);
+    pthread_atfork(nullptr, nullptr, on_fork_child);
+  }
+  return true;
+}
+
+}  // namespace
+
+const Config& config() noexcept {
+  return g_config;
+}
+RingProducer& ring() noexcept {
+  return g_ring;
+}
+SessionState session_state() noexcept {
+  return static_cast<SessionState>(g_state.load(std::memory_order_acquire));
+}
+
+void print_line(const char* msg, const char* detail) noexcept {
+  char buf[512];
+  int n = snprintf(buf, sizeof buf, "cumemtrace: %s%s\n", msg, detail ? detail : "");
+  if (n > 0) {
+    ssize_t w = write(STDERR_FILENO, buf, static_cast<size_t>(n) < sizeof buf ? n : sizeof buf - 1);
+    (void)w;
+  }
+}
+
+bool ensure_session() noexcept {
+  int s = g_state.load(std::memory_order_acquire);
+  if (s == static_cast<int>(SessionState::kRunning)) return true;
+  if (s == static_cast<int>(SessionState::kOff)) return false;
+  int expected = static_cast<int>(SessionState::kIdle);
+  if (g_state.compare_exchange_strong(expected, static_cast<int>(SessionState::kStarting))) {
+    const bool ok = start();
+    g_state.store(static_cast<int>(ok ? SessionState::kRunning : SessionState::kOff),
+                  std::memory_order_release);
+    if (ok) modules_send_all();
+    return ok;
+  }
+  // Another thread is starting the session: wait for it (bounded by the ack timeout).
+  while ((s = g_state.load(std::memory_order_acquire)) ==
+         static_cast<int>(SessionState::kStarting)) {
+    timespec ts{0, 100000};
+    nanosleep(&ts, nullptr);
+  }
+  return s == static_cast<int>(SessionState::kRunning);
+}
+
+}  // namespace cumemtrace::preload

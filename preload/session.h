@@ -1,0 +1,36 @@
+// Contract: one tracing session per process image: configuration from CUMEMTRACE_* variables,
+// the ring memfd, the collector connection (inherited control socket, or a collector started
+// here) and the process hooks (on_exit, fork). start() runs once, on the first event; it is not
+// async-signal-safe and must not be called from a hook's re-entered path. After fork the child
+// starts over lazily with a session of its own.
+#pragma once
+
+#include <cstdint>
+
+#include "ring_producer.h"
+
+namespace cumemtrace::preload {
+
+struct Config {
+  unsigned stack_depth = 32;
+  uint64_t ring_slots = uint64_t{1} << 17;  // 8 MiB
+  uint64_t max_wait_ns = 10'000'000'000ull;
+  int control_fd = -1;
+  const char* output = nullptr;
+  const char* collector = nullptr;
+  bool debug = false;
+};
+
+enum class SessionState : int { kIdle = 0, kStarting = 1, kRunning = 2, kOff = 3 };
+
+const Config& config() noexcept;
+RingProducer& ring() noexcept;
+
+// Starts the session if it is idle; returns true when events can be recorded.
+bool ensure_session() noexcept;
+SessionState session_state() noexcept;
+
+// Prints "cumemtrace: <msg>" on stderr with one write(2).
+void print_line(const char* msg, const char* detail = nullptr) noexcept;
+
+}  // namespace cumemtrace::preload

@@ -1,0 +1,136 @@
+// Contract: the shared-memory ring between the preloaded library (producers, any number of
+// threads of one process) and the collector (one consumer). Both sides include this header; any
+// change to a layout or meaning below bumps kWireVersion, and the collector refuses a ring of
+// another version.
+//
+// Layout of the memfd: RingHeader (kHeaderBytes), then `capacity` slots of kSlotBytes each.
+// A record is one header slot plus `extra_slots` continuation slots holding raw return addresses
+// (stack) or bytes (strings). Producers reserve consecutive tickets with a CAS on `head` only
+// when `head + n - tail <= capacity`, so a reserved slot is always free; they fill the payload
+// and publish each slot by storing `seq = ticket + 1` (release). The consumer reads the slot of
+// ticket `tail` once its seq says so, then advances `tail` (release). The ticket is the global
+// order of events across threads: a free takes its ticket before the real free runs, an
+// allocation after the real allocation returned, so address reuse is never reordered.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace cumemtrace::wire {
+
+inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
+inline constexpr uint32_t kWireVersion = 1;
+inline constexpr std::size_t kSlotBytes = 64;
+inline constexpr std::size_t kPayloadBytes = 56;
+inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
+inline constexpr std::size_t kHeaderBytes = 4096;
+inline constexpr unsigned kMaxStackDepth = 128;
+inline constexpr unsigned kMaxExtraSlots = 64;  // bounds a record; the collector checks it
+inline constexpr uint64_t kMinCapacity = 1024;
+inline constexpr uint64_t kMaxCapacity = uint64_t{1} << 26;
+
+enum class Kind : uint8_t {
+  kAlloc = 1,       // device/managed memory: addr, size, device, stream
+  kFree = 2,        // published before the real free runs
+  kFreeFailed = 3,  // the real free behind the preceding kFree of addr failed: undo it
+  kCreate = 4,      // cuMemCreate: addr = handle, size, device
+  kRelease = 5,     // cuMemRelease: addr = handle
+  kMap = 6,         // cuMemMap: addr = va, size, aux = handle
+  kUnmap = 7,       // cuMemUnmap: addr = va, size
+  kReserve = 8,     // cuMemAddressReserve: VA only, no memory
+  kAddressFree = 9,
+  kHostAlloc = 10,  // pinned host memory
+  kHostFree = 11,
+  kOom = 12,          // allocation failed with out-of-memory: size requested, aux = free bytes
+  kAllocFailed = 13,  // allocation failed with another error (result)
+  kModule = 14,       // loaded module: addr = load base; extra slots = path bytes (size = length)
+  kThreadName = 15,   // tid names itself: extra slots = name bytes (size = length)
+  kExit = 16,         // process called exit(): result = status
+  kMark = 17,         // application mark/range: aux = MarkStage; extra slots = name bytes
+};
+
+enum class Api : uint8_t {
+  kNone = 0,
+  kMemAlloc,
+  kMemAllocPitch,
+  kMemAllocManaged,
+  kMemAllocAsync,
+  kMemAllocFromPoolAsync,
+  kMemFree,
+  kMemFreeAsync,
+  kMemCreate,
+  kMemRelease,
+  kMemMap,
+  kMemUnmap,
+  kMemAddressReserve,
+  kMemAddressFree,
+  kMemHostAlloc,
+  kMemAllocHost,
+  kMemFreeHost,
+};
+
+enum Flags : uint8_t {
+  kFlagPerThreadStream = 1,  // the _ptsz entry point was used: stream 0 means per-thread default
+  kFlagStringRecord = 2,     // extra slots hold bytes, not return addresses
+};
+
+enum class MarkStage : uint8_t { kMark = 0, kStart = 1, kEnd = 2 };
+
+struct EventPayload {
+  uint64_t time_ns;  // CLOCK_MONOTONIC; RingHeader has the pair to convert to the epoch
+  uint64_t addr;
+  uint64_t size;
+  uint64_t stream;
+  uint64_t aux;
+  uint32_t tid;
+  int16_t device;  // -1 when unknown or host
+  Kind kind;
+  Api api;
+  uint8_t flags;
+  uint8_t extra_slots;
+  uint8_t nframes;
+  uint8_t reserved;
+  int32_t result;  // CUresult of the real call
+};
+static_assert(sizeof(EventPayload) == kPayloadBytes);
+static_assert(std::is_trivially_copyable_v<EventPayload>);
+
+struct alignas(kSlotBytes) Slot {
+  std::atomic<uint64_t> seq;  // ticket + 1 once published
+  unsigned char payload[kPayloadBytes];
+};
+static_assert(sizeof(Slot) == kSlotBytes);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+enum CollectorState : uint32_t {
+  kCollectorPending = 0,
+  kCollectorAttached = 1,
+  kCollectorGone = 2
+};
+
+struct RingHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t capacity;  // slots, power of two
+  int32_t pid;
+  int32_t ppid;
+  uint64_t start_realtime_ns;
+  uint64_t start_monotonic_ns;
+  uint32_t stack_depth;
+  uint32_t reserved0;
+  alignas(64) std::atomic<uint64_t> head;     // next ticket to reserve
+  alignas(64) std::atomic<uint64_t> tail;     // next ticket the collector reads
+  alignas(64) std::atomic<uint64_t> dropped;  // events not recorded (collector gone or stalled)
+  std::atomic<uint32_t> collector_state;
+  std::atomic<int32_t> collector_pid;
+  std::atomic<uint32_t> stalled;  // a producer timed out waiting; set until space frees up
+};
+static_assert(sizeof(RingHeader) <= kHeaderBytes);
+
+inline constexpr std::size_t ring_bytes(uint64_t capacity) {
+  return kHeaderBytes + capacity * kSlotBytes;
+}
+
+}  // namespace cumemtrace::wire

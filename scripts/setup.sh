@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian packages) and builds cumemtrace into build/.
+# Usage: scripts/setup.sh [build-dir]   (CUMEMTRACE_WERROR=ON for CI-strict warnings)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+
+PACKAGES=(build-essential cmake pkg-config libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
+  libcli11-dev libdw-dev libelf-dev libbenchmark-dev python3 python3-jsonschema python3-pytest
+  clang llvm binutils file)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "cumemtrace setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -f /usr/local/cuda/include/cuda.h ] && ! command -v nvcc >/dev/null; then
+  echo "cumemtrace setup: the CUDA toolkit headers (cuda.h) are needed at build time;" \
+       "install the CUDA toolkit in /usr/local/cuda" >&2
+  exit 1
+fi
+export PATH="$PATH:/usr/local/cuda/bin"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCUMEMTRACE_WERROR="${CUMEMTRACE_WERROR:-OFF}" >/dev/null
+cmake --build "$BUILD" -j"$(nproc)"
