@@ -17,7 +17,8 @@ std::string format_bytes(uint64_t bytes) {
     v /= 1024.0;
     ++u;
   }
-  return fmt::format(v >= 100 ? "{:.0f} {}" : v >= 10 ? "{:.1f} {}" : "{:.2f} {}", v, kUnits[u]);
+  const int decimals = v >= 100 ? 0 : v >= 10 ? 1 : 2;
+  return fmt::format("{:.{}f} {}", v, decimals, kUnits[u]);
 }
 
 std::string format_signed_bytes(int64_t bytes) {
