@@ -66,7 +66,7 @@ std::optional<uint64_t> parse_bytes(std::string_view text) {
     return std::nullopt;
   }
   if (number.find('.') == std::string::npos && mult == 1) {
-    if (number.size() > 19) return std::nullopt;
+    if (number.size() > 20) return std::nullopt;
     uint64_t v = 0;
     for (char c : number) {
       const uint64_t d = static_cast<uint64_t>(c - '0');

@@ -52,7 +52,7 @@ bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
     if (head + n - tail <= cap) {
       if (header_->head.compare_exchange_weak(head, head + n, std::memory_order_acq_rel,
                                               std::memory_order_relaxed)) {
-        if (wait_start && header_->stalled.load(std::memory_order_relaxed)) {
+        if (header_->stalled.load(std::memory_order_relaxed)) {
           header_->stalled.store(0, std::memory_order_relaxed);
         }
         ticket = head;
