@@ -50,6 +50,7 @@ struct TraceEntry {
   int32_t stack = kNoStack;  // index into Snapshot::stacks
   uint64_t device_free = 0;  // oom only
   uint32_t tid = 0;          // 0 when unknown (PyTorch files)
+  bool stream_per_thread = false;  // stream 0 meant the per-thread default stream (_ptsz API)
 };
 
 struct Block {

@@ -58,6 +58,7 @@ class TraceModel {
     StackId stack = -1;
     int64_t time_us = 0;
     uint8_t api = 0;
+    bool per_thread = false;
   };
   struct Entry {  // one trace entry before symbolization
     snap::Action action;
@@ -69,6 +70,7 @@ class TraceModel {
     StackId stack;
     uint64_t device_free;
     uint32_t tid;
+    bool per_thread;
   };
   struct DeviceState {
     uint64_t live = 0;
