@@ -102,9 +102,11 @@ void TraceModel::shrink(int device, uint64_t size) {
 }
 
 void TraceModel::push(Action a, int device, uint64_t addr, uint64_t size, uint64_t stream,
-                      int64_t t, StackId stack, uint32_t tid, uint64_t device_free) {
+                      int64_t t, StackId stack, uint32_t tid, uint64_t device_free,
+                      bool per_thread) {
   dev(device);  // a device with events always has a trace list, even if it holds nothing now
-  trace_.push_back(Entry{a, sane_device(device), addr, size, stream, t, stack, device_free, tid});
+  trace_.push_back(
+      Entry{a, sane_device(device), addr, size, stream, t, stack, device_free, tid, per_thread});
   if (max_trace_events_ && trace_.size() > max_trace_events_) {
     trace_.pop_front();
     ++trace_dropped_;
@@ -180,14 +182,17 @@ void TraceModel::add(const Record& r) {
 
 void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
   const auto& ev = r.ev;
-  Live l{ev.size, sane_device(ev.device), ev.stream, stack, t, static_cast<uint8_t>(ev.api)};
+  const bool per_thread = ev.flags & wire::kFlagPerThreadStream;
+  Live l{ev.size, sane_device(ev.device), ev.stream, stack, t, static_cast<uint8_t>(ev.api),
+         per_thread};
   switch (ev.kind) {
     case Kind::kAlloc:
       live_[ev.addr] = l;
       freed_.erase(ev.addr);
       grow(l.device, l.size, t);
-      push(Action::kSegmentAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid);
-      push(Action::kAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid);
+      push(Action::kSegmentAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid, 0,
+           per_thread);
+      push(Action::kAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid, 0, per_thread);
       break;
     case Kind::kCreate:
       handles_[ev.addr] = l;
@@ -224,9 +229,10 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
       const Live l = it->second;
       live_.erase(it);
       shrink(l.device, l.size);
-      push(Action::kFreeRequested, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid);
-      push(Action::kFreeCompleted, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid);
-      push(Action::kSegmentFree, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid);
+      const bool pt = ev.flags & wire::kFlagPerThreadStream;
+      push(Action::kFreeRequested, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
+      push(Action::kFreeCompleted, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
+      push(Action::kSegmentFree, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
       freed_[ev.addr] = l;
       break;
     }
@@ -311,6 +317,7 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
     te.stack = e.stack;
     te.device_free = e.device_free;
     te.tid = e.tid;
+    te.stream_per_thread = e.per_thread;
     s.device_traces[static_cast<size_t>(e.device)].push_back(te);
   }
 

@@ -83,7 +83,7 @@ class TraceModel {
   int64_t to_us(uint64_t monotonic_ns) const;
   StackId intern(const std::vector<uint64_t>& frames);
   void push(snap::Action a, int device, uint64_t addr, uint64_t size, uint64_t stream, int64_t t,
-            StackId stack, uint32_t tid, uint64_t device_free = 0);
+            StackId stack, uint32_t tid, uint64_t device_free = 0, bool per_thread = false);
   DeviceState& dev(int device);
   void grow(int device, uint64_t size, int64_t t);
   void shrink(int device, uint64_t size);
