@@ -76,6 +76,12 @@ struct Expect {
 
 }  // namespace
 
+// Stands in for the preload's export of the same name (this executable exports its symbols):
+// the fake, linked -Bsymbolic, must keep handing out its own function.
+extern "C" CUresult cuMemAlloc_v2(CUdeviceptr*, size_t) {
+  return CUDA_ERROR_UNKNOWN;
+}
+
 TEST_CASE("calls before cuInit fail with NOT_INITIALIZED") {
   CHECK(fake().alloc_before_init == CUDA_ERROR_NOT_INITIALIZED);
 }
@@ -134,6 +140,8 @@ TEST_CASE("cuGetProcAddress hands out the driver's own versioned exports") {
     CHECK(legacy == expected);
   }
   CHECK(f.sym("cuMemAlloc") != f.sym("cuMemAlloc_v2"));
+  CHECK(f.sym("cuMemAlloc_v2") != reinterpret_cast<void*>(&::cuMemAlloc_v2));
+  CHECK(dlsym(RTLD_DEFAULT, "cuMemAlloc_v2") == reinterpret_cast<void*>(&::cuMemAlloc_v2));
   CHECK(f.sym("cuMemAllocAsync") != f.sym("cuMemAllocAsync_ptsz"));
 }
 
