@@ -235,8 +235,8 @@ void backing_free(Kind kind, uint64_t base, size_t size) {
   }
 }
 
-// Allocates `size` bytes of `kind` on `device` (-1: host memory, no device charge). Caller has
-// validated arguments and holds the lock.
+// Allocates `size` bytes of `kind` for `device`; host memory is recorded with the allocating
+// context's device but charges none. Caller has validated arguments and holds the lock.
 CUresult allocate_locked(State& s, Kind kind, int device, size_t size, uint64_t* out) {
   CUresult r = count_alloc_call(s);
   if (r != CUDA_SUCCESS) return r;
@@ -757,7 +757,7 @@ CUresult mem_unmap(CUdeviceptr ptr, size_t size) {
 
 CUresult mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!desc || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
   int prot = PROT_NONE;
   for (size_t i = 0; i < count; ++i) {
     if (!valid_device_location(desc[i].location)) return CUDA_ERROR_INVALID_DEVICE;
