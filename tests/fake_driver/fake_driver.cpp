@@ -1,6 +1,8 @@
 // Contract: a GPU-less libcuda.so.1 for end-to-end tests of the preload. Host memory stands in
 // for device memory: every pointer handed out is real, writable host memory (VMM mappings are
-// writable once cuMemSetAccess grants it), so programs may touch what they allocate.
+// writable once cuMemSetAccess grants it), so programs may touch what they allocate. Blocks of
+// 256 KiB and more are mapped MAP_NORESERVE: untouched fake memory costs no real memory, so the
+// default 80 GiB per device can be handed out on a small machine.
 //
 // Guarantees, matching the real driver where the tests can observe it:
 //  - Every call but cuInit, cuDriverGetVersion, cuGetErrorName/String and cuGetProcAddress*
@@ -212,15 +214,28 @@ CUresult charge(State& s, int device, uint64_t bytes) {
   return CUDA_SUCCESS;
 }
 
+// Large blocks are mapped without a commit charge, so a test can "allocate" tens of GiB of fake
+// device memory on a small machine as long as it does not touch them; small ones come from the
+// heap, which keeps many-small-allocation tests fast. The choice depends on kind and size only,
+// so the free path can repeat it.
+constexpr size_t kMapThreshold = size_t{256} << 10;
+
+bool mapped_backing(Kind kind, size_t size) {
+  return kind == Kind::kLegacy32 || size >= kMapThreshold;
+}
+
 void* backing_alloc(Kind kind, size_t size) {
-  if (kind == Kind::kLegacy32) {
+  if (mapped_backing(kind, size)) {
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    if (kind == Kind::kLegacy32) {
 #ifdef MAP_32BIT
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_32BIT, -1, 0);
-    return p == MAP_FAILED ? nullptr : p;
+      flags |= MAP_32BIT;
 #else
-    return nullptr;  // no way to ask for low addresses: the 32-bit ABI is out of memory
+      return nullptr;  // no way to ask for low addresses: the 32-bit ABI is out of memory
 #endif
+    }
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
   }
   const size_t align =
       kind == Kind::kHost ? static_cast<size_t>(sysconf(_SC_PAGESIZE)) : kDeviceAlignment;
@@ -228,7 +243,7 @@ void* backing_alloc(Kind kind, size_t size) {
 }
 
 void backing_free(Kind kind, uint64_t base, size_t size) {
-  if (kind == Kind::kLegacy32) {
+  if (mapped_backing(kind, size)) {
     munmap(reinterpret_cast<void*>(base), size);
   } else {
     std::free(reinterpret_cast<void*>(base));
