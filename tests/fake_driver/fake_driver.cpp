@@ -35,7 +35,6 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -151,7 +150,7 @@ uint64_t parse_size(const char* text, uint64_t fallback) {
 
 Config read_config() {
   Config c;
-  if (const char* d = std::getenv("FAKE_CUDA_DEVICES")) {
+  if (const char* d = std::getenv("FAKE_CUDA_DEVICES"); d && *d) {
     c.devices = std::clamp(std::atoi(d), 0, kMaxDevices);
   }
   c.mem_limit = parse_size(std::getenv("FAKE_CUDA_MEM_LIMIT"), kDefaultMemLimit);
