@@ -117,7 +117,11 @@ void Collector::accept_hello() {
     auto eq = kv.find('=');
     if (eq != std::string::npos) info.rank[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  if (!opts_.refuse.empty()) return reject(opts_.refuse);
+  if (!opts_.refuse.empty()) {  // the process prints the reason itself
+    send_ack(fds[1], 1, opts_.refuse);
+    for (int fd : fds) ::close(fd);
+    return;
+  }
   const int memfd = fds[0];
   const int live = fds[1];
   try {

@@ -3,8 +3,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -24,16 +28,45 @@ std::string base_name(const std::string& path) {
   return b.empty() ? "process" : b;
 }
 
-// A zombie still answers kill(pid, 0): read its state to tell "still running (exec'd)" from
-// "dead, not yet reaped".
-bool process_running(int pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' &&
-         line[close + 2] != 'X';
+// How a process whose liveness socket just closed ended, from the system's point of view. The
+// socket closes in the kernel's exit path shortly before the process becomes a zombie, or at
+// exec when it lives on: wait briefly for the zombie, whose stat line still carries its wait
+// status (field 52). A process reaped already is "vanished"; one still running after the wait
+// has exec'd another program.
+snap::Ended observe_from_proc(int pid) {
+  snap::Ended e;
+  for (int i = 0; i < 50; ++i) {
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    if (!std::getline(stat, line)) {
+      e.how = "vanished";
+      return e;
+    }
+    const auto close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size()) break;
+    const char state = line[close + 2];
+    if (state == 'Z' || state == 'X') {
+      std::istringstream rest(line.substr(close + 2));
+      std::string field;
+      int status = -1;
+      for (int f = 3; rest >> field; ++f) {
+        if (f == 52) status = std::atoi(field.c_str());
+      }
+      if (status < 0) {
+        e.how = "vanished";
+      } else if (WIFSIGNALED(status)) {
+        e.how = "signal";
+        e.signal = WTERMSIG(status);
+      } else {
+        e.how = "exit";
+        e.code = WEXITSTATUS(status);
+      }
+      return e;
+    }
+    usleep(5000);
+  }
+  e.how = "exec";
+  return e;
 }
 
 }  // namespace
@@ -57,39 +90,37 @@ size_t ProcessSession::drain() {
   if (!ring_ || !error_.empty()) return 0;
   size_t n = 0;
   try {
-    n = ring_->drain([this](const Record& r) { model_.add(r); });
+    n = ring_->drain([this](const Record& r) {
+      model_.add(r);
+      // Written before this record's slot is released: the thread that hit the OOM waits for
+      // that, so the file shows the state at the failure, before the application reacts.
+      if (model_.take_oom_request()) {
+        try {
+          oom_files_.push_back(write(snapshot("oom", std::nullopt)));
+        } catch (const std::exception& e) {
+          error_ = e.what();
+        }
+      }
+    });
   } catch (const CorruptRing& e) {
     error_ = fmt::format("corrupt ring from pid {}: {}", info_.pid, e.what());
-  }
-  if (model_.take_oom_request()) {
-    // Written at once, while the application is still handling the error.
-    try {
-      oom_files_.push_back(write(snapshot("oom", std::nullopt)));
-    } catch (const std::exception& e) {
-      error_ = e.what();
-    }
   }
   return n;
 }
 
 void ProcessSession::close_live() {
-  alive_at_eof_ = process_running(info_.pid);
+  drain();
+  // exit() was seen in the ring: that is the answer, and it may be a while before the process
+  // (with its atexit work and address space teardown) is a zombie.
+  proc_end_ =
+      model_.exited() ? snap::Ended{"exit", model_.exit_status(), 0} : observe_from_proc(info_.pid);
   drain();
   if (live_fd_ >= 0) ::close(live_fd_);
   live_fd_ = -1;
 }
 
 snap::Ended ProcessSession::observed_end() const {
-  snap::Ended e;
-  if (model_.exited()) {
-    e.how = "exit";
-    e.code = model_.exit_status();
-  } else if (alive_at_eof_) {
-    e.how = "exec";
-  } else {
-    e.how = "vanished";
-  }
-  return e;
+  return proc_end_;
 }
 
 snap::Snapshot ProcessSession::snapshot(const std::string& reason,

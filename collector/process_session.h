@@ -54,7 +54,7 @@ class ProcessSession {
   Symbolizer symbolizer_;
   std::string error_;
   std::vector<std::string> oom_files_;
-  bool alive_at_eof_ = false;
+  snap::Ended proc_end_{"running", 0, 0};
 };
 
 }  // namespace cumemtrace::collect

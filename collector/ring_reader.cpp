@@ -115,9 +115,9 @@ size_t RingReader::drain(const std::function<void(const Record&)>& fn, size_t ma
                     sizeof(uint64_t));
       }
     }
+    fn(r);
     t += 1 + extra;
     ++n;
-    fn(r);
     // Free slots in batches so that waiting producers see space soon.
     if ((n & 255) == 0) header_->tail.store(t, std::memory_order_release);
   }

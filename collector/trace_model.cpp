@@ -183,8 +183,8 @@ void TraceModel::add(const Record& r) {
 void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
   const auto& ev = r.ev;
   const bool per_thread = ev.flags & wire::kFlagPerThreadStream;
-  Live l{ev.size, sane_device(ev.device), ev.stream, stack, t, static_cast<uint8_t>(ev.api),
-         per_thread};
+  Live l{ev.size, sane_device(ev.device),       ev.stream, stack,
+         t,       static_cast<uint8_t>(ev.api), per_thread};
   switch (ev.kind) {
     case Kind::kAlloc:
       live_[ev.addr] = l;
@@ -223,16 +223,19 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
     case Kind::kFree: {
       auto it = live_.find(ev.addr);
       if (it == live_.end()) {
-        anomaly(freed_.count(ev.addr) ? "double_free" : "free_unknown_pointer", r, t, stack);
+        auto f = freed_.find(ev.addr);
+        if (f != freed_.end()) f->second.undoable = false;
+        anomaly(f != freed_.end() ? "double_free" : "free_unknown_pointer", r, t, stack);
         return;
       }
-      const Live l = it->second;
+      Live l = it->second;
       live_.erase(it);
       shrink(l.device, l.size);
       const bool pt = ev.flags & wire::kFlagPerThreadStream;
       push(Action::kFreeRequested, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
       push(Action::kFreeCompleted, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
       push(Action::kSegmentFree, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
+      l.undoable = true;
       freed_[ev.addr] = l;
       break;
     }
@@ -249,10 +252,13 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
     case Kind::kHostFree: {
       auto it = host_.find(ev.addr);
       if (it == host_.end()) {
-        anomaly(freed_.count(ev.addr) ? "double_free" : "free_host_unknown_pointer", r, t, stack);
+        auto f = freed_.find(ev.addr);
+        if (f != freed_.end()) f->second.undoable = false;
+        anomaly(f != freed_.end() ? "double_free" : "free_host_unknown_pointer", r, t, stack);
         return;
       }
       freed_[ev.addr] = it->second;
+      freed_[ev.addr].undoable = true;
       host_.erase(it);
       break;
     }
@@ -283,8 +289,9 @@ void TraceModel::on_free_failed(const Record& r, int64_t t) {
   const auto& ev = r.ev;
   const auto api = static_cast<Api>(ev.api);
   auto it = freed_.find(ev.addr);
-  if (it == freed_.end()) return;  // the free had already been reported as an anomaly
-  const Live l = it->second;
+  if (it == freed_.end() || !it->second.undoable) return;  // that free removed nothing
+  Live l = it->second;
+  l.undoable = false;
   freed_.erase(it);
   if (api == Api::kMemFree || api == Api::kMemFreeAsync) {
     if (live_.count(ev.addr)) return;

@@ -59,6 +59,7 @@ class TraceModel {
     int64_t time_us = 0;
     uint8_t api = 0;
     bool per_thread = false;
+    bool undoable = false;  // in freed_: the latest free of this address removed it
   };
   struct Entry {  // one trace entry before symbolization
     snap::Action action;

@@ -79,8 +79,19 @@ bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
   }
 }
 
-bool RingProducer::publish(wire::EventPayload& ev, const void* extra,
-                           uint32_t extra_bytes) noexcept {
+void RingProducer::wait_consumed(uint64_t ticket, uint64_t timeout_ns) noexcept {
+  wire::RingHeader* h = header_;
+  if (!h) return;
+  const uint64_t start = monotonic_ns();
+  while (h->tail.load(std::memory_order_acquire) <= ticket && collector_alive()) {
+    if (monotonic_ns() - start > timeout_ns) return;
+    timespec ts{0, 100000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+bool RingProducer::publish(wire::EventPayload& ev, const void* extra, uint32_t extra_bytes,
+                           uint64_t* ticket_out) noexcept {
   wire::RingHeader* h = header_;
   if (!h) return false;
   const uint32_t extra_slots =
@@ -104,6 +115,7 @@ bool RingProducer::publish(wire::EventPayload& ev, const void* extra,
   wire::Slot& s = slots_[ticket & mask_];
   std::memcpy(s.payload, &ev, sizeof ev);
   s.seq.store(ticket + 1, std::memory_order_release);
+  if (ticket_out) *ticket_out = ticket;
   return true;
 }
 

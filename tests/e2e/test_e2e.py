@@ -50,8 +50,13 @@ def check_basic(snap, exe):
         assert len(s["blocks"]) == 1 and s["blocks"][0]["size"] == s["total_size"]
     # The 2 MiB allocation names allocate_weights() at the marked line.
     weights = next(s for s in snap["segments"] if s["total_size"] == 2 * MiB)
-    top = weights["frames"][0]
-    assert top["name"] == "allocate_weights"
+    names = [f["name"] for f in weights["frames"]]
+    # Through a cudart-like library the library's own functions come first, as with real cudart.
+    if exe == "ct_shared_like":
+        assert names[0] == "ctMalloc"
+    else:
+        assert names[0] == "allocate_weights"
+    top = weights["frames"][names.index("allocate_weights")]
     assert top["filename"].endswith("scenarios.cpp")
     assert top["line"] == marker_line("scenarios.cpp", "ALLOC_WEIGHTS_LINE")
     assert any(f["name"] == "main" for f in weights["frames"])
@@ -118,11 +123,14 @@ def test_killed_target_still_leaves_its_snapshot(tmp_path, scenario, sig):
     assert f"was killed by signal {int(sig)}" in p.stderr
 
 
-def test_killed_under_plain_preload_is_vanished(tmp_path):
+def test_killed_under_plain_preload(tmp_path):
     p, snaps = run_preloaded(tmp_path, [prog("ct_static_like"), "kill"])
     assert p.returncode == -signal.SIGKILL
     snap = only(snaps)
-    assert snap["cumemtrace"]["ended"]["how"] == "vanished"
+    # The detached collector is not the parent: it sees the signal if it looks before the parent
+    # reaps the zombie, else only that the process is gone.
+    assert snap["cumemtrace"]["ended"] in ({"how": "signal", "code": 0, "signal": 9},
+                                           {"how": "vanished", "code": 0, "signal": 0})
     assert [s["total_size"] for s in snap["segments"]] == [MiB]
 
 
@@ -211,10 +219,15 @@ def test_fork_child_gets_its_own_snapshot(tmp_path):
     p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "fork"])
     assert p.returncode == 0, p.stderr
     assert len(snaps) == 2
-    by_size = {tuple(s["total_size"] for s in v["segments"]): v for v in snaps.values()}
+    by_size = {tuple(sorted(s["total_size"] for s in v["segments"])): v for v in snaps.values()}
     parent, child = by_size[(MiB, 3 * MiB)], by_size[(2 * MiB,)]
     assert child["cumemtrace"]["ppid"] == parent["cumemtrace"]["pid"]
     assert child["cumemtrace"]["events_total"] == 1
+    # The child left with _exit(0): no exit() in the ring; the collector reads the zombie's status
+    # unless its parent reaped it first.
+    assert child["cumemtrace"]["ended"] in ({"how": "exit", "code": 0, "signal": 0},
+                                            {"how": "vanished", "code": 0, "signal": 0})
+    assert parent["cumemtrace"]["ended"] == {"how": "exit", "code": 0, "signal": 0}
 
 
 def test_no_follow_traces_only_the_program(tmp_path):

@@ -24,8 +24,10 @@ Snapshot sample() {
   g.blocks.push_back(Block{g.address, 2048, 2048, "active_allocated", 0});
   s.segments.push_back(g);
   s.device_traces.resize(2);
-  s.device_traces[1].push_back(TraceEntry{Action::kAlloc, g.address, 2048, 5, 1795312050481693, 0, 0, 9});
-  s.device_traces[1].push_back(TraceEntry{Action::kOom, 0, 1 << 30, 0, 1795312050481700, 0, 777, 9});
+  s.device_traces[1].push_back(
+      TraceEntry{Action::kAlloc, g.address, 2048, 5, 1795312050481693, 0, 0, 9});
+  s.device_traces[1].push_back(
+      TraceEntry{Action::kOom, 0, 1 << 30, 0, 1795312050481700, 0, 777, 9});
   s.annotations.push_back(Annotation{"step", "START", 1, 1795312050481000});
   ToolSection t;
   t.pid = 1234;
@@ -64,7 +66,8 @@ TEST_CASE("a snapshot written and parsed back keeps every value") {
 }
 
 TEST_CASE("write_snapshot_file never overwrites and never follows symlinks") {
-  const auto dir = std::filesystem::temp_directory_path() / ("ct-writer-" + std::to_string(getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ct-writer-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string base = (dir / "app.1.json").string();

@@ -3,8 +3,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <new>
 #include <thread>
@@ -35,7 +35,8 @@ struct TestRing {
     hdr->magic = wire::kMagic;
     hdr->version = wire::kWireVersion;
     hdr->capacity = capacity;
-    producer.attach(hdr, reinterpret_cast<wire::Slot*>(static_cast<char*>(map) + wire::kHeaderBytes),
+    producer.attach(hdr,
+                    reinterpret_cast<wire::Slot*>(static_cast<char*>(map) + wire::kHeaderBytes),
                     max_wait_ns);
   }
   ~TestRing() {

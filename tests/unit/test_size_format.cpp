@@ -18,8 +18,8 @@ TEST_CASE("sizes parse in every documented form") {
 }
 
 TEST_CASE("bad sizes are refused") {
-  for (const char* bad : {"", "-1", "12XB", "1.2.3", "abc", "12 MiB x", "18446744073709551616",
-                          "99999999999TB"}) {
+  for (const char* bad :
+       {"", "-1", "12XB", "1.2.3", "abc", "12 MiB x", "18446744073709551616", "99999999999TB"}) {
     INFO(bad);
     REQUIRE_FALSE(parse_bytes(bad).has_value());
   }

@@ -1,6 +1,6 @@
 // The event model: what each ring record does to the live state, the counters and the trace.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 
 #include "trace_model.h"
 
@@ -30,7 +30,9 @@ struct Feeder {
     r.frames = std::move(frames);
     model.add(r);
   }
-  snap::Snapshot build() { return model.build(collect::ProcessInfo{7, 1, "/bin/app", {}, {}, "h"}, sym); }
+  snap::Snapshot build() {
+    return model.build(collect::ProcessInfo{7, 1, "/bin/app", {}, {}, "h"}, sym);
+  }
 };
 
 std::vector<Action> actions(const snap::Snapshot& s, size_t device) {
@@ -53,7 +55,7 @@ TEST_CASE("allocations and frees map to PyTorch actions with exact live and peak
                                                Action::kFreeRequested, Action::kFreeCompleted,
                                                Action::kSegmentFree});
   REQUIRE(s.device_traces[0][4].size == 100);  // the free carries the allocation's size
-  REQUIRE(s.stacks.size() == 1);                // identical stacks are interned once
+  REQUIRE(s.stacks.size() == 1);               // identical stacks are interned once
   REQUIRE(s.device_traces[0][1].stack == s.device_traces[0][3].stack);
   REQUIRE(s.segments.size() == 2);
   REQUIRE(s.segments[0].address == 0x2000);
@@ -89,6 +91,18 @@ TEST_CASE("double free and unknown free are anomalies; a failed free is undone")
   REQUIRE(s.tool->devices[0].live_bytes == 300);
   REQUIRE(s.tool->devices[0].allocations == 2);
   REQUIRE(s.tool->devices[0].frees == 1);
+}
+
+TEST_CASE("a refused double free does not resurrect the allocation") {
+  Feeder f;
+  f.add(Kind::kAlloc, Api::kMemAlloc, 0x1000, 100);
+  f.add(Kind::kFree, Api::kMemFree, 0x1000, 0);
+  f.add(Kind::kFree, Api::kMemFree, 0x1000, 0);        // double free, recorded before the call
+  f.add(Kind::kFreeFailed, Api::kMemFree, 0x1000, 0);  // the driver refuses it
+  auto s = f.build();
+  REQUIRE(s.segments.empty());
+  REQUIRE(s.tool->devices[0].live_bytes == 0);
+  REQUIRE(s.tool->anomalies.size() == 1);
 }
 
 TEST_CASE("VMM: handles hold device bytes, mappings are segment_map/unmap") {
