@@ -1,6 +1,7 @@
 #include "cfi_unwinder.h"
 
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -522,14 +523,16 @@ int hex_digit(char c) {
 }
 
 bool find_mapping(uint64_t addr, uint64_t& lo, uint64_t& hi) {
-  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  // Raw system calls: read() and close() are cancellation points, and the application may
+  // interpose open().
+  const long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[1024];
   uint64_t start = 0, end = 0;
   enum { kStart, kEnd, kSkip } state = kStart;
   bool found = false;
   ssize_t n;
-  while (!found && (n = read(fd, buf, sizeof buf)) > 0) {
+  while (!found && (n = syscall(SYS_read, fd, buf, sizeof buf)) > 0) {
     for (ssize_t i = 0; i < n; ++i) {
       const char c = buf[i];
       if (c == '\n') {
@@ -553,18 +556,20 @@ bool find_mapping(uint64_t addr, uint64_t& lo, uint64_t& hi) {
       }
     }
   }
-  close(fd);
+  syscall(SYS_close, fd);
   return found;
 }
 
-// The end of the readable stack above sp, or 0 when it cannot be known cheaply (a fiber or an
-// alternate signal stack after a few lookups: the slow unwinder handles those).
+// The end of the readable stack above sp, or 0 when it cannot be known cheaply: a thread that
+// keeps switching stacks (fibers, an alternate signal stack) gets a few lookups, then the slow
+// unwinder. The main thread's stack growing down is a new lookup that costs nothing of those.
 uint64_t stack_top(uint64_t sp) {
   if (sp >= t_stack_lo && sp < t_stack_hi) return t_stack_hi;
-  if (t_stack_lookups >= 8) return 0;
+  if (t_stack_lookups >= 16) return 0;
   ++t_stack_lookups;
   uint64_t lo, hi;
   if (!find_mapping(sp, lo, hi)) return 0;
+  if (hi == t_stack_hi && lo < t_stack_lo) --t_stack_lookups;
   // A signal handler on this thread must never see the new lo with the old hi.
   t_stack_hi = 0;
   std::atomic_signal_fence(std::memory_order_seq_cst);
