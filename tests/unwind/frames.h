@@ -31,6 +31,8 @@ int unwind_step_o0(cumemtrace::unwind_test::Chain*, int);
 int unwind_step_o2(cumemtrace::unwind_test::Chain*, int);
 int unwind_step_o2fp(cumemtrace::unwind_test::Chain*, int);
 int unwind_step_lib(cumemtrace::unwind_test::Chain*, int);
+// Realigns its frame through a DRAP register: its CFA rule is an expression.
+int unwind_step_drap(cumemtrace::unwind_test::Chain*, int);
 // Calls unwind_step_lib directly, that is through the PLT.
 int unwind_step_plt(cumemtrace::unwind_test::Chain*, int);
 // Direct self-recursion n deep, then leaf(chain).

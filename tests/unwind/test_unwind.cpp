@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
@@ -273,12 +275,12 @@ TEST_CASE("a stack from a second thread", "[unwind]") {
 
 namespace {
 
-Capture* g_signal_capture = nullptr;
+Capture* g_capture = nullptr;
 unsigned g_signal_public = 0;
 uint64_t g_signal_frames[64];
 
 void on_signal(int) {
-  capture_both(g_signal_capture);
+  capture_both(g_capture);
   g_signal_public = cumemtrace::preload::capture_stack(g_signal_frames, 64);
 }
 
@@ -290,7 +292,7 @@ void raise_in_chain(Chain* c) {
 void signal_capture(bool altstack) {
   static Capture r;
   r = Capture{};
-  g_signal_capture = &r;
+  g_capture = &r;
   g_signal_public = 0;
   std::vector<char> alt(1 << 16);
   if (altstack) {
@@ -358,4 +360,73 @@ TEST_CASE("16 threads capturing different stacks concurrently agree with the slo
   CHECK(captures.load() > 100);
   CHECK(fallbacks.load() == 0);
   CHECK(mismatches.load() == 0);
+}
+
+namespace {
+
+// Capture in a callback called from inside libc, below and above its own frames.
+int compare_and_capture(const void* a, const void* b) {
+  static bool done = false;
+  if (!done) {
+    done = true;
+    capture_both(static_cast<Capture*>(g_capture));
+  }
+  return *static_cast<const int*>(a) - *static_cast<const int*>(b);
+}
+
+int phdr_and_capture(dl_phdr_info*, size_t, void* data) {
+  capture_both(static_cast<Capture*>(data));
+  return 1;
+}
+
+}  // namespace
+
+TEST_CASE("stacks through libc's own frames (qsort, dl_iterate_phdr)", "[unwind]") {
+  Capture r;
+  g_capture = &r;
+  int values[64];
+  for (int i = 0; i < 64; ++i) values[i] = (i * 37) % 64;
+  qsort(values, 64, sizeof(int), compare_and_capture);
+  std::string why;
+  bool same = same_frames(r, &why);
+  INFO("qsort: " << why);
+  REQUIRE(same);
+  Capture p;
+  dl_iterate_phdr(phdr_and_capture, &p);
+  same = same_frames(p, &why);
+  INFO("dl_iterate_phdr: " << why);
+  REQUIRE(same);
+}
+
+TEST_CASE("a frame with a CFA expression falls back, the rest of the chain does not matter",
+          "[unwind]") {
+  std::mt19937 rng(31);
+  for (int round = 0; round < 50; ++round) {
+    Capture r;
+    Chain c = random_chain(rng, 3 + static_cast<int>(rng() % 20));
+    c.steps[rng() % c.depth] = &unwind_step_drap;
+    c.leaf = leaf_capture;
+    c.arg = &r;
+    run_chain(&c);
+    REQUIRE(r.nfast == cfi::kFallback);
+    REQUIRE(r.nslow > c.depth);
+  }
+}
+
+TEST_CASE("code without unwind information falls back", "[unwind]") {
+  // sub $8,%rsp; call *%rdi; add $8,%rsp; ret -- a JIT-like frame no FDE describes.
+  static const unsigned char kCode[] = {0x48, 0x83, 0xec, 0x08, 0xff, 0xd7,
+                                        0x48, 0x83, 0xc4, 0x08, 0xc3};
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(page != MAP_FAILED);
+  memcpy(page, kCode, sizeof kCode);
+  REQUIRE(mprotect(page, 4096, PROT_READ | PROT_EXEC) == 0);
+  static Capture r;
+  r = Capture{};
+  auto trampoline = reinterpret_cast<void (*)(void (*)())>(page);
+  trampoline([] { capture_both(&r); });
+  munmap(page, 4096);
+  CHECK(r.nfast == cfi::kFallback);
+  // _Unwind_Backtrace reports the unknown frame and stops there.
+  CHECK(r.nslow >= 3);
 }
