@@ -510,8 +510,8 @@ uint64_t compute_rule(uint64_t pc) {
 
 // ---------------------------------------------------------------------------------------------
 // Stack bounds: the mapping that holds the thread's stack pointer, read once per thread from
-// /proc/self/maps with open/read into a stack buffer (pthread_getattr_np allocates). Everything
-// between a live rsp and the end of its mapping is mapped, so reads in that range cannot fault.
+// /proc/self/maps into a stack buffer (pthread_getattr_np allocates). Everything between a live
+// rsp and the end of its mapping is mapped, so reads in that range cannot fault.
 thread_local uint64_t t_stack_lo __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_stack_hi __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint32_t t_stack_lookups __attribute__((tls_model("initial-exec"))) = 0;
