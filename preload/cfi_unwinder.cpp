@@ -79,23 +79,29 @@ bool cache_get(uint64_t key, uint64_t& rule) {
 
 void cache_put(uint64_t key, uint64_t rule) {
   Entry* set = set_of(key);
-  Entry* e = &set[(key >> 4) & 1];
-  for (int way = 0; way < 2; ++way) {
-    const uint64_t k = set[way].key.load(std::memory_order_relaxed);
+  unsigned way = (key >> 4) & 1;  // the victim when both ways hold other keys
+  for (unsigned w = 0; w < 2; ++w) {
+    const uint64_t k = set[w].key.load(std::memory_order_relaxed);
     if (k == 0 || k == key) {
-      e = &set[way];
+      way = w;
       break;
     }
   }
-  uint32_t s = e->seq.load(std::memory_order_relaxed);
-  if ((s & 1) || !e->seq.compare_exchange_strong(s, s + 1, std::memory_order_relaxed,
-                                                 std::memory_order_relaxed)) {
+  // A busy way (a writer on another thread, or one that died mid-write before a fork) is left
+  // alone: the other way is tried, then the rule is simply not cached.
+  for (unsigned i = 0; i < 2; ++i) {
+    Entry& e = set[way ^ i];
+    uint32_t s = e.seq.load(std::memory_order_relaxed);
+    if ((s & 1) || !e.seq.compare_exchange_strong(s, s + 1, std::memory_order_relaxed,
+                                                  std::memory_order_relaxed)) {
+      continue;
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    e.key.store(key, std::memory_order_relaxed);
+    e.rule.store(rule, std::memory_order_relaxed);
+    e.seq.store(s + 2, std::memory_order_release);
     return;
   }
-  std::atomic_thread_fence(std::memory_order_release);
-  e->key.store(key, std::memory_order_relaxed);
-  e->rule.store(rule, std::memory_order_relaxed);
-  e->seq.store(s + 2, std::memory_order_release);
 }
 
 // ---------------------------------------------------------------------------------------------
