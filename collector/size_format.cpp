@@ -17,7 +17,10 @@ std::string format_bytes(uint64_t bytes) {
     v /= 1024.0;
     ++u;
   }
-  return fmt::format(v >= 100 ? "{:.0f} {}" : v >= 10 ? "{:.1f} {}" : "{:.2f} {}", v, kUnits[u]);
+  return fmt::format(fmt::runtime(v >= 100  ? "{:.0f} {}"
+                                  : v >= 10 ? "{:.1f} {}"
+                                            : "{:.2f} {}"),
+                     v, kUnits[u]);
 }
 
 std::string format_signed_bytes(int64_t bytes) {
@@ -33,7 +36,7 @@ std::optional<uint64_t> parse_bytes(std::string_view text) {
     ++i;
   if (i == start) return std::nullopt;
   const std::string number(text.substr(start, i - start));
-  if (number.find('.') != number.rfind('.')) return std::nullopt;
+  if (number.find('.') != number.rfind('.') || number == ".") return std::nullopt;
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   std::string unit;
   for (; i < text.size(); ++i) {
