@@ -943,7 +943,10 @@ class Handler {
 
   bool end() {
     Level l = stack_.back();
-    if (keys_of(l.c)) check_required(l);
+    if (keys_of(l.c)) {
+      stack_.back().key = -1;  // a missing key is reported at the object, not its last key
+      check_required(l);
+    }
     stack_.pop_back();
     if (stack_.empty()) return true;
     Level& parent = stack_.back();

@@ -62,6 +62,12 @@ struct LiveSet {
   }
 };
 
+// PyTorch's trace records requested sizes (a 4-byte tensor is "4", its block 512), so PyTorch
+// blocks count their requested size too: then the replay lands exactly on the end state.
+uint64_t block_bytes(bool torch, const snap::Block& b) {
+  return torch && b.requested_size ? b.requested_size : b.size;
+}
+
 }  // namespace
 
 Flavor flavor_of(const snap::Snapshot& s) {
@@ -79,8 +85,8 @@ std::vector<Allocation> live_at_exit(const snap::Snapshot& s) {
     for (const auto& b : seg.blocks) {
       if (torch && b.state != "active_allocated") continue;
       if (!torch && b.state == "inactive") continue;
-      out.push_back(
-          {seg.device, b.address, b.size, b.stack != snap::kNoStack ? b.stack : seg.stack, false});
+      out.push_back({seg.device, b.address, block_bytes(torch, b),
+                     b.stack != snap::kNoStack ? b.stack : seg.stack, false});
     }
   }
   return out;
@@ -131,6 +137,11 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
     if (rel > max_rel) {
       max_rel = rel;
       max_idx = static_cast<std::ptrdiff_t>(i);
+    } else if (max_idx >= 0 && static_cast<size_t>(max_idx) + 1 == i && rel == max_rel &&
+               e.action == snap::Action::kAlloc) {
+      // Entries that change nothing (the `alloc` carrying the stack of the segment_alloc just
+      // before it) still belong to the peak's moment.
+      max_idx = static_cast<std::ptrdiff_t>(i);
     }
     if (flavor_ == Flavor::kTorch) {
       if (e.action == snap::Action::kSegmentAlloc) reserved_rel += static_cast<int64_t>(e.size);
@@ -152,8 +163,8 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
       auto it = ls.live.find(b.address);
       if (it != ls.live.end()) continue;
       if (freed_before_addr.count(b.address)) continue;
-      start_live_.push_back(
-          {device, b.address, b.size, b.stack != snap::kNoStack ? b.stack : seg.stack, false});
+      start_live_.push_back({device, b.address, block_bytes(flavor_ == Flavor::kTorch, b),
+                             b.stack != snap::kNoStack ? b.stack : seg.stack, false});
     }
   }
   for (auto& a : freed_before) start_live_.push_back(a);
