@@ -207,7 +207,8 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
               continue;
             }
             auto& e = per_site[site_label(a, sites)];
-            e.first += sign * static_cast<int64_t>(a.size);
+            e.first = sign > 0 ? wrap_add(e.first, static_cast<int64_t>(a.size))
+                               : wrap_sub(e.first, static_cast<int64_t>(a.size));
             e.second.count += sign > 0 ? 1 : 0;
             if (e.second.stack == snap::kNoStack) {
               e.second.stack = a.stack;
@@ -220,7 +221,7 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
         int64_t growth = 0;
         std::vector<std::pair<std::string, std::pair<int64_t, StackGroup>>> grown;
         for (auto& [site, e] : per_site) {
-          growth += e.first;
+          growth = wrap_add(growth, e.first);
           if (e.first > 0) grown.emplace_back(site, e);
         }
         std::sort(grown.begin(), grown.end(), [](const auto& a, const auto& b) {

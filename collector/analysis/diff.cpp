@@ -45,11 +45,11 @@ Side measure(const snap::Snapshot& s) {
 }
 
 int64_t delta(uint64_t a, uint64_t b) {
-  return static_cast<int64_t>(b) - static_cast<int64_t>(a);
+  return wrap_sub(static_cast<int64_t>(b), static_cast<int64_t>(a));
 }
 
 uint64_t magnitude(int64_t v) {
-  return v < 0 ? static_cast<uint64_t>(-v) : static_cast<uint64_t>(v);
+  return v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
 }
 
 std::string change(uint64_t a, uint64_t b) {

@@ -126,10 +126,10 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
     if (removes(flavor_, e.action) && !ls.live.count(e.addr)) {
       if (freed_before_addr.insert(e.addr).second) {
         freed_before.push_back({device, e.addr, e.size, snap::kNoStack, true});
-        rel -= static_cast<int64_t>(e.size);
+        rel = wrap_sub(rel, static_cast<int64_t>(e.size));
       }
     } else {
-      rel += ls.apply(e, device);
+      rel = wrap_add(rel, ls.apply(e, device));
     }
     if (adds(flavor_, e.action)) ++tl_.allocations;
     if (removes(flavor_, e.action)) ++tl_.frees;
@@ -144,8 +144,8 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
       max_idx = static_cast<std::ptrdiff_t>(i);
     }
     if (flavor_ == Flavor::kTorch) {
-      if (e.action == snap::Action::kSegmentAlloc) reserved_rel += static_cast<int64_t>(e.size);
-      if (e.action == snap::Action::kSegmentFree) reserved_rel -= static_cast<int64_t>(e.size);
+      if (e.action == snap::Action::kSegmentAlloc) reserved_rel = wrap_add(reserved_rel, static_cast<int64_t>(e.size));
+      if (e.action == snap::Action::kSegmentFree) reserved_rel = wrap_sub(rel, static_cast<int64_t>(e.size));
       if (reserved_rel > reserved_max) {
         reserved_max = reserved_rel;
         reserved_idx = static_cast<std::ptrdiff_t>(i);
@@ -180,8 +180,9 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
   if (flavor_ == Flavor::kTorch) {
     tl_.has_reserved = true;
     tl_.reserved_end_bytes = reserved_end;
-    const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(reserved_end) - reserved_rel);
-    tl_.reserved_peak_bytes = static_cast<uint64_t>(start + reserved_max);
+    const int64_t start =
+        std::max<int64_t>(0, wrap_sub(static_cast<int64_t>(reserved_end), reserved_rel));
+    tl_.reserved_peak_bytes = static_cast<uint64_t>(wrap_add(start, reserved_max));
     tl_.reserved_peak_time_us = reserved_idx >= 0 ? tr[static_cast<size_t>(reserved_idx)].time_us
                                                   : (tr.empty() ? 0 : tr.front().time_us);
   }
@@ -190,7 +191,7 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
 uint64_t DeviceReplay::bytes_after(std::ptrdiff_t index) const {
   if (index < 0 || rel_.empty()) return tl_.start_bytes;
   index = std::min<std::ptrdiff_t>(index, static_cast<std::ptrdiff_t>(rel_.size()) - 1);
-  const int64_t v = static_cast<int64_t>(tl_.start_bytes) + rel_[static_cast<size_t>(index)];
+  const int64_t v = wrap_add(static_cast<int64_t>(tl_.start_bytes), rel_[static_cast<size_t>(index)]);
   return v < 0 ? 0 : static_cast<uint64_t>(v);
 }
 

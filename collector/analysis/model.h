@@ -21,6 +21,15 @@
 
 namespace cumemtrace::analysis {
 
+// Byte arithmetic on sums of untrusted sizes: wraps instead of overflowing (undefined behaviour
+// for signed integers). Real snapshots never get near 2^63 bytes; corrupt ones must not crash.
+inline int64_t wrap_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+inline int64_t wrap_sub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+
 enum class Flavor { kCumemtrace, kTorch };
 Flavor flavor_of(const snap::Snapshot& s);
 std::string_view flavor_name(Flavor f);
