@@ -27,4 +27,9 @@ class ReadError : public std::runtime_error {
 Snapshot read_snapshot(std::string_view text, const std::string& name);
 Snapshot read_snapshot_file(const std::string& path);
 
+// The same reader driven by nlohmann::json::sax_parse instead of the built-in scanner: slower,
+// kept as the reference that tests and the fuzzer compare read_snapshot against (both must accept
+// and reject the same inputs and build the same Snapshot; error offsets may differ).
+Snapshot read_snapshot_reference(std::string_view text, const std::string& name);
+
 }  // namespace cumemtrace::snap

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "snapshot_builder.h"
 #include "snapshot_json_writer.h"
@@ -142,7 +143,7 @@ TEST_CASE("malformed input gives one-line errors with file, offset and expectati
       {R"({"segments":[],"device_traces":[],"external_annotations":[{"name":"a","stage":"BEGIN","device":0,"time_us":1}]})",
        "expected stage START, END or MARK"},
       {R"({"segments":[],"device_traces":[],"cumemtrace":{"schema_version":2}})",
-       "in.json:offset 67: unsupported schema_version 2 (this cumemtrace reads 1)"},
+       "in.json:offset 66: unsupported schema_version 2 (this cumemtrace reads 1)"},
       {R"({"segments":[],"device_traces":[],"cumemtrace":{"schema_version":1}})",
        "expected key \"tool_version\" at cumemtrace"},
       {R"({"segments":[],"device_traces":[],"x":)" + std::string(100000, '[') +
@@ -152,6 +153,8 @@ TEST_CASE("malformed input gives one-line errors with file, offset and expectati
   };
   for (const auto& c : cases) {
     INFO(c.text.substr(0, 200));
+    // The nlohmann-driven reference reader rejects the same inputs.
+    CHECK_THROWS_AS(snap::read_snapshot_reference(c.text, "in.json"), snap::ReadError);
     const std::string e = error_of(c.text);
     CHECK(e.find(c.expect) != std::string::npos);
     CHECK(e.rfind("in.json:offset ", 0) == 0);
@@ -191,4 +194,75 @@ TEST_CASE("file errors name the file", "[reader]") {
   { std::ofstream(empty.string()); }
   CHECK_THROWS_WITH(snap::read_snapshot_file(empty.string()), Catch::Contains("offset 0"));
   std::filesystem::remove(empty);
+}
+
+TEST_CASE("the fast scanner and the nlohmann reference agree on JSON edge cases", "[reader]") {
+  auto wrap = [](const std::string& v) {
+    return R"({"segments":[],"device_traces":[],"allocator_settings":{"k":)" + v + "}}";
+  };
+  const std::vector<std::string> values = {"0",
+                                           "-0",
+                                           "1.5",
+                                           "-1.5e3",
+                                           "1E+2",
+                                           "18446744073709551615",
+                                           "18446744073709551616",
+                                           "-9223372036854775808",
+                                           "-9223372036854775809",
+                                           "01",
+                                           "1.",
+                                           ".5",
+                                           "-",
+                                           "1e",
+                                           "+1",
+                                           "\"\\u00e9\\ud83d\\ude00\"",
+                                           "\"\\ud83d\"",
+                                           "\"\\ude00\"",
+                                           "\"\\ud83dx\"",
+                                           "\"\\x\"",
+                                           "\"\xc3\xa9\"",
+                                           "\"\xc3\"",
+                                           "\"\xe0\x80\x80\"",
+                                           "\"\xed\xa0\x80\"",
+                                           "\"\xf4\x90\x80\x80\"",
+                                           "\"\xf0\x9f\x98\x80\"",
+                                           "\"a\tb\"",
+                                           "\"\\/\\b\\f\\n\\r\\t\"",
+                                           "true",
+                                           "tru",
+                                           "nul",
+                                           "[1,]",
+                                           "[1 2]",
+                                           "{\"a\":1,}",
+                                           "{\"a\" 1}",
+                                           "{1:2}",
+                                           "[[[]]]",
+                                           "{\"a\":{\"b\":[null,false]}}",
+                                           "1 ",
+                                           "\"\\u0000\""};
+  for (const auto& v : values) {
+    for (const std::string& text :
+         {wrap(v), "\xef\xbb\xbf" + wrap(v), wrap(v) + " x", wrap(v) + "\n"}) {
+      INFO(text);
+      std::string fast, ref;
+      try {
+        fast = snap::to_json(snap::read_snapshot(text, "f"));
+      } catch (const snap::ReadError& e) {
+        fast = std::string("error: ") + e.what();
+      }
+      try {
+        ref = snap::to_json(snap::read_snapshot_reference(text, "f"));
+      } catch (const snap::ReadError& e) {
+        ref = std::string("error: ") + e.what();
+      }
+      CHECK((fast.rfind("error", 0) == 0) == (ref.rfind("error", 0) == 0));
+      if (fast.rfind("error", 0) != 0) CHECK(fast == ref);
+    }
+  }
+  if (std::filesystem::exists(kFixture)) {
+    std::ifstream in(kFixture);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(snap::to_json(snap::read_snapshot(text, "a")) ==
+          snap::to_json(snap::read_snapshot_reference(text, "b")));
+  }
 }

@@ -1,7 +1,9 @@
 // libFuzzer target for the snapshot reader and everything downstream of it. Contract checked on
 // every input: the reader either returns a Snapshot or throws ReadError with a one-line message
-// naming the file; an accepted snapshot survives write -> read -> write unchanged and the whole
-// analysis (report, every check limit, diff) runs on it without crashing or sanitizer findings.
+// naming the file, exactly when the nlohmann-driven reference reader rejects it too; an accepted
+// snapshot is the same as the reference's and it survives write -> read -> write unchanged and the
+// whole analysis (report, every check limit, diff) runs on it without crashing or sanitizer
+// findings.
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
@@ -29,14 +31,23 @@ class NullBuf : public std::streambuf {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   snap::Snapshot s;
+  // The nlohmann-driven reference must agree: same verdict, same snapshot.
+  std::string reference;
+  try {
+    reference = snap::to_json(snap::read_snapshot_reference(text, "fuzz.json"));
+  } catch (const snap::ReadError&) {
+    reference = "rejected";
+  }
   try {
     s = snap::read_snapshot(text, "fuzz.json");
   } catch (const snap::ReadError& e) {
     const std::string_view m = e.what();
     if (m.rfind("fuzz.json", 0) != 0 || m.find('\n') != std::string_view::npos) __builtin_trap();
+    if (reference != "rejected") __builtin_trap();
     return 0;
   }
   const std::string once = snap::to_json(s);
+  if (once != reference) __builtin_trap();
   const std::string twice = snap::to_json(snap::read_snapshot(once, "rewritten.json"));
   if (once != twice) __builtin_trap();
 

@@ -23,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& r : rules) {
     (void)pattern_matches(r.pattern, text);
     (void)pattern_matches(r.pattern, text.substr(size / 2));
-    if (!pattern_matches(r.pattern, r.pattern) && r.pattern.find_first_of("*^$") == std::string::npos)
+    if (!pattern_matches(r.pattern, r.pattern) &&
+        r.pattern.find_first_of("*^$") == std::string::npos)
       __builtin_trap();  // a plain pattern always matches itself
   }
   return 0;
