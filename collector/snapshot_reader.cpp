@@ -1,9 +1,11 @@
 #include "snapshot_reader.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdint>
@@ -54,17 +56,15 @@ struct TrackedIt {
   bool operator==(const TrackedIt& o) const { return p == o.p; }
 };
 
-struct StackHash {
-  size_t operator()(const Stack& s) const noexcept {
-    size_t h = s.size();
-    for (const auto& f : s) {
-      h = h * 1000003u ^ std::hash<std::string>{}(f.name);
-      h = h * 1000003u ^ std::hash<std::string>{}(f.filename);
-      h = h * 1000003u ^ std::hash<int64_t>{}(f.line);
-    }
-    return h;
+size_t hash_frames(const Frame* f, size_t n) {
+  size_t h = n;
+  for (size_t i = 0; i < n; ++i) {
+    h = h * 1000003u ^ std::hash<std::string>{}(f[i].name);
+    h = h * 1000003u ^ std::hash<std::string>{}(f[i].filename);
+    h = h * 1000003u ^ std::hash<int64_t>{}(f[i].line);
   }
-};
+  return h;
+}
 
 enum class C : uint8_t {
   kRoot,
@@ -514,14 +514,16 @@ class Handler {
       case C::kFrame:
         switch (l.key) {
           case 0:
-            frame_.filename = str(v);
+            if (v.kind != Val::kString) fail("expected a string");
+            frames_[nframes_].filename.assign(*v.s);
             return;
           case 1:
-            frame_.line = i64(v);
-            if (frame_.line < 0) fail("expected a non-negative line number");
+            frames_[nframes_].line = i64(v);
+            if (frames_[nframes_].line < 0) fail("expected a non-negative line number");
             return;
           case 2:
-            frame_.name = str(v);
+            if (v.kind != Val::kString) fail("expected a string");
+            frames_[nframes_].name.assign(*v.s);
             return;
         }
         return;
@@ -784,7 +786,11 @@ class Handler {
         return true;
       case C::kFrames:
         need(true);
-        frame_ = Frame{};
+        // Frame slots are reused across stacks so their strings keep their capacity.
+        if (nframes_ == frames_.size()) frames_.emplace_back();
+        frames_[nframes_].filename.clear();
+        frames_[nframes_].name.clear();
+        frames_[nframes_].line = 0;
         push(C::kFrame, {});
         return true;
       case C::kTraces:
@@ -838,7 +844,7 @@ class Handler {
     const std::string_view kn = key_name();
     if (kn == "frames") {
       need(false);
-      frames_.clear();
+      nframes_ = 0;
       push(C::kFrames, kn);
       return true;
     }
@@ -922,15 +928,23 @@ class Handler {
     fail(l.c == C::kSegment && l.key == 7 ? "expected a string" : "expected a number or string");
   }
 
+  // Identical frame lists share one Snapshot::stacks entry: hash -> first index, chained
+  // through interned_next_ on collisions.
   int32_t intern() {
-    if (frames_.empty()) return kNoStack;
-    auto it = interned_.find(frames_);
-    if (it != interned_.end()) return it->second;
+    if (nframes_ == 0) return kNoStack;
+    const Frame* f = frames_.data();
+    const size_t h = hash_frames(f, nframes_);
+    auto [it, inserted] = interned_.try_emplace(h, kNoStack);
+    for (int32_t i = it->second; i != kNoStack; i = interned_next_[static_cast<size_t>(i)]) {
+      const Stack& st = snap_.stacks[static_cast<size_t>(i)];
+      if (st.size() == nframes_ && std::equal(st.begin(), st.end(), f)) return i;
+    }
     if (snap_.stacks.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
       fail("expected fewer distinct stacks");
-    auto idx = static_cast<int32_t>(snap_.stacks.size());
-    snap_.stacks.push_back(frames_);
-    interned_.emplace(frames_, idx);
+    const auto idx = static_cast<int32_t>(snap_.stacks.size());
+    snap_.stacks.emplace_back(f, f + nframes_);
+    interned_next_.push_back(it->second);
+    it->second = idx;
     return idx;
   }
 
@@ -961,7 +975,7 @@ class Handler {
         if (parent.c == C::kSettings) snap_.allocator_settings[cur_key_] = capture_;
         break;
       case C::kFrame:
-        frames_.push_back(std::move(frame_));
+        ++nframes_;
         break;
       case C::kFrames: {
         int32_t idx = intern();
@@ -1023,8 +1037,8 @@ class Handler {
   std::vector<Level> stack_;
   Segment seg_;
   Block block_;
-  Frame frame_;
-  Stack frames_;
+  Stack frames_;  // slots for the frame list being read; the first nframes_ are filled
+  size_t nframes_ = 0;
   TraceEntry entry_;
   Annotation ann_;
   std::string cur_key_;
@@ -1033,7 +1047,8 @@ class Handler {
   std::string capture_kinds_;
   std::string rank_name_ = "rank";
   std::string threads_name_ = "threads";
-  std::unordered_map<Stack, int32_t, StackHash> interned_;
+  std::unordered_map<size_t, int32_t> interned_;
+  std::vector<int32_t> interned_next_;
 };
 
 // A JSON scanner that drives the same SAX handler as nlohmann::json::sax_parse, several times
@@ -1241,6 +1256,17 @@ class Scanner {
     buf_.clear();
     for (;;) {
       const char* run = p_;
+      // Eight bytes at a time while none is a quote, a backslash, a control or a non-ASCII byte.
+      while (end_ - p_ >= 8) {
+        uint64_t x;
+        std::memcpy(&x, p_, 8);
+        constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+        const uint64_t q = x ^ (kOnes * '"'), b = x ^ (kOnes * '\\');
+        const uint64_t special =
+            ((q - kOnes) & ~q) | ((b - kOnes) & ~b) | ((x - kOnes * 0x20) & ~x) | x;
+        if (special & kHigh) break;
+        p_ += 8;
+      }
       while (p_ < end_) {
         const auto c = static_cast<unsigned char>(*p_);
         if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
@@ -1410,29 +1436,25 @@ Snapshot read_snapshot_file(const std::string& path) {
     ::close(fd);
     throw ReadError(fmt::format("{}: expected a regular file", path));
   }
-  std::string text;
-  try {
-    text.reserve(static_cast<size_t>(st.st_size));
-    char buf[1 << 16];
-    for (;;) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        int err = errno;
-        ::close(fd);
-        throw ReadError(fmt::format("{}: cannot read: {}", path, std::strerror(err)));
-      }
-      if (n == 0) break;
-      text.append(buf, static_cast<size_t>(n));
-    }
-  } catch (const std::bad_alloc&) {
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
     ::close(fd);
-    throw ReadError(fmt::format("{}: expected a file that fits in memory", path));
-  }
-  ::close(fd);
-  if (text.empty())
     throw ReadError(fmt::format("{}:offset 0: expected JSON, found an empty file", path));
-  return read_snapshot(text, path);
+  }
+  // Mapped, not copied: a 1 GB snapshot costs no second gigabyte and no copy.
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (map == MAP_FAILED) {
+    throw ReadError(fmt::format("{}: cannot map: {}", path, std::strerror(map_errno)));
+  }
+  ::madvise(map, size, MADV_SEQUENTIAL);
+  struct Unmap {
+    void* p;
+    size_t n;
+    ~Unmap() { ::munmap(p, n); }
+  } unmap{map, size};
+  return read_snapshot(std::string_view(static_cast<const char*>(map), size), path);
 }
 
 }  // namespace cumemtrace::snap
