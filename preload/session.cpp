@@ -23,6 +23,7 @@
 
 #include "control_protocol.h"
 #include "module_map.h"
+#include "python_stack.h"
 #include "recorder.h"
 
 extern char** environ;
@@ -91,6 +92,21 @@ bool read_config(Config& c) {
       return false;
     }
     c.control_fd = static_cast<int>(v);
+  }
+  if (const char* f = getenv("CUMEMTRACE_FOLLOW"); f && strcmp(f, "0") == 0) {
+    c.follow = false;
+    // Under --no-follow only the launched program itself is traced, not what it execs.
+    if (const char* root = getenv("CUMEMTRACE_ROOT_PID");
+        !root || !parse_u64(root, v) || static_cast<pid_t>(v) != getpid()) {
+      return false;
+    }
+  }
+  if (const char* s = getenv("CUMEMTRACE_PYTHON_STACKS")) {
+    if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
+      print_line("invalid CUMEMTRACE_PYTHON_STACKS (expected 0 or 1); tracing disabled: ", s);
+      return false;
+    }
+    c.python_stacks = s[0] == '1';
   }
   c.output = getenv("CUMEMTRACE_OUTPUT");
   c.collector = getenv("CUMEMTRACE_COLLECTOR");
@@ -287,7 +303,9 @@ void on_fork_child() {
   g_live_fd = -1;
   modules_reset();
   forget_thread_cache();
-  g_state.store(static_cast<int>(SessionState::kIdle), std::memory_order_release);
+  python_stack_reset();
+  g_state.store(static_cast<int>(g_config.follow ? SessionState::kIdle : SessionState::kOff),
+                std::memory_order_release);
 }
 
 bool start() {
