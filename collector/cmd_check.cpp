@@ -20,19 +20,25 @@ void add_check_command(CLI::App& app, int& exit_code) {
   cmd->add_option("FILE", o->files, "Snapshots to check")->required();
   analysis::add_check_options(cmd, o->check);
   cmd->callback([o, &exit_code] {
-    std::vector<analysis::LoadedSnapshot> snaps;
-    for (const auto& f : o->files) {
-      try {
-        snaps.push_back({f, snap::read_snapshot_file(f)});
-      } catch (const snap::ReadError& e) {
-        std::cerr << "cumemtrace check: " << e.what() << '\n';
-        exit_code = 2;
-        return;
+    // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.
+    try {
+      std::vector<analysis::LoadedSnapshot> snaps;
+      for (const auto& f : o->files) {
+        try {
+          snaps.push_back({f, snap::read_snapshot_file(f)});
+        } catch (const snap::ReadError& e) {
+          std::cerr << "cumemtrace check: " << e.what() << '\n';
+          exit_code = 2;
+          return;
+        }
       }
+      exit_code = analysis::run_check(snaps, o->check, std::cout, std::cerr);
+      std::cout.flush();
+      if (!std::cout) exit_code = 2;
+    } catch (const std::exception& e) {
+      std::cerr << "cumemtrace check: " << e.what() << '\n';
+      exit_code = 2;
     }
-    exit_code = analysis::run_check(snaps, o->check, std::cout, std::cerr);
-    std::cout.flush();
-    if (!std::cout) exit_code = 2;
   });
 }
 

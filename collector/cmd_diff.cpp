@@ -23,23 +23,29 @@ void add_diff_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--format", o->format, "Output format")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--top", o->top, "Changed sites shown")->check(CLI::PositiveNumber);
   cmd->callback([o, &exit_code] {
-    snap::Snapshot a, b;
+    // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.
     try {
-      a = snap::read_snapshot_file(o->base);
-      b = snap::read_snapshot_file(o->now);
-    } catch (const snap::ReadError& e) {
+      snap::Snapshot a, b;
+      try {
+        a = snap::read_snapshot_file(o->base);
+        b = snap::read_snapshot_file(o->now);
+      } catch (const snap::ReadError& e) {
+        std::cerr << "cumemtrace diff: " << e.what() << '\n';
+        exit_code = 2;
+        return;
+      }
+      const auto d = analysis::diff_snapshots(a, o->base, b, o->now);
+      if (o->format == "json") {
+        analysis::print_diff_json(d, std::cout);
+      } else {
+        analysis::print_diff_text(d, o->top, std::cout);
+      }
+      std::cout.flush();
+      exit_code = std::cout ? 0 : 2;
+    } catch (const std::exception& e) {
       std::cerr << "cumemtrace diff: " << e.what() << '\n';
       exit_code = 2;
-      return;
     }
-    const auto d = analysis::diff_snapshots(a, o->base, b, o->now);
-    if (o->format == "json") {
-      analysis::print_diff_json(d, std::cout);
-    } else {
-      analysis::print_diff_text(d, o->top, std::cout);
-    }
-    std::cout.flush();
-    exit_code = std::cout ? 0 : 2;
   });
 }
 

@@ -25,23 +25,29 @@ void add_report_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--frames", o->report.frames, "Program frames shown per stack")
       ->check(CLI::PositiveNumber);
   cmd->callback([o, &exit_code] {
-    snap::Snapshot s;
+    // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.
     try {
-      s = snap::read_snapshot_file(o->file);
-    } catch (const snap::ReadError& e) {
+      snap::Snapshot s;
+      try {
+        s = snap::read_snapshot_file(o->file);
+      } catch (const snap::ReadError& e) {
+        std::cerr << "cumemtrace report: " << e.what() << '\n';
+        exit_code = 2;
+        return;
+      }
+      const analysis::SiteTable sites(s);
+      const auto r = analysis::build_report(s, sites, o->file);
+      if (o->format == "json") {
+        analysis::print_report_json(r, s, sites, o->report, std::cout);
+      } else {
+        analysis::print_report_text(r, s, sites, o->report, std::cout);
+      }
+      std::cout.flush();
+      exit_code = std::cout ? 0 : 2;
+    } catch (const std::exception& e) {
       std::cerr << "cumemtrace report: " << e.what() << '\n';
       exit_code = 2;
-      return;
     }
-    const analysis::SiteTable sites(s);
-    const auto r = analysis::build_report(s, sites, o->file);
-    if (o->format == "json") {
-      analysis::print_report_json(r, s, sites, o->report, std::cout);
-    } else {
-      analysis::print_report_text(r, s, sites, o->report, std::cout);
-    }
-    std::cout.flush();
-    exit_code = std::cout ? 0 : 2;
   });
 }
 

@@ -107,8 +107,8 @@ const Keys kSegmentKeys = {"device",          "address",        "total_size", "a
                            "segment_pool_id", "is_expandable",  "frames",     "blocks"};
 const Keys kBlockKeys = {"address", "size", "requested_size", "state", "frames"};
 const Keys kFrameKeys = {"filename", "line", "name"};
-const Keys kEntryKeys = {"action",  "addr", "size",   "stream",
-                         "time_us", "tid",  "frames", "device_free"};
+const Keys kEntryKeys = {"action", "addr",   "size",        "stream",           "time_us",
+                         "tid",    "frames", "device_free", "stream_per_thread"};
 const Keys kAnnotationKeys = {"name", "stage", "device", "time_us"};
 const Keys kToolKeys = {"schema_version",
                         "tool_version",
@@ -245,6 +245,25 @@ class Handler {
   }
   bool binary(json::binary_t&) { fail("expected JSON text, not binary data"); }
   bool start_object(std::size_t) { return start(true); }
+
+  // Fast path for repeated stacks (a program allocates from few call paths): the scanner asks,
+  // before parsing an array, whether it is a "frames" list, and offers its raw text; text seen
+  // before maps straight to its interned stack without parsing the frames again.
+  bool frames_next() const {
+    if (stack_.empty()) return false;
+    const Level& l = stack_.back();
+    const Keys* k = keys_of(l.c);
+    return k && l.key >= 0 && (*k)[static_cast<size_t>(l.key)] == "frames";
+  }
+  bool reuse_frames(std::string_view raw) {
+    auto it = raw_frames_.find(raw);
+    if (it == raw_frames_.end()) {
+      pending_raw_ = raw;
+      return false;
+    }
+    assign_stack(stack_.back().c, it->second);
+    return true;
+  }
   bool start_array(std::size_t) { return start(false); }
   bool end_object() { return end(); }
   bool end_array() { return end(); }
@@ -556,6 +575,9 @@ class Handler {
           }
           case 7:
             entry_.device_free = u64(v);
+            return;
+          case 8:
+            entry_.stream_per_thread = boolean_of(v);
             return;
           default:
             fail("expected an array");
@@ -930,6 +952,31 @@ class Handler {
 
   // Identical frame lists share one Snapshot::stacks entry: hash -> first index, chained
   // through interned_next_ on collisions.
+  void assign_stack(C owner, int32_t idx) {
+    switch (owner) {
+      case C::kSegment:
+        seg_.stack = idx;
+        break;
+      case C::kBlock:
+        block_.stack = idx;
+        break;
+      case C::kEntry:
+        entry_.stack = idx;
+        break;
+      case C::kVmm:
+        snap_.tool->vmm_handles.back().stack = idx;
+        break;
+      case C::kHost:
+        snap_.tool->host_allocations.back().stack = idx;
+        break;
+      case C::kAnom:
+        snap_.tool->anomalies.back().stack = idx;
+        break;
+      default:
+        break;
+    }
+  }
+
   int32_t intern() {
     if (nframes_ == 0) return kNoStack;
     const Frame* f = frames_.data();
@@ -978,29 +1025,12 @@ class Handler {
         ++nframes_;
         break;
       case C::kFrames: {
-        int32_t idx = intern();
-        switch (parent.c) {
-          case C::kSegment:
-            seg_.stack = idx;
-            break;
-          case C::kBlock:
-            block_.stack = idx;
-            break;
-          case C::kEntry:
-            entry_.stack = idx;
-            break;
-          case C::kVmm:
-            snap_.tool->vmm_handles.back().stack = idx;
-            break;
-          case C::kHost:
-            snap_.tool->host_allocations.back().stack = idx;
-            break;
-          case C::kAnom:
-            snap_.tool->anomalies.back().stack = idx;
-            break;
-          default:
-            break;
-        }
+        const int32_t idx = intern();
+        assign_stack(parent.c, idx);
+        // Remember the raw text only when the parse consumed exactly what the bracket scan saw.
+        if (!pending_raw_.empty() && pos_ == pending_raw_.data() + pending_raw_.size())
+          raw_frames_.emplace(pending_raw_, idx);
+        pending_raw_ = {};
         break;
       }
       case C::kBlock:
@@ -1048,6 +1078,8 @@ class Handler {
   std::string rank_name_ = "rank";
   std::string threads_name_ = "threads";
   std::unordered_map<size_t, int32_t> interned_;
+  std::unordered_map<std::string_view, int32_t> raw_frames_;  // views into the input text
+  std::string_view pending_raw_;
   std::vector<int32_t> interned_next_;
 };
 
@@ -1095,6 +1127,15 @@ class Scanner {
           }
           break;
         case '[':
+          if (sax_.frames_next()) {
+            if (const char* close = matching_bracket(p_)) {
+              if (sax_.reuse_frames(std::string_view(p_, static_cast<size_t>(close + 1 - p_)))) {
+                p_ = close + 1;
+                sync();
+                break;
+              }
+            }
+          }
           ++p_;
           sync();
           sax_.start_array(std::size_t(-1));
@@ -1166,6 +1207,33 @@ class Scanner {
     throw ReadError(fmt::format("{}:offset {}: invalid JSON ({})", name_, p_ - begin_, what));
   }
   void sync() { *pos_ = p_; }
+
+  // The bracket closing the container opened at q, skipping strings; nullptr when the text ends
+  // first or brackets do not pair up (then the normal parse reports the error).
+  const char* matching_bracket(const char* q) const {
+    std::string kinds;
+    for (; q < end_; ++q) {
+      const char c = *q;
+      if (c == '"') {
+        // memchr to the next quote; a quote preceded by an odd run of backslashes is escaped.
+        const char* open = q;
+        for (;;) {
+          q = static_cast<const char*>(std::memchr(q + 1, '"', static_cast<size_t>(end_ - q - 1)));
+          if (q == nullptr) return nullptr;
+          size_t backslashes = 0;
+          for (const char* b = q - 1; b > open && *b == '\\'; --b) ++backslashes;
+          if (backslashes % 2 == 0) break;
+        }
+      } else if (c == '[' || c == '{') {
+        kinds.push_back(c == '[' ? ']' : '}');
+      } else if (c == ']' || c == '}') {
+        if (kinds.empty() || kinds.back() != c) return nullptr;
+        kinds.pop_back();
+        if (kinds.empty()) return q;
+      }
+    }
+    return nullptr;
+  }
 
   void skip_ws() {
     while (p_ < end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;

@@ -152,8 +152,9 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
       f.value = tl.peak_bytes;
       f.limit = *o.max_peak_bytes;
       f.message = fmt::format("peak {} on device {} at {} (limit {})", format_bytes(f.value), d,
-                              tl.peak_index < 0 ? std::string("the start of the trace")
-                                                : fmt::format("trace entry {}", tl.peak_index),
+                              tl.peak_from_summary ? std::string("(collector summary)")
+                              : tl.peak_index < 0  ? std::string("the start of the trace")
+                                                   : fmt::format("trace entry {}", tl.peak_index),
                               format_bytes(f.limit));
       if (f.value > f.limit) {
         f.severity = Severity::kError;

@@ -82,12 +82,19 @@ std::vector<Allocation> live_at_exit(const snap::Snapshot& s) {
   std::vector<Allocation> out;
   const bool torch = flavor_of(s) == Flavor::kTorch;
   for (const auto& seg : s.segments) {
+    // cumemtrace writes VMM mappings as expandable segments; the physical memory behind them is
+    // counted once, through the cuMemCreate handles below.
+    if (!torch && seg.is_expandable) continue;
     for (const auto& b : seg.blocks) {
       if (torch && b.state != "active_allocated") continue;
       if (!torch && b.state == "inactive") continue;
       out.push_back({seg.device, b.address, block_bytes(torch, b),
                      b.stack != snap::kNoStack ? b.stack : seg.stack, false});
     }
+  }
+  if (s.tool) {
+    for (const auto& h : s.tool->vmm_handles)
+      out.push_back({h.device, h.handle, h.size, h.stack, false});
   }
   return out;
 }
@@ -144,8 +151,10 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
       max_idx = static_cast<std::ptrdiff_t>(i);
     }
     if (flavor_ == Flavor::kTorch) {
-      if (e.action == snap::Action::kSegmentAlloc) reserved_rel = wrap_add(reserved_rel, static_cast<int64_t>(e.size));
-      if (e.action == snap::Action::kSegmentFree) reserved_rel = wrap_sub(rel, static_cast<int64_t>(e.size));
+      if (e.action == snap::Action::kSegmentAlloc)
+        reserved_rel = wrap_add(reserved_rel, static_cast<int64_t>(e.size));
+      if (e.action == snap::Action::kSegmentFree)
+        reserved_rel = wrap_sub(rel, static_cast<int64_t>(e.size));
       if (reserved_rel > reserved_max) {
         reserved_max = reserved_rel;
         reserved_idx = static_cast<std::ptrdiff_t>(i);
@@ -172,10 +181,23 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
 
   tl_.peak_index = max_idx;
   tl_.peak_bytes = bytes_after(max_idx);
+  tl_.trace_peak_bytes = tl_.peak_bytes;
   tl_.peak_time_us = max_idx >= 0 ? tr[static_cast<size_t>(max_idx)].time_us
                                   : (tr.empty() ? 0 : tr.front().time_us);
   tl_.end_bytes =
       tr.empty() ? tl_.start_bytes : bytes_after(static_cast<std::ptrdiff_t>(tr.size()) - 1);
+
+  // The collector's own summary saw every event, also those a capped trace no longer holds and
+  // cuMemCreate'd memory that has no trace entry: when it knows a higher peak, that is the peak.
+  if (s.tool) {
+    for (const auto& d : s.tool->devices) {
+      if (d.device == device && d.peak_bytes > tl_.peak_bytes) {
+        tl_.peak_bytes = d.peak_bytes;
+        tl_.peak_time_us = d.peak_time_us;
+        tl_.peak_from_summary = true;
+      }
+    }
+  }
 
   if (flavor_ == Flavor::kTorch) {
     tl_.has_reserved = true;
@@ -191,7 +213,8 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
 uint64_t DeviceReplay::bytes_after(std::ptrdiff_t index) const {
   if (index < 0 || rel_.empty()) return tl_.start_bytes;
   index = std::min<std::ptrdiff_t>(index, static_cast<std::ptrdiff_t>(rel_.size()) - 1);
-  const int64_t v = wrap_add(static_cast<int64_t>(tl_.start_bytes), rel_[static_cast<size_t>(index)]);
+  const int64_t v =
+      wrap_add(static_cast<int64_t>(tl_.start_bytes), rel_[static_cast<size_t>(index)]);
   return v < 0 ? 0 : static_cast<uint64_t>(v);
 }
 

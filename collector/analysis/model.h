@@ -1,8 +1,9 @@
 // Contract: the questions every analysis command asks of a snapshot, answered the same way for
 // cumemtrace and PyTorch files.
-//  - live_at_exit: allocations still held when the snapshot was written. cumemtrace: every block
-//    of `segments` (one block per live allocation); PyTorch: `active_allocated` blocks only, so
-//    what the caching allocator keeps cached is not called a leak.
+//  - live_at_exit: allocations still held when the snapshot was written. cumemtrace: every
+//    allocation segment (one block each) plus the cuMemCreate handles still held (VMM mappings,
+//    written as expandable segments, are skipped: their memory is the handles'); PyTorch:
+//    `active_allocated` blocks only, so what the caching allocator keeps cached is no leak.
 //  - DeviceReplay: the bytes-over-time of one device, replayed from the trace. cumemtrace files
 //    count segment_alloc/segment_map (+) and segment_free/segment_unmap (-); PyTorch files count
 //    alloc (+) and free_completed (-) as "allocated" and segment_* as "reserved". The replay
@@ -53,6 +54,10 @@ struct Timeline {
   uint64_t peak_bytes = 0;
   int64_t peak_time_us = 0;
   std::ptrdiff_t peak_index = -1;  // entry after which the peak holds; -1 = before the trace
+  // cumemtrace files: the collector's summary (all events) knew a higher peak than the trace
+  // replay; peak_index then still points at the trace's own highest point.
+  bool peak_from_summary = false;
+  uint64_t trace_peak_bytes = 0;  // the replay's own highest point
   uint64_t end_bytes = 0;
   uint64_t allocations = 0;   // entries that added memory
   uint64_t frees = 0;         // entries that removed memory

@@ -127,6 +127,12 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
     const char* what = r.flavor == Flavor::kTorch ? "allocated" : "device memory";
     out << fmt::format("  peak {}: {} at {}\n", what, format_bytes(tl.peak_bytes),
                        format_time(tl.peak_time_us, r.time_origin_us));
+    if (tl.peak_from_summary) {
+      out << fmt::format(
+          "  (peak from the collector's summary of all events; the trace holds less, its highest "
+          "point is {} and is what \"live at the peak\" shows)\n",
+          format_bytes(tl.trace_peak_bytes));
+    }
     if (tl.has_reserved) {
       out << fmt::format("  peak reserved (cached by the allocator included): {} at {}\n",
                          format_bytes(tl.reserved_peak_bytes),

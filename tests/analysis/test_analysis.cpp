@@ -399,3 +399,42 @@ TEST_CASE("diff: per device and per site", "[diff]") {
   const auto same = diff_snapshots(leaky(), "a", leaky(), "b");
   CHECK(same.sites.empty());
 }
+
+TEST_CASE("VMM: held handles leak once, their mappings are not counted again", "[model][check]") {
+  testing::SnapshotBuilder b;
+  const auto st = b.site("reserve_pool", "src/pool.cpp", 12);
+  auto s = b.finish();
+  s.tool->vmm_handles.push_back({0x42, 2 * MiB, 0, st, 1000100});
+  snap::Segment mapped;
+  mapped.address = 0x7f0000000000;
+  mapped.total_size = 2 * MiB;
+  mapped.is_expandable = true;
+  mapped.blocks.push_back({mapped.address, 2 * MiB, 2 * MiB, "active_allocated", st});
+  s.segments.push_back(mapped);
+  const auto live = live_at_exit(s);
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].size == 2 * MiB);
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK(text.find("2.00 MiB leaked on device 0 by 1 allocation (limit 0 B)\n    at reserve_pool "
+                  "(src/pool.cpp:12)") != std::string::npos);
+}
+
+TEST_CASE("cumemtrace files: the collector's summary peak wins when the trace holds less",
+          "[model][check]") {
+  auto s = leaky();
+  s.tool->devices.push_back({0, 8 * MiB, 1000005, 2 * MiB, 3, 1});
+  DeviceReplay r(s, 0);
+  CHECK(r.timeline().peak_bytes == 8 * MiB);
+  CHECK(r.timeline().peak_from_summary);
+  CHECK(r.timeline().trace_peak_bytes == 3 * MiB);
+  CheckOptions o;
+  o.max_peak_bytes = 4 * MiB;
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK(text.find("error: peak 8.00 MiB on device 0") != std::string::npos);
+  s.tool->devices[0].peak_bytes = MiB;  // lower than the trace's: the trace wins
+  CHECK(DeviceReplay(s, 0).timeline().peak_bytes == 3 * MiB);
+}

@@ -34,6 +34,7 @@ snap::Snapshot full_snapshot() {
   t.reason = "signal";
   s.device_traces[0].push_back({snap::Action::kOom, 0, 1 << 30, 0, 1000050, s1, 12345, 7});
   s.device_traces[1].push_back({snap::Action::kSegmentMap, 0x9000, 8192, 3, 1000060, -1, 0, 0});
+  s.device_traces[1].back().stream_per_thread = true;
   s.allocator_settings = {{"expandable_segments", "False"}};
   s.annotations.push_back({"epoch", "START", 1, 1000070});
   return s;
@@ -64,6 +65,7 @@ TEST_CASE("reader round-trips everything the writer writes", "[reader]") {
   CHECK(r.device_traces[0].back().action == snap::Action::kOom);
   CHECK(r.device_traces[0].back().device_free == 12345);
   CHECK(r.device_traces[0][0].tid == 7);
+  CHECK(r.device_traces[1].back().stream_per_thread);
   CHECK(r.stacks.size() == s.stacks.size());
 }
 
