@@ -14,6 +14,7 @@
 #include "analysis/grouping.h"
 #include "analysis/junit.h"
 #include "analysis/model.h"
+#include "analysis/report.h"
 #include "analysis/suppressions.h"
 #include "size_format.h"
 
@@ -152,10 +153,7 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
       f.value = tl.peak_bytes;
       f.limit = *o.max_peak_bytes;
       f.message = fmt::format("peak {} on device {} at {} (limit {})", format_bytes(f.value), d,
-                              tl.peak_from_summary ? std::string("(collector summary)")
-                              : tl.peak_index < 0  ? std::string("the start of the trace")
-                                                   : fmt::format("trace entry {}", tl.peak_index),
-                              format_bytes(f.limit));
+                              format_time(tl.peak_time_us, time_origin(s)), format_bytes(f.limit));
       if (f.value > f.limit) {
         f.severity = Severity::kError;
         auto at_peak = by_site(rp.live_after(tl.peak_index), sites);

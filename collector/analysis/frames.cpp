@@ -36,9 +36,17 @@ constexpr std::array<std::string_view, 22> kRuntimeFramePatterns = {
     "libc10_cuda",
 };
 
+// Process and thread start-up frames, matched by exact function name: never anyone's site.
+constexpr std::array<std::string_view, 6> kStartupFrames = {
+    "_start", "__libc_start_main", "__libc_start_call_main", "start_thread", "__clone", "clone3",
+};
+
 }  // namespace
 
 bool is_runtime_frame(const snap::Frame& f) {
+  for (std::string_view p : kStartupFrames) {
+    if (f.name == p) return true;
+  }
   for (std::string_view p : kRuntimeFramePatterns) {
     if (f.name.find(p) != std::string::npos || f.filename.find(p) != std::string::npos) return true;
   }

@@ -1,6 +1,7 @@
 #include "analysis/model.h"
 
 #include <algorithm>
+#include <limits>
 #include <unordered_set>
 
 namespace cumemtrace::analysis {
@@ -99,6 +100,15 @@ std::vector<Allocation> live_at_exit(const snap::Snapshot& s) {
   return out;
 }
 
+int64_t time_origin(const snap::Snapshot& s) {
+  if (s.tool && s.tool->start_time_us > 0) return s.tool->start_time_us;
+  int64_t t = std::numeric_limits<int64_t>::max();
+  for (const auto& tr : s.device_traces) {
+    if (!tr.empty()) t = std::min(t, tr.front().time_us);
+  }
+  return t == std::numeric_limits<int64_t>::max() ? 0 : t;
+}
+
 int device_count(const snap::Snapshot& s) {
   int n = static_cast<int>(s.device_traces.size());
   for (const auto& g : s.segments) n = std::max(n, g.device + 1);
@@ -169,6 +179,7 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
     reserved_end += seg.total_size;
     for (const auto& b : seg.blocks) {
       if (b.state == "inactive") continue;
+      end_stacks_[b.address] = {b.size, b.stack != snap::kNoStack ? b.stack : seg.stack};
       auto it = ls.live.find(b.address);
       if (it != ls.live.end()) continue;
       if (freed_before_addr.count(b.address)) continue;
@@ -227,7 +238,13 @@ std::vector<Allocation> DeviceReplay::live_after(std::ptrdiff_t index) const {
   for (std::ptrdiff_t i = 0; i < n; ++i) ls.apply(tr[static_cast<size_t>(i)], tl_.device);
   std::vector<Allocation> out;
   out.reserve(ls.live.size());
-  for (auto& [addr, a] : ls.live) out.push_back(a);
+  for (auto& [addr, a] : ls.live) {
+    if (a.stack == snap::kNoStack && !a.before_trace) {
+      auto it = end_stacks_.find(addr);
+      if (it != end_stacks_.end() && it->second.first == a.size) a.stack = it->second.second;
+    }
+    out.push_back(a);
+  }
   std::sort(out.begin(), out.end(),
             [](const Allocation& a, const Allocation& b) { return a.addr < b.addr; });
   return out;

@@ -45,6 +45,10 @@ struct Allocation {
 
 std::vector<Allocation> live_at_exit(const snap::Snapshot& s);
 
+// Times are shown relative to this: the traced program's start (cumemtrace), else the earliest
+// trace entry.
+int64_t time_origin(const snap::Snapshot& s);
+
 // Number of devices the snapshot talks about (traces, segments, tool summary, annotations).
 int device_count(const snap::Snapshot& s);
 
@@ -86,6 +90,9 @@ class DeviceReplay {
   Timeline tl_;
   std::vector<Allocation> start_live_;
   std::vector<int64_t> rel_;  // bytes after each entry relative to start_bytes
+  // Stacks of the allocations live at exit, by address: fills in stacks the trace entries lack
+  // (cumemtrace writes frames on `alloc` entries only, not on segment_map).
+  std::unordered_map<uint64_t, std::pair<uint64_t, int32_t>> end_stacks_;
   bool sorted_ = true;
 };
 

@@ -14,15 +14,6 @@ using snap::format_bytes;
 
 namespace {
 
-int64_t time_origin(const snap::Snapshot& s) {
-  if (s.tool && s.tool->start_time_us > 0) return s.tool->start_time_us;
-  int64_t t = std::numeric_limits<int64_t>::max();
-  for (const auto& tr : s.device_traces) {
-    if (!tr.empty()) t = std::min(t, tr.front().time_us);
-  }
-  return t == std::numeric_limits<int64_t>::max() ? 0 : t;
-}
-
 std::string plural(uint64_t n, std::string_view one) {
   return fmt::format("{} {}{}", n, one, n == 1 ? "" : "s");
 }

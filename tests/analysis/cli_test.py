@@ -192,6 +192,39 @@ def test_torch_fixture():
     expect_rc(["diff", fixture, fixture], 0, ["Changed allocation sites", "none"])
 
 
+def test_real_collector_output():
+    """The collector's own files, from a test program run on the fake driver, gate correctly."""
+    if not ARGS.traced_program or not os.path.exists(ARGS.traced_program):
+        print("SKIP collector output test: the test programs are not built")
+        return
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ARGS.fake_driver_dir + ":" + os.path.join(
+        os.path.dirname(os.path.dirname(ARGS.cumemtrace)), "lib")
+    for k in list(env):
+        if k.startswith("CUMEMTRACE_") or k.startswith("FAKE_CUDA_") or k == "LD_PRELOAD":
+            del env[k]
+    out = os.path.join(ARGS.work, "collected")
+    subprocess.run(["rm", "-rf", out], check=True)
+    p = subprocess.run([ARGS.cumemtrace, "run", "-o", out, "--", ARGS.traced_program, "basic"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    expect(p.returncode == 0, "traced run: " + p.stderr)
+    files = sorted(os.path.join(out, f) for f in os.listdir(out)) if os.path.isdir(out) else []
+    expect(len(files) == 1, f"one snapshot from the traced run, got {files}")
+    if len(files) != 1:
+        return
+    # The basic scenario keeps 2 MiB on device 0 (allocate_weights) and 4.5 MiB on device 1,
+    # peaking at 3 MiB and 7 MiB.
+    out_text, _ = expect_rc(["check", "--max-leaked-bytes", "0", files[0]], 1,
+                            ["2.00 MiB leaked on device 0 by 1 allocation (limit 0 B)\n    at allocate_weights (",
+                             "4.50 MiB leaked on device 1 by 2 allocations"])
+    expect_rc(["check", "--max-leaked-bytes", "4.5MiB", "--max-peak-bytes", "7MiB", files[0]], 0)
+    expect_rc(["check", "--max-peak-bytes", "6MiB", files[0]], 1, ["error: peak 7.00 MiB on device 1"])
+    out_text, _ = expect_rc(["report", "--format", "json", files[0]], 0)
+    j = json.loads(out_text)
+    expect([(d["device"], d["peak_bytes"]) for d in j["devices"]] == [(0, 3 << 20), (1, 7 << 20)],
+           f"peaks of the basic scenario: {j['devices']}")
+
+
 def test_schema():
     try:
         import jsonschema
@@ -214,11 +247,14 @@ def main():
     p.add_argument("--fixtures", required=True)
     p.add_argument("--schema", required=True)
     p.add_argument("--work", required=True)
+    p.add_argument("--traced-program", default="")
+    p.add_argument("--fake-driver-dir", default="")
     ARGS = p.parse_args()
     os.makedirs(ARGS.work, exist_ok=True)
     subprocess.run([ARGS.make_snapshots, ARGS.work], check=True)
     for t in (test_report, test_unreadable, test_check_text, test_check_usage, test_drops,
-              test_growth_and_suppressions, test_formats, test_diff, test_torch_fixture, test_schema):
+              test_growth_and_suppressions, test_formats, test_diff, test_torch_fixture,
+              test_real_collector_output, test_schema):
         t()
     if FAILURES:
         print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
