@@ -1,5 +1,7 @@
 #include "analysis/github.h"
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 namespace cumemtrace::analysis {
@@ -37,6 +39,16 @@ std::string escape_property(std::string_view s) {
   return o;
 }
 
+// Annotations only attach to files given relative to the checkout; frames often hold absolute
+// paths of the CI machine's checkout, so strip $GITHUB_WORKSPACE when it is a prefix.
+std::string workspace_relative(const std::string& file) {
+  const char* ws = std::getenv("GITHUB_WORKSPACE");
+  if (!ws || !*ws) return file;
+  std::string prefix = ws;
+  if (prefix.back() != '/') prefix += '/';
+  return file.rfind(prefix, 0) == 0 ? file.substr(prefix.size()) : file;
+}
+
 }  // namespace
 
 void write_github(const CheckResult& r, std::ostream& out) {
@@ -56,7 +68,7 @@ void write_github(const CheckResult& r, std::ostream& out) {
       if (!s.title.empty()) msg += "\n  " + s.title + ":";
       for (const auto& l : s.lines) msg += "\n    " + l;
     }
-    std::string props = "file=" + escape_property(file);
+    std::string props = "file=" + escape_property(workspace_relative(file));
     if (line > 0) props += fmt::format(",line={}", line);
     props += ",title=" + escape_property("cumemtrace " + f.check);
     out << (f.severity == Severity::kError ? "::error " : "::warning ") << props

@@ -2,6 +2,7 @@
 // sites, suppressions, every check limit and outcome, output formats, and diff.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -437,4 +438,20 @@ TEST_CASE("cumemtrace files: the collector's summary peak wins when the trace ho
   CHECK(text.find("error: peak 8.00 MiB on device 0") != std::string::npos);
   s.tool->devices[0].peak_bytes = MiB;  // lower than the trace's: the trace wins
   CHECK(DeviceReplay(s, 0).timeline().peak_bytes == 3 * MiB);
+}
+
+TEST_CASE("github annotations use paths relative to $GITHUB_WORKSPACE", "[check][formats]") {
+  testing::SnapshotBuilder b;
+  b.alloc(0x1000, 64, b.site("leaky", "/home/runner/work/app/app/src/leaky.cpp", 7));
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  const auto r = evaluate_check({{"t.json", b.finish()}}, o);
+  ::setenv("GITHUB_WORKSPACE", "/home/runner/work/app/app", 1);
+  std::ostringstream gh;
+  write_github(r, gh);
+  ::unsetenv("GITHUB_WORKSPACE");
+  CHECK(gh.str().rfind("::error file=src/leaky.cpp,line=7,", 0) == 0);
+  std::ostringstream plain;
+  write_github(r, plain);
+  CHECK(plain.str().rfind("::error file=/home/runner/work/app/app/src/leaky.cpp,line=7,", 0) == 0);
 }
