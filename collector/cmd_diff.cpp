@@ -20,8 +20,12 @@ void add_diff_command(CLI::App& app, int& exit_code) {
       "diff", "Compare two snapshots: peak and live-at-exit change per device and per site");
   cmd->add_option("BASE", o->base, "Baseline snapshot")->required();
   cmd->add_option("NEW", o->now, "Snapshot to compare against the baseline")->required();
-  cmd->add_option("--format", o->format, "Output format")->check(CLI::IsMember({"text", "json"}));
-  cmd->add_option("--top", o->top, "Changed sites shown")->check(CLI::PositiveNumber);
+  cmd->add_option("--format", o->format, "Output format")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("--top", o->top, "Changed sites shown")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([o, &exit_code] {
     // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.
     try {

@@ -20,9 +20,14 @@ void add_report_command(CLI::App& app, int& exit_code) {
       "report", "Summarize a snapshot: peaks, memory live at exit, top allocation sites, sizes");
   cmd->add_option("FILE", o->file, "Snapshot (cumemtrace JSON, or PyTorch's converted to JSON)")
       ->required();
-  cmd->add_option("--format", o->format, "Output format")->check(CLI::IsMember({"text", "json"}));
-  cmd->add_option("--top", o->report.top, "Rows per table")->check(CLI::PositiveNumber);
+  cmd->add_option("--format", o->format, "Output format")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("--top", o->report.top, "Rows per table")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--frames", o->report.frames, "Program frames shown per stack")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->callback([o, &exit_code] {
     // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.

@@ -273,12 +273,14 @@ void add_check_options(CLI::App* app, CheckOptions& o) {
                   "Fail when live bytes grow by more than SIZE between occurrences of --mark");
   app->add_option("--mark", o.mark, "Mark (annotation name) that --max-growth measures between");
   app->add_option("--warmup", o.warmup, "Occurrences of --mark to skip before measuring growth")
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app->add_option("--suppressions", o.suppressions, "Suppressions file (see docs/suppressions.md)");
   app->add_flag("--allow-drops", o.allow_drops,
                 "Check snapshots with dropped events instead of failing them as incomplete");
   app->add_option("--junit", o.junit, "Also write JUnit XML to this file");
   app->add_option("--format", o.format, "Output format")
+      ->capture_default_str()
       ->check(CLI::IsMember({"text", "json", "github"}));
 }
 
