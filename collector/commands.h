@@ -11,5 +11,8 @@ namespace cumemtrace::cli {
 
 void add_run_command(CLI::App& app, int& exit_code);
 void add_collect_command(CLI::App& app, int& exit_code);
+void add_report_command(CLI::App& app, int& exit_code);
+void add_check_command(CLI::App& app, int& exit_code);
+void add_diff_command(CLI::App& app, int& exit_code);
 
 }  // namespace cumemtrace::cli

@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   cumemtrace::cli::add_run_command(app, exit_code);
   cumemtrace::cli::add_collect_command(app, exit_code);
+  cumemtrace::cli::add_report_command(app, exit_code);
+  cumemtrace::cli::add_check_command(app, exit_code);
+  cumemtrace::cli::add_diff_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -34,7 +34,7 @@ std::optional<uint64_t> parse_bytes(std::string_view text) {
     ++i;
   if (i == start) return std::nullopt;
   const std::string number(text.substr(start, i - start));
-  if (number.find('.') != number.rfind('.')) return std::nullopt;
+  if (number.find('.') != number.rfind('.') || number == ".") return std::nullopt;
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   std::string unit;
   for (; i < text.size(); ++i) {

@@ -1,0 +1,407 @@
+#include "analysis/check.h"
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "analysis/frames.h"
+#include "analysis/github.h"
+#include "analysis/grouping.h"
+#include "analysis/junit.h"
+#include "analysis/model.h"
+#include "analysis/report.h"
+#include "analysis/suppressions.h"
+#include "size_format.h"
+
+namespace cumemtrace::analysis {
+
+using snap::format_bytes;
+
+namespace {
+
+std::string plural(uint64_t n, std::string_view one) {
+  return fmt::format("{} {}{}", n, one, n == 1 ? "" : "s");
+}
+
+void add_size_option(CLI::App* app, const std::string& name, std::optional<uint64_t>& target,
+                     const std::string& help) {
+  app->add_option_function<std::string>(
+         name,
+         [&target, name](const std::string& v) {
+           auto b = snap::parse_bytes(v);
+           if (!b) {
+             throw CLI::ValidationError(
+                 name, "expected a size such as 0, 4096, 12MiB or 1.5GB, got '" + v + "'");
+           }
+           target = *b;
+         },
+         help)
+      ->type_name("SIZE");
+}
+
+StackNote note_for(const SiteTable& sites, int32_t stack, bool before_trace, std::string title,
+                   size_t frames) {
+  StackNote n;
+  n.title = std::move(title);
+  n.lines = stack_lines(sites, stack, before_trace, frames);
+  auto pf = sites.program_frames(stack, 1);
+  if (!pf.empty()) {
+    n.file = pf.front()->filename;
+    n.line = pf.front()->line;
+  }
+  return n;
+}
+
+// Stacks under a finding: a single group needs no title (its size is in the message).
+void attach_groups(Finding& f, const std::vector<StackGroup>& groups, const SiteTable& sites,
+                   const CheckOptions& o) {
+  for (size_t i = 0; i < groups.size() && i < o.stacks; ++i) {
+    const auto& g = groups[i];
+    std::string title = groups.size() == 1 ? std::string()
+                                           : fmt::format("{} in {}", format_bytes(g.bytes),
+                                                         plural(g.count, "allocation"));
+    f.stacks.push_back(note_for(sites, g.stack, g.before_trace, title, o.frames));
+  }
+  if (groups.size() > o.stacks) f.stacks_omitted = groups.size() - o.stacks;
+}
+
+std::vector<int> devices_of(const snap::Snapshot& s) {
+  std::vector<int> d;
+  const int n = std::max(1, device_count(s));
+  for (int i = 0; i < n; ++i) d.push_back(i);
+  return d;
+}
+
+void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
+               const std::vector<Suppression>& rules, CheckResult& r) {
+  const snap::Snapshot& s = ls.snapshot;
+  const SiteTable sites(s);
+  auto base = [&](std::string check, int device) {
+    Finding f;
+    f.snapshot = ls.path;
+    f.check = std::move(check);
+    f.device = device;
+    return f;
+  };
+
+  if (s.tool) {
+    Finding f = base("complete", -1);
+    f.value = s.tool->events_dropped;
+    if (s.tool->events_dropped == 0) {
+      f.message = fmt::format("all {} events recorded", s.tool->events_total);
+    } else if (o.allow_drops) {
+      f.severity = Severity::kWarning;
+      f.message = fmt::format(
+          "incomplete: {} of {} events dropped (allowed by --allow-drops; "
+          "numbers undercount)",
+          s.tool->events_dropped, s.tool->events_total);
+    } else {
+      f.severity = Severity::kError;
+      f.message = fmt::format(
+          "incomplete: {} of {} events dropped, so limits cannot be trusted "
+          "(pass --allow-drops to check anyway)",
+          s.tool->events_dropped, s.tool->events_total);
+    }
+    r.findings.push_back(std::move(f));
+  }
+
+  const auto devices = devices_of(s);
+  std::vector<std::unique_ptr<DeviceReplay>> replays;
+  auto replay = [&](int d) -> const DeviceReplay& {
+    if (replays.empty()) replays.resize(devices.size());
+    auto& p = replays[static_cast<size_t>(d)];
+    if (!p) p = std::make_unique<DeviceReplay>(s, d);
+    return *p;
+  };
+
+  if (o.max_leaked_bytes) {
+    const auto live = live_at_exit(s);
+    for (int d : devices) {
+      std::vector<Allocation> leaked;
+      for (const auto& a : live) {
+        if (a.device != d) continue;
+        if (const Suppression* sup = find_suppression(rules, SuppressionType::kLeak, s, a.stack)) {
+          ++sup->hits;
+          sup->bytes += a.size;
+          continue;
+        }
+        leaked.push_back(a);
+      }
+      Finding f = base("leaked-bytes", d);
+      f.value = total_bytes(leaked);
+      f.limit = *o.max_leaked_bytes;
+      f.message = fmt::format("{} leaked on device {} by {} (limit {})", format_bytes(f.value), d,
+                              plural(leaked.size(), "allocation"), format_bytes(f.limit));
+      if (f.value > f.limit) {
+        f.severity = Severity::kError;
+        attach_groups(f, by_stack(leaked), sites, o);
+      }
+      r.findings.push_back(std::move(f));
+    }
+  }
+
+  if (o.max_peak_bytes) {
+    for (int d : devices) {
+      const auto& rp = replay(d);
+      const Timeline& tl = rp.timeline();
+      Finding f = base("peak-bytes", d);
+      f.value = tl.peak_bytes;
+      f.limit = *o.max_peak_bytes;
+      f.message = fmt::format("peak {} on device {} at {} (limit {})", format_bytes(f.value), d,
+                              format_time(tl.peak_time_us, time_origin(s)), format_bytes(f.limit));
+      if (f.value > f.limit) {
+        f.severity = Severity::kError;
+        auto at_peak = by_site(rp.live_after(tl.peak_index), sites);
+        for (size_t i = 0; i < at_peak.size() && i < o.stacks; ++i) {
+          const auto& st = at_peak[i];
+          f.stacks.push_back(note_for(sites, st.stack, st.site == kBeforeTraceSite,
+                                      fmt::format("{} live in {} from {}", format_bytes(st.bytes),
+                                                  plural(st.count, "allocation"), st.site),
+                                      o.frames));
+        }
+        if (at_peak.size() > o.stacks) f.stacks_omitted = at_peak.size() - o.stacks;
+      }
+      r.findings.push_back(std::move(f));
+    }
+  }
+
+  if (o.max_growth) {
+    std::vector<int64_t> times;
+    for (const auto& a : s.annotations) {
+      if (a.name == o.mark && (a.stage == "START" || a.stage == "MARK")) times.push_back(a.time_us);
+    }
+    std::sort(times.begin(), times.end());
+    times.erase(std::unique(times.begin(), times.end()), times.end());
+    const size_t skip = static_cast<size_t>(o.warmup);
+    if (times.size() < skip + 2) {
+      Finding f = base("growth", -1);
+      f.severity = Severity::kError;
+      f.limit = *o.max_growth;
+      f.message =
+          fmt::format("mark '{}' occurs {}; --max-growth with --warmup {} needs at least {}",
+                      o.mark, plural(times.size(), "time"), o.warmup, skip + 2);
+      r.findings.push_back(std::move(f));
+    } else {
+      const int64_t t_first = times[skip];
+      const int64_t t_last = times.back();
+      for (int d : devices) {
+        const auto& rp = replay(d);
+        const auto first = rp.live_after(rp.index_at_time(t_first));
+        const auto last = rp.live_after(rp.index_at_time(t_last));
+        // Growth per site, suppressed allocations left out of both ends.
+        std::unordered_map<std::string, std::pair<int64_t, StackGroup>> per_site;
+        auto fold = [&](const std::vector<Allocation>& v, int sign) {
+          for (const auto& a : v) {
+            if (const Suppression* sup =
+                    find_suppression(rules, SuppressionType::kGrowth, s, a.stack)) {
+              if (sign > 0) {
+                ++sup->hits;
+                sup->bytes += a.size;
+              }
+              continue;
+            }
+            auto& e = per_site[site_label(a, sites)];
+            e.first = sign > 0 ? wrap_add(e.first, static_cast<int64_t>(a.size))
+                               : wrap_sub(e.first, static_cast<int64_t>(a.size));
+            e.second.count += sign > 0 ? 1 : 0;
+            if (e.second.stack == snap::kNoStack) {
+              e.second.stack = a.stack;
+              e.second.before_trace = a.before_trace;
+            }
+          }
+        };
+        fold(first, -1);
+        fold(last, +1);
+        int64_t growth = 0;
+        std::vector<std::pair<std::string, std::pair<int64_t, StackGroup>>> grown;
+        for (auto& [site, e] : per_site) {
+          growth = wrap_add(growth, e.first);
+          if (e.first > 0) grown.emplace_back(site, e);
+        }
+        std::sort(grown.begin(), grown.end(), [](const auto& a, const auto& b) {
+          if (a.second.first != b.second.first) return a.second.first > b.second.first;
+          return a.first < b.first;
+        });
+        Finding f = base("growth", d);
+        f.value = growth > 0 ? static_cast<uint64_t>(growth) : 0;
+        f.limit = *o.max_growth;
+        f.message = fmt::format(
+            "live bytes on device {} grew by {} between occurrences {} and {} of mark '{}' "
+            "({} -> {}; limit {})",
+            d, snap::format_signed_bytes(growth), skip + 1, times.size(), o.mark,
+            format_bytes(total_bytes(first)), format_bytes(total_bytes(last)),
+            format_bytes(f.limit));
+        if (growth > 0 && static_cast<uint64_t>(growth) > f.limit) {
+          f.severity = Severity::kError;
+          for (size_t i = 0; i < grown.size() && i < o.stacks; ++i) {
+            const auto& [site, e] = grown[i];
+            f.stacks.push_back(note_for(
+                sites, e.second.stack, e.second.before_trace,
+                fmt::format("{} grew at {}", snap::format_signed_bytes(e.first), site), o.frames));
+          }
+          if (grown.size() > o.stacks) f.stacks_omitted = grown.size() - o.stacks;
+        }
+        r.findings.push_back(std::move(f));
+      }
+    }
+  }
+
+  if (s.tool) {
+    for (const auto& a : s.tool->anomalies) {
+      Finding f = base("anomaly", -1);
+      f.severity = Severity::kWarning;
+      f.message = fmt::format("{} of {:#x} ({})", a.kind, a.addr, a.api);
+      f.stacks.push_back(note_for(sites, a.stack, false, "", o.frames));
+      r.findings.push_back(std::move(f));
+    }
+  }
+}
+
+}  // namespace
+
+void add_check_options(CLI::App* app, CheckOptions& o) {
+  add_size_option(app, "--max-leaked-bytes", o.max_leaked_bytes,
+                  "Fail when more than SIZE bytes are live at exit on a device");
+  add_size_option(app, "--max-peak-bytes", o.max_peak_bytes,
+                  "Fail when a device's peak exceeds SIZE bytes");
+  add_size_option(app, "--max-growth", o.max_growth,
+                  "Fail when live bytes grow by more than SIZE between occurrences of --mark");
+  app->add_option("--mark", o.mark, "Mark (annotation name) that --max-growth measures between");
+  app->add_option("--warmup", o.warmup, "Occurrences of --mark to skip before measuring growth")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--suppressions", o.suppressions, "Suppressions file (see docs/suppressions.md)");
+  app->add_flag("--allow-drops", o.allow_drops,
+                "Check snapshots with dropped events instead of failing them as incomplete");
+  app->add_option("--junit", o.junit, "Also write JUnit XML to this file");
+  app->add_option("--format", o.format, "Output format")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json", "github"}));
+}
+
+CheckResult evaluate_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o) {
+  CheckResult r;
+  std::vector<Suppression> rules;
+  if (!o.suppressions.empty()) rules = load_suppressions(o.suppressions);
+  for (const auto& ls : snaps) {
+    r.snapshots.push_back(ls.path);
+    check_one(ls, o, rules, r);
+  }
+  for (const auto& rule : rules) {
+    if (rule.hits)
+      r.suppressions_used.push_back({rule.source, rule.pattern, rule.hits, rule.bytes});
+  }
+  return r;
+}
+
+void write_check_text(const CheckResult& r, std::ostream& out) {
+  for (const auto& f : r.findings) {
+    if (f.severity == Severity::kPass) continue;
+    out << fmt::format("{}: {}: {}\n", f.snapshot,
+                       f.severity == Severity::kError ? "error" : "warning", f.message);
+    for (const auto& s : f.stacks) {
+      if (!s.title.empty()) out << "  " << s.title << ":\n";
+      for (const auto& l : s.lines) out << "    " << l << '\n';
+    }
+    if (f.stacks_omitted) out << fmt::format("  ... {} more\n", f.stacks_omitted);
+  }
+  for (const auto& snap : r.snapshots) {
+    int passed = 0, failed = 0;
+    for (const auto& f : r.findings) {
+      if (f.snapshot != snap) continue;
+      passed += f.severity == Severity::kPass;
+      failed += f.severity == Severity::kError;
+    }
+    if (!failed) out << fmt::format("{}: ok: {} passed\n", snap, plural(passed, "check"));
+  }
+  if (!r.suppressions_used.empty()) {
+    out << "Suppressions used:\n";
+    for (const auto& u : r.suppressions_used) {
+      out << fmt::format("  {:>6} {:>12}  {} ({})\n", u.hits, format_bytes(u.bytes), u.pattern,
+                         u.source);
+    }
+  }
+  out << fmt::format("cumemtrace check: {} failed, {} passed\n", r.failures(), r.passes());
+}
+
+void write_check_json(const CheckResult& r, std::ostream& out) {
+  using nlohmann::json;
+  json files = json::array();
+  for (const auto& snap : r.snapshots) {
+    json checks = json::array();
+    bool ok = true;
+    for (const auto& f : r.findings) {
+      if (f.snapshot != snap) continue;
+      ok = ok && f.severity != Severity::kError;
+      json stacks = json::array();
+      for (const auto& s : f.stacks) {
+        stacks.push_back(
+            {{"title", s.title}, {"frames", s.lines}, {"file", s.file}, {"line", s.line}});
+      }
+      checks.push_back({{"check", f.check},
+                        {"device", f.device < 0 ? json(nullptr) : json(f.device)},
+                        {"status", f.severity == Severity::kPass    ? "pass"
+                                   : f.severity == Severity::kError ? "fail"
+                                                                    : "warning"},
+                        {"value", f.value},
+                        {"limit", f.limit},
+                        {"message", f.message},
+                        {"stacks", std::move(stacks)},
+                        {"stacks_omitted", f.stacks_omitted}});
+    }
+    files.push_back({{"file", snap}, {"ok", ok}, {"checks", std::move(checks)}});
+  }
+  json used = json::array();
+  for (const auto& u : r.suppressions_used) {
+    used.push_back(
+        {{"source", u.source}, {"pattern", u.pattern}, {"hits", u.hits}, {"bytes", u.bytes}});
+  }
+  json j = {{"ok", r.failures() == 0},
+            {"failed", r.failures()},
+            {"passed", r.passes()},
+            {"files", std::move(files)},
+            {"suppressions_used", std::move(used)}};
+  out << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+}
+
+int run_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o, std::ostream& out,
+              std::ostream& err) {
+  if (o.max_growth && o.mark.empty()) {
+    err << "cumemtrace check: --max-growth needs --mark NAME (the mark to measure between)\n";
+    return 2;
+  }
+  if (!o.max_growth && !o.mark.empty()) {
+    err << "cumemtrace check: --mark is only used with --max-growth\n";
+    return 2;
+  }
+  CheckResult r;
+  try {
+    r = evaluate_check(snaps, o);
+  } catch (const SuppressionError& e) {
+    err << "cumemtrace check: " << e.what() << '\n';
+    return 2;
+  }
+  if (!o.junit.empty()) {
+    std::ofstream j(o.junit, std::ios::binary | std::ios::trunc);
+    if (j) write_junit(r, j);
+    if (!j || !j.flush()) {
+      err << "cumemtrace check: " << o.junit << ": cannot write the JUnit file\n";
+      return 2;
+    }
+  }
+  if (o.format == "json") {
+    write_check_json(r, out);
+  } else if (o.format == "github") {
+    write_github(r, out);
+  } else {
+    write_check_text(r, out);
+  }
+  return r.failures() ? 1 : 0;
+}
+
+}  // namespace cumemtrace::analysis

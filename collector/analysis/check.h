@@ -1,0 +1,63 @@
+// Contract: `cumemtrace check` as a library, so `cumemtrace run` gates on exactly the same limits
+// with exactly the same flags. add_check_options registers the limit flags on any CLI11 command
+// (sizes parsed with snap::parse_bytes: "0", "12MiB", "1.5GB"); run_check evaluates them on
+// already-loaded snapshots, prints the result in the chosen format to `out` (problems with the
+// options' own files, e.g. an unreadable suppressions file, go to `err`) and returns the exit code:
+// 0 every limit holds, 1 a limit failed (or a snapshot is incomplete: dropped events and no
+// --allow-drops), 2 bad usage (a suppressions file that does not parse, --max-growth without
+// --mark, an unwritable --junit file). Limits:
+//  - --max-leaked-bytes N: per device, bytes live at exit (model.h's live_at_exit) minus leak
+//    suppressions must be <= N.
+//  - --max-peak-bytes N: per device, the replayed peak must be <= N.
+//  - --max-growth N --mark NAME [--warmup K]: per device, live bytes at the occurrences of mark
+//    NAME (stage START or MARK) after skipping the first K must not grow by more than N from the
+//    first counted occurrence to the last; growth suppressions exclude matching allocations.
+// Anomalies (double free, free of an unknown pointer...) are reported as warnings.
+#pragma once
+
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/findings.h"
+#include "snapshot.h"
+
+namespace CLI {
+class App;
+}
+
+namespace cumemtrace::analysis {
+
+struct CheckOptions {
+  std::optional<uint64_t> max_leaked_bytes;
+  std::optional<uint64_t> max_peak_bytes;
+  std::optional<uint64_t> max_growth;
+  std::string mark;
+  int warmup = 1;
+  bool allow_drops = false;
+  std::string suppressions;     // path; empty = none
+  std::string junit;            // path; empty = none
+  std::string format = "text";  // text | json | github
+  size_t frames = 8;            // program frames shown per stack
+  size_t stacks = 10;           // stacks shown per failure
+};
+
+void add_check_options(CLI::App* app, CheckOptions& o);
+
+struct LoadedSnapshot {
+  std::string path;
+  snap::Snapshot snapshot;
+};
+
+// Evaluates without printing; throws SuppressionError for a bad suppressions file.
+CheckResult evaluate_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o);
+
+int run_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o, std::ostream& out,
+              std::ostream& err = std::cerr);
+
+void write_check_text(const CheckResult& r, std::ostream& out);
+void write_check_json(const CheckResult& r, std::ostream& out);
+
+}  // namespace cumemtrace::analysis

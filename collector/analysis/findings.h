@@ -1,0 +1,56 @@
+// Contract: the outcome of `cumemtrace check`, independent of how it is printed. One Finding per
+// limit and device evaluated (passed or failed) and one per warning; text, json, github and JUnit
+// printers all render this same list, so the formats never disagree on what failed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cumemtrace::analysis {
+
+struct StackNote {                 // one stack shown under a finding
+  std::string title;               // "2.00 MiB in 3 allocations"
+  std::vector<std::string> lines;  // "at function (file:line)"
+  std::string file;                // the site's source file, for annotations; may be empty
+  int64_t line = 0;
+};
+
+enum class Severity { kPass, kError, kWarning };
+
+struct Finding {
+  std::string snapshot;  // the file checked
+  std::string check;     // "complete", "leaked-bytes", "peak-bytes", "growth", "anomaly"
+  int device = -1;       // -1: not per device
+  Severity severity = Severity::kPass;
+  std::string message;  // one line, without the file name
+  uint64_t value = 0;
+  uint64_t limit = 0;
+  std::vector<StackNote> stacks;
+  uint64_t stacks_omitted = 0;
+};
+
+struct SuppressionUse {
+  std::string source;  // "FILE:LINE"
+  std::string pattern;
+  uint64_t hits = 0;
+  uint64_t bytes = 0;
+};
+
+struct CheckResult {
+  std::vector<std::string> snapshots;
+  std::vector<Finding> findings;
+  std::vector<SuppressionUse> suppressions_used;
+  int failures() const {
+    int n = 0;
+    for (const auto& f : findings) n += f.severity == Severity::kError;
+    return n;
+  }
+  int passes() const {
+    int n = 0;
+    for (const auto& f : findings) n += f.severity == Severity::kPass;
+    return n;
+  }
+};
+
+}  // namespace cumemtrace::analysis

@@ -1,0 +1,15 @@
+// Contract: JUnit XML of a check result, the dialect Jenkins, GitLab, Azure Pipelines and the
+// GitHub test-report actions display: <testsuites> / one <testsuite> per snapshot / one
+// <testcase> per limit and device, with <failure message="..."> holding the stacks. Warnings are
+// not test cases. Text is XML-escaped and characters XML 1.0 forbids are dropped.
+#pragma once
+
+#include <ostream>
+
+#include "analysis/findings.h"
+
+namespace cumemtrace::analysis {
+
+void write_junit(const CheckResult& r, std::ostream& out);
+
+}  // namespace cumemtrace::analysis

@@ -1,0 +1,277 @@
+#include "analysis/report.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "size_format.h"
+
+namespace cumemtrace::analysis {
+
+using snap::format_bytes;
+
+namespace {
+
+std::string plural(uint64_t n, std::string_view one) {
+  return fmt::format("{} {}{}", n, one, n == 1 ? "" : "s");
+}
+
+nlohmann::json frames_json(const SiteTable& sites, int32_t stack, size_t max) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const snap::Frame* f : sites.program_frames(stack, max)) {
+    a.push_back({{"name", f->name}, {"filename", f->filename}, {"line", f->line}});
+  }
+  return a;
+}
+
+nlohmann::json sites_json(const std::vector<SiteStat>& v, const SiteTable& sites, size_t top,
+                          size_t frames) {
+  nlohmann::json a = nlohmann::json::array();
+  for (size_t i = 0; i < v.size() && i < top; ++i) {
+    a.push_back({{"site", v[i].site},
+                 {"count", v[i].count},
+                 {"bytes", v[i].bytes},
+                 {"frames", frames_json(sites, v[i].stack, frames)}});
+  }
+  return a;
+}
+
+void print_sites(std::ostream& out, const std::vector<SiteStat>& v, size_t top) {
+  for (size_t i = 0; i < v.size() && i < top; ++i) {
+    out << fmt::format("    {:>12} {:>9}  {}\n", format_bytes(v[i].bytes), v[i].count, v[i].site);
+  }
+  if (v.size() > top) out << fmt::format("    ... {} more\n", plural(v.size() - top, "site"));
+}
+
+std::string range_label(const SizeBucket& b) {
+  if (b.high == 1) return "0 B";
+  if (b.high == 0) return fmt::format(">= {}", format_bytes(b.low));
+  return fmt::format("{} .. <{}", format_bytes(b.low), format_bytes(b.high));
+}
+
+std::string hex(uint64_t v) {
+  return fmt::format("{:#x}", v);
+}
+
+}  // namespace
+
+std::string format_time(int64_t time_us, int64_t origin_us) {
+  const int64_t d = time_us - origin_us;
+  const int64_t a = d < 0 ? -d : d;
+  return fmt::format("{}{}.{:06d} s", d < 0 ? "-" : "+", a / 1000000, a % 1000000);
+}
+
+Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file) {
+  Report r;
+  r.file = file;
+  r.flavor = flavor_of(s);
+  for (const auto& tr : s.device_traces) r.trace_entries += tr.size();
+  r.time_origin_us = time_origin(s);
+  const auto live = live_at_exit(s);
+  const int n = device_count(s);
+  for (int d = 0; d < n; ++d) {
+    DeviceReplay replay(s, d);
+    const Timeline& tl = replay.timeline();
+    std::vector<Allocation> live_d;
+    for (const auto& a : live) {
+      if (a.device == d) live_d.push_back(a);
+    }
+    if (tl.peak_bytes == 0 && live_d.empty() && tl.allocations == 0 && !tl.reserved_peak_bytes)
+      continue;
+    DeviceReport dr;
+    dr.timeline = tl;
+    dr.at_peak = by_site(replay.live_after(tl.peak_index), sites);
+    dr.live_at_exit = by_stack(live_d);
+    dr.live_at_exit_bytes = total_bytes(live_d);
+    dr.live_at_exit_count = live_d.size();
+    r.devices.push_back(std::move(dr));
+  }
+  r.top_by_bytes = trace_alloc_sites(s, sites, false);
+  r.top_by_count = trace_alloc_sites(s, sites, true);
+  r.histogram = size_histogram(s);
+  return r;
+}
+
+void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
+                       const ReportOptions& o, std::ostream& out) {
+  out << fmt::format("cumemtrace report: {} ({})\n", r.file, flavor_name(r.flavor));
+  if (s.tool) {
+    const auto& t = *s.tool;
+    std::string cmd;
+    for (const auto& a : t.argv) cmd += (cmd.empty() ? "" : " ") + a;
+    if (cmd.empty()) cmd = t.exe;
+    std::string ended = t.ended.how;
+    if (t.ended.how == "exit") ended = fmt::format("exit code {}", t.ended.code);
+    if (t.ended.how == "signal") ended = fmt::format("signal {}", t.ended.signal);
+    out << fmt::format("  program: {} (pid {}), ended: {}, snapshot written on {}\n", cmd, t.pid,
+                       ended, t.reason);
+    out << fmt::format("  events: {} recorded, {} dropped{}\n", t.events_total, t.events_dropped,
+                       t.events_dropped ? " (INCOMPLETE: numbers below undercount)" : "");
+  }
+  out << fmt::format("  trace entries: {}\n", r.trace_entries);
+
+  for (const auto& d : r.devices) {
+    const Timeline& tl = d.timeline;
+    out << fmt::format("\nDevice {}\n", tl.device);
+    const char* what = r.flavor == Flavor::kTorch ? "allocated" : "device memory";
+    out << fmt::format("  peak {}: {} at {}\n", what, format_bytes(tl.peak_bytes),
+                       format_time(tl.peak_time_us, r.time_origin_us));
+    if (tl.peak_from_summary) {
+      out << fmt::format(
+          "  (peak from the collector's summary of all events; the trace holds less, its highest "
+          "point is {} and is what \"live at the peak\" shows)\n",
+          format_bytes(tl.trace_peak_bytes));
+    }
+    if (tl.has_reserved) {
+      out << fmt::format("  peak reserved (cached by the allocator included): {} at {}\n",
+                         format_bytes(tl.reserved_peak_bytes),
+                         format_time(tl.reserved_peak_time_us, r.time_origin_us));
+      out << fmt::format("  reserved at exit: {}\n", format_bytes(tl.reserved_end_bytes));
+    }
+    if (tl.start_bytes) {
+      out << fmt::format("  live before the first trace entry: {}\n", format_bytes(tl.start_bytes));
+    }
+    out << fmt::format("  allocations: {}, frees: {}\n", tl.allocations, tl.frees);
+    out << fmt::format("  live at exit: {} in {}\n", format_bytes(d.live_at_exit_bytes),
+                       plural(d.live_at_exit_count, "allocation"));
+    out << "  live at the peak, by allocation site:\n";
+    out << fmt::format("    {:>12} {:>9}  {}\n", "bytes", "count", "site");
+    print_sites(out, d.at_peak, o.top);
+    if (!d.live_at_exit.empty()) {
+      out << fmt::format("  live at exit, by call stack:\n");
+      for (size_t i = 0; i < d.live_at_exit.size() && i < o.top; ++i) {
+        const auto& g = d.live_at_exit[i];
+        out << fmt::format("    {} in {}\n", format_bytes(g.bytes), plural(g.count, "allocation"));
+        for (const auto& line : stack_lines(sites, g.stack, g.before_trace, o.frames))
+          out << "        " << line << '\n';
+      }
+      if (d.live_at_exit.size() > o.top)
+        out << fmt::format("    ... {} more\n", plural(d.live_at_exit.size() - o.top, "stack"));
+    }
+  }
+
+  out << "\nTop allocation sites by bytes (all alloc events):\n";
+  out << fmt::format("    {:>12} {:>9}  {}\n", "bytes", "count", "site");
+  print_sites(out, r.top_by_bytes, o.top);
+  out << "\nTop allocation sites by count:\n";
+  out << fmt::format("    {:>12} {:>9}  {}\n", "bytes", "count", "site");
+  auto by_count = r.top_by_count;
+  print_sites(out, by_count, o.top);
+
+  out << "\nAllocation sizes:\n";
+  out << fmt::format("    {:<24} {:>9} {:>12}\n", "size", "count", "bytes");
+  for (const auto& b : r.histogram) {
+    out << fmt::format("    {:<24} {:>9} {:>12}\n", range_label(b), b.count, format_bytes(b.bytes));
+  }
+
+  if (s.tool) {
+    const auto& t = *s.tool;
+    out << fmt::format("\nAnomalies: {}\n",
+                       t.anomalies.empty() ? "none" : std::to_string(t.anomalies.size()));
+    for (size_t i = 0; i < t.anomalies.size() && i < o.top * 10; ++i) {
+      const auto& a = t.anomalies[i];
+      out << fmt::format("    {} of {} ({}) at {}{}\n", a.kind, hex(a.addr), a.api,
+                         format_time(a.time_us, r.time_origin_us),
+                         a.tid ? fmt::format(", thread {}", a.tid) : "");
+      for (const auto& line : stack_lines(sites, a.stack, false, o.frames))
+        out << "        " << line << '\n';
+    }
+    if (!t.vmm_handles.empty()) {
+      uint64_t bytes = 0;
+      for (const auto& h : t.vmm_handles) bytes += h.size;
+      out << fmt::format("\nVMM physical memory held at exit: {} in {}\n", format_bytes(bytes),
+                         plural(t.vmm_handles.size(), "handle"));
+    }
+    if (!t.host_allocations.empty()) {
+      uint64_t bytes = 0;
+      for (const auto& h : t.host_allocations) bytes += h.size;
+      out << fmt::format("\nPinned host memory held at exit: {} in {}\n", format_bytes(bytes),
+                         plural(t.host_allocations.size(), "allocation"));
+    }
+  }
+}
+
+void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
+                       const ReportOptions& o, std::ostream& out) {
+  using nlohmann::json;
+  json j;
+  j["file"] = r.file;
+  j["kind"] = r.flavor == Flavor::kTorch ? "pytorch" : "cumemtrace";
+  j["trace_entries"] = r.trace_entries;
+  j["time_origin_us"] = r.time_origin_us;
+  if (s.tool) {
+    const auto& t = *s.tool;
+    j["program"] = {
+        {"exe", t.exe},
+        {"argv", t.argv},
+        {"pid", t.pid},
+        {"ended", {{"how", t.ended.how}, {"code", t.ended.code}, {"signal", t.ended.signal}}}};
+    j["events_total"] = t.events_total;
+    j["events_dropped"] = t.events_dropped;
+  }
+  j["complete"] = !s.tool || s.tool->events_dropped == 0;
+  json devs = json::array();
+  for (const auto& d : r.devices) {
+    const Timeline& tl = d.timeline;
+    json jd = {{"device", tl.device},
+               {"peak_bytes", tl.peak_bytes},
+               {"peak_time_us", tl.peak_time_us},
+               {"start_bytes", tl.start_bytes},
+               {"end_bytes", tl.end_bytes},
+               {"allocations", tl.allocations},
+               {"frees", tl.frees},
+               {"live_at_exit_bytes", d.live_at_exit_bytes},
+               {"live_at_exit_count", d.live_at_exit_count},
+               {"at_peak", sites_json(d.at_peak, sites, o.top, o.frames)}};
+    if (tl.has_reserved) {
+      jd["reserved_peak_bytes"] = tl.reserved_peak_bytes;
+      jd["reserved_peak_time_us"] = tl.reserved_peak_time_us;
+      jd["reserved_end_bytes"] = tl.reserved_end_bytes;
+    }
+    json stacks = json::array();
+    for (size_t i = 0; i < d.live_at_exit.size() && i < o.top; ++i) {
+      const auto& g = d.live_at_exit[i];
+      stacks.push_back(
+          {{"count", g.count},
+           {"bytes", g.bytes},
+           {"site", g.before_trace ? std::string(kBeforeTraceSite) : sites.site(g.stack)},
+           {"frames", frames_json(sites, g.stack, o.frames)}});
+    }
+    jd["live_at_exit"] = std::move(stacks);
+    devs.push_back(std::move(jd));
+  }
+  j["devices"] = std::move(devs);
+  j["top_sites_by_bytes"] = sites_json(r.top_by_bytes, sites, o.top, o.frames);
+  j["top_sites_by_count"] = sites_json(r.top_by_count, sites, o.top, o.frames);
+  json hist = json::array();
+  for (const auto& b : r.histogram) {
+    hist.push_back({{"min_bytes", b.low},
+                    {"max_bytes", b.high ? json(b.high - 1) : json(nullptr)},
+                    {"count", b.count},
+                    {"bytes", b.bytes}});
+  }
+  j["size_histogram"] = std::move(hist);
+  json anomalies = json::array();
+  if (s.tool) {
+    for (const auto& a : s.tool->anomalies) {
+      anomalies.push_back({{"kind", a.kind},
+                           {"addr", a.addr},
+                           {"api", a.api},
+                           {"time_us", a.time_us},
+                           {"tid", a.tid},
+                           {"site", sites.site(a.stack)},
+                           {"frames", frames_json(sites, a.stack, o.frames)}});
+    }
+    uint64_t vmm = 0, host = 0;
+    for (const auto& h : s.tool->vmm_handles) vmm += h.size;
+    for (const auto& h : s.tool->host_allocations) host += h.size;
+    j["vmm_handles"] = {{"count", s.tool->vmm_handles.size()}, {"bytes", vmm}};
+    j["host_allocations"] = {{"count", s.tool->host_allocations.size()}, {"bytes", host}};
+  }
+  j["anomalies"] = std::move(anomalies);
+  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+}
+
+}  // namespace cumemtrace::analysis

@@ -1,0 +1,53 @@
+// Contract: `cumemtrace report` — what a snapshot says about memory, for people (text) and
+// machines (json): per device peak (bytes, time, what was live at the peak by allocation site),
+// bytes live at exit by call stack, top allocation sites by bytes and by count, the allocation
+// size histogram, events and drops, anomalies, and VMM/pinned-host memory still held. Building
+// and printing are separate so tests and `diff` can use the numbers directly.
+#pragma once
+
+#include <cstddef>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "analysis/frames.h"
+#include "analysis/grouping.h"
+#include "analysis/model.h"
+
+namespace cumemtrace::analysis {
+
+struct DeviceReport {
+  Timeline timeline;
+  std::vector<SiteStat> at_peak;         // live at the peak, by site
+  std::vector<StackGroup> live_at_exit;  // by stack
+  uint64_t live_at_exit_bytes = 0;
+  uint64_t live_at_exit_count = 0;
+};
+
+struct Report {
+  std::string file;
+  Flavor flavor = Flavor::kCumemtrace;
+  uint64_t trace_entries = 0;
+  int64_t time_origin_us = 0;         // times are shown relative to this
+  std::vector<DeviceReport> devices;  // only devices with memory or trace entries
+  std::vector<SiteStat> top_by_bytes;
+  std::vector<SiteStat> top_by_count;
+  std::vector<SizeBucket> histogram;
+};
+
+Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file);
+
+struct ReportOptions {
+  size_t top = 10;    // rows per table
+  size_t frames = 6;  // program frames shown per stack
+};
+
+void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
+                       const ReportOptions& o, std::ostream& out);
+void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
+                       const ReportOptions& o, std::ostream& out);
+
+// Seconds since the origin, "+1.234567 s".
+std::string format_time(int64_t time_us, int64_t origin_us);
+
+}  // namespace cumemtrace::analysis

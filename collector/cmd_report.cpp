@@ -1,0 +1,59 @@
+// `cumemtrace report FILE`: where a snapshot's memory went (see analysis/report.h).
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "analysis/report.h"
+#include "commands.h"
+#include "snapshot_reader.h"
+
+namespace cumemtrace::cli {
+
+void add_report_command(CLI::App& app, int& exit_code) {
+  struct Opts {
+    std::string file;
+    std::string format = "text";
+    analysis::ReportOptions report;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "report", "Summarize a snapshot: peaks, memory live at exit, top allocation sites, sizes");
+  cmd->add_option("FILE", o->file, "Snapshot (cumemtrace JSON, or PyTorch's converted to JSON)")
+      ->required();
+  cmd->add_option("--format", o->format, "Output format")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("--top", o->report.top, "Rows per table")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--frames", o->report.frames, "Program frames shown per stack")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->callback([o, &exit_code] {
+    // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.
+    try {
+      snap::Snapshot s;
+      try {
+        s = snap::read_snapshot_file(o->file);
+      } catch (const snap::ReadError& e) {
+        std::cerr << "cumemtrace report: " << e.what() << '\n';
+        exit_code = 2;
+        return;
+      }
+      const analysis::SiteTable sites(s);
+      const auto r = analysis::build_report(s, sites, o->file);
+      if (o->format == "json") {
+        analysis::print_report_json(r, s, sites, o->report, std::cout);
+      } else {
+        analysis::print_report_text(r, s, sites, o->report, std::cout);
+      }
+      std::cout.flush();
+      exit_code = std::cout ? 0 : 2;
+    } catch (const std::exception& e) {
+      std::cerr << "cumemtrace report: " << e.what() << '\n';
+      exit_code = 2;
+    }
+  });
+}
+
+}  // namespace cumemtrace::cli

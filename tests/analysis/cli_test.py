@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `cumemtrace report|check|diff`: every exit code (0, 1, 2), every output
+format (text, json, github, JUnit XML), suppressions, drops, marks, unreadable input, and the
+real PyTorch fixture. Run by CTest (test `analysis_cli`); exits non-zero on the first failure."""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+ARGS = None
+FAILURES = []
+
+
+def run(*args):
+    p = subprocess.run([ARGS.cumemtrace, *args], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def expect_rc(args, rc, contains=(), stream="out"):
+    code, out, err = run(*args)
+    text = out if stream == "out" else err
+    expect(code == rc, f"cumemtrace {' '.join(args)}: exit {code}, expected {rc}\n{out}\n{err}")
+    for c in contains:
+        expect(c in text, f"cumemtrace {' '.join(args)}: output lacks {c!r}:\n{text}")
+    return out, err
+
+
+def snap(name):
+    return os.path.join(ARGS.work, name)
+
+
+def write(name, text, mode="w"):
+    with open(snap(name), mode) as f:
+        f.write(text)
+    return snap(name)
+
+
+def test_report():
+    out, _ = expect_rc(["report", snap("leak.json")], 0,
+                       ["peak device memory: 3.00 MiB", "live at exit: 2.00 MiB in 1 allocation",
+                        "at allocate_weights (tests/programs/scenarios.cpp:42)",
+                        "Top allocation sites by bytes", "Allocation sizes:", "Anomalies: none"])
+    out, _ = expect_rc(["report", "--format", "json", snap("twodev.json")], 0)
+    j = json.loads(out)
+    expect([d["device"] for d in j["devices"]] == [0, 1], "report json lists both devices")
+    expect(j["devices"][1]["live_at_exit_bytes"] == 5 << 20, "device 1 keeps 5 MiB")
+    expect(j["devices"][0]["live_at_exit_bytes"] == 0, "device 0 freed everything")
+    expect_rc(["report", snap("anomaly.json")], 0,
+              ["Anomalies: 1", "double_free of 0xdead0000 (cudaFree)", "at release_twice (a.cpp:9)"])
+    expect_rc(["report", snap("drops.json")], 0, ["5 dropped (INCOMPLETE"])
+    expect_rc(["report", "--format", "yaml", snap("leak.json")], 2)
+    expect_rc(["report"], 2)
+
+
+def test_unreadable():
+    good = open(snap("leak.json")).read()
+    cases = {
+        "missing": (snap("nope.json"), "nope.json: cannot open"),
+        "truncated": (write("truncated.json", good[: len(good) // 2]), "truncated.json:offset "),
+        "version": (write("v2.json", good.replace('"schema_version":1', '"schema_version":2')),
+                    "unsupported schema_version 2 (this cumemtrace reads 1)"),
+        "binary": (write("bin.json", b"\x7fELF\x00\x01\x02\xff" * 50, "wb"), "bin.json:offset 0: invalid JSON"),
+        "negative": (write("neg.json", good.replace('"size":1048576', '"size":-1048576', 1)),
+                     "expected a non-negative integer"),
+        "directory": (ARGS.work, "expected a regular file"),
+    }
+    for name, (path, msg) in cases.items():
+        for cmd in (["report", path], ["check", "--max-leaked-bytes", "0", path],
+                    ["diff", snap("leak.json"), path]):
+            _, err = expect_rc(cmd, 2, [msg], stream="err")
+            expect(err.count("\n") == 1, f"{name}: one-line error, got {err!r}")
+
+
+def test_check_text():
+    expect_rc(["check", "--max-leaked-bytes", "0", snap("clean.json")], 0,
+              ["clean.json: ok: 2 checks passed", "cumemtrace check: 0 failed, 2 passed"])
+    out, _ = expect_rc(["check", "--max-leaked-bytes", "0", snap("leak.json")], 1)
+    expect(snap("leak.json") + ": error: 2.00 MiB leaked on device 0 by 1 allocation (limit 0 B)\n"
+           "    at allocate_weights (tests/programs/scenarios.cpp:42)\n" in out,
+           "compiler-style leak failure:\n" + out)
+    expect_rc(["check", "--max-leaked-bytes", "2MiB", snap("leak.json")], 0)
+    expect_rc(["check", "--max-peak-bytes", "3MiB", snap("leak.json")], 0)
+    expect_rc(["check", "--max-peak-bytes", "3145727", snap("leak.json")], 1,
+              ["error: peak 3.00 MiB on device 0"])
+    # Several files: one failing fails the run, each is reported.
+    out, _ = expect_rc(["check", "--max-leaked-bytes", "0", snap("clean.json"), snap("leak.json")], 1,
+                       ["clean.json: ok", "leak.json: error"])
+    # Per device limits.
+    expect_rc(["check", "--max-leaked-bytes", "4MiB", snap("twodev.json")], 1,
+              ["5.00 MiB leaked on device 1", "at on_gpu1 (multi.cu:9)"])
+
+
+def test_check_usage():
+    for args in (["check", "--max-leaked-bytes", "lots", snap("leak.json")],
+                 ["check", "--max-leaked-bytes", "-1", snap("leak.json")],
+                 ["check", "--max-leaked-bytes", "0"],
+                 ["check", "--frobnicate", snap("leak.json")],
+                 ["check", "--format", "xml", snap("leak.json")],
+                 ["check", "--max-growth", "0", snap("growth.json")],
+                 ["check", "--mark", "step", snap("growth.json")],
+                 ["check", "--max-leaked-bytes", "0", "--junit", "/nonexistent-dir/x.xml", snap("leak.json")],
+                 ["check", "--max-leaked-bytes", "0", "--suppressions", snap("missing.supp"), snap("leak.json")]):
+        expect_rc(args, 2)
+
+
+def test_drops():
+    expect_rc(["check", "--max-leaked-bytes", "0", snap("drops.json")], 1,
+              ["error: incomplete: 5 of 7 events dropped"])
+    expect_rc(["check", "--max-leaked-bytes", "0", "--allow-drops", snap("drops.json")], 0,
+              ["warning: incomplete: 5 of 7 events dropped"])
+
+
+def test_growth_and_suppressions():
+    expect_rc(["check", "--max-growth", "0", "--mark", "step", snap("steady.json")], 0)
+    expect_rc(["check", "--max-growth", "0", "--mark", "step", snap("growth.json")], 1,
+              ["grew by +4.00 MiB between occurrences 2 and 6 of mark 'step'",
+               "+4.00 MiB grew at grow_cache (src/cache.cpp:10)"])
+    expect_rc(["check", "--max-growth", "1MiB", "--mark", "step", "--warmup", "4", snap("growth.json")], 0)
+    supp = write("ci.supp", "# cache is bounded by design\ngrowth:grow_cache\nleak:^src/cache.cpp$\n")
+    expect_rc(["check", "--max-growth", "0", "--mark", "step", "--max-leaked-bytes", "0",
+               "--suppressions", supp, snap("growth.json")], 0,
+              ["Suppressions used:", "grow_cache (" + supp + ":2)", "^src/cache.cpp$ (" + supp + ":3)"])
+    bad = write("bad.supp", "leak:ok\nleaks:typo\n")
+    _, err = expect_rc(["check", "--max-leaked-bytes", "0", "--suppressions", bad, snap("leak.json")], 2,
+                       [bad + ":2: expected `leak:PATTERN` or `growth:PATTERN`"], stream="err")
+
+
+def test_formats():
+    out, _ = expect_rc(["check", "--max-leaked-bytes", "0", "--format", "json", snap("leak.json"),
+                        snap("clean.json")], 1)
+    j = json.loads(out)
+    expect(j["ok"] is False and j["failed"] == 1, "json summary")
+    expect(j["files"][0]["ok"] is False and j["files"][1]["ok"] is True, "json per file")
+    leak = [c for c in j["files"][0]["checks"] if c["check"] == "leaked-bytes"][0]
+    expect(leak["value"] == 2 << 20 and leak["limit"] == 0 and leak["status"] == "fail", "json leak")
+
+    out, _ = expect_rc(["check", "--max-leaked-bytes", "0", "--format", "github", snap("leak.json")], 1)
+    lines = out.splitlines()
+    expect(lines[0].startswith("::error file=tests/programs/scenarios.cpp,line=42,title=cumemtrace "
+                               "leaked-bytes::"), "github annotation: " + out)
+    expect("%0A    at allocate_weights" in lines[0], "github stack in message")
+    out, _ = expect_rc(["check", "--max-leaked-bytes", "0", "--format", "github", snap("anomaly.json")], 0)
+    expect(out.startswith("::warning "), "github warning: " + out)
+
+    xml_path = snap("out.xml")
+    expect_rc(["check", "--max-leaked-bytes", "0", "--max-peak-bytes", "1GiB", "--junit", xml_path,
+               snap("leak.json"), snap("clean.json")], 1)
+    root = ET.parse(xml_path).getroot()
+    expect(root.tag == "testsuites" and root.get("failures") == "1" and root.get("tests") == "6",
+           f"junit totals {root.attrib}")
+    suites = root.findall("testsuite")
+    expect(len(suites) == 2, "one suite per snapshot")
+    failures = root.findall(".//failure")
+    expect(len(failures) == 1 and "allocate_weights" in failures[0].text, "junit failure with stack")
+    expect(failures[0].get("message").startswith("2.00 MiB leaked on device 0"), "junit message")
+
+
+def test_diff():
+    out, _ = expect_rc(["diff", snap("steady.json"), snap("growth.json")], 0,
+                       ["live at exit: 0 B -> 5.00 MiB  +5.00 MiB", "grow_cache (src/cache.cpp:10)"])
+    out, _ = expect_rc(["diff", "--format", "json", snap("steady.json"), snap("growth.json")], 0)
+    j = json.loads(out)
+    expect(j["devices"][0]["live_change_bytes"] == 5 << 20, "diff json live change")
+    expect(j["sites"][0]["site"] == "grow_cache (src/cache.cpp:10)", "diff json site")
+    expect_rc(["diff", snap("steady.json")], 2)
+
+
+def test_torch_fixture():
+    fixture = os.path.join(ARGS.fixtures, "torch-2.11", "snapshot-last1500.json")
+    if not os.path.exists(fixture):
+        print(f"SKIP torch fixture tests: {fixture} is absent")
+        return
+    out, _ = expect_rc(["report", fixture], 0, ["(PyTorch snapshot)", "peak allocated:", "peak reserved"])
+    out, _ = expect_rc(["report", "--format", "json", fixture], 0)
+    j = json.loads(out)
+    d = j["devices"][0]
+    expect(d["reserved_peak_bytes"] >= d["peak_bytes"] >= d["end_bytes"], "torch peaks ordered")
+    expect(d["live_at_exit_bytes"] == d["end_bytes"], "torch replay lands on the end state")
+    expect_rc(["check", "--max-leaked-bytes", "1GiB", fixture], 0)
+    expect_rc(["check", "--max-leaked-bytes", "0", fixture], 1, ["leaked on device 0 by 38 allocations"])
+    expect_rc(["check", "--max-growth", "16MiB", "--mark", "Optimizer.zero_grad#Adam.zero_grad", fixture], 0)
+    expect_rc(["diff", fixture, fixture], 0, ["Changed allocation sites", "none"])
+
+
+def test_real_collector_output():
+    """The collector's own files, from a test program run on the fake driver, gate correctly."""
+    if not ARGS.traced_program or not os.path.exists(ARGS.traced_program):
+        print("SKIP collector output test: the test programs are not built")
+        return
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ARGS.fake_driver_dir + ":" + os.path.join(
+        os.path.dirname(os.path.dirname(ARGS.cumemtrace)), "lib")
+    for k in list(env):
+        if k.startswith("CUMEMTRACE_") or k.startswith("FAKE_CUDA_") or k == "LD_PRELOAD":
+            del env[k]
+    out = os.path.join(ARGS.work, "collected")
+    subprocess.run(["rm", "-rf", out], check=True)
+    p = subprocess.run([ARGS.cumemtrace, "run", "-o", out, "--", ARGS.traced_program, "basic"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    expect(p.returncode == 0, "traced run: " + p.stderr)
+    files = sorted(os.path.join(out, f) for f in os.listdir(out)) if os.path.isdir(out) else []
+    expect(len(files) == 1, f"one snapshot from the traced run, got {files}")
+    if len(files) != 1:
+        return
+    # The basic scenario keeps 2 MiB on device 0 (allocate_weights) and 4.5 MiB on device 1,
+    # peaking at 3 MiB and 7 MiB.
+    out_text, _ = expect_rc(["check", "--max-leaked-bytes", "0", files[0]], 1,
+                            ["2.00 MiB leaked on device 0 by 1 allocation (limit 0 B)\n    at allocate_weights (",
+                             "4.50 MiB leaked on device 1 by 2 allocations"])
+    expect_rc(["check", "--max-leaked-bytes", "4.5MiB", "--max-peak-bytes", "7MiB", files[0]], 0)
+    expect_rc(["check", "--max-peak-bytes", "6MiB", files[0]], 1, ["error: peak 7.00 MiB on device 1"])
+    out_text, _ = expect_rc(["report", "--format", "json", files[0]], 0)
+    j = json.loads(out_text)
+    expect([(d["device"], d["peak_bytes"]) for d in j["devices"]] == [(0, 3 << 20), (1, 7 << 20)],
+           f"peaks of the basic scenario: {j['devices']}")
+
+
+def test_schema():
+    try:
+        import jsonschema
+    except ImportError:
+        print("SKIP schema test: python3-jsonschema is absent")
+        return
+    schema = json.load(open(ARGS.schema))
+    for name in ("clean.json", "leak.json", "growth.json", "drops.json", "anomaly.json", "twodev.json"):
+        try:
+            jsonschema.validate(json.load(open(snap(name))), schema)
+        except jsonschema.ValidationError as e:
+            expect(False, f"{name} does not match the schema: {e.message}")
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--cumemtrace", required=True)
+    p.add_argument("--make-snapshots", required=True)
+    p.add_argument("--fixtures", required=True)
+    p.add_argument("--schema", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--traced-program", default="")
+    p.add_argument("--fake-driver-dir", default="")
+    ARGS = p.parse_args()
+    os.makedirs(ARGS.work, exist_ok=True)
+    subprocess.run([ARGS.make_snapshots, ARGS.work], check=True)
+    for t in (test_report, test_unreadable, test_check_text, test_check_usage, test_drops,
+              test_growth_and_suppressions, test_formats, test_diff, test_torch_fixture,
+              test_real_collector_output, test_schema):
+        t()
+    if FAILURES:
+        print(f"{len(FAILURES)} failure(s)", file=sys.stderr)
+        return 1
+    print("all CLI tests passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
