@@ -1,6 +1,8 @@
 // `cumemtrace run [options] -- CMD ARGS...`: starts CMD with the preload, is its collector, and
-// exits with CMD's exit status (128+N when a signal N killed it). When tracing cannot work (no
-// preload library, unwritable output directory) it says so in one line and runs CMD untraced.
+// exits with CMD's exit status (128+N when a signal N killed it), or with `check`'s verdict (1, or
+// 2 for bad check options) when limits such as --max-leaked-bytes are given and one fails. When
+// tracing cannot work (no preload library, unwritable output directory) it says so in one line and
+// runs CMD untraced.
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -18,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "analysis/check.h"
 #include "collector_loop.h"
 #include "commands.h"
 #include "output_dir.h"
@@ -34,7 +37,12 @@ struct RunArgs {
   bool no_follow = false;
   bool quiet = false;
   std::vector<std::string> command;
+  analysis::CheckOptions check;
 };
+
+bool has_limits(const analysis::CheckOptions& c) {
+  return c.max_leaked_bytes || c.max_peak_bytes || c.max_growth;
+}
 
 std::string find_preload() {
   if (const char* p = getenv("CUMEMTRACE_PRELOAD")) return p;
@@ -135,7 +143,13 @@ int run_main(const RunArgs& a) {
   collector.set_direct_child(child);
   collector.set_signal_fd(sfd);
   collector.run();
-  return collector.child_status() ? exit_code_of(*collector.child_status()) : 1;
+  const int code = collector.child_status() ? exit_code_of(*collector.child_status()) : 1;
+  if (!has_limits(a.check)) return code;
+  // The same gate as `cumemtrace check`, on the snapshots just written.
+  std::vector<analysis::LoadedSnapshot> snaps;
+  for (const auto& w : collector.written()) snaps.push_back({w.path, w.snapshot});
+  const int verdict = analysis::run_check(snaps, a.check, std::cerr);
+  return verdict != 0 ? verdict : code;
 }
 
 }  // namespace
@@ -157,6 +171,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_flag("--no-follow", args->no_follow, "trace only CMD itself, not its children");
   sub->add_flag("-q,--quiet", args->quiet, "print nothing but errors");
+  analysis::add_check_options(sub, args->check);
   sub->add_option("command", args->command, "the program to run and its arguments (after --)")
       ->required();
   sub->callback([args, &exit_code] { exit_code = run_main(*args); });

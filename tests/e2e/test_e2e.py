@@ -304,3 +304,14 @@ def test_dlsym_passthrough_is_a_tail_call():
     out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", PRELOAD], capture_output=True, text=True).stdout
     body = out.split("<dlsym>:", 1)[1].split("\n\n", 1)[0]
     assert "jmp    *%rax" in body or "jmp    *%r" in body
+
+
+def test_run_gates_on_the_same_limits_as_check(tmp_path):
+    p, _ = run_traced(tmp_path / "a", [prog("ct_static_like"), "basic"], ["--max-leaked-bytes", "0"])
+    assert p.returncode == 1
+    assert "2.00 MiB leaked on device 0 by 1 allocation (limit 0 B)" in p.stderr
+    assert "allocate_weights" in p.stderr
+    p, _ = run_traced(tmp_path / "b", [prog("ct_static_like"), "exit", "3"], ["--max-leaked-bytes", "1MiB"])
+    assert p.returncode == 3  # limits hold: the program's own status
+    p, _ = run_traced(tmp_path / "c", [prog("ct_static_like"), "basic"], ["--max-peak-bytes", "6MiB"])
+    assert p.returncode == 1 and "device 1" in p.stderr
