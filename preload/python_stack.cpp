@@ -51,7 +51,7 @@ std::atomic<bool> g_raw_on{false};
 
 // Frames still to be read through process_vm_readv before plain loads are trusted: enough to
 // have checked the layout on real frames of this process (a few captures).
-constexpr int kProbationFrames = 256;
+constexpr int kProbationFrames = 64;
 std::atomic<int> g_probation{kProbationFrames};
 
 // Frames walked per capture at most (skipped shim and incomplete frames included).
