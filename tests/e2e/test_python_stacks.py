@@ -5,7 +5,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -13,7 +12,9 @@ from conftest import MiB, run_traced
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "py_alloc.py")
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
+# CT_PYTHON picks another interpreter for the traced program (e.g. a pyenv 3.12 or 3.13).
+PYTHON = os.environ.get("CT_PYTHON") or (
+    "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3"))
 
 
 def python_version():
