@@ -264,14 +264,25 @@ bool read_str(uintptr_t s, char* out, size_t room, size_t* len, bool checked) no
   return true;
 }
 
-uint64_t fnv1a(const char* s, size_t n, uint64_t h) noexcept {
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(s[i])) * 0x100000001B3ull;
-  return h;
+// A 64-bit hash of n bytes, eight at a time (names are hashed at every sight).
+uint64_t hash_bytes(const unsigned char* p, size_t n) noexcept {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+    h ^= h >> 32;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, p, n);
+  h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+  return h ^ (h >> 29);
 }
 
 // A key of the text of str `s`: Python's own cached hash when it was computed (a content hash,
-// and free to read), else a hash of the text as announced. Equal text may give different keys
-// (an extra announcement); different text gives equal keys only by a 64-bit collision.
+// and free to read), else a hash of its bytes (compact ASCII, read in place) or of the text as
+// announced. Equal text may give different keys (an extra announcement); different text gives
+// equal keys only by a 64-bit collision.
 bool str_key(uintptr_t s, uint64_t* key, bool checked) noexcept {
   StrHead h;
   if (!read_str_head(s, &h, checked)) return false;
@@ -279,10 +290,22 @@ bool str_key(uintptr_t s, uint64_t* key, bool checked) noexcept {
     *key = h.hash;
     return true;
   }
-  char text[kMaxChars * 4];
+  const size_t chars =
+      static_cast<size_t>(h.length) < kMaxChars ? static_cast<size_t>(h.length) : kMaxChars;
+  unsigned char text[kMaxChars * 4];
+  if ((h.state & kStrCompact) && (h.state & kStrAscii)) {
+    const uintptr_t data = s + g_raw.layout->ascii_size;
+    if (!checked) {
+      *key = hash_bytes(reinterpret_cast<const unsigned char*>(data), chars);
+      return true;
+    }
+    if (chars && !fetch(text, data, chars, checked)) return false;
+    *key = hash_bytes(text, chars);
+    return true;
+  }
   size_t n = 0;
-  if (!read_str(s, text, sizeof text, &n, checked)) return false;
-  *key = fnv1a(text, n, 0xCBF29CE484222325ull) ^ 0x5bd1e995;  // apart from Python's hashes
+  if (!read_str(s, reinterpret_cast<char*>(text), sizeof text, &n, checked)) return false;
+  *key = hash_bytes(text, n) ^ 0x5bd1e995;  // apart from the ASCII keys
   return true;
 }
 
