@@ -420,6 +420,20 @@ unsigned api_capture(uint64_t* out, unsigned max) noexcept {
   return n;
 }
 
+// On probation, where the calling thread holds the GIL: the innermost frame read from memory
+// must be the one the public API reports. This catches what reads cannot (a thread state
+// offset that lands on a null pointer would otherwise just yield no frames, forever).
+bool agrees_with_api(const uint64_t* out, int n) noexcept {
+  if (!g_api.gil_check()) return true;
+  void* frame = g_api.eval_get_frame();  // borrowed; the innermost complete frame
+  if (!frame) return n == 0;
+  void* code = g_api.frame_get_code(frame);  // new reference
+  const bool same = n > 0 && out[0] == reinterpret_cast<uint64_t>(code) &&
+                    static_cast<int>(out[1]) == g_api.frame_get_line(frame);
+  if (code) g_api.decref(code);
+  return same;
+}
+
 }  // namespace
 
 void python_stack_reset() noexcept {
@@ -440,8 +454,9 @@ unsigned capture_python_stack(uint64_t* out, unsigned max) noexcept {
   if (state != kAvailable || max == 0) return 0;
   if (!g_api.is_initialized()) return 0;
   if (g_raw_on.load(std::memory_order_relaxed)) {
+    const bool probation = g_probation.load(std::memory_order_relaxed) > 0;
     const int n = raw_capture(out, max);
-    if (n >= 0) return static_cast<unsigned>(n);
+    if (n >= 0 && (!probation || agrees_with_api(out, n))) return static_cast<unsigned>(n);
     raw_off("a frame did not match the CPython layout");
   }
   return api_capture(out, max);

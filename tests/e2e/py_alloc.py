@@ -63,10 +63,19 @@ def short_lived_code(rounds):
         del fn
 
 
+def non_ascii_names():
+    """A function and file named outside ASCII (Latin-1, 2- and 4-byte characters)."""
+    ns = {}
+    exec(compile("def gr\u00f6\u00dfe_\u03bb(f, n):\n    return f(n)\n", "<g\u00e9n_\U0001f600>",
+                 "exec"), ns)
+    return ns["gr\u00f6\u00dfe_\u03bb"](load_weights, 7 << 20)
+
+
 setup()
 build_model()  # MODULE_CALL_LINE
 if NOGIL:
     t = threading.Thread(target=worker, name="worker")
     t.start()
     t.join()
-    short_lived_code(12)
+    short_lived_code(24)  # enough frames to outlast the checked-read probation
+    non_ascii_names()

@@ -80,13 +80,18 @@ def test_python_frames_without_the_gil(tmp_path):
     names = [f["name"] for f in frames]
     assert names.index("worker") < names.index("_bootstrap_inner")
 
+    # Names outside ASCII are decoded from the str objects' memory into UTF-8.
+    frames = segment_frames(snap, 7 * MiB)
+    assert ("<g\u00e9n_\U0001f600>", "gr\u00f6\u00dfe_\u03bb", 2) in [
+        (f["filename"], f["name"], f["line"]) for f in frames]
+
 
 @needs_gilless
 def test_reused_code_addresses_keep_their_own_names(tmp_path):
     p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"])
     assert p.returncode == 0, p.stderr
     addresses = re.findall(r"^code (\d+) (0x[0-9a-f]+)$", p.stderr, re.M)
-    assert len(addresses) == 12
+    assert len(addresses) == 24
     # The interpreter reuses freed code objects' memory: the point of this test.
     assert len({a for _, a in addresses}) < len(addresses), addresses
     (snap,) = snaps.values()
@@ -98,7 +103,7 @@ def test_reused_code_addresses_keep_their_own_names(tmp_path):
         gen = [f for f in entry["frames"] if f["filename"].startswith("<gen_")]
         assert [(f["filename"], f["name"], f["line"]) for f in gen] == [(f"<gen_{i}>", f"fn_{i}", 2)]
         seen += 1
-    assert seen == 12
+    assert seen == 24
 
 
 def test_python_stacks_can_be_turned_off(tmp_path):
