@@ -72,14 +72,19 @@ int64_t TraceModel::to_us(uint64_t mono) const {
 
 TraceModel::StackId TraceModel::intern(const Record& r) {
   if (r.frames.empty() && r.pyframes.empty()) return -1;
+  // Python code addresses become the announcement that applies now.
+  std::vector<uint64_t> python = r.pyframes;
+  for (size_t i = 0; i + 1 < python.size(); i += 2) {
+    auto it = py_code_latest_.find(python[i]);
+    python[i] = it != py_code_latest_.end() ? it->second : kNoPyCode;
+  }
   std::string key(reinterpret_cast<const char*>(r.frames.data()),
                   r.frames.size() * sizeof(uint64_t));
   key.push_back('|');
-  key.append(reinterpret_cast<const char*>(r.pyframes.data()),
-             r.pyframes.size() * sizeof(uint64_t));
+  key.append(reinterpret_cast<const char*>(python.data()), python.size() * sizeof(uint64_t));
   auto [it, inserted] =
       stack_index_.try_emplace(std::move(key), static_cast<StackId>(stacks_.size()));
-  if (inserted) stacks_.push_back(RawStack{r.frames, r.pyframes});
+  if (inserted) stacks_.push_back(RawStack{r.frames, std::move(python)});
   return it->second;
 }
 
@@ -93,10 +98,11 @@ snap::Stack TraceModel::render(size_t id, Symbolizer& sym) const {
   if (raw.python.empty()) return native;
   snap::Stack py;
   for (size_t i = 0; i + 1 < raw.python.size(); i += 2) {
-    auto it = py_code_.find(raw.python[i]);
+    const uint64_t code = raw.python[i];
+    const bool known = code < py_code_.size();
     snap::Frame f;
-    f.filename = it != py_code_.end() ? it->second.first : "<python>";
-    f.name = it != py_code_.end() ? it->second.second : "<unknown>";
+    f.filename = known ? py_code_[code].first : "<python>";
+    f.name = known ? py_code_[code].second : "<unknown>";
     f.line = static_cast<int64_t>(raw.python[i + 1]);
     py.push_back(std::move(f));
   }
@@ -177,7 +183,14 @@ void TraceModel::add(const Record& r) {
       std::string file = r.text.substr(0, nul);
       std::string name = nul == std::string::npos ? "" : r.text.substr(nul + 1);
       if (auto end = name.find('\0'); end != std::string::npos) name.resize(end);
-      py_code_[ev.aux] = {std::move(file), std::move(name)};
+      // A repeated announcement of the same names keeps its index, so that equal stacks stay
+      // one stack; other names for a known address start a new one.
+      auto [it, inserted] = py_code_latest_.try_emplace(ev.aux, py_code_.size());
+      if (!inserted && py_code_[it->second].first == file && py_code_[it->second].second == name) {
+        return;
+      }
+      it->second = py_code_.size();
+      py_code_.emplace_back(std::move(file), std::move(name));
       return;
     }
     case Kind::kMark:

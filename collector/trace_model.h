@@ -112,11 +112,17 @@ class TraceModel {
 
   struct RawStack {
     std::vector<uint64_t> native;
-    std::vector<uint64_t> python;  // (code, line) pairs
+    std::vector<uint64_t> python;  // (index into py_code_ or kNoPyCode, line) pairs
   };
+  static constexpr uint64_t kNoPyCode = ~uint64_t{0};
   std::vector<RawStack> stacks_;
-  std::unordered_map<std::string, StackId> stack_index_;  // raw bytes of the frames -> id
-  std::unordered_map<uint64_t, std::pair<std::string, std::string>> py_code_;  // file, function
+  std::unordered_map<std::string, StackId> stack_index_;  // frames as interned -> id
+  // Python code objects as announced (file, function), in announcement order, and the latest
+  // announcement of each code object address: an address may be announced again for another
+  // code object (the preload holds no reference), which then applies to later records only.
+  // Stacks are interned with announcement indexes, so their names are fixed at record time.
+  std::vector<std::pair<std::string, std::string>> py_code_;
+  std::unordered_map<uint64_t, uint64_t> py_code_latest_;
   std::vector<std::pair<uint64_t, std::string>> modules_;
   std::map<std::string, std::string> threads_;
 

@@ -1,18 +1,24 @@
 #include "python_stack.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 
+#include "cpython_layout.h"
 #include "real_driver.h"
 #include "recorder.h"
+#include "session.h"
 
 namespace cumemtrace::preload {
 
 namespace {
 
-// The subset of CPython's C API used here; all present with these signatures in 3.9 to 3.13.
+// The subset of CPython's C API used by the GIL-held path; all present with these signatures
+// in 3.9 to 3.13.
 struct PyApi {
   int (*is_initialized)();
   int (*gil_check)();
@@ -28,13 +34,46 @@ struct PyApi {
   int (*gc_enable)();
 };
 
-enum : int { kUnknown = 0, kAvailable = 1, kAbsent = 2 };
+// What the GIL-less reader needs besides the layout.
+struct RawApi {
+  const CpythonLayout* layout;
+  uintptr_t code_type;           // &PyCode_Type
+  uintptr_t str_type;            // &PyUnicode_Type
+  void* (*this_tstate)();        // PyGILState_GetThisThreadState: a TSS lookup, no GIL needed
+  int (*addr2line)(void*, int);  // PyCode_Addr2Line: reads the code's line table only
+};
+
+enum : int { kUnknown = 0, kResolving = 1, kAvailable = 2, kAbsent = 3 };
 std::atomic<int> g_state{kUnknown};
 PyApi g_api;
+RawApi g_raw;
+std::atomic<bool> g_raw_on{false};
 
-// Code objects already announced: an open-addressing set written under the GIL.
+// Frames still to be read through process_vm_readv before plain loads are trusted: enough to
+// have checked the layout on real frames of this process (a few captures).
+constexpr int kProbationFrames = 64;
+std::atomic<int> g_probation{kProbationFrames};
+
+// Frames walked per capture at most (skipped shim and incomplete frames included).
+constexpr unsigned kMaxHops = 256;
+// Characters of a file or function name read at most.
+constexpr size_t kMaxChars = 256;
+
+// Announced code objects: code address -> signature of the (file, name) last announced for it.
+// Open addressing, lock-free: a slot is claimed once by CAS on `code`; `sig` is stored after
+// the announcement was published (release), so a thread that loads the same sig (acquire)
+// reserves its record's ticket after the announcement's. Concurrent writers of one slot write
+// the same value: two code objects that share an address never live at the same time, and a
+// thread is inside the hook only while the code objects of its frames live.
+struct SeenSlot {
+  std::atomic<uint64_t> code;
+  std::atomic<uint64_t> sig;
+};
 constexpr unsigned kSeenSlots = 1 << 16;
-std::atomic<uint64_t> g_seen[kSeenSlots];
+SeenSlot g_seen[kSeenSlots];
+// The GIL-held path's signature: the code object is kept alive by our reference, so its
+// address is never reused. Raw signatures are odd, so they never equal it.
+constexpr uint64_t kPinned = 2;
 
 bool resolve() noexcept {
   DlsymFn dl = real_dlsym();
@@ -57,23 +96,45 @@ bool resolve() noexcept {
   }
   static_assert(sizeof(PyApi) == sizeof p);
   std::memcpy(&g_api, p, sizeof p);
+
+  // Py_Version (3.11+) is the runtime's PY_VERSION_HEX; older interpreters lack it.
+  const auto* version = static_cast<const unsigned long*>(get("Py_Version"));
+  g_raw.layout = version ? cpython_layout(*version) : nullptr;
+  g_raw.code_type = reinterpret_cast<uintptr_t>(get("PyCode_Type"));
+  g_raw.str_type = reinterpret_cast<uintptr_t>(get("PyUnicode_Type"));
+  g_raw.this_tstate = reinterpret_cast<void* (*)()>(get("PyGILState_GetThisThreadState"));
+  g_raw.addr2line = reinterpret_cast<int (*)(void*, int)>(get("PyCode_Addr2Line"));
+  g_raw_on.store(
+      g_raw.layout && g_raw.code_type && g_raw.str_type && g_raw.this_tstate && g_raw.addr2line,
+      std::memory_order_relaxed);
   return true;
 }
 
-// Returns true when `code` was not announced yet (and claims it).
-bool first_sight(uint64_t code) noexcept {
-  uint64_t h = code * 0x9E3779B97F4A7C15ull;
+// --- Announcements -----------------------------------------------------------------------
+
+// The slot of `code`, claimed if new; nullptr when its neighbourhood is full (the code object
+// is then announced at every sight: correct, only costlier).
+SeenSlot* slot_of(uint64_t code) noexcept {
+  const uint64_t h = code * 0x9E3779B97F4A7C15ull;
   for (unsigned i = 0; i < 64; ++i) {
-    auto& slot = g_seen[((h >> 48) + i) & (kSeenSlots - 1)];
-    uint64_t cur = slot.load(std::memory_order_relaxed);
-    if (cur == code) return false;
-    if (cur == 0 && slot.compare_exchange_strong(cur, code, std::memory_order_relaxed)) return true;
-    if (cur == code) return false;
+    SeenSlot& s = g_seen[((h >> 48) + i) & (kSeenSlots - 1)];
+    uint64_t cur = s.code.load(std::memory_order_acquire);
+    if (cur == 0 && s.code.compare_exchange_strong(cur, code, std::memory_order_acq_rel)) return &s;
+    if (cur == code) return &s;
   }
-  return false;  // table full around here: the frame stays anonymous rather than costly
+  return nullptr;
 }
 
-void announce(void* code) noexcept {
+bool announced(SeenSlot* s, uint64_t sig) noexcept {
+  return s && s->sig.load(std::memory_order_acquire) == sig;
+}
+
+void mark_announced(SeenSlot* s, uint64_t sig) noexcept {
+  if (s) s->sig.store(sig, std::memory_order_release);
+}
+
+// GIL held: names through the API, and a reference that keeps the address ours.
+void announce_pinned(void* code) noexcept {
   char buf[1024];
   size_t n = 0;
   for (const char* attr : {"co_filename", "co_name"}) {
@@ -93,20 +154,243 @@ void announce(void* code) noexcept {
   record_bytes(wire::Kind::kPyCode, reinterpret_cast<uint64_t>(code), buf, n);
 }
 
-}  // namespace
+// --- GIL-less reads --------------------------------------------------------------------------
 
-void python_stack_reset() noexcept {
-  for (auto& s : g_seen) s.store(0, std::memory_order_relaxed);
+void raw_off(const char* why) noexcept {
+  if (g_raw_on.exchange(false, std::memory_order_relaxed) && config().debug) {
+    print_line("Python frames of threads without the GIL are off for this process: ", why);
+  }
 }
 
-unsigned capture_python_stack(uint64_t* out, unsigned max) noexcept {
-  int state = g_state.load(std::memory_order_acquire);
-  if (state == kUnknown) {
-    state = resolve() ? kAvailable : kAbsent;
-    g_state.store(state, std::memory_order_release);
+// Copies n bytes at address src. `checked`: through process_vm_readv, which fails on an
+// unmapped address instead of faulting (the layout is still on probation).
+bool fetch(void* dst, uintptr_t src, size_t n, bool checked) noexcept {
+  if (src == 0 || src + n < src) return false;
+  if (!checked) {
+    std::memcpy(dst, reinterpret_cast<const void*>(src), n);
+    return true;
   }
-  if (state != kAvailable || max == 0) return 0;
-  if (!g_api.is_initialized() || !g_api.gil_check()) return 0;
+  iovec local{dst, n};
+  iovec remote{reinterpret_cast<void*>(src), n};
+  const ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  if (got < 0 && errno != EFAULT) raw_off("process_vm_readv is not permitted");
+  return got == static_cast<ssize_t>(n);
+}
+
+template <typename T>
+T field(const unsigned char* buf, unsigned off) noexcept {
+  T v;
+  std::memcpy(&v, buf + off, sizeof v);
+  return v;
+}
+
+bool plausible_object(uintptr_t p) noexcept {
+  return p >= 4096 && (p & 7) == 0;
+}
+
+struct StrHead {
+  uint64_t hash;   // Python's cached hash, or ~0 (-1) when not computed yet
+  int64_t length;  // code points
+  uint32_t state;
+};
+
+bool read_str_head(uintptr_t s, StrHead* h, bool checked) noexcept {
+  unsigned char b[kStrState + 4];
+  if (!plausible_object(s) || !fetch(b, s, sizeof b, checked)) return false;
+  if (field<uintptr_t>(b, kObType) != g_raw.str_type) return false;  // exact str only
+  h->hash = field<uint64_t>(b, kStrHash);
+  h->length = field<int64_t>(b, kStrLength);
+  h->state = field<uint32_t>(b, kStrState);
+  const unsigned kind = (h->state >> kStrKindShift) & 7;
+  return h->length >= 0 && (kind == 1 || kind == 2 || kind == 4);
+}
+
+size_t put_utf8(char* out, size_t room, uint32_t c) noexcept {
+  if ((c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF) c = '?';  // lone surrogates: never emitted
+  if (c < 0x80) {
+    if (room < 1) return 0;
+    out[0] = c == 0 ? '?' : static_cast<char>(c);  // NUL separates the wire's fields
+    return 1;
+  }
+  if (c < 0x800) {
+    if (room < 2) return 0;
+    out[0] = static_cast<char>(0xC0 | (c >> 6));
+    out[1] = static_cast<char>(0x80 | (c & 0x3F));
+    return 2;
+  }
+  if (c < 0x10000) {
+    if (room < 3) return 0;
+    out[0] = static_cast<char>(0xE0 | (c >> 12));
+    out[1] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out[2] = static_cast<char>(0x80 | (c & 0x3F));
+    return 3;
+  }
+  if (room < 4) return 0;
+  out[0] = static_cast<char>(0xF0 | (c >> 18));
+  out[1] = static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+  out[2] = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+  out[3] = static_cast<char>(0x80 | (c & 0x3F));
+  return 4;
+}
+
+// The text of str `s` as valid UTF-8 without NUL, truncated to `room` bytes (and kMaxChars
+// characters). Compact strings (all that code objects hold in practice) are decoded from their
+// 1-, 2- or 4-byte data; anything else reads "?". Returns false when `s` is not a str.
+bool read_str(uintptr_t s, char* out, size_t room, size_t* len, bool checked) noexcept {
+  *len = 0;
+  StrHead h;
+  if (!read_str_head(s, &h, checked)) return false;
+  if (!(h.state & kStrCompact)) {
+    if (room) out[(*len)++] = '?';
+    return true;
+  }
+  const unsigned kind = (h.state >> kStrKindShift) & 7;
+  const bool ascii = h.state & kStrAscii;
+  if (ascii && kind != 1) return false;
+  const size_t chars =
+      static_cast<size_t>(h.length) < kMaxChars ? static_cast<size_t>(h.length) : kMaxChars;
+  unsigned char data[kMaxChars * 4];
+  const uintptr_t at = s + (ascii ? g_raw.layout->ascii_size : g_raw.layout->compact_size);
+  if (chars && !fetch(data, at, chars * kind, checked)) return false;
+  for (size_t i = 0; i < chars; ++i) {
+    uint32_t c = kind == 1   ? data[i]
+                 : kind == 2 ? field<uint16_t>(data, static_cast<unsigned>(2 * i))
+                             : field<uint32_t>(data, static_cast<unsigned>(4 * i));
+    if (ascii && c >= 0x80) c = '?';
+    const size_t w = put_utf8(out + *len, room - *len, c);
+    if (w == 0) break;
+    *len += w;
+  }
+  return true;
+}
+
+// A 64-bit hash of n bytes, eight at a time (names are hashed at every sight).
+uint64_t hash_bytes(const unsigned char* p, size_t n) noexcept {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+    h ^= h >> 32;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, p, n);
+  h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+  return h ^ (h >> 29);
+}
+
+// A key of the text of str `s`: Python's own cached hash when it was computed (a content hash,
+// and free to read), else a hash of its bytes (compact ASCII, read in place) or of the text as
+// announced. Equal text may give different keys (an extra announcement); different text gives
+// equal keys only by a 64-bit collision.
+bool str_key(uintptr_t s, uint64_t* key, bool checked) noexcept {
+  StrHead h;
+  if (!read_str_head(s, &h, checked)) return false;
+  if (h.hash != ~uint64_t{0}) {
+    *key = h.hash;
+    return true;
+  }
+  const size_t chars =
+      static_cast<size_t>(h.length) < kMaxChars ? static_cast<size_t>(h.length) : kMaxChars;
+  unsigned char text[kMaxChars * 4];
+  if ((h.state & kStrCompact) && (h.state & kStrAscii)) {
+    const uintptr_t data = s + g_raw.layout->ascii_size;
+    if (!checked) {
+      *key = hash_bytes(reinterpret_cast<const unsigned char*>(data), chars);
+      return true;
+    }
+    if (chars && !fetch(text, data, chars, checked)) return false;
+    *key = hash_bytes(text, chars);
+    return true;
+  }
+  size_t n = 0;
+  if (!read_str(s, reinterpret_cast<char*>(text), sizeof text, &n, checked)) return false;
+  *key = hash_bytes(text, n) ^ 0x5bd1e995;  // apart from the ASCII keys
+  return true;
+}
+
+bool announce_raw(uintptr_t code, uintptr_t filename, uintptr_t name, bool checked) noexcept {
+  char buf[1024];
+  size_t nf = 0, nn = 0;
+  if (!read_str(filename, buf, 760, &nf, checked)) return false;
+  buf[nf] = '\0';
+  if (!read_str(name, buf + nf + 1, sizeof buf - nf - 2, &nn, checked)) return false;
+  buf[nf + 1 + nn] = '\0';
+  record_bytes(wire::Kind::kPyCode, code, buf, nf + 1 + nn + 1);
+  return true;
+}
+
+// Walks the calling thread's frames from its thread state. Returns the number of pairs, or -1
+// when something did not look like the layout says (the caller turns the reader off).
+int raw_capture(uint64_t* out, unsigned max) noexcept {
+  const CpythonLayout& L = *g_raw.layout;
+  const bool checked = g_probation.load(std::memory_order_relaxed) > 0;
+  const auto ts = reinterpret_cast<uintptr_t>(g_raw.this_tstate());
+  if (ts == 0) return 0;  // no thread state: a thread that never ran Python
+  uintptr_t cframe = 0, frame = 0;
+  unsigned char b[8];
+  if (!fetch(b, ts + L.tstate_cframe, 8, checked)) return -1;
+  cframe = field<uintptr_t>(b, 0);
+  if (cframe == 0) return 0;
+  if (!plausible_object(cframe) || !fetch(b, cframe + L.cframe_current_frame, 8, checked)) {
+    return -1;
+  }
+  frame = field<uintptr_t>(b, 0);
+  int n = 0;
+  for (unsigned hops = 0; frame && static_cast<unsigned>(n) < max && hops < kMaxHops; ++hops) {
+    unsigned char fb[96];
+    static_assert(sizeof fb > 70);
+    if (!plausible_object(frame) || !fetch(fb, frame, L.frame_owner + 1u, checked)) return -1;
+    const uintptr_t code = field<uintptr_t>(fb, L.frame_code);
+    const uintptr_t previous = field<uintptr_t>(fb, L.frame_previous);
+    const uintptr_t prev_instr = field<uintptr_t>(fb, L.frame_prev_instr);
+    const int owner = static_cast<signed char>(fb[L.frame_owner]);
+    if (owner < 0 || owner > kMaxOwner) return -1;
+    frame = previous;
+    if (owner == L.owner_cstack) continue;  // an evaluation loop's entry shim, not Python code
+
+    unsigned char cb[256];
+    static_assert(sizeof cb >= 192);
+    if (!plausible_object(code) || !fetch(cb, code, L.code_adaptive, checked)) return -1;
+    if (field<uintptr_t>(cb, kObType) != g_raw.code_type) return -1;
+    const int64_t units = field<int64_t>(cb, kObSize);
+    const int first_traceable = field<int>(cb, L.code_firsttraceable);
+    if (units <= 0 || units > (int64_t{1} << 30) || first_traceable < 0 ||
+        first_traceable > units) {
+      return -1;
+    }
+    // prev_instr is the code unit before the next instruction (code - 1 in a new frame);
+    // PyFrame_GetLineNumber asks PyCode_Addr2Line for (prev_instr - code) * sizeof(unit).
+    const auto delta = static_cast<int64_t>(prev_instr - (code + L.code_adaptive));
+    if (delta % static_cast<int64_t>(kCodeUnitBytes) != 0) return -1;
+    const int64_t lasti = delta / static_cast<int64_t>(kCodeUnitBytes);
+    if (lasti < -1 || lasti >= units) return -1;
+    // Incomplete frames (still before their first RESUME) are skipped, as sys._getframe does.
+    if (owner != kOwnedByGenerator && lasti < first_traceable) continue;
+
+    const uintptr_t filename = field<uintptr_t>(cb, L.code_filename);
+    const uintptr_t name = field<uintptr_t>(cb, L.code_name);
+    uint64_t kf = 0, kn = 0;
+    if (!str_key(filename, &kf, checked) || !str_key(name, &kn, checked)) return -1;
+    const uint64_t sig = ((kf * 0x9E3779B97F4A7C15ull) ^ (kn + 0x632BE59BD9B4E019ull)) | 1;
+    SeenSlot* slot = slot_of(code);
+    if (!announced(slot, sig)) {
+      if (!announce_raw(code, filename, name, checked)) return -1;
+      mark_announced(slot, sig);
+    }
+    out[2 * n] = code;
+    out[2 * n + 1] = static_cast<uint64_t>(
+        g_raw.addr2line(reinterpret_cast<void*>(code), static_cast<int>(lasti * kCodeUnitBytes)));
+    ++n;
+  }
+  if (checked) g_probation.fetch_sub(n + 1, std::memory_order_relaxed);
+  return n;
+}
+
+// --- GIL-held path -----------------------------------------------------------------------------
+
+unsigned api_capture(uint64_t* out, unsigned max) noexcept {
+  if (!g_api.gil_check()) return 0;
   void* frame = g_api.eval_get_frame();
   if (!frame) return 0;
   const int gc_was_enabled = g_api.gc_disable();
@@ -116,7 +400,11 @@ unsigned capture_python_stack(uint64_t* out, unsigned max) noexcept {
     void* code = g_api.frame_get_code(frame);
     if (code) {
       const auto addr = reinterpret_cast<uint64_t>(code);
-      if (first_sight(addr)) announce(code);
+      SeenSlot* slot = slot_of(addr);
+      if (!announced(slot, kPinned)) {
+        announce_pinned(code);
+        mark_announced(slot, kPinned);
+      }
       out[2 * n] = addr;
       out[2 * n + 1] = static_cast<uint64_t>(g_api.frame_get_line(frame));
       ++n;
@@ -130,6 +418,48 @@ unsigned capture_python_stack(uint64_t* out, unsigned max) noexcept {
   if (owned) g_api.decref(owned);
   if (gc_was_enabled) g_api.gc_enable();
   return n;
+}
+
+// On probation, where the calling thread holds the GIL: the innermost frame read from memory
+// must be the one the public API reports. This catches what reads cannot (a thread state
+// offset that lands on a null pointer would otherwise just yield no frames, forever).
+bool agrees_with_api(const uint64_t* out, int n) noexcept {
+  if (!g_api.gil_check()) return true;
+  void* frame = g_api.eval_get_frame();  // borrowed; the innermost complete frame
+  if (!frame) return n == 0;
+  void* code = g_api.frame_get_code(frame);  // new reference
+  const bool same = n > 0 && out[0] == reinterpret_cast<uint64_t>(code) &&
+                    static_cast<int>(out[1]) == g_api.frame_get_line(frame);
+  if (code) g_api.decref(code);
+  return same;
+}
+
+}  // namespace
+
+void python_stack_reset() noexcept {
+  for (auto& s : g_seen) {
+    s.code.store(0, std::memory_order_relaxed);
+    s.sig.store(0, std::memory_order_relaxed);
+  }
+}
+
+unsigned capture_python_stack(uint64_t* out, unsigned max) noexcept {
+  int state = g_state.load(std::memory_order_acquire);
+  if (state == kUnknown) {
+    // One thread resolves; the others go without Python frames meanwhile.
+    if (!g_state.compare_exchange_strong(state, kResolving, std::memory_order_acquire)) return 0;
+    state = resolve() ? kAvailable : kAbsent;
+    g_state.store(state, std::memory_order_release);
+  }
+  if (state != kAvailable || max == 0) return 0;
+  if (!g_api.is_initialized()) return 0;
+  if (g_raw_on.load(std::memory_order_relaxed)) {
+    const bool probation = g_probation.load(std::memory_order_relaxed) > 0;
+    const int n = raw_capture(out, max);
+    if (n >= 0 && (!probation || agrees_with_api(out, n))) return static_cast<unsigned>(n);
+    raw_off("a frame did not match the CPython layout");
+  }
+  return api_capture(out, max);
 }
 
 }  // namespace cumemtrace::preload

@@ -1,11 +1,25 @@
 // Contract: the Python frames of the calling thread, for CPython targets (PyTorch). Found at run
 // time through dlsym of CPython's public C API; no build-time dependency on Python, and nothing
-// happens in a process without an initialized interpreter. Frames are taken only when the
-// calling thread holds the GIL, innermost first, as (code object address, line) pairs. A code
-// object seen for the first time is announced to the collector (file and function name) and kept
-// alive with a reference of ours, so its address is never reused for another one. The garbage
-// collector is paused while frames are read, so no Python finalizer (which could free CUDA
-// memory from inside our hook) runs in between.
+// happens in a process without an initialized interpreter. Frames come innermost first, as
+// (code object address, line) pairs.
+//
+// CPython 3.11 and 3.12 on x86-64: the frames are read from the interpreter's memory, with or
+// without the GIL (PyTorch releases it around every op, so its allocations happen without it).
+// This is sound because the calling thread is blocked in our hook: its own frame chain cannot
+// change and each frame holds a strong reference to its code object. The reader only reads:
+// no Python call except PyGILState_GetThisThreadState and PyCode_Addr2Line (both documented
+// to be pure lookups), no reference counting, no frame objects. The layout (cpython_layout.h)
+// is validated as it is used (object types, bounds); the first frames of a process are read
+// through process_vm_readv, which reports bad addresses instead of faulting, and any mismatch
+// turns the reader off for the process (one "cumemtrace:" line under CUMEMTRACE_DEBUG).
+// Other versions, or after such a mismatch: frames only when the calling thread holds the GIL,
+// through the public frame API, with the garbage collector paused meanwhile.
+//
+// A code object is announced to the collector (wire::Kind::kPyCode: file and function name)
+// the first time its address is seen with its current (file, name), keyed by a signature of
+// the two strings: the reader holds no reference, so an address may be reused by another code
+// object, which is then announced again and replaces the earlier announcement for later
+// records. The GIL-held fallback keeps its code objects alive with a reference instead.
 #pragma once
 
 #include <cstdint>

@@ -20,7 +20,7 @@ struct Config {
   const char* collector = nullptr;
   bool debug = false;
   bool follow = true;         // trace forked/exec'd children too
-  bool python_stacks = true;  // add Python frames where the allocating thread holds the GIL
+  bool python_stacks = true;  // add the allocating thread's Python frames (python_stack.h)
 };
 
 enum class SessionState : int { kIdle = 0, kStarting = 1, kRunning = 2, kOff = 3 };

@@ -24,7 +24,7 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 2;
+inline constexpr uint32_t kWireVersion = 3;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
@@ -53,8 +53,9 @@ enum class Kind : uint8_t {
   kThreadName = 15,   // tid names itself: extra slots = name bytes (size = length)
   kExit = 16,         // process called exit(): result = status
   kMark = 17,         // application mark/range: aux = MarkStage; extra slots = name bytes
-  kPyCode = 18,       // a Python code object first seen: aux = its address (the preload keeps it
-                      // alive, so it is never reused); extra slots = "filename\0name"
+  kPyCode = 18,       // a Python code object first seen: aux = its address; extra slots =
+                      // "filename\0name". An address may be announced again (reused by another
+                      // code object): the latest announcement applies to the records after it
 };
 
 enum class Api : uint8_t {

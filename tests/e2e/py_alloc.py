@@ -1,9 +1,18 @@
-"""A Python program that allocates through the fake driver while holding the GIL (ctypes.PyDLL
-keeps it), so cumemtrace's Python-aware stacks must name load_weights() and its caller."""
+"""A Python program that allocates through the fake driver, so that cumemtrace's Python-aware
+stacks must name load_weights() and its callers.
+
+  py_alloc.py          ctypes.PyDLL: the driver is called with the GIL held.
+  py_alloc.py nogil    ctypes.CDLL releases the GIL around the call, as PyTorch's bindings do
+                       around every op: the frames must be read without the GIL. Also allocates
+                       from a worker thread inside a generator, and from short-lived code
+                       objects whose addresses get reused (each must keep its own name).
+"""
 import ctypes
 import sys
+import threading
 
-cuda = ctypes.PyDLL("libcuda.so.1")
+NOGIL = len(sys.argv) > 1 and sys.argv[1] == "nogil"
+cuda = (ctypes.CDLL if NOGIL else ctypes.PyDLL)("libcuda.so.1")
 
 
 def check(rc):
@@ -28,5 +37,45 @@ def build_model():
     return load_weights(3 << 20)  # PY_CALLER_LINE
 
 
+def produce(nbytes):
+    yield load_weights(nbytes)  # PY_GEN_LINE
+
+
+def worker():
+    ctx = ctypes.c_void_p()
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
+    check(cuda.cuCtxSetCurrent(ctx))
+    for _ in produce(5 << 20):  # PY_WORKER_LINE
+        pass
+
+
+def short_lived_code(rounds):
+    """Compiles, runs and drops one function per round; prints the code object addresses so that
+    the test can tell that addresses were reused."""
+    for i in range(rounds):
+        ns = {}
+        exec(compile(f"def fn_{i}(f, n):\n    return f(n)\n", f"<gen_{i}>", "exec"), ns)
+        fn = ns[f"fn_{i}"]
+        print(f"code {i} {id(fn.__code__):#x}", file=sys.stderr)
+        ptr = fn(load_weights, (16 + i) << 20)
+        check(cuda.cuMemFree_v2(ctypes.c_uint64(ptr)))
+        ns.clear()  # fn.__globals__ is ns: break the cycle so that both go at once
+        del fn
+
+
+def non_ascii_names():
+    """A function and file named outside ASCII (Latin-1, 2- and 4-byte characters)."""
+    ns = {}
+    exec(compile("def gr\u00f6\u00dfe_\u03bb(f, n):\n    return f(n)\n", "<g\u00e9n_\U0001f600>",
+                 "exec"), ns)
+    return ns["gr\u00f6\u00dfe_\u03bb"](load_weights, 7 << 20)
+
+
 setup()
 build_model()  # MODULE_CALL_LINE
+if NOGIL:
+    t = threading.Thread(target=worker, name="worker")
+    t.start()
+    t.join()
+    short_lived_code(24)  # enough frames to outlast the checked-read probation
+    non_ascii_names()

@@ -1,7 +1,10 @@
 """Python-aware stacks: Python frames (file, line, function) of the allocating code, placed at
-the interpreter's frames, for a CPython process that allocates while holding the GIL."""
+the interpreter's frames, for a CPython process that allocates with the GIL held (ctypes.PyDLL)
+and without it (ctypes.CDLL, as PyTorch's bindings do around every op)."""
 import os
+import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -9,7 +12,20 @@ from conftest import MiB, run_traced
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "py_alloc.py")
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3")
+# CT_PYTHON picks another interpreter for the traced program (e.g. a pyenv 3.12 or 3.13).
+PYTHON = os.environ.get("CT_PYTHON") or (
+    "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3"))
+
+
+def python_version():
+    out = subprocess.run([PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
+                         capture_output=True, text=True, check=True).stdout
+    return tuple(int(x) for x in re.findall(r"\d+", out))
+
+
+# The GIL-less reader knows CPython 3.11 and 3.12 on x86-64 (preload/cpython_layout.h).
+GILLESS = python_version() in ((3, 11), (3, 12)) and os.uname().machine == "x86_64"
+needs_gilless = pytest.mark.skipif(not GILLESS, reason="GIL-less frames: CPython 3.11/3.12 x86-64")
 
 
 def line_of(marker):
@@ -17,20 +33,26 @@ def line_of(marker):
         return next(i for i, line in enumerate(f, 1) if marker in line)
 
 
-def frames_of_allocation(snap):
-    seg = next(s for s in snap["segments"] if s["total_size"] == 3 * MiB)
+def segment_frames(snap, size):
+    seg = next(s for s in snap["segments"] if s["total_size"] == size)
     return seg["frames"]
+
+
+def script_frames(frames):
+    return [(f["name"], f["line"]) for f in frames if f["filename"] == SCRIPT]
+
+
+MAIN_CHAIN = [("load_weights", line_of("PY_ALLOC_LINE")),
+              ("build_model", line_of("PY_CALLER_LINE")),
+              ("<module>", line_of("MODULE_CALL_LINE"))]
 
 
 def test_python_frames_name_the_allocating_code(tmp_path):
     p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT])
     assert p.returncode == 0, p.stderr
     (snap,) = snaps.values()
-    frames = frames_of_allocation(snap)
-    py = [(f["name"], f["line"]) for f in frames if f["filename"] == SCRIPT]
-    assert py == [("load_weights", line_of("PY_ALLOC_LINE")),
-                  ("build_model", line_of("PY_CALLER_LINE")),
-                  ("<module>", line_of("MODULE_CALL_LINE"))]
+    frames = segment_frames(snap, 3 * MiB)
+    assert script_frames(frames) == MAIN_CHAIN
     # Interleaved: ctypes' native frames are inside (before) the Python frames, the interpreter's
     # main loop outside (after) them.
     names = [f["name"] for f in frames]
@@ -38,8 +60,54 @@ def test_python_frames_name_the_allocating_code(tmp_path):
     assert any("ffi" in n for n in names[:names.index("load_weights")])
 
 
+@needs_gilless
+def test_python_frames_without_the_gil(tmp_path):
+    p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"], CUMEMTRACE_DEBUG=1)
+    assert p.returncode == 0, p.stderr
+    assert "are off for this process" not in p.stderr  # the layout held on every frame
+    (snap,) = snaps.values()
+    frames = segment_frames(snap, 3 * MiB)
+    assert script_frames(frames) == MAIN_CHAIN
+    names = [f["name"] for f in frames]
+    assert any("ffi" in n for n in names[:names.index("load_weights")])
+
+    # A worker thread, inside a generator: the generator's frame is in the chain, and the
+    # frames of threading.py's bootstrap follow the worker's.
+    frames = segment_frames(snap, 5 * MiB)
+    assert script_frames(frames) == [("load_weights", line_of("PY_ALLOC_LINE")),
+                                     ("produce", line_of("PY_GEN_LINE")),
+                                     ("worker", line_of("PY_WORKER_LINE"))]
+    names = [f["name"] for f in frames]
+    assert names.index("worker") < names.index("_bootstrap_inner")
+
+    # Names outside ASCII are decoded from the str objects' memory into UTF-8.
+    frames = segment_frames(snap, 7 * MiB)
+    assert ("<g\u00e9n_\U0001f600>", "gr\u00f6\u00dfe_\u03bb", 2) in [
+        (f["filename"], f["name"], f["line"]) for f in frames]
+
+
+@needs_gilless
+def test_reused_code_addresses_keep_their_own_names(tmp_path):
+    p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"])
+    assert p.returncode == 0, p.stderr
+    addresses = re.findall(r"^code (\d+) (0x[0-9a-f]+)$", p.stderr, re.M)
+    assert len(addresses) == 24
+    # The interpreter reuses freed code objects' memory: the point of this test.
+    assert len({a for _, a in addresses}) < len(addresses), addresses
+    (snap,) = snaps.values()
+    seen = 0
+    for entry in snap["device_traces"][0]:
+        if entry["action"] != "alloc" or entry["size"] < 16 * MiB:
+            continue
+        i = entry["size"] // MiB - 16
+        gen = [f for f in entry["frames"] if f["filename"].startswith("<gen_")]
+        assert [(f["filename"], f["name"], f["line"]) for f in gen] == [(f"<gen_{i}>", f"fn_{i}", 2)]
+        seen += 1
+    assert seen == 24
+
+
 def test_python_stacks_can_be_turned_off(tmp_path):
-    p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT], CUMEMTRACE_PYTHON_STACKS=0)
+    p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"], CUMEMTRACE_PYTHON_STACKS=0)
     assert p.returncode == 0, p.stderr
     (snap,) = snaps.values()
-    assert all(f["filename"] != SCRIPT for f in frames_of_allocation(snap))
+    assert all(f["filename"] != SCRIPT for f in segment_frames(snap, 3 * MiB))

@@ -17,7 +17,7 @@ struct Feeder {
   uint64_t clock = 1'000'000'000ull;
 
   void add(Kind k, Api api, uint64_t addr, uint64_t size, int device = 0, uint64_t aux = 0,
-           std::vector<uint64_t> frames = {}) {
+           std::vector<uint64_t> frames = {}, std::vector<uint64_t> pyframes = {}) {
     collect::Record r;
     r.ev.kind = k;
     r.ev.api = api;
@@ -28,6 +28,15 @@ struct Feeder {
     r.ev.tid = 42;
     r.ev.time_ns = clock += 1000;
     r.frames = std::move(frames);
+    r.pyframes = std::move(pyframes);
+    model.add(r);
+  }
+  void py_code(uint64_t code, const std::string& file, const std::string& name) {
+    collect::Record r;
+    r.ev.kind = Kind::kPyCode;
+    r.ev.aux = code;
+    r.ev.time_ns = clock += 1000;
+    r.text = file + '\0' + name;
     model.add(r);
   }
   snap::Snapshot build() {
@@ -187,4 +196,23 @@ TEST_CASE("exit status, thread names and out-of-range devices") {
   REQUIRE(s.tool->ended.code == 3);
   REQUIRE(s.device_traces.size() == 1);
   REQUIRE(s.tool->events_total == 1);
+}
+
+TEST_CASE("a re-announced Python code address names only the records after it") {
+  Feeder f;
+  f.py_code(0xc0de, "a.py", "first");
+  f.add(Kind::kAlloc, Api::kMemAlloc, 0x1000, 100, 0, 0, {}, {0xc0de, 7});
+  f.py_code(0xc0de, "a.py", "first");  // the same names again: the same stack
+  f.add(Kind::kAlloc, Api::kMemAlloc, 0x2000, 100, 0, 0, {}, {0xc0de, 7});
+  f.py_code(0xc0de, "<gen>", "second");  // the address now holds another code object
+  f.add(Kind::kAlloc, Api::kMemAlloc, 0x3000, 100, 0, 0, {}, {0xc0de, 7});
+  f.add(Kind::kAlloc, Api::kMemAlloc, 0x4000, 100, 0, 0, {}, {0xbad, 3});  // never announced
+  auto s = f.build();
+  REQUIRE(s.stacks.size() == 3);
+  const auto& t = s.device_traces[0];
+  REQUIRE(t[1].stack == t[3].stack);
+  const auto frame = [&](size_t entry) { return s.stacks.at(t[entry].stack).at(0); };
+  REQUIRE(frame(1) == snap::Frame{"a.py", 7, "first"});
+  REQUIRE(frame(5) == snap::Frame{"<gen>", 7, "second"});
+  REQUIRE(frame(7) == snap::Frame{"<python>", 3, "<unknown>"});
 }
