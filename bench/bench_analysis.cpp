@@ -5,13 +5,13 @@
 // issue's target: read + report + check within 3 s. The file is generated once per process.
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <ostream>
 #include <streambuf>
 #include <string_view>
-#include <unistd.h>
 
 #include "analysis/check.h"
 #include "analysis/report.h"
@@ -49,8 +49,9 @@ snap::Snapshot generate(uint64_t events) {
     };
     for (int d = 0; d < 8; ++d) {
       st.push_back({"/home/ci/src/project/model/layer_" + std::to_string((i + d) % 17) + ".cpp",
-                    40 + i * 3 + d, "project::model::Layer" + std::to_string(i) + "::forward_" +
-                                        std::to_string(d) + "(Tensor const&, Options const&)"});
+                    40 + i * 3 + d,
+                    "project::model::Layer" + std::to_string(i) + "::forward_" + std::to_string(d) +
+                        "(Tensor const&, Options const&)"});
     }
     s.stacks.push_back(std::move(st));
   }
@@ -167,7 +168,8 @@ void BM_Report(benchmark::State& state) {
 }
 
 void BM_Check(benchmark::State& state) {
-  std::vector<analysis::LoadedSnapshot> snaps{{"bench.json", snap::read_snapshot_file(fixture().path)}};
+  std::vector<analysis::LoadedSnapshot> snaps{
+      {"bench.json", snap::read_snapshot_file(fixture().path)}};
   NullBuf buf;
   std::ostream null(&buf);
   const auto o = check_options();
@@ -181,7 +183,8 @@ void BM_ReadReportCheck(benchmark::State& state) {
   std::ostream null(&buf);
   const auto o = check_options();
   for (auto _ : state) {
-    std::vector<analysis::LoadedSnapshot> snaps{{"bench.json", snap::read_snapshot_file(fixture().path)}};
+    std::vector<analysis::LoadedSnapshot> snaps{
+        {"bench.json", snap::read_snapshot_file(fixture().path)}};
     const auto& s = snaps[0].snapshot;
     const analysis::SiteTable sites(s);
     analysis::print_report_text(analysis::build_report(s, sites, "bench.json"), s, sites, {}, null);
