@@ -51,6 +51,7 @@ Collector::Collector(int control_fd, CollectorOptions opts)
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   hostname_ = host;
+  opts_.session.driver_memory = &driver_memory_;
 }
 
 Collector::~Collector() {
@@ -137,6 +138,7 @@ void Collector::accept_hello() {
     return;
   }
   send_ack(live, 0, "");
+  next_driver_sample_ = {};  // a process starts tracing at its first event: look at it now
 }
 
 void Collector::handle_signals() {
@@ -154,6 +156,7 @@ void Collector::handle_signals() {
 }
 
 void Collector::finish(ProcessSession& s) {
+  report_written(s);
   std::optional<snap::Ended> ended;
   if (s.info().pid == child_ && child_status_) {
     snap::Ended e;
@@ -184,6 +187,24 @@ void Collector::finish(ProcessSession& s) {
   if (!s.error().empty()) fmt::print(stderr, "cumemtrace: {}\n", s.error());
 }
 
+// Files written while processes run get their one line as they appear.
+void Collector::report_written(ProcessSession& s) {
+  for (const auto& path : s.take_new_files()) {
+    if (opts_.summary) fmt::print(stderr, "cumemtrace: wrote {}\n", path);
+  }
+}
+
+void Collector::sample_driver_memory(std::chrono::steady_clock::time_point now) {
+  if (!driver_memory_.available() || now < next_driver_sample_) return;
+  next_driver_sample_ = now + std::chrono::seconds(1);
+  auto all = driver_memory_.sample_all();
+  for (auto& s : sessions_) {
+    if (!s->open()) continue;
+    auto it = all.find(s->info().pid);
+    s->add_driver_usage(it != all.end() ? it->second : std::vector<DriverUsage>{});
+  }
+}
+
 bool Collector::done() const {
   if (!sessions_.empty()) return false;
   if (child_ > 0) return child_status_.has_value();
@@ -210,6 +231,12 @@ void Collector::run() {
     size_t drained = 0;
     for (auto& s : sessions_) drained += s->drain();
     idle_rounds = drained ? 0 : idle_rounds + 1;
+    const auto now = std::chrono::steady_clock::now();
+    sample_driver_memory(now);
+    for (auto& s : sessions_) {
+      s->periodic(now);
+      report_written(*s);
+    }
     for (const auto& p : pfds) {
       if (!p.revents) continue;
       if (p.fd == control_fd_) {

@@ -11,5 +11,6 @@ namespace cumemtrace::cli {
 
 void add_run_command(CLI::App& app, int& exit_code);
 void add_collect_command(CLI::App& app, int& exit_code);
+void add_snapshot_command(CLI::App& app, int& exit_code);
 
 }  // namespace cumemtrace::cli

@@ -26,8 +26,8 @@ uint64_t now_ns() noexcept {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-void publish_string(wire::Kind kind, uint64_t aux, const char* s, size_t len,
-                    uint32_t tid) noexcept {
+bool publish_string(wire::Kind kind, uint64_t aux, const char* s, size_t len, uint32_t tid,
+                    uint64_t* ticket = nullptr) noexcept {
   wire::EventPayload ev{};
   ev.time_ns = now_ns();
   ev.kind = kind;
@@ -39,7 +39,7 @@ void publish_string(wire::Kind kind, uint64_t aux, const char* s, size_t len,
     len = wire::kMaxExtraSlots * wire::kPayloadBytes;
   }
   ev.size = len;
-  ring().publish(ev, s, static_cast<uint32_t>(len));
+  return ring().publish(ev, s, static_cast<uint32_t>(len), ticket);
 }
 
 // The kernel thread id, cached per thread (reset in a forked child by forget_thread_cache); a
@@ -103,6 +103,16 @@ void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept {
 void record_bytes(wire::Kind kind, uint64_t aux, const char* s, size_t len) noexcept {
   if (!ensure_session()) return;
   publish_string(kind, aux, s, len, current_tid());
+}
+
+void record_string_and_wait(wire::Kind kind, uint64_t aux, const char* s,
+                            uint64_t timeout_ns) noexcept {
+  if (!ensure_session()) return;
+  const size_t len = strnlen(s, wire::kMaxExtraSlots * wire::kPayloadBytes);
+  uint64_t ticket = 0;
+  if (publish_string(kind, aux, s, len, current_tid(), &ticket)) {
+    ring().wait_consumed(ticket, timeout_ns);
+  }
 }
 
 }  // namespace cumemtrace::preload

@@ -48,5 +48,9 @@ void record(const EventArgs& a) noexcept;
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept;
 // Same with explicit length (the bytes may contain NULs).
 void record_bytes(wire::Kind kind, uint64_t aux, const char* s, size_t len) noexcept;
+// Records a string event and waits (at most timeout_ns) until the collector has consumed it:
+// a snapshot request returns once its file is written.
+void record_string_and_wait(wire::Kind kind, uint64_t aux, const char* s,
+                            uint64_t timeout_ns) noexcept;
 
 }  // namespace cumemtrace::preload
