@@ -138,7 +138,6 @@ void Collector::accept_hello() {
     return;
   }
   send_ack(live, 0, "");
-  next_driver_sample_ = {};  // a process starts tracing at its first event: look at it now
 }
 
 void Collector::handle_signals() {

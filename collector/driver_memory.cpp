@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -27,7 +28,27 @@ struct ProcessInfo {  // nvmlProcessInfo_t (v2 and v3 calls)
   unsigned int computeInstanceId;
 };
 
+struct PciInfo {  // nvmlPciInfo_t
+  char busIdLegacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32];
+};
+
 }  // namespace
+
+int64_t pci_key(const std::string& bus_id) {
+  unsigned domain = 0, bus = 0, device = 0, function = 0;
+  char tail = 0;
+  if (std::sscanf(bus_id.c_str(), "%x:%x:%x.%x%c", &domain, &bus, &device, &function, &tail) != 4 ||
+      domain > 0xffff || bus > 0xff || device > 0x1f) {
+    return -1;
+  }
+  return static_cast<int64_t>(domain) << 16 | bus << 8 | device;
+}
 
 struct DriverMemory::Api {
   nvmlReturn_t (*init)();
@@ -36,6 +57,7 @@ struct DriverMemory::Api {
   nvmlReturn_t (*device_by_index)(unsigned int, nvmlDevice_t*);
   nvmlReturn_t (*processes)(nvmlDevice_t, unsigned int*, ProcessInfo*);       // _v3 or _v2
   nvmlReturn_t (*processes_v1)(nvmlDevice_t, unsigned int*, ProcessInfoV1*);  // oldest drivers
+  nvmlReturn_t (*pci_info)(nvmlDevice_t, PciInfo*);                           // _v3, optional
 };
 
 DriverMemory::DriverMemory() {
@@ -53,6 +75,7 @@ DriverMemory::DriverMemory() {
   sym(api->processes, "nvmlDeviceGetComputeRunningProcesses_v3");
   if (!api->processes) sym(api->processes, "nvmlDeviceGetComputeRunningProcesses_v2");
   sym(api->processes_v1, "nvmlDeviceGetComputeRunningProcesses");
+  sym(api->pci_info, "nvmlDeviceGetPciInfo_v3");
   unsigned count = 0;
   if (!api->init || !api->shutdown || !api->device_count || !api->device_by_index ||
       (!api->processes && !api->processes_v1) || api->init() != kNvmlSuccess) {
@@ -96,11 +119,17 @@ std::map<int, std::vector<DriverUsage>> DriverMemory::sample_all() {
       if (r == kNvmlInsufficientSize) procs.resize(std::max<size_t>(n + 8, procs.size() * 2));
     }
     if (r != kNvmlSuccess) continue;
+    int64_t pci = -1;
+    PciInfo info{};
+    if (api_->pci_info && api_->pci_info(dev, &info) == kNvmlSuccess) {
+      info.busId[sizeof info.busId - 1] = '\0';
+      pci = pci_key(info.busId);
+    }
     for (unsigned i = 0; i < n && i < procs.size(); ++i) {
       // Without the rights to see it (some containers, MIG) the driver hides the amount.
       if (procs[i].usedGpuMemory == kNvmlValueNotAvailable) continue;
       out[static_cast<int>(procs[i].pid)].push_back(
-          DriverUsage{static_cast<int>(d), procs[i].usedGpuMemory});
+          DriverUsage{static_cast<int>(d), procs[i].usedGpuMemory, pci});
     }
   }
   return out;

@@ -3,21 +3,28 @@
 // tracer does not see). NVML is loaded at run time with dlopen: $CUMEMTRACE_NVML_LIBRARY when set
 // (tests point it at a fake), else "libnvidia-ml.so.1". Without NVML (or when it fails to
 // initialize) every query answers nothing, silently: driver_memory is then an empty list.
-// Device numbers are NVML indices, which match CUDA ordinals when CUDA_DEVICE_ORDER=PCI_BUS_ID
-// and CUDA_VISIBLE_DEVICES is unset. NVML reports host pids: a collector inside a pid namespace
-// other than the GPU host's matches nothing. Not thread-safe; one instance per collector.
+// Device numbers are NVML indices with each device's PCI address, so that the caller can map them
+// to the process's CUDA ordinals (which CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER renumber). NVML
+// reports host pids: a collector inside a pid namespace other than the GPU host's matches nothing.
+// Not thread-safe; one instance per collector.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 namespace cumemtrace::collect {
 
 struct DriverUsage {
-  int device = 0;
+  int device = 0;  // NVML index
   uint64_t used_bytes = 0;
+  int64_t pci = -1;  // pci_key() of the device, -1 when NVML did not say
 };
+
+// "0000:3B:00.0" (CUDA) or "00000000:3B:00.0" (NVML) as domain << 16 | bus << 8 | device; -1
+// when it does not parse. Both spellings of one device give one key.
+int64_t pci_key(const std::string& bus_id);
 
 class DriverMemory {
  public:

@@ -136,6 +136,8 @@ size_t ProcessSession::drain() {
         }
         if (auto tag = model_.take_snapshot_request()) write_running("request", file_tag(*tag));
         if (r.ev.kind == wire::Kind::kExit) sample_driver(true);  // the last look at the context
+        // A device just named: its driver figure can now be attributed to it.
+        if (r.ev.kind == wire::Kind::kDevice) sample_driver();
       } catch (const std::exception& e) {
         error_ = e.what();
       }
@@ -203,8 +205,21 @@ void ProcessSession::sample_driver(bool at_exit) {
 void ProcessSession::add_driver_usage(const std::vector<DriverUsage>& usage, bool force,
                                       bool at_exit) {
   const int64_t t = now_us();
+  // NVML numbers devices its own way; the process's CUDA ordinals are matched by PCI address
+  // (the process announces each ordinal with its first event). A device it has a context on but
+  // has not used yet cannot be named in its numbering and waits; only where a side knows no PCI
+  // address (the driver would not tell) do NVML indices stand in for ordinals.
+  std::map<int64_t, int> ordinal_of;
+  for (const auto& [ordinal, bus] : model_.device_pci_bus_ids()) ordinal_of[pci_key(bus)] = ordinal;
   std::map<int, uint64_t> now;
-  for (const auto& u : usage) now[u.device] += u.used_bytes;
+  for (const auto& u : usage) {
+    auto it = u.pci >= 0 ? ordinal_of.find(u.pci) : ordinal_of.end();
+    if (it != ordinal_of.end()) {
+      now[it->second] += u.used_bytes;
+    } else if (ordinal_of.empty() || u.pci < 0) {
+      now[u.device] += u.used_bytes;
+    }
+  }
   // A device the process left (its context destroyed) reads as 0 from then on.
   for (const auto& [device, last] : driver_last_) {
     if (last && !now.count(device) && !at_exit) now[device] = 0;

@@ -2,12 +2,13 @@
 // TraceModel. The owner drains it regularly, and when the liveness socket reports EOF (the
 // process exited, was killed, or exec'd) calls finish(), which drains what is left and writes
 // the final snapshot. A corrupt ring ends the session with an error message, never a crash.
+// Driver-visible memory is sampled when the process names a device (with its PCI address, which
+// maps NVML's numbering to the process's CUDA ordinals), at exit() and OOM, and by the owner.
 // Snapshots of a running process are written on the way: at an OOM (EXE.PID.oom.json), at a
 // cumemtrace_snapshot(tag) record (EXE.PID.TAG.json), when the process's SIGUSR2 counter in the
 // ring header changed (EXE.PID.request-N.json; several signals between two drains make one file)
-// and every `snapshot_every_s` seconds (EXE.PID.periodic-N.json). Driver-visible memory is
-// sampled by the owner (add_driver_usage) and here at exit() and OOM; a sample is kept only when
-// a device's value changed, or when a snapshot is written, so days of sampling stay small.
+// and every `snapshot_every_s` seconds (EXE.PID.periodic-N.json). A driver sample is kept only
+// when a device's value changed, or when a snapshot is written, so days of sampling stay small.
 #pragma once
 
 #include <chrono>

@@ -186,6 +186,10 @@ void TraceModel::add(const Record& r) {
     case Kind::kSnapshot:
       snapshot_pending_ = r.text;
       return;
+    case Kind::kDevice:
+      if (ev.aux < static_cast<uint64_t>(kMaxDevices))
+        device_pci_[static_cast<int>(ev.aux)] = r.text;
+      return;
     default:
       break;
   }

@@ -49,6 +49,8 @@ class TraceModel {
   bool take_oom_request();
   // The tag of a cumemtrace_snapshot(tag) record just added, if any (cleared by the call).
   std::optional<std::string> take_snapshot_request();
+  // PCI bus ids of the CUDA ordinals the process announced (kDevice), by ordinal.
+  const std::map<int, std::string>& device_pci_bus_ids() const { return device_pci_; }
   bool exited() const { return exited_; }
   int exit_status() const { return exit_status_; }
   uint64_t events_total() const { return events_total_; }
@@ -137,6 +139,7 @@ class TraceModel {
   std::unordered_map<uint32_t, std::vector<std::string>> pushed_;  // tid -> open push names
   std::unordered_map<uint64_t, std::string> ranges_;               // start/end id -> name
   std::unordered_map<uint32_t, int> thread_device_;                // tid -> latest device
+  std::map<int, std::string> device_pci_;
   uint32_t last_tid_ = 0;
   int last_device_ = -1;
   bool exited_ = false;

@@ -40,6 +40,8 @@ bool tracing_possible() noexcept;
 
 // Called in a forked child: the calling thread's cached id belongs to the parent.
 void forget_thread_cache() noexcept;
+// Called in a forked child: its session announces its devices (kDevice) again.
+void forget_devices() noexcept;
 
 // Records one event with the caller's stack (when stacks are on).
 void record(const EventArgs& a) noexcept;

@@ -344,6 +344,7 @@ void on_fork_child() {
   g_live_fd = -1;
   modules_reset();
   forget_thread_cache();
+  forget_devices();
   python_stack_reset();
   g_state.store(static_cast<int>(g_config.follow ? SessionState::kIdle : SessionState::kOff),
                 std::memory_order_release);
@@ -371,8 +372,10 @@ bool start() {
 
   g_ring_bytes = wire::ring_bytes(g_config.ring_slots);
   // The ring's name (visible in /proc/PID/maps) tells `cumemtrace snapshot PID` whether this
-  // process takes SIGUSR2 for snapshots, so that it never signals one that would not.
+  // process takes SIGUSR2 for snapshots, so that it never signals one that would not: the
+  // handler is in place before the ring exists (it ignores requests until the ring is attached).
   const bool take_usr2 = snapshot_signal_free();
+  if (take_usr2) install_snapshot_signal();
   int memfd = static_cast<int>(syscall(
       SYS_memfd_create, take_usr2 ? "cumemtrace-ring-usr2" : "cumemtrace-ring", MFD_CLOEXEC));
   if (memfd < 0 || ftruncate(memfd, static_cast<off_t>(g_ring_bytes)) != 0) {
@@ -427,7 +430,6 @@ bool start() {
   g_ring_map = map;
   g_ring.attach(hdr, slots, g_config.max_wait_ns);
   g_request_ring.store(hdr, std::memory_order_relaxed);
-  if (take_usr2) install_snapshot_signal();
   if (!g_process_hooks_installed) {
     g_process_hooks_installed = true;
     on_exit(on_process_exit, nullptr);
@@ -464,6 +466,7 @@ bool ensure_session() noexcept {
   int expected = static_cast<int>(SessionState::kIdle);
   if (g_state.compare_exchange_strong(expected, static_cast<int>(SessionState::kStarting))) {
     const bool ok = start();
+    if (!ok) release_snapshot_signal();  // tracing is off: SIGUSR2 means what it did before
     g_state.store(static_cast<int>(ok ? SessionState::kRunning : SessionState::kOff),
                   std::memory_order_release);
     if (ok) modules_send_all();

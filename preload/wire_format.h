@@ -59,6 +59,8 @@ enum class Kind : uint8_t {
                       // alive, so it is never reused); extra slots = "filename\0name"
   kSnapshot = 19,     // cumemtrace_snapshot(tag): write a snapshot of the state at this record
                       // before releasing it; extra slots = tag bytes
+  kDevice = 20,       // a CUDA ordinal's first event: aux = ordinal; extra slots = its PCI bus id
+                      // (cuDeviceGetPCIBusId), to match the driver's per-device figures (NVML)
 };
 
 enum class Api : uint8_t {

@@ -5,6 +5,10 @@
 //                      libcuda.so.1 mapped: on a GPU-less test host, the fake driver) holds as
 //                      the driver sees it; devices not listed hold nothing (default "0:1048576")
 //   FAKE_NVML_INIT     "fail" makes nvmlInit_v2 fail (NVML present but unusable)
+//   FAKE_NVML_BUS      "BUS,..." the PCI bus number (hex) of each NVML index; by default index i
+//                      is on bus 0x10 * (i + 1), like the fake driver's CUDA ordinal i, so a
+//                      permuted list models a process that numbers the devices differently
+//   FAKE_NVML_NO_PCI   set: nvmlDeviceGetPciInfo_v3 is not supported
 // Processes are found by scanning /proc, as the real driver reports every process on the GPU.
 #include <dirent.h>
 
@@ -27,6 +31,7 @@ struct ProcessInfo {  // nvmlProcessInfo_t
 
 constexpr int kSuccess = 0;
 constexpr int kInvalidArgument = 2;
+constexpr int kNotSupported = 3;
 constexpr int kInsufficientSize = 7;
 constexpr int kUninitialized = 1;
 constexpr int kUnknown = 999;
@@ -53,6 +58,27 @@ unsigned long long used_on(unsigned device) {
     at = end + 1;
   }
   return 0;
+}
+
+struct PciInfo {  // nvmlPciInfo_t
+  char busIdLegacy[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  char busId[32];
+};
+
+unsigned bus_of(unsigned device) {
+  const char* v = getenv("FAKE_NVML_BUS");
+  if (!v || !*v) return 0x10 * (device + 1);
+  const char* p = v;
+  for (unsigned i = 0; i < device && p; ++i) {
+    p = strchr(p, ',');
+    if (p) ++p;
+  }
+  return p ? static_cast<unsigned>(strtoul(p, nullptr, 16)) : 0xff;
 }
 
 bool uses_cuda(const char* pid) {
@@ -103,6 +129,18 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
   if (!g_initialized) return kUninitialized;
   if (!device || index >= device_count()) return kInvalidArgument;
   *device = reinterpret_cast<void*>(static_cast<uintptr_t>(index) + 1);
+  return kSuccess;
+}
+
+int nvmlDeviceGetPciInfo_v3(void* device, PciInfo* pci) {
+  if (!g_initialized) return kUninitialized;
+  if (getenv("FAKE_NVML_NO_PCI")) return kNotSupported;
+  if (!device || !pci) return kInvalidArgument;
+  const auto index = static_cast<unsigned>(reinterpret_cast<uintptr_t>(device) - 1);
+  *pci = PciInfo{};
+  pci->bus = bus_of(index);
+  snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", pci->bus);
+  snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", pci->bus);
   return kSuccess;
 }
 
