@@ -194,7 +194,11 @@ void Collector::report_written(ProcessSession& s) {
 }
 
 void Collector::sample_driver_memory(std::chrono::steady_clock::time_point now) {
-  if (!driver_memory_.available() || now < next_driver_sample_) return;
+  if (now < next_driver_sample_ ||
+      std::none_of(sessions_.begin(), sessions_.end(), [](auto& s) { return s->open(); })) {
+    return;
+  }
+  if (!driver_memory_.available()) return;
   next_driver_sample_ = now + std::chrono::seconds(1);
   auto all = driver_memory_.sample_all();
   for (auto& s : sessions_) {

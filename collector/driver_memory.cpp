@@ -60,10 +60,14 @@ struct DriverMemory::Api {
   nvmlReturn_t (*pci_info)(nvmlDevice_t, PciInfo*);                           // _v3, optional
 };
 
-DriverMemory::DriverMemory() {
+DriverMemory::DriverMemory() = default;
+
+bool DriverMemory::available() {
+  if (tried_) return lib_ != nullptr;
+  tried_ = true;
   const char* path = std::getenv("CUMEMTRACE_NVML_LIBRARY");
   void* lib = dlopen(path && *path ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return;
+  if (!lib) return false;
   auto api = std::make_unique<Api>();
   auto sym = [&](auto& fn, const char* name) {
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
@@ -80,12 +84,13 @@ DriverMemory::DriverMemory() {
   if (!api->init || !api->shutdown || !api->device_count || !api->device_by_index ||
       (!api->processes && !api->processes_v1) || api->init() != kNvmlSuccess) {
     dlclose(lib);
-    return;
+    return false;
   }
   if (api->device_count(&count) != kNvmlSuccess) count = 0;
   lib_ = lib;
   api_ = api.release();
   devices_ = count;
+  return true;
 }
 
 DriverMemory::~DriverMemory() {
@@ -97,7 +102,8 @@ DriverMemory::~DriverMemory() {
 
 std::map<int, std::vector<DriverUsage>> DriverMemory::sample_all() {
   std::map<int, std::vector<DriverUsage>> out;
-  for (unsigned d = 0; lib_ && d < devices_; ++d) {
+  if (!available()) return out;
+  for (unsigned d = 0; d < devices_; ++d) {
     nvmlDevice_t dev = nullptr;
     if (api_->device_by_index(d, &dev) != kNvmlSuccess) continue;
     // The list can grow between the size query and the read: retry with the new size.

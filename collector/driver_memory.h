@@ -6,7 +6,8 @@
 // Device numbers are NVML indices with each device's PCI address, so that the caller can map them
 // to the process's CUDA ordinals (which CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER renumber). NVML
 // reports host pids: a collector inside a pid namespace other than the GPU host's matches nothing.
-// Not thread-safe; one instance per collector.
+// NVML is loaded on first use (its initialization can take a while), so a collector that never
+// samples never loads it. Not thread-safe; one instance per collector.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,8 @@ class DriverMemory {
   DriverMemory(const DriverMemory&) = delete;
   DriverMemory& operator=(const DriverMemory&) = delete;
 
-  bool available() const { return lib_ != nullptr; }
+  // Loads NVML on the first call; false when there is none.
+  bool available();
   // Every process's usage per device, one NVML pass over all devices (pid -> devices).
   std::map<int, std::vector<DriverUsage>> sample_all();
   // One process's usage per device (devices it has no memory on are left out).
@@ -41,6 +43,7 @@ class DriverMemory {
 
  private:
   struct Api;
+  bool tried_ = false;
   void* lib_ = nullptr;
   Api* api_ = nullptr;
   unsigned devices_ = 0;

@@ -206,9 +206,9 @@ void ProcessSession::add_driver_usage(const std::vector<DriverUsage>& usage, boo
                                       bool at_exit) {
   const int64_t t = now_us();
   // NVML numbers devices its own way; the process's CUDA ordinals are matched by PCI address
-  // (the process announces each ordinal with its first event). A device it has a context on but
-  // has not used yet cannot be named in its numbering and waits; only where a side knows no PCI
-  // address (the driver would not tell) do NVML indices stand in for ordinals.
+  // (the process announces each ordinal with its first event). A device it has not announced
+  // yet (a context without allocations, or an announcement still in the ring) cannot be named in
+  // its numbering and waits; only where NVML gives no PCI address do its indices stand in.
   std::map<int64_t, int> ordinal_of;
   for (const auto& [ordinal, bus] : model_.device_pci_bus_ids()) ordinal_of[pci_key(bus)] = ordinal;
   std::map<int, uint64_t> now;
@@ -216,7 +216,7 @@ void ProcessSession::add_driver_usage(const std::vector<DriverUsage>& usage, boo
     auto it = u.pci >= 0 ? ordinal_of.find(u.pci) : ordinal_of.end();
     if (it != ordinal_of.end()) {
       now[it->second] += u.used_bytes;
-    } else if (ordinal_of.empty() || u.pci < 0) {
+    } else if (u.pci < 0) {
       now[u.device] += u.used_bytes;
     }
   }

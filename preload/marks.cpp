@@ -206,8 +206,6 @@ nvtxStringHandle_t NVTX_API nvtx_domain_register_string_w(nvtxDomainHandle_t, co
   return intern(buf);
 }
 
-using Slot = NvtxFunctionPointer*;
-
 template <typename Fn>
 void assign(NvtxFunctionTable table, unsigned size, unsigned id, Fn fn) noexcept {
   if (id < size && table[id]) *table[id] = reinterpret_cast<NvtxFunctionPointer>(fn);
