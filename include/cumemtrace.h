@@ -12,8 +12,9 @@
  *   cumemtrace_snapshot(tag)     writes EXE.PID.TAG.json with the state at this call, and
  *                                returns once the collector wrote it (at most ~10 s)
  *
- * The weak references need an executable built as PIE (the default of current GCC and Clang) or
- * a shared library; a non-PIE executable must be linked with -Wl,-z,dynamic-undefined-weak.
+ * The weak references are resolved at load time in a shared library or a PIE executable (the
+ * default of current GCC and Clang). In a non-PIE executable the linker binds them to null for
+ * good: compile the files that include this header with -fPIC there.
  */
 #ifndef CUMEMTRACE_H
 #define CUMEMTRACE_H
