@@ -4,6 +4,10 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdlib>
+
+#include <fmt/format.h>
 
 #include "collector_loop.h"
 #include "commands.h"
@@ -20,6 +24,29 @@ struct CollectArgs {
   uint64_t max_trace_events = 0;
 };
 
+// Plain-preload settings the collector applies itself (it inherits the application's
+// environment); a bad value refuses tracing with a message the application prints.
+std::string env_settings(collect::SessionOptions& o) {
+  if (const char* v = getenv("CUMEMTRACE_SNAPSHOT_EVERY"); v && *v) {
+    char* end = nullptr;
+    const double s = strtod(v, &end);
+    if (*end || !(s >= 0.001 && s <= 1e9)) {
+      return fmt::format("invalid CUMEMTRACE_SNAPSHOT_EVERY (expected seconds > 0): {}", v);
+    }
+    o.snapshot_every_s = s;
+  }
+  if (const char* v = getenv("CUMEMTRACE_MAX_TRACE_EVENTS"); v && *v) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = strtoull(v, &end, 10);
+    if (*end || errno || *v == '-') {
+      return fmt::format("invalid CUMEMTRACE_MAX_TRACE_EVENTS (expected a count): {}", v);
+    }
+    o.max_trace_events = n;
+  }
+  return {};
+}
+
 int collect_main(const CollectArgs& a) {
   if (a.daemonize) {
     pid_t pid = fork();
@@ -34,6 +61,7 @@ int collect_main(const CollectArgs& a) {
   opts.session.output_dir = a.output;
   opts.session.max_trace_events = a.max_trace_events;
   opts.refuse = collect::prepare_output_dir(a.output);
+  if (opts.refuse.empty()) opts.refuse = env_settings(opts.session);
   collect::Collector c(a.control_fd, opts);
   c.run();
   return 0;

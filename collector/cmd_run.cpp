@@ -2,7 +2,9 @@
 // exits with CMD's exit status (128+N when a signal N killed it), or with `check`'s verdict (1, or
 // 2 for bad check options) when limits such as --max-leaked-bytes are given and one fails. When
 // tracing cannot work (no preload library, unwritable output directory) it says so in one line and
-// runs CMD untraced.
+// runs CMD untraced. It also makes the preload CMD's NVTX injection library
+// (NVTX_INJECTION64_PATH), unless the caller already chose one, so that NVTX ranges and marks
+// become snapshot annotations.
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -34,6 +36,7 @@ struct RunArgs {
   unsigned stack_depth = 32;
   unsigned buffer_mb = 8;
   uint64_t max_trace_events = 0;
+  double snapshot_every = 0;
   bool no_follow = false;
   bool quiet = false;
   std::vector<std::string> command;
@@ -78,6 +81,7 @@ int exit_code_of(int status) {
     setenv("CUMEMTRACE_CONTROL_FD", std::to_string(ctl_fd).c_str(), 1);
     setenv("CUMEMTRACE_STACK_DEPTH", std::to_string(a.stack_depth).c_str(), 1);
     setenv("CUMEMTRACE_BUFFER_MB", std::to_string(a.buffer_mb).c_str(), 1);
+    setenv("NVTX_INJECTION64_PATH", preload.c_str(), 0);
     if (a.no_follow) {
       setenv("CUMEMTRACE_FOLLOW", "0", 1);
       setenv("CUMEMTRACE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
@@ -139,6 +143,7 @@ int run_main(const RunArgs& a) {
   opts.summary = !a.quiet;
   opts.session.output_dir = a.output;
   opts.session.max_trace_events = a.max_trace_events;
+  opts.session.snapshot_every_s = a.snapshot_every;
   collect::Collector collector(ctl[0], opts);
   collector.set_direct_child(child);
   collector.set_signal_fd(sfd);
@@ -169,6 +174,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_option("--max-trace-events", args->max_trace_events,
                   "keep only the newest N trace entries (live state stays complete); 0 = all")
       ->capture_default_str();
+  sub->add_option("--snapshot-every", args->snapshot_every,
+                  "also write EXE.PID.periodic-N.json every SECONDS while a process runs")
+      ->check(CLI::Range(0.001, 1e9));
   sub->add_flag("--no-follow", args->no_follow, "trace only CMD itself, not its children");
   sub->add_flag("-q,--quiet", args->quiet, "print nothing but errors");
   analysis::add_check_options(sub, args->check);

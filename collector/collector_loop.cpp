@@ -51,6 +51,7 @@ Collector::Collector(int control_fd, CollectorOptions opts)
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   hostname_ = host;
+  opts_.session.driver_memory = &driver_memory_;
 }
 
 Collector::~Collector() {
@@ -154,6 +155,7 @@ void Collector::handle_signals() {
 }
 
 void Collector::finish(ProcessSession& s) {
+  report_written(s);
   std::optional<snap::Ended> ended;
   if (s.info().pid == child_ && child_status_) {
     snap::Ended e;
@@ -184,6 +186,28 @@ void Collector::finish(ProcessSession& s) {
   if (!s.error().empty()) fmt::print(stderr, "cumemtrace: {}\n", s.error());
 }
 
+// Files written while processes run get their one line as they appear.
+void Collector::report_written(ProcessSession& s) {
+  for (const auto& path : s.take_new_files()) {
+    if (opts_.summary) fmt::print(stderr, "cumemtrace: wrote {}\n", path);
+  }
+}
+
+void Collector::sample_driver_memory(std::chrono::steady_clock::time_point now) {
+  if (now < next_driver_sample_ ||
+      std::none_of(sessions_.begin(), sessions_.end(), [](auto& s) { return s->open(); })) {
+    return;
+  }
+  if (!driver_memory_.available()) return;
+  next_driver_sample_ = now + std::chrono::seconds(1);
+  auto all = driver_memory_.sample_all();
+  for (auto& s : sessions_) {
+    if (!s->open()) continue;
+    auto it = all.find(s->info().pid);
+    s->add_driver_usage(it != all.end() ? it->second : std::vector<DriverUsage>{});
+  }
+}
+
 bool Collector::done() const {
   if (!sessions_.empty()) return false;
   if (child_ > 0) return child_status_.has_value();
@@ -210,6 +234,12 @@ void Collector::run() {
     size_t drained = 0;
     for (auto& s : sessions_) drained += s->drain();
     idle_rounds = drained ? 0 : idle_rounds + 1;
+    const auto now = std::chrono::steady_clock::now();
+    sample_driver_memory(now);
+    for (auto& s : sessions_) {
+      s->periodic(now);
+      report_written(*s);
+    }
     for (const auto& p : pfds) {
       if (!p.revents) continue;
       if (p.fd == control_fd_) {

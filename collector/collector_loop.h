@@ -3,15 +3,19 @@
 // writes one snapshot per process image when it ends, even when it was killed. It returns when
 // every traced process is gone and either the direct child was reaped (`cumemtrace run`) or the
 // control socket closed (a collector started by the preload). Ring contents are untrusted input.
+// About once a second it samples driver-visible memory (NVML, when present) for every open
+// process, and it writes the periodic snapshots that SessionOptions::snapshot_every_s asks for.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "driver_memory.h"
 #include "process_session.h"
 #include "snapshot.h"
 
@@ -48,6 +52,8 @@ class Collector {
   void accept_hello();
   void handle_signals();
   void finish(ProcessSession& s);
+  void report_written(ProcessSession& s);
+  void sample_driver_memory(std::chrono::steady_clock::time_point now);
   bool done() const;
 
   int control_fd_;
@@ -58,6 +64,8 @@ class Collector {
   std::vector<std::unique_ptr<ProcessSession>> sessions_;  // open or awaiting the child's status
   std::vector<WrittenSnapshot> written_;
   std::string hostname_;
+  DriverMemory driver_memory_;
+  std::chrono::steady_clock::time_point next_driver_sample_{};
 };
 
 }  // namespace cumemtrace::collect

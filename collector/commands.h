@@ -14,5 +14,6 @@ void add_collect_command(CLI::App& app, int& exit_code);
 void add_report_command(CLI::App& app, int& exit_code);
 void add_check_command(CLI::App& app, int& exit_code);
 void add_diff_command(CLI::App& app, int& exit_code);
+void add_snapshot_command(CLI::App& app, int& exit_code);
 
 }  // namespace cumemtrace::cli

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <sys/wait.h>
+#include <time.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -26,6 +27,17 @@ std::string base_name(const std::string& path) {
     if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
   }
   return b.empty() ? "process" : b;
+}
+
+// A tag becomes part of a file name: safe characters only, no leading dot, bounded length.
+std::string file_tag(const std::string& tag) {
+  std::string t = tag.substr(0, 100);
+  for (char& c : t) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
+  }
+  if (t.empty()) return "snapshot";
+  if (t[0] == '.' || t[0] == '-') t[0] = '_';
+  return t;
 }
 
 std::vector<std::string> read_cmdline(int pid) {
@@ -94,6 +106,12 @@ ProcessSession::ProcessSession(int memfd, int live_fd, ProcessInfo info, Session
       model_(ring_->header().start_realtime_ns, ring_->header().start_monotonic_ns,
              opts_.max_trace_events) {
   ring_->mark_collector(getpid(), wire::kCollectorAttached);
+  requests_seen_ = ring_->header().snapshot_requests.load(std::memory_order_acquire);
+  if (opts_.snapshot_every_s > 0) {
+    next_periodic_ = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(opts_.snapshot_every_s));
+  }
 }
 
 ProcessSession::~ProcessSession() {
@@ -107,20 +125,112 @@ size_t ProcessSession::drain() {
   try {
     n = ring_->drain([this](const Record& r) {
       model_.add(r);
-      // Written before this record's slot is released: the thread that hit the OOM waits for
-      // that, so the file shows the state at the failure, before the application reacts.
-      if (model_.take_oom_request()) {
-        try {
+      // Written before this record's slot is released: the thread that hit the OOM (or asked
+      // for the snapshot) waits for that, so the file shows the state at that moment, before
+      // the application goes on.
+      try {
+        if (model_.take_oom_request()) {
+          sample_driver();
           oom_files_.push_back(write(snapshot("oom", std::nullopt)));
-        } catch (const std::exception& e) {
-          error_ = e.what();
+          extra_files_.push_back(oom_files_.back());
         }
+        if (auto tag = model_.take_snapshot_request()) write_running("request", file_tag(*tag));
+        if (r.ev.kind == wire::Kind::kExit) sample_driver(true);  // the last look at the context
+        // A device just named: its driver figure can now be attributed to it.
+        if (r.ev.kind == wire::Kind::kDevice) sample_driver();
+      } catch (const std::exception& e) {
+        error_ = e.what();
       }
     });
   } catch (const CorruptRing& e) {
     error_ = fmt::format("corrupt ring from pid {}: {}", info_.pid, e.what());
   }
+  // A SIGUSR2 since the last look: the state now, after what the process recorded before it.
+  const uint32_t requests = ring_->header().snapshot_requests.load(std::memory_order_acquire);
+  if (requests != requests_seen_ && error_.empty()) {
+    requests_seen_ = requests;
+    try {
+      write_running("request", fmt::format("request-{}", ++requests_written_));
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+  }
   return n;
+}
+
+std::vector<std::string> ProcessSession::take_new_files() {
+  std::vector<std::string> out(extra_files_.begin() + static_cast<std::ptrdiff_t>(files_taken_),
+                               extra_files_.end());
+  files_taken_ = extra_files_.size();
+  return out;
+}
+
+void ProcessSession::periodic(std::chrono::steady_clock::time_point now) {
+  if (opts_.snapshot_every_s <= 0 || !open() || now < next_periodic_ || !error_.empty()) return;
+  const auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(opts_.snapshot_every_s));
+  // A slow write must not make files pile up: the next one is due a full period from now.
+  while (next_periodic_ <= now) next_periodic_ += every;
+  try {
+    write_running("periodic", fmt::format("periodic-{}", ++periodic_written_));
+  } catch (const std::exception& e) {
+    error_ = e.what();
+  }
+}
+
+void ProcessSession::write_running(const std::string& reason, const std::string& tag) {
+  sample_driver();
+  snap::Snapshot s = snapshot(reason, std::nullopt);
+  s.tool->tag = tag;
+  extra_files_.push_back(write(s));
+}
+
+int64_t ProcessSession::now_us() const {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t mono =
+      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  const auto& h = ring_->header();
+  return (static_cast<int64_t>(h.start_realtime_ns) +
+          static_cast<int64_t>(mono - h.start_monotonic_ns)) /
+         1000;
+}
+
+void ProcessSession::sample_driver(bool at_exit) {
+  if (opts_.driver_memory && opts_.driver_memory->available()) {
+    add_driver_usage(opts_.driver_memory->sample(info_.pid), true, at_exit);
+  }
+}
+
+void ProcessSession::add_driver_usage(const std::vector<DriverUsage>& usage, bool force,
+                                      bool at_exit) {
+  const int64_t t = now_us();
+  // NVML numbers devices its own way; the process's CUDA ordinals are matched by PCI address
+  // (the process announces each ordinal with its first event). A device it has not announced
+  // yet (a context without allocations, or an announcement still in the ring) cannot be named in
+  // its numbering and waits; only where NVML gives no PCI address do its indices stand in.
+  std::map<int64_t, int> ordinal_of;
+  for (const auto& [ordinal, bus] : model_.device_pci_bus_ids()) ordinal_of[pci_key(bus)] = ordinal;
+  std::map<int, uint64_t> now;
+  for (const auto& u : usage) {
+    auto it = u.pci >= 0 ? ordinal_of.find(u.pci) : ordinal_of.end();
+    if (it != ordinal_of.end()) {
+      now[it->second] += u.used_bytes;
+    } else if (u.pci < 0) {
+      now[u.device] += u.used_bytes;
+    }
+  }
+  // A device the process left (its context destroyed) reads as 0 from then on.
+  for (const auto& [device, last] : driver_last_) {
+    if (last && !now.count(device) && !at_exit) now[device] = 0;
+  }
+  for (const auto& [device, used] : now) {
+    auto it = driver_last_.find(device);
+    if (force || it == driver_last_.end() || it->second != used) {
+      driver_samples_.push_back(snap::DriverMemorySample{t, device, used});
+      driver_last_[device] = used;
+    }
+  }
 }
 
 void ProcessSession::close_live() {
@@ -147,13 +257,16 @@ snap::Snapshot ProcessSession::snapshot(const std::string& reason,
   snap::Snapshot s = model_.build(info_, symbolizer_);
   s.tool->reason = reason;
   s.tool->events_dropped = ring_->dropped();
+  s.tool->driver_memory = driver_samples_;
   if (ended) s.tool->ended = *ended;
   return s;
 }
 
 std::string ProcessSession::write(const snap::Snapshot& s) {
   const std::string& reason = s.tool->reason;
-  const std::string suffix = reason == "exit" ? "" : "." + reason;
+  const std::string suffix = !s.tool->tag.empty() ? "." + s.tool->tag
+                             : reason == "exit"   ? ""
+                                                  : "." + reason;
   return snap::write_snapshot_file(
       s, fmt::format("{}/{}.{}{}.json", opts_.output_dir, base_name(info_.exe), info_.pid, suffix));
 }

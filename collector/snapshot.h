@@ -122,6 +122,12 @@ struct Anomaly {
   uint32_t tid = 0;
 };
 
+struct DriverMemorySample {  // per-process device memory as the driver (NVML) reports it
+  int64_t time_us = 0;
+  int device = 0;
+  uint64_t used_bytes = 0;
+};
+
 struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapshots
   int schema_version = kSchemaVersion;
   std::string tool_version;
@@ -133,15 +139,20 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   std::map<std::string, std::string> rank;  // RANK, LOCAL_RANK, WORLD_SIZE... when set
   int64_t start_time_us = 0;
   int64_t end_time_us = 0;
-  std::string reason = "exit";  // why this file was written: "exit", "oom", "signal", "request"
+  std::string reason = "exit";  // why this file was written: "exit", "oom", "signal", "request",
+                                // "periodic"
+  std::string tag;  // request/periodic snapshots: the file name's tag ("request-2", the tag
+                    // given to cumemtrace_snapshot); empty otherwise
   Ended ended;
   uint64_t events_total = 0;
   uint64_t events_dropped = 0;
+  uint64_t trace_entries_dropped = 0;  // oldest trace entries discarded by --max-trace-events
   std::vector<DeviceSummary> devices;
   std::vector<VmmHandle> vmm_handles;
   std::vector<HostAllocation> host_allocations;
   std::vector<Anomaly> anomalies;
-  std::map<std::string, std::string> threads;  // tid -> name
+  std::map<std::string, std::string> threads;     // tid -> name
+  std::vector<DriverMemorySample> driver_memory;  // empty without NVML
 };
 
 struct Snapshot {

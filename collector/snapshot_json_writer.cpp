@@ -147,6 +147,10 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
   put_num(b, t.end_time_us);
   put(b, ",\"reason\":");
   put_string(b, t.reason);
+  if (!t.tag.empty()) {
+    put(b, ",\"tag\":");
+    put_string(b, t.tag);
+  }
   put(b, ",\"ended\":{\"how\":");
   put_string(b, t.ended.how);
   put(b, ",\"code\":");
@@ -157,6 +161,8 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
   put_num(b, t.events_total);
   put(b, ",\"events_dropped\":");
   put_num(b, t.events_dropped);
+  put(b, ",\"trace_entries_dropped\":");
+  put_num(b, t.trace_entries_dropped);
   put(b, ",\"devices\":[");
   for (size_t i = 0; i < t.devices.size(); ++i) {
     const auto& d = t.devices[i];
@@ -199,7 +205,14 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
   }
   put(b, "],\"threads\":");
   put_string_map(b, t.threads);
-  b.push_back('}');
+  put(b, ",\"driver_memory\":[");
+  for (size_t i = 0; i < t.driver_memory.size(); ++i) {
+    const auto& m = t.driver_memory[i];
+    if (i) b.push_back(',');
+    fmt::format_to(std::back_inserter(b), "{{\"time_us\":{},\"device\":{},\"used_bytes\":{}}}",
+                   m.time_us, m.device, m.used_bytes);
+  }
+  put(b, "]}");
 }
 
 void put_snapshot(Buf& b, const Snapshot& s) {

@@ -1,5 +1,7 @@
 #include "summary.h"
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include "size_format.h"
@@ -46,6 +48,24 @@ std::string summarize(const snap::Snapshot& s) {
     out += fmt::format("; {} pinned host allocations held", t.host_allocations.size());
   }
   if (!t.anomalies.empty()) out += fmt::format("; {} anomalies", t.anomalies.size());
+  if (t.trace_entries_dropped) {
+    out += fmt::format("; oldest {} trace entries discarded (--max-trace-events)",
+                       t.trace_entries_dropped);
+  }
+  // The driver's latest figure per device next to the tracked bytes: the difference is what
+  // the CUDA context, modules and untracked libraries hold.
+  std::map<int, uint64_t> driver;
+  for (const auto& m : t.driver_memory) driver[m.device] = m.used_bytes;
+  std::string seen;
+  for (const auto& [device, used] : driver) {
+    uint64_t tracked = 0;
+    for (const auto& d : t.devices) {
+      if (d.device == device) tracked = d.live_bytes;
+    }
+    seen += fmt::format("{}device {} {} ({} tracked)", seen.empty() ? "" : ", ", device,
+                        snap::format_bytes(used), snap::format_bytes(tracked));
+  }
+  if (!seen.empty()) out += "; driver-visible at last sample " + seen;
   if (t.events_dropped) out += " [INCOMPLETE: events were dropped]";
   return out + ".\n";
 }

@@ -194,12 +194,25 @@ void TraceModel::add(const Record& r) {
       return;
     }
     case Kind::kMark:
-      return;  // marks are recorded by the marks feature; ignored by this wire version's model
+      on_mark(r, t);
+      return;
+    case Kind::kSnapshot:
+      snapshot_pending_ = r.text;
+      return;
+    case Kind::kDevice:
+      if (ev.aux < static_cast<uint64_t>(kMaxDevices))
+        device_pci_[static_cast<int>(ev.aux)] = r.text;
+      return;
     default:
       break;
   }
   ++events_total_;
   last_time_us_ = std::max(last_time_us_, t);
+  if (ev.device >= 0 && (ev.tid != last_tid_ || ev.device != last_device_)) {
+    last_tid_ = ev.tid;
+    last_device_ = ev.device;
+    thread_device_[ev.tid] = sane_device(ev.device);
+  }
   const StackId stack = intern(r);
   switch (ev.kind) {
     case Kind::kAlloc:
@@ -227,6 +240,55 @@ void TraceModel::add(const Record& r) {
     default:
       break;
   }
+}
+
+std::optional<std::string> TraceModel::take_snapshot_request() {
+  std::optional<std::string> r = std::move(snapshot_pending_);
+  snapshot_pending_.reset();
+  return r;
+}
+
+void TraceModel::on_mark(const Record& r, int64_t t) {
+  const auto stage = static_cast<wire::MarkStage>(r.ev.aux & 0xff);
+  const uint64_t range = r.ev.aux >> 8;
+  snap::Annotation a;
+  a.time_us = t;
+  const auto d = thread_device_.find(r.ev.tid);
+  a.device = d != thread_device_.end() ? d->second : 0;
+  switch (stage) {
+    case wire::MarkStage::kMark:
+      a.stage = "MARK";
+      a.name = r.text;
+      break;
+    case wire::MarkStage::kStart:
+      a.stage = "START";
+      a.name = r.text;
+      if (range) {
+        ranges_[range] = r.text;
+      } else {
+        pushed_[r.ev.tid].push_back(r.text);
+      }
+      break;
+    case wire::MarkStage::kEnd: {
+      a.stage = "END";
+      if (range) {
+        auto it = ranges_.find(range);
+        if (it == ranges_.end()) return;
+        a.name = std::move(it->second);
+        ranges_.erase(it);
+      } else {
+        auto it = pushed_.find(r.ev.tid);
+        if (it == pushed_.end() || it->second.empty()) return;
+        a.name = std::move(it->second.back());
+        it->second.pop_back();
+      }
+      break;
+    }
+    default:
+      return;
+  }
+  last_time_us_ = std::max(last_time_us_, t);
+  annotations_.push_back(std::move(a));
 }
 
 void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
@@ -401,6 +463,7 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
     s.allocator_settings["max_trace_events"] = std::to_string(max_trace_events_);
   }
   s.allocator_settings["trace_entries_dropped"] = std::to_string(trace_dropped_);
+  s.annotations = annotations_;
 
   snap::ToolSection tool;
   tool.pid = info.pid;
@@ -412,6 +475,7 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
   tool.start_time_us = static_cast<int64_t>(start_realtime_ns_ / 1000);
   tool.end_time_us = last_time_us_;
   tool.events_total = events_total_;
+  tool.trace_entries_dropped = trace_dropped_;
   for (size_t d = 0; d < devices_.size(); ++d) {
     const auto& ds = devices_[d];
     tool.devices.push_back(snap::DeviceSummary{static_cast<int>(d), ds.peak, ds.peak_time_us,

@@ -10,11 +10,16 @@
 //   mapping) OOM        -> oom (size, device_free)
 // Device bytes are device allocations plus cuMemCreate'd physical handles; mappings only make
 // handles visible and add nothing.
+// Marks become external_annotations in ring order: MARK, START (a push or a start/end range),
+// END (a pop takes the name of the thread's innermost open push, an end the name of its range's
+// start; an END that matches nothing is dropped). Their device is that of the marking thread's
+// latest device event, 0 before it has one.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,6 +47,10 @@ class TraceModel {
 
   // Events that ask for a snapshot at once (OOM) since the last call.
   bool take_oom_request();
+  // The tag of a cumemtrace_snapshot(tag) record just added, if any (cleared by the call).
+  std::optional<std::string> take_snapshot_request();
+  // PCI bus ids of the CUDA ordinals the process announced (kDevice), by ordinal.
+  const std::map<int, std::string>& device_pci_bus_ids() const { return device_pci_; }
   bool exited() const { return exited_; }
   int exit_status() const { return exit_status_; }
   uint64_t events_total() const { return events_total_; }
@@ -129,6 +138,16 @@ class TraceModel {
   uint64_t events_total_ = 0;
   int64_t last_time_us_ = 0;
   bool oom_pending_ = false;
+  std::optional<std::string> snapshot_pending_;
+
+  void on_mark(const Record& r, int64_t t);
+  std::vector<snap::Annotation> annotations_;
+  std::unordered_map<uint32_t, std::vector<std::string>> pushed_;  // tid -> open push names
+  std::unordered_map<uint64_t, std::string> ranges_;               // start/end id -> name
+  std::unordered_map<uint32_t, int> thread_device_;                // tid -> latest device
+  std::map<int, std::string> device_pci_;
+  uint32_t last_tid_ = 0;
+  int last_device_ = -1;
   bool exited_ = false;
   int exit_status_ = 0;
 };

@@ -50,6 +50,8 @@ Fn lazy(std::atomic<void*>& slot, const char* name) noexcept {
 std::atomic<void*> g_ctx_get_device{nullptr};
 std::atomic<void*> g_pointer_get_attribute{nullptr};
 std::atomic<void*> g_mem_get_info{nullptr};
+std::atomic<void*> g_device_get{nullptr};
+std::atomic<void*> g_device_get_pci_bus_id{nullptr};
 
 }  // namespace
 
@@ -66,6 +68,14 @@ int pointer_device(uint64_t dptr) noexcept {
   int ordinal = -1;
   if (!fn || fn(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr) != CUDA_SUCCESS) return -1;
   return ordinal;
+}
+
+bool device_pci_bus_id(int ordinal, char* buf, int len) noexcept {
+  auto get = lazy<CUresult (*)(CUdevice*, int)>(g_device_get, "cuDeviceGet");
+  auto bus =
+      lazy<CUresult (*)(char*, int, CUdevice)>(g_device_get_pci_bus_id, "cuDeviceGetPCIBusId");
+  CUdevice dev = 0;
+  return get && bus && get(&dev, ordinal) == CUDA_SUCCESS && bus(buf, len, dev) == CUDA_SUCCESS;
 }
 
 uint64_t device_free_bytes() noexcept {

@@ -5,10 +5,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "module_map.h"
 #include "python_stack.h"
+#include "real_driver.h"
 #include "session.h"
 #include "stack_capture.h"
 
@@ -26,8 +28,8 @@ uint64_t now_ns() noexcept {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-void publish_string(wire::Kind kind, uint64_t aux, const char* s, size_t len,
-                    uint32_t tid) noexcept {
+bool publish_string(wire::Kind kind, uint64_t aux, const char* s, size_t len, uint32_t tid,
+                    uint64_t* ticket = nullptr) noexcept {
   wire::EventPayload ev{};
   ev.time_ns = now_ns();
   ev.kind = kind;
@@ -39,7 +41,7 @@ void publish_string(wire::Kind kind, uint64_t aux, const char* s, size_t len,
     len = wire::kMaxExtraSlots * wire::kPayloadBytes;
   }
   ev.size = len;
-  ring().publish(ev, s, static_cast<uint32_t>(len));
+  return ring().publish(ev, s, static_cast<uint32_t>(len), ticket);
 }
 
 // The kernel thread id, cached per thread (reset in a forked child by forget_thread_cache); a
@@ -54,10 +56,30 @@ uint32_t current_tid() noexcept {
   return t_tid;
 }
 
+// Ordinals already announced with their PCI bus id (kDevice), one bit each.
+std::atomic<uint64_t> g_devices_announced{0};
+
+// Once per ordinal, with the event that first names it: by then the driver is initialized.
+void announce_device(int device, uint32_t tid) noexcept {
+  if (device < 0 || device >= 64) return;
+  const uint64_t bit = uint64_t{1} << device;
+  if (g_devices_announced.load(std::memory_order_relaxed) & bit) return;
+  if (g_devices_announced.fetch_or(bit, std::memory_order_relaxed) & bit) return;
+  char bus[32] = {};
+  if (device_pci_bus_id(device, bus, sizeof bus - 1)) {
+    publish_string(wire::Kind::kDevice, static_cast<uint64_t>(device), bus,
+                   strnlen(bus, sizeof bus), tid);
+  }
+}
+
 }  // namespace
 
 void forget_thread_cache() noexcept {
   t_tid = 0;
+}
+
+void forget_devices() noexcept {
+  g_devices_announced.store(0, std::memory_order_relaxed);
 }
 
 bool tracing_possible() noexcept {
@@ -81,6 +103,7 @@ void record(const EventArgs& a) noexcept {
   ev.stream = a.stream;
   ev.aux = a.aux;
   ev.tid = current_tid();
+  announce_device(a.device, ev.tid);
   ev.device = static_cast<int16_t>(a.device);
   ev.kind = a.kind;
   ev.api = a.api;
@@ -103,6 +126,16 @@ void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept {
 void record_bytes(wire::Kind kind, uint64_t aux, const char* s, size_t len) noexcept {
   if (!ensure_session()) return;
   publish_string(kind, aux, s, len, current_tid());
+}
+
+void record_string_and_wait(wire::Kind kind, uint64_t aux, const char* s,
+                            uint64_t timeout_ns) noexcept {
+  if (!ensure_session()) return;
+  const size_t len = strnlen(s, wire::kMaxExtraSlots * wire::kPayloadBytes);
+  uint64_t ticket = 0;
+  if (publish_string(kind, aux, s, len, current_tid(), &ticket)) {
+    ring().wait_consumed(ticket, timeout_ns);
+  }
 }
 
 }  // namespace cumemtrace::preload

@@ -40,6 +40,8 @@ bool tracing_possible() noexcept;
 
 // Called in a forked child: the calling thread's cached id belongs to the parent.
 void forget_thread_cache() noexcept;
+// Called in a forked child: its session announces its devices (kDevice) again.
+void forget_devices() noexcept;
 
 // Records one event with the caller's stack (when stacks are on).
 void record(const EventArgs& a) noexcept;
@@ -48,5 +50,9 @@ void record(const EventArgs& a) noexcept;
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept;
 // Same with explicit length (the bytes may contain NULs).
 void record_bytes(wire::Kind kind, uint64_t aux, const char* s, size_t len) noexcept;
+// Records a string event and waits (at most timeout_ns) until the collector has consumed it:
+// a snapshot request returns once its file is written.
+void record_string_and_wait(wire::Kind kind, uint64_t aux, const char* s,
+                            uint64_t timeout_ns) noexcept;
 
 }  // namespace cumemtrace::preload

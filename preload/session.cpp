@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/auxv.h>
@@ -39,6 +40,9 @@ int g_live_fd = -1;  // our end of the liveness socketpair
 void* g_ring_map = nullptr;
 size_t g_ring_bytes = 0;
 bool g_process_hooks_installed = false;
+// The ring the SIGUSR2 handler counts requests in; null while there is none (before the session,
+// in a forked child until its own session starts).
+std::atomic<wire::RingHeader*> g_request_ring{nullptr};
 
 uint64_t clock_ns(clockid_t id) {
   timespec ts;
@@ -293,9 +297,46 @@ void on_process_exit(int status, void*) {
   record(a);
 }
 
+// `kill -USR2 PID` / `cumemtrace snapshot PID`: only an atomic increment, async-signal-safe.
+void on_snapshot_signal(int) {
+  if (wire::RingHeader* h = g_request_ring.load(std::memory_order_relaxed)) {
+    h->snapshot_requests.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+// SIGUSR2 is taken only where the program left it at its default (which would kill it): a
+// handler or an ignore the program chose stays as it is, and then snapshots on demand are
+// unavailable. Also true when it is ours already (a forked child starting its own session).
+bool snapshot_signal_free() {
+  struct sigaction old {};
+  if (sigaction(SIGUSR2, nullptr, &old) != 0) return false;
+  if (old.sa_flags & SA_SIGINFO) return false;
+  return old.sa_handler == SIG_DFL || old.sa_handler == on_snapshot_signal;
+}
+
+void install_snapshot_signal() {
+  struct sigaction sa {};
+  sa.sa_handler = on_snapshot_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR2, &sa, nullptr);
+}
+
+// A forked child has no session until its first event: give SIGUSR2 back its default meanwhile
+// (the child's session takes it again when it starts).
+void release_snapshot_signal() {
+  g_request_ring.store(nullptr, std::memory_order_relaxed);
+  struct sigaction old {};
+  if (sigaction(SIGUSR2, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+      old.sa_handler == on_snapshot_signal) {
+    signal(SIGUSR2, SIG_DFL);
+  }
+}
+
 // In a forked child the parent's ring, liveness socket and thread ids are not ours: forget them
 // (without touching the parent's ring) and start over lazily on the child's first event.
 void on_fork_child() {
+  release_snapshot_signal();
   g_ring.detach();
   if (g_ring_map) munmap(g_ring_map, g_ring_bytes);
   g_ring_map = nullptr;
@@ -303,6 +344,7 @@ void on_fork_child() {
   g_live_fd = -1;
   modules_reset();
   forget_thread_cache();
+  forget_devices();
   python_stack_reset();
   g_state.store(static_cast<int>(g_config.follow ? SessionState::kIdle : SessionState::kOff),
                 std::memory_order_release);
@@ -329,7 +371,13 @@ bool start() {
   }
 
   g_ring_bytes = wire::ring_bytes(g_config.ring_slots);
-  int memfd = static_cast<int>(syscall(SYS_memfd_create, "cumemtrace-ring", MFD_CLOEXEC));
+  // The ring's name (visible in /proc/PID/maps) tells `cumemtrace snapshot PID` whether this
+  // process takes SIGUSR2 for snapshots, so that it never signals one that would not: the
+  // handler is in place before the ring exists (it ignores requests until the ring is attached).
+  const bool take_usr2 = snapshot_signal_free();
+  if (take_usr2) install_snapshot_signal();
+  int memfd = static_cast<int>(syscall(
+      SYS_memfd_create, take_usr2 ? "cumemtrace-ring-usr2" : "cumemtrace-ring", MFD_CLOEXEC));
   if (memfd < 0 || ftruncate(memfd, static_cast<off_t>(g_ring_bytes)) != 0) {
     print_line("cannot create the ring buffer; tracing disabled: ", strerror(errno));
     if (memfd >= 0) close(memfd);
@@ -381,6 +429,7 @@ bool start() {
   g_live_fd = live[0];
   g_ring_map = map;
   g_ring.attach(hdr, slots, g_config.max_wait_ns);
+  g_request_ring.store(hdr, std::memory_order_relaxed);
   if (!g_process_hooks_installed) {
     g_process_hooks_installed = true;
     on_exit(on_process_exit, nullptr);
@@ -417,6 +466,7 @@ bool ensure_session() noexcept {
   int expected = static_cast<int>(SessionState::kIdle);
   if (g_state.compare_exchange_strong(expected, static_cast<int>(SessionState::kStarting))) {
     const bool ok = start();
+    if (!ok) release_snapshot_signal();  // tracing is off: SIGUSR2 means what it did before
     g_state.store(static_cast<int>(ok ? SessionState::kRunning : SessionState::kOff),
                   std::memory_order_release);
     if (ok) modules_send_all();

@@ -52,10 +52,16 @@ enum class Kind : uint8_t {
   kModule = 14,       // loaded module: addr = load base; extra slots = path bytes (size = length)
   kThreadName = 15,   // tid names itself: extra slots = name bytes (size = length)
   kExit = 16,         // process called exit(): result = status
-  kMark = 17,         // application mark/range: aux = MarkStage; extra slots = name bytes
+  kMark = 17,         // application mark/range: aux = MarkStage | range id << 8 (id 0 for
+                      // push/pop: an END without a name closes the thread's innermost push;
+                      // a start/end range's END names its START by id); extra slots = name
   kPyCode = 18,       // a Python code object first seen: aux = its address; extra slots =
                       // "filename\0name". An address may be announced again (reused by another
                       // code object): the latest announcement applies to the records after it
+  kSnapshot = 19,     // cumemtrace_snapshot(tag): write a snapshot of the state at this record
+                      // before releasing it; extra slots = tag bytes
+  kDevice = 20,       // a CUDA ordinal's first event: aux = ordinal; extra slots = its PCI bus id
+                      // (cuDeviceGetPCIBusId), to match the driver's per-device figures (NVML)
 };
 
 enum class Api : uint8_t {
@@ -133,6 +139,9 @@ struct RingHeader {
   std::atomic<uint32_t> collector_state;
   std::atomic<int32_t> collector_pid;
   std::atomic<uint32_t> stalled;  // a producer timed out waiting; set until space frees up
+  // Incremented by the preload's SIGUSR2 handler (async-signal-safe); the collector writes one
+  // snapshot whenever it sees the value change.
+  alignas(64) std::atomic<uint32_t> snapshot_requests;
 };
 static_assert(sizeof(RingHeader) <= kHeaderBytes);
 

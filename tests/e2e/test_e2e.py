@@ -288,7 +288,10 @@ def test_preload_exports_only_its_hooks():
         "cuMemAllocManaged", "cuMemFree_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
         "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
         "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap", "cuMemAddressReserve",
-        "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost"])
+        "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost",
+        # The public marks API (include/cumemtrace.h) and the NVTX injection entry point.
+        "cumemtrace_mark", "cumemtrace_range_push", "cumemtrace_range_pop", "cumemtrace_snapshot",
+        "InitializeInjectionNvtx2"])
 
 
 def test_preload_and_cli_need_only_libc():

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -877,6 +878,15 @@ FAKE_EXPORT CUresult cuDeviceGetCount(int* count) {
 
 FAKE_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
   return fk::device_get(device, ordinal);
+}
+
+// Device N sits on PCI bus 0x10 * (N + 1) of domain 0 (tests/fake_driver/fake_nvml.cpp agrees).
+FAKE_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
+  if (!fk::initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!pciBusId || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!fk::valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(pciBusId, static_cast<size_t>(len), "0000:%02X:00.0", 0x10 * (dev + 1));
+  return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {

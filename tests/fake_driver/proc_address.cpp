@@ -42,6 +42,7 @@ const ProcEntry kTable[] = {
     {"cuDriverGetVersion", 2020, addr(&::cuDriverGetVersion), nullptr, 0, nullptr},
     {"cuDeviceGetCount", 2000, addr(&::cuDeviceGetCount), nullptr, 0, nullptr},
     {"cuDeviceGet", 2000, addr(&::cuDeviceGet), nullptr, 0, nullptr},
+    {"cuDeviceGetPCIBusId", 4010, addr(&::cuDeviceGetPCIBusId), nullptr, 0, nullptr},
     {"cuDevicePrimaryCtxRetain", 7000, addr(&::cuDevicePrimaryCtxRetain), nullptr, 0, nullptr},
     {"cuDevicePrimaryCtxRelease", 7000, addr(&::cuDevicePrimaryCtxRelease),
      addr(&::cuDevicePrimaryCtxRelease_v2), 11000, nullptr},

@@ -28,6 +28,10 @@ COMMON = [
     (["exit", "7"], {}, 7, ""),
     (["exit"], {}, 0, ""),
     (["spin", "0.1"], {}, 0, ""),
+    # Without the preload the marks API and NVTX are no-ops.
+    (["marks"], {}, 0, ""),
+    (["nvtx"], {}, 0, "nvtx levels -2 -2 -2 -2\n"),
+    (["steps", "3", "4096"], {}, 0, ""),
     # Driver failures are exit 3: the 2nd allocation is allocate_weights', device 1 is missing.
     (["basic"], {"FAKE_CUDA_FAIL_NTH_ALLOC": "2"}, 3, ""),
     (["basic"], {"FAKE_CUDA_DEVICES": "1"}, 3, ""),

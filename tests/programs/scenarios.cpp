@@ -2,6 +2,11 @@
 // there. Built -O0 -fno-inline with frame pointers so every call keeps its own frame and line.
 #include "scenarios.h"
 
+#include <nvtx3/nvToolsExt.h>
+#include <wchar.h>
+
+#include "cumemtrace.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -308,6 +313,72 @@ int scenario_spin(const Driver& d, int argc, char** argv) {
   return 0;
 }
 
+int scenario_marks(const Driver& d, int, char**) {
+  require("marks", d.init, d.setDevice, d.memAlloc, d.memFree);
+  check(d.init(), "init");
+  cumemtrace_mark("begin");
+  check(d.setDevice(0), "set device 0");
+  cumemtrace_range_push("load");
+  const CUdeviceptr a = alloc(d, kMiB, "alloc a (1 MiB)");
+  cumemtrace_range_push("inner");
+  alloc(d, 2 * kMiB, "alloc b (2 MiB)");
+  cumemtrace_range_pop();
+  cumemtrace_range_pop();
+  cumemtrace_snapshot("after load");
+  check(d.memFree(a), "free a");
+  check(d.setDevice(1), "set device 1");
+  alloc(d, 512 * kKiB, "alloc 512 KiB on device 1");
+  cumemtrace_mark("on device 1");
+  cumemtrace_mark("done");
+  return 0;
+}
+
+int scenario_nvtx(const Driver& d, int, char**) {
+  require("nvtx", d.init, d.setDevice, d.memAlloc);
+  start_on_device0(d);
+  nvtxMarkA("nvtx mark");
+  const int l0 = nvtxRangePushA("outer");
+  alloc(d, kMiB, "alloc 1 MiB");
+  const int l1 = nvtxRangePushW(L"wide \u00e9");
+  const int p1 = nvtxRangePop();
+  const int p0 = nvtxRangePop();
+  const nvtxRangeId_t id = nvtxRangeStartA("cross-thread");
+  alloc(d, 2 * kMiB, "alloc 2 MiB");
+  std::thread([id] { nvtxRangeEnd(id); }).join();
+
+  nvtxDomainHandle_t domain = nvtxDomainCreateA("ct");
+  nvtxEventAttributes_t attr{};
+  attr.version = NVTX_VERSION;
+  attr.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attr.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  attr.message.ascii = "domain range";
+  nvtxDomainRangePushEx(domain, &attr);
+  nvtxDomainRangePop(domain);
+  char name[] = "registered";
+  nvtxStringHandle_t h = nvtxDomainRegisterStringA(domain, name);
+  std::memset(name, 'x', sizeof name - 1);  // the tool must have kept its own copy
+  attr.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+  attr.message.registered = h;
+  nvtxDomainMarkEx(domain, &attr);
+  nvtxDomainDestroy(domain);
+  std::printf("nvtx levels %d %d %d %d\n", l0, l1, p1, p0);
+  return 0;
+}
+
+int scenario_steps(const Driver& d, int argc, char** argv) {
+  require("steps", d.init, d.setDevice, d.memAlloc, d.memFree);
+  const long steps = arg_long(argc, argv, 2, 10);
+  const long leak = arg_long(argc, argv, 3, 0);
+  start_on_device0(d);
+  for (long i = 0; i < steps; ++i) {
+    cumemtrace_mark("step");
+    const CUdeviceptr t = alloc(d, kMiB, "alloc 1 MiB step temporary");
+    if (leak > 0) alloc(d, static_cast<size_t>(leak), "alloc leaked bytes");
+    check(d.memFree(t), "free step temporary");
+  }
+  return 0;
+}
+
 struct Scenario {
   const char* name;
   int (*run)(const Driver&, int, char**);
@@ -319,6 +390,7 @@ constexpr Scenario kScenarios[] = {
     {"badfree", scenario_badfree}, {"threads", scenario_threads}, {"fork", scenario_fork},
     {"exec", scenario_exec},       {"kill", scenario_kill},       {"abort", scenario_abort},
     {"segv", scenario_segv},       {"exit", scenario_exit},       {"spin", scenario_spin},
+    {"marks", scenario_marks},     {"nvtx", scenario_nvtx},       {"steps", scenario_steps},
 };
 
 }  // namespace

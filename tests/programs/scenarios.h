@@ -46,6 +46,24 @@
 //  exit [N] dev 0: alloc 1 MiB (leaked), exit(N) (default 0).
 //  spin [SECONDS]  dev 0: alloc 1 MiB; sleep SECONDS (default 1, fractions allowed; signals
 //           that do not kill the process do not shorten it); free; exit 0.
+//  marks    include/cumemtrace.h (no-ops without the preload), in this order: mark "begin";
+//           dev 0; push "load"; a = alloc 1 MiB; push "inner"; b = alloc 2 MiB; pop; pop;
+//           cumemtrace_snapshot("after load") (file tag after_load: a and b live); free a;
+//           dev 1; alloc 512 KiB; mark "on device 1"; mark "done"; exit 0.
+//           Annotations: MARK begin (device 0), START load, START inner, END inner, END load
+//           (device 0), MARK "on device 1", MARK done (device 1). Live at exit: 2 MiB on dev 0,
+//           512 KiB on dev 1.
+//  nvtx     NVTX3 (nvToolsExt.h, header-only; active when NVTX_INJECTION64_PATH names an
+//           injection library): nvtxMarkA "nvtx mark"; dev 0; l0 = nvtxRangePushA "outer";
+//           alloc 1 MiB; l1 = nvtxRangePushW L"wide é"; p1 = nvtxRangePop; p0 = nvtxRangePop;
+//           id = nvtxRangeStartA "cross-thread"; alloc 2 MiB; another thread: nvtxRangeEnd(id);
+//           domain "ct": nvtxDomainRangePushEx ascii "domain range", nvtxDomainRangePop;
+//           h = nvtxDomainRegisterStringA with a buffer then overwritten; nvtxDomainMarkEx with
+//           registered h ("registered"). Prints "nvtx levels l0 l1 p1 p0" (0 1 1 0 when an
+//           injection tracks push/pop, -2 -2 -2 -2 without one); exit 0.
+//  steps N LEAK  dev 0: N times: mark "step" (cumemtrace.h); t = alloc 1 MiB; if LEAK > 0,
+//           alloc LEAK bytes (never freed); free t. Exit 0: N*LEAK bytes live, 2N (or N)
+//           allocations, N frees.
 #pragma once
 
 #include <cuda.h>
