@@ -209,7 +209,7 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
   for (size_t i = 0; i < t.driver_memory.size(); ++i) {
     const auto& m = t.driver_memory[i];
     if (i) b.push_back(',');
-    fmt::format_to(std::back_inserter(b), "{{\"time_us\":{},\"device\":{},\"used_bytes\":{}}}",
+    fmt::format_to(fmt::appender(b.mem), "{{\"time_us\":{},\"device\":{},\"used_bytes\":{}}}",
                    m.time_us, m.device, m.used_bytes);
   }
   put(b, "]}");
