@@ -34,7 +34,8 @@ void add_convert_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-o,--output", opt->output,
                   "Output file, - for stdout (default: FILE less .json, plus .pickle, "
                   ".perfetto.json or .folded)");
-  cmd->add_option("--at", opt->at, "collapsed: weigh stacks by bytes live at each device's peak or at exit")
+  cmd->add_option("--at", opt->at,
+                  "collapsed: weigh stacks by bytes live at each device's peak or at exit")
       ->check(CLI::IsMember({"peak", "exit"}));
   cmd->add_flag("--stack-args", opt->stack_args,
                 "perfetto: also put each allocation's stack in its args (Perfetto shows args, "

@@ -53,8 +53,7 @@ void add_html_command(CLI::App& app, int& exit_code) {
       const auto done = std::chrono::steady_clock::now();
       using ms = std::chrono::duration<double, std::milli>;
       std::fprintf(stderr, "cumemtrace html: wrote %s (%zu bytes; read %.0f ms, report %.0f ms)\n",
-                   out.c_str(), page.size(), ms(loaded - start).count(),
-                   ms(done - loaded).count());
+                   out.c_str(), page.size(), ms(loaded - start).count(), ms(done - loaded).count());
       exit_code = 0;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cumemtrace html: %s\n", e.what());

@@ -22,25 +22,50 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 // The lists MemoryViz.js's frameFilter hides, so both viewers show the same stacks. Its bare
 // "_start" substring test would also hide user functions such as "on_start"; we match it exactly.
 constexpr std::array<std::string_view, 7> kHiddenNameParts = {
-    "unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "__libc_start_main",
-    "PyEval_",        "PyObject_",                 "PyFunction_",
+    "unwind::unwind",  "CapturedTraceback::gather",
+    "gather_with_cpp", "__libc_start_main",
+    "PyEval_",         "PyObject_",
+    "PyFunction_",
 };
 constexpr std::array<std::string_view, 10> kHiddenFileParts = {
-    "core/boxing", "/Register",      "/Redispatch", "pythonrun.c",         "Modules/main.c",
-    "Objects/call.c", "Objects/methodobject.c", "pycore_ceval.h", "ceval.c", "cpython/abstract.h",
+    "core/boxing",
+    "/Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "pycore_ceval.h",
+    "ceval.c",
+    "cpython/abstract.h",
 };
 
 // Frames that only say "memory was requested": the caching allocator, tensor factories and
 // dispatcher plumbing in PyTorch, the CUDA APIs and our own hooks in native programs.
 constexpr std::array<std::string_view, 17> kAllocatorNamePrefixes = {
-    "c10::",          "at::detail::",      "at::(anonymous namespace)::", "at::_ops::",
-    "at::meta::",     "at::empty",         "at::native::empty",           "torch::unwind",
-    "torch::CapturedTraceback", "torch::cuda::", "cudaMalloc",            "cuMemAlloc",
-    "cuMemCreate",    "cuMemMap",          "cumemtrace::",                "__cuda",
+    "c10::",
+    "at::detail::",
+    "at::(anonymous namespace)::",
+    "at::_ops::",
+    "at::meta::",
+    "at::empty",
+    "at::native::empty",
+    "torch::unwind",
+    "torch::CapturedTraceback",
+    "torch::cuda::",
+    "cudaMalloc",
+    "cuMemAlloc",
+    "cuMemCreate",
+    "cuMemMap",
+    "cumemtrace::",
+    "__cuda",
     "std::",
 };
 constexpr std::array<std::string_view, 4> kAllocatorFileParts = {
-    "libcudart", "libcuda.so", "libcumemtrace", "CUDACachingAllocator",
+    "libcudart",
+    "libcuda.so",
+    "libcumemtrace",
+    "CUDACachingAllocator",
 };
 
 }  // namespace

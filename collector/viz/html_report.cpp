@@ -16,7 +16,8 @@ json table_json(const LiveTable& t) {
   for (const auto& g : t.groups) {
     json stacks = json::array();
     for (const auto& st : g.stacks) stacks.push_back({st.stack, st.bytes, st.count});
-    groups.push_back({{"site", g.site}, {"bytes", g.bytes}, {"count", g.count}, {"stacks", stacks}});
+    groups.push_back(
+        {{"site", g.site}, {"bytes", g.bytes}, {"count", g.count}, {"stacks", stacks}});
   }
   return {{"bytes", t.bytes},
           {"count", t.count},
@@ -32,7 +33,8 @@ json device_json(const ReportDevice& d) {
     xs.push_back(p.x);
     totals.push_back(p.total);
     reserved.push_back(p.reserved);
-    for (size_t i = 0; i < columns.size() && i < p.series.size(); ++i) columns[i].push_back(p.series[i]);
+    for (size_t i = 0; i < columns.size() && i < p.series.size(); ++i)
+      columns[i].push_back(p.series[i]);
   }
   json ooms = json::array(), bands = json::array(), marks = json::array(), sizes = json::array();
   for (const auto& o : d.ooms) ooms.push_back({o.x, o.requested, o.device_free});
@@ -119,8 +121,9 @@ std::string render_html_report(const snap::Snapshot& s, const std::string& sourc
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   out += "<title>cumemtrace: " + title + "</title>\n<style>\n";
   out += assets::kReportCss;
-  out += "</style>\n</head>\n<body>\n<div id=\"app\"><noscript>This report needs JavaScript."
-         "</noscript></div>\n<script type=\"application/json\" id=\"cumemtrace-data\">";
+  out +=
+      "</style>\n</head>\n<body>\n<div id=\"app\"><noscript>This report needs JavaScript."
+      "</noscript></div>\n<script type=\"application/json\" id=\"cumemtrace-data\">";
   out += report_data_json(s, model, source_name);
   out += "</script>\n<script>\n";
   out += assets::kReportJs;

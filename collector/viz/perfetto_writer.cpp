@@ -58,7 +58,8 @@ class StackFrames {
     int64_t parent = -1;
     for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
       const std::string label = frame_label(**it);
-      auto [pos, inserted] = index_.try_emplace({parent, label}, static_cast<int64_t>(nodes_.size()));
+      auto [pos, inserted] =
+          index_.try_emplace({parent, label}, static_cast<int64_t>(nodes_.size()));
       if (inserted) nodes_.push_back({parent, label});
       parent = pos->second;
     }
@@ -72,7 +73,8 @@ class StackFrames {
       if (i) out.push_back(',');
       fmt::format_to(std::back_inserter(out), "\n\"{}\":{{\"category\":\"cuda\",\"name\":", i);
       append_json_string(out, nodes_[i].second);
-      if (nodes_[i].first >= 0) fmt::format_to(std::back_inserter(out), ",\"parent\":\"{}\"", nodes_[i].first);
+      if (nodes_[i].first >= 0)
+        fmt::format_to(std::back_inserter(out), ",\"parent\":\"{}\"", nodes_[i].first);
       out.push_back('}');
     }
     out.append("}");
@@ -155,9 +157,8 @@ void write_perfetto(const snap::Snapshot& s, std::ostream& out, const PerfettoOp
     metadata(t, pid, 0, "process_name", fmt::format("cuda:{}", device));
     metadata(t, pid, kAllocThread, "thread_name", "allocations");
     metadata(t, pid, kMarkThread, "thread_name", "marks");
-    const auto& tr = static_cast<size_t>(device) < s.device_traces.size()
-                         ? s.device_traces[device]
-                         : kNoTrace;
+    const auto& tr =
+        static_cast<size_t>(device) < s.device_traces.size() ? s.device_traces[device] : kNoTrace;
     LiveTracker live(preexisting_blocks(s, device));
     bool any_segments = false;
     for (const auto& e : tr) {
@@ -168,9 +169,10 @@ void write_perfetto(const snap::Snapshot& s, std::ostream& out, const PerfettoOp
         auto& b = t.begin();
         b.append("\"ph\":\"i\",\"s\":\"t\",\"cat\":\"alloc\",\"name\":");
         append_json_string(b, site_name(e.stack));
-        fmt::format_to(std::back_inserter(b),
-                       ",\"ts\":{},\"pid\":{},\"tid\":{},\"args\":{{\"bytes\":{},\"addr\":\"0x{:x}\"",
-                       e.time_us, pid, kAllocThread, e.size, e.addr);
+        fmt::format_to(
+            std::back_inserter(b),
+            ",\"ts\":{},\"pid\":{},\"tid\":{},\"args\":{{\"bytes\":{},\"addr\":\"0x{:x}\"",
+            e.time_us, pid, kAllocThread, e.size, e.addr);
         if (opt.stack_args && e.stack >= 0 && static_cast<size_t>(e.stack) < stack_text.size()) {
           std::string& text = stack_text[e.stack];
           if (text.empty()) {
@@ -197,16 +199,18 @@ void write_perfetto(const snap::Snapshot& s, std::ostream& out, const PerfettoOp
         t.end();
       }
       if (live.live_bytes() != before_live) {
-        fmt::format_to(std::back_inserter(t.begin()),
-                       "\"ph\":\"C\",\"name\":\"live\",\"ts\":{},\"pid\":{},\"args\":{{\"bytes\":{}}}",
-                       e.time_us, pid, live.live_bytes());
+        fmt::format_to(
+            std::back_inserter(t.begin()),
+            "\"ph\":\"C\",\"name\":\"live\",\"ts\":{},\"pid\":{},\"args\":{{\"bytes\":{}}}",
+            e.time_us, pid, live.live_bytes());
         t.end();
       }
       if (live.reserved_bytes() != before_reserved || (!any_segments && live.reserved_bytes())) {
         any_segments = true;
-        fmt::format_to(std::back_inserter(t.begin()),
-                       "\"ph\":\"C\",\"name\":\"reserved\",\"ts\":{},\"pid\":{},\"args\":{{\"bytes\":{}}}",
-                       e.time_us, pid, live.reserved_bytes());
+        fmt::format_to(
+            std::back_inserter(t.begin()),
+            "\"ph\":\"C\",\"name\":\"reserved\",\"ts\":{},\"pid\":{},\"args\":{{\"bytes\":{}}}",
+            e.time_us, pid, live.reserved_bytes());
         t.end();
       }
     }

@@ -58,10 +58,11 @@ class Pickler {
     } else {
       // Minimal little-endian two's complement, as Python's encode_long writes it.
       unsigned char b[8];
-      for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
+      for (int i = 0; i < 8; ++i)
+        b[i] = static_cast<unsigned char>((static_cast<uint64_t>(v) >> (8 * i)) & 0xff);
       int n = 8;
-      while (n > 1 && ((b[n - 1] == 0x00 && !(b[n - 2] & 0x80)) ||
-                       (b[n - 1] == 0xff && (b[n - 2] & 0x80))))
+      while (n > 1 &&
+             ((b[n - 1] == 0x00 && !(b[n - 2] & 0x80)) || (b[n - 1] == 0xff && (b[n - 2] & 0x80))))
         --n;
       op(kLong1);
       buf_.push_back(static_cast<char>(n));
@@ -239,14 +240,30 @@ class SnapshotPickler {
   void segment(const snap::Segment& g) {
     p_.dict(12, [&](size_t k) {
       switch (k) {
-        case 0: key_int("device", g.device); break;
-        case 1: key_uint("address", g.address); break;
-        case 2: key_uint("total_size", g.total_size); break;
-        case 3: key_uint("allocated_size", g.allocated_size); break;
-        case 4: key_uint("active_size", g.active_size); break;
-        case 5: key_uint("requested_size", g.requested_size); break;
-        case 6: key_uint("stream", g.stream); break;
-        case 7: key_str("segment_type", g.segment_type); break;
+        case 0:
+          key_int("device", g.device);
+          break;
+        case 1:
+          key_uint("address", g.address);
+          break;
+        case 2:
+          key_uint("total_size", g.total_size);
+          break;
+        case 3:
+          key_uint("allocated_size", g.allocated_size);
+          break;
+        case 4:
+          key_uint("active_size", g.active_size);
+          break;
+        case 5:
+          key_uint("requested_size", g.requested_size);
+          break;
+        case 6:
+          key_uint("stream", g.stream);
+          break;
+        case 7:
+          key_str("segment_type", g.segment_type);
+          break;
         case 8:
           p_.string("segment_pool_id");
           p_.integer(0);
@@ -257,7 +274,9 @@ class SnapshotPickler {
           p_.string("is_expandable");
           p_.boolean(g.is_expandable);
           break;
-        case 10: frames(g.stack); break;
+        case 10:
+          frames(g.stack);
+          break;
         case 11:
           p_.string("blocks");
           p_.list(g.blocks.size(), [&](size_t j) { block(g.blocks[j]); });
@@ -269,11 +288,21 @@ class SnapshotPickler {
   void block(const snap::Block& b) {
     p_.dict(5, [&](size_t k) {
       switch (k) {
-        case 0: key_uint("address", b.address); break;
-        case 1: key_uint("size", b.size); break;
-        case 2: key_uint("requested_size", b.requested_size); break;
-        case 3: key_str("state", b.state); break;
-        case 4: frames(b.stack); break;
+        case 0:
+          key_uint("address", b.address);
+          break;
+        case 1:
+          key_uint("size", b.size);
+          break;
+        case 2:
+          key_uint("requested_size", b.requested_size);
+          break;
+        case 3:
+          key_str("state", b.state);
+          break;
+        case 4:
+          frames(b.stack);
+          break;
       }
     });
   }
@@ -284,11 +313,21 @@ class SnapshotPickler {
     const size_t n = 5 + (e.tid ? 1 : 0) + (with_frames ? 1 : 0);
     p_.dict(n, [&](size_t k) {
       switch (k) {
-        case 0: key_str("action", snap::action_name(e.action)); break;
-        case 1: oom ? key_uint("device_free", e.device_free) : key_uint("addr", e.addr); break;
-        case 2: key_uint("size", e.size); break;
-        case 3: key_uint("stream", e.stream); break;
-        case 4: key_int("time_us", e.time_us); break;
+        case 0:
+          key_str("action", snap::action_name(e.action));
+          break;
+        case 1:
+          oom ? key_uint("device_free", e.device_free) : key_uint("addr", e.addr);
+          break;
+        case 2:
+          key_uint("size", e.size);
+          break;
+        case 3:
+          key_uint("stream", e.stream);
+          break;
+        case 4:
+          key_int("time_us", e.time_us);
+          break;
         case 5:
           if (e.tid) {
             key_uint("tid", e.tid);
@@ -296,7 +335,9 @@ class SnapshotPickler {
             frames(e.stack);
           }
           break;
-        case 6: frames(e.stack); break;
+        case 6:
+          frames(e.stack);
+          break;
       }
     });
   }
@@ -304,10 +345,18 @@ class SnapshotPickler {
   void annotation(const snap::Annotation& a) {
     p_.dict(4, [&](size_t k) {
       switch (k) {
-        case 0: key_str("name", a.name); break;
-        case 1: key_str("stage", a.stage); break;
-        case 2: key_int("device", a.device); break;
-        case 3: key_int("time_us", a.time_us); break;
+        case 0:
+          key_str("name", a.name);
+          break;
+        case 1:
+          key_str("stage", a.stage);
+          break;
+        case 2:
+          key_int("device", a.device);
+          break;
+        case 3:
+          key_int("time_us", a.time_us);
+          break;
       }
     });
   }
@@ -315,23 +364,41 @@ class SnapshotPickler {
   void tool(const snap::ToolSection& t) {
     p_.dict(19, [&](size_t k) {
       switch (k) {
-        case 0: key_int("schema_version", t.schema_version); break;
-        case 1: key_str("tool_version", t.tool_version); break;
-        case 2: key_int("pid", t.pid); break;
-        case 3: key_int("ppid", t.ppid); break;
-        case 4: key_str("exe", t.exe); break;
+        case 0:
+          key_int("schema_version", t.schema_version);
+          break;
+        case 1:
+          key_str("tool_version", t.tool_version);
+          break;
+        case 2:
+          key_int("pid", t.pid);
+          break;
+        case 3:
+          key_int("ppid", t.ppid);
+          break;
+        case 4:
+          key_str("exe", t.exe);
+          break;
         case 5:
           p_.string("argv");
           p_.list(t.argv.size(), [&](size_t i) { p_.string(t.argv[i]); });
           break;
-        case 6: key_str("hostname", t.hostname); break;
+        case 6:
+          key_str("hostname", t.hostname);
+          break;
         case 7:
           p_.string("rank");
           string_map(t.rank);
           break;
-        case 8: key_int("start_time_us", t.start_time_us); break;
-        case 9: key_int("end_time_us", t.end_time_us); break;
-        case 10: key_str("reason", t.reason); break;
+        case 8:
+          key_int("start_time_us", t.start_time_us);
+          break;
+        case 9:
+          key_int("end_time_us", t.end_time_us);
+          break;
+        case 10:
+          key_str("reason", t.reason);
+          break;
         case 11:
           p_.string("ended");
           p_.dict(3, [&](size_t j) {
@@ -340,20 +407,36 @@ class SnapshotPickler {
             if (j == 2) key_int("signal", t.ended.signal);
           });
           break;
-        case 12: key_uint("events_total", t.events_total); break;
-        case 13: key_uint("events_dropped", t.events_dropped); break;
+        case 12:
+          key_uint("events_total", t.events_total);
+          break;
+        case 13:
+          key_uint("events_dropped", t.events_dropped);
+          break;
         case 14:
           p_.string("devices");
           p_.list(t.devices.size(), [&](size_t i) {
             const auto& d = t.devices[i];
             p_.dict(6, [&](size_t j) {
               switch (j) {
-                case 0: key_int("device", d.device); break;
-                case 1: key_uint("peak_bytes", d.peak_bytes); break;
-                case 2: key_int("peak_time_us", d.peak_time_us); break;
-                case 3: key_uint("live_bytes", d.live_bytes); break;
-                case 4: key_uint("allocations", d.allocations); break;
-                case 5: key_uint("frees", d.frees); break;
+                case 0:
+                  key_int("device", d.device);
+                  break;
+                case 1:
+                  key_uint("peak_bytes", d.peak_bytes);
+                  break;
+                case 2:
+                  key_int("peak_time_us", d.peak_time_us);
+                  break;
+                case 3:
+                  key_uint("live_bytes", d.live_bytes);
+                  break;
+                case 4:
+                  key_uint("allocations", d.allocations);
+                  break;
+                case 5:
+                  key_uint("frees", d.frees);
+                  break;
               }
             });
           });
@@ -364,11 +447,21 @@ class SnapshotPickler {
             const auto& h = t.vmm_handles[i];
             p_.dict(5, [&](size_t j) {
               switch (j) {
-                case 0: key_uint("handle", h.handle); break;
-                case 1: key_uint("size", h.size); break;
-                case 2: key_int("device", h.device); break;
-                case 3: key_int("time_us", h.time_us); break;
-                case 4: frames(h.stack); break;
+                case 0:
+                  key_uint("handle", h.handle);
+                  break;
+                case 1:
+                  key_uint("size", h.size);
+                  break;
+                case 2:
+                  key_int("device", h.device);
+                  break;
+                case 3:
+                  key_int("time_us", h.time_us);
+                  break;
+                case 4:
+                  frames(h.stack);
+                  break;
               }
             });
           });
@@ -379,11 +472,21 @@ class SnapshotPickler {
             const auto& h = t.host_allocations[i];
             p_.dict(5, [&](size_t j) {
               switch (j) {
-                case 0: key_uint("addr", h.addr); break;
-                case 1: key_uint("size", h.size); break;
-                case 2: key_int("time_us", h.time_us); break;
-                case 3: key_str("api", h.api); break;
-                case 4: frames(h.stack); break;
+                case 0:
+                  key_uint("addr", h.addr);
+                  break;
+                case 1:
+                  key_uint("size", h.size);
+                  break;
+                case 2:
+                  key_int("time_us", h.time_us);
+                  break;
+                case 3:
+                  key_str("api", h.api);
+                  break;
+                case 4:
+                  frames(h.stack);
+                  break;
               }
             });
           });
@@ -394,12 +497,24 @@ class SnapshotPickler {
             const auto& a = t.anomalies[i];
             p_.dict(6, [&](size_t j) {
               switch (j) {
-                case 0: key_str("kind", a.kind); break;
-                case 1: key_uint("addr", a.addr); break;
-                case 2: key_int("time_us", a.time_us); break;
-                case 3: key_uint("tid", a.tid); break;
-                case 4: key_str("api", a.api); break;
-                case 5: frames(a.stack); break;
+                case 0:
+                  key_str("kind", a.kind);
+                  break;
+                case 1:
+                  key_uint("addr", a.addr);
+                  break;
+                case 2:
+                  key_int("time_us", a.time_us);
+                  break;
+                case 3:
+                  key_uint("tid", a.tid);
+                  break;
+                case 4:
+                  key_str("api", a.api);
+                  break;
+                case 5:
+                  frames(a.stack);
+                  break;
               }
             });
           });

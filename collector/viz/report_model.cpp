@@ -102,10 +102,9 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
   for (const auto& [name, starts] : open)
     for (int64_t start : starts) d.bands.push_back({name, start, std::max(start, d.x_end)});
   if (d.bands.size() > opt.max_bands) {
-    std::nth_element(d.bands.begin(), d.bands.begin() + static_cast<ptrdiff_t>(opt.max_bands),
-                     d.bands.end(), [](const Band& a, const Band& b) {
-                       return a.end - a.start > b.end - b.start;
-                     });
+    std::nth_element(
+        d.bands.begin(), d.bands.begin() + static_cast<ptrdiff_t>(opt.max_bands), d.bands.end(),
+        [](const Band& a, const Band& b) { return a.end - a.start > b.end - b.start; });
     d.bands_dropped = d.bands.size() - opt.max_bands;
     d.bands.resize(opt.max_bands);
   }
@@ -150,7 +149,8 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& 
   d.peak_x = d.x_begin;
   size_t peak_applied = 0;
   auto touch = [&](int site, int64_t x, int64_t delta) {
-    site_area[site] += static_cast<double>(site_live[site]) * static_cast<double>(x - site_since[site]);
+    site_area[site] +=
+        static_cast<double>(site_live[site]) * static_cast<double>(x - site_since[site]);
     site_since[site] = x;
     site_live[site] = static_cast<uint64_t>(static_cast<int64_t>(site_live[site]) + delta);
     site_max[site] = std::max(site_max[site], site_live[site]);
@@ -159,7 +159,8 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& 
     const auto& e = tr[i];
     const int64_t x = x_of(i);
     const auto change = t1.apply(e);
-    if (t1.replaced) touch(sites.site(t1.replaced->stack), x, -static_cast<int64_t>(t1.replaced->size));
+    if (t1.replaced)
+      touch(sites.site(t1.replaced->stack), x, -static_cast<int64_t>(t1.replaced->size));
     if (change) {
       const auto size = static_cast<int64_t>(change->block.size);
       touch(sites.site(change->block.stack), x, change->added ? size : -size);
@@ -224,7 +225,7 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& 
     d.points.push_back(best);
     if (last.total != best.total || last.reserved != best.reserved) {
       const auto end = d.x_begin + static_cast<int64_t>(static_cast<double>(bucket + 1) * span /
-                                                         static_cast<double>(buckets));
+                                                        static_cast<double>(buckets));
       last.x = std::clamp(end, best.x, d.x_end);
       d.points.push_back(last);
     }
@@ -232,15 +233,15 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& 
   };
   for (size_t i = 0; i < tr.size(); ++i) {
     const int64_t x = x_of(i);
-    const auto b = std::min(buckets - 1,
-                            static_cast<size_t>(static_cast<double>(x - d.x_begin) / span *
-                                                static_cast<double>(buckets)));
+    const auto b = std::min(buckets - 1, static_cast<size_t>(static_cast<double>(x - d.x_begin) /
+                                                             span * static_cast<double>(buckets)));
     if (b != bucket) {
       flush();
       bucket = b;
     }
     const auto change = t2.apply(tr[i]);
-    if (t2.replaced) series_live[series_of_site[sites.site(t2.replaced->stack)]] -= t2.replaced->size;
+    if (t2.replaced)
+      series_live[series_of_site[sites.site(t2.replaced->stack)]] -= t2.replaced->size;
     if (change) {
       auto& v = series_live[series_of_site[sites.site(change->block.stack)]];
       v = change->added ? v + change->block.size : v - change->block.size;
@@ -273,7 +274,8 @@ ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt
     for (const auto* table : {&d.at_peak, &d.at_exit})
       for (const auto& g : table->groups)
         for (const auto& st : g.stacks)
-          if (st.stack >= 0 && static_cast<size_t>(st.stack) < s.stacks.size()) used.insert(st.stack);
+          if (st.stack >= 0 && static_cast<size_t>(st.stack) < s.stacks.size())
+            used.insert(st.stack);
   for (int32_t id : used) {
     ReportStack rs{id, {}};
     for (const auto* f : visible_frames(s.stacks[id])) rs.frames.push_back(*f);

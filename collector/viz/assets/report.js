@@ -214,7 +214,8 @@
       for (const o of dev.ooms) {
         if (o[0] < x0 || o[0] > x1) continue;
         sv('line', { class: 'oom', x1: X(o[0]), x2: X(o[0]), y1: m.t, y2: m.t + ph }, svg);
-        const t = sv('text', { class: 'oom', x: X(o[0]) + 3, y: m.t + 10, text: 'OOM' }, svg);
+        const nearEnd = X(o[0]) > m.l + pw - 40;
+        const t = sv('text', { class: 'oom', x: X(o[0]) + (nearEnd ? -3 : 3), y: m.t + 10, 'text-anchor': nearEnd ? 'end' : 'start', text: 'OOM' }, svg);
         sv('title', { text: 'OOM: asked ' + fmtBytes(o[1]) + ', device had ' + fmtBytes(o[2]) + ' free' }, t);
       }
       if (dev.peak.x >= x0 && dev.peak.x <= x1) {
