@@ -17,7 +17,8 @@ std::string format_bytes(uint64_t bytes) {
     v /= 1024.0;
     ++u;
   }
-  return fmt::format(v >= 100 ? "{:.0f} {}" : v >= 10 ? "{:.1f} {}" : "{:.2f} {}", v, kUnits[u]);
+  const int decimals = v >= 100 ? 0 : v >= 10 ? 1 : 2;
+  return fmt::format("{:.{}f} {}", v, decimals, kUnits[u]);
 }
 
 std::string format_signed_bytes(int64_t bytes) {
@@ -65,7 +66,7 @@ std::optional<uint64_t> parse_bytes(std::string_view text) {
     return std::nullopt;
   }
   if (number.find('.') == std::string::npos && mult == 1) {
-    if (number.size() > 19) return std::nullopt;
+    if (number.size() > 20) return std::nullopt;
     uint64_t v = 0;
     for (char c : number) {
       const uint64_t d = static_cast<uint64_t>(c - '0');

@@ -47,9 +47,10 @@ struct TraceEntry {
   uint64_t size = 0;
   uint64_t stream = 0;
   int64_t time_us = 0;
-  int32_t stack = kNoStack;  // index into Snapshot::stacks
-  uint64_t device_free = 0;  // oom only
-  uint32_t tid = 0;          // 0 when unknown (PyTorch files)
+  int32_t stack = kNoStack;        // index into Snapshot::stacks
+  uint64_t device_free = 0;        // oom only
+  uint32_t tid = 0;                // 0 when unknown (PyTorch files)
+  bool stream_per_thread = false;  // stream 0 meant the per-thread default stream (_ptsz API)
 };
 
 struct Block {

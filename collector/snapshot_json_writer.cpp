@@ -232,6 +232,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
       }
       fmt::format_to(std::back_inserter(b), ",\"time_us\":{}", e.time_us);
       if (e.tid) fmt::format_to(std::back_inserter(b), ",\"tid\":{}", e.tid);
+      if (e.stream_per_thread) put(b, ",\"stream_per_thread\":true");
       if (e.action == Action::kAlloc || e.action == Action::kOom) put_frames(b, rendered, e.stack);
       b.push_back('}');
     }

@@ -34,7 +34,7 @@ namespace cumemtrace::preload {
   X(cuGetProcAddress_v2)
 
 enum class HookId : unsigned {
-#define CUMEMTRACE_ENUM(name) name,
+#define CUMEMTRACE_ENUM(name) k_##name,
   CUMEMTRACE_HOOKS(CUMEMTRACE_ENUM)
 #undef CUMEMTRACE_ENUM
       kCount

@@ -107,7 +107,7 @@ CUresult free_async(HookId id, uint8_t flags, CUdeviceptr dptr, CUstream s) noex
 }  // namespace
 
 CUMEMTRACE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t)>(HookId::cuMemAlloc_v2);
+  auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t)>(HookId::k_cuMemAlloc_v2);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   CUresult r = fn(dptr, bytesize);
@@ -121,7 +121,7 @@ CUMEMTRACE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 CUMEMTRACE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
                                               size_t height, unsigned int elem) {
   auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned)>(
-      HookId::cuMemAllocPitch_v2);
+      HookId::k_cuMemAllocPitch_v2);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   CUresult r = fn(dptr, pitch, width, height, elem);
@@ -135,7 +135,7 @@ CUMEMTRACE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, 
 
 CUMEMTRACE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize,
                                              unsigned int flags) {
-  auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t, unsigned)>(HookId::cuMemAllocManaged);
+  auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t, unsigned)>(HookId::k_cuMemAllocManaged);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   CUresult r = fn(dptr, bytesize, flags);
@@ -147,7 +147,7 @@ CUMEMTRACE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize,
 }
 
 CUMEMTRACE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  auto fn = real_fn<CUresult (*)(CUdeviceptr)>(HookId::cuMemFree_v2);
+  auto fn = real_fn<CUresult (*)(CUdeviceptr)>(HookId::k_cuMemFree_v2);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   const bool rec = g.outer && dptr != 0 && pl::tracing_possible();
@@ -158,30 +158,30 @@ CUMEMTRACE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
 }
 
 CUMEMTRACE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream s) {
-  return alloc_async(HookId::cuMemAllocAsync, Api::kMemAllocAsync, 0, dptr, size, s);
+  return alloc_async(HookId::k_cuMemAllocAsync, Api::kMemAllocAsync, 0, dptr, size, s);
 }
 CUMEMTRACE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream s) {
-  return alloc_async(HookId::cuMemAllocAsync_ptsz, Api::kMemAllocAsync, kPtsz, dptr, size, s);
+  return alloc_async(HookId::k_cuMemAllocAsync_ptsz, Api::kMemAllocAsync, kPtsz, dptr, size, s);
 }
 CUMEMTRACE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size,
                                                    CUmemoryPool pool, CUstream s) {
-  return alloc_pool_async(HookId::cuMemAllocFromPoolAsync, 0, dptr, size, pool, s);
+  return alloc_pool_async(HookId::k_cuMemAllocFromPoolAsync, 0, dptr, size, pool, s);
 }
 CUMEMTRACE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size,
                                                         CUmemoryPool pool, CUstream s) {
-  return alloc_pool_async(HookId::cuMemAllocFromPoolAsync_ptsz, kPtsz, dptr, size, pool, s);
+  return alloc_pool_async(HookId::k_cuMemAllocFromPoolAsync_ptsz, kPtsz, dptr, size, pool, s);
 }
 CUMEMTRACE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
-  return free_async(HookId::cuMemFreeAsync, 0, dptr, s);
+  return free_async(HookId::k_cuMemFreeAsync, 0, dptr, s);
 }
 CUMEMTRACE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
-  return free_async(HookId::cuMemFreeAsync_ptsz, kPtsz, dptr, s);
+  return free_async(HookId::k_cuMemFreeAsync_ptsz, kPtsz, dptr, s);
 }
 
 CUMEMTRACE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                                        const CUmemAllocationProp* prop, unsigned long long flags) {
   auto fn = real_fn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
-                                 unsigned long long)>(HookId::cuMemCreate);
+                                 unsigned long long)>(HookId::k_cuMemCreate);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   CUresult r = fn(handle, size, prop, flags);
@@ -197,7 +197,7 @@ CUMEMTRACE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, siz
 }
 
 CUMEMTRACE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  auto fn = real_fn<CUresult (*)(CUmemGenericAllocationHandle)>(HookId::cuMemRelease);
+  auto fn = real_fn<CUresult (*)(CUmemGenericAllocationHandle)>(HookId::k_cuMemRelease);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   const bool rec = g.outer && pl::tracing_possible();
@@ -210,7 +210,7 @@ CUMEMTRACE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 CUMEMTRACE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                                     CUmemGenericAllocationHandle handle, unsigned long long flags) {
   auto fn = real_fn<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                                 unsigned long long)>(HookId::cuMemMap);
+                                 unsigned long long)>(HookId::k_cuMemMap);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   CUresult r = fn(ptr, size, offset, handle, flags);
@@ -225,7 +225,7 @@ CUMEMTRACE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 }
 
 CUMEMTRACE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-  auto fn = real_fn<CUresult (*)(CUdeviceptr, size_t)>(HookId::cuMemUnmap);
+  auto fn = real_fn<CUresult (*)(CUdeviceptr, size_t)>(HookId::k_cuMemUnmap);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   const bool rec = g.outer && pl::tracing_possible();
@@ -243,7 +243,7 @@ CUMEMTRACE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 CUMEMTRACE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
                                                CUdeviceptr addr, unsigned long long flags) {
   auto fn = real_fn<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>(
-      HookId::cuMemAddressReserve);
+      HookId::k_cuMemAddressReserve);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   CUresult r = fn(ptr, size, alignment, addr, flags);
@@ -257,7 +257,7 @@ CUMEMTRACE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, si
 }
 
 CUMEMTRACE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
-  auto fn = real_fn<CUresult (*)(CUdeviceptr, size_t)>(HookId::cuMemAddressFree);
+  auto fn = real_fn<CUresult (*)(CUdeviceptr, size_t)>(HookId::k_cuMemAddressFree);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   const bool rec = g.outer && pl::tracing_possible();
@@ -273,7 +273,7 @@ CUMEMTRACE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 }
 
 CUMEMTRACE_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int flags) {
-  auto fn = real_fn<CUresult (*)(void**, size_t, unsigned)>(HookId::cuMemHostAlloc);
+  auto fn = real_fn<CUresult (*)(void**, size_t, unsigned)>(HookId::k_cuMemHostAlloc);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   CUresult r = fn(pp, bytesize, flags);
@@ -285,7 +285,7 @@ CUMEMTRACE_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned i
 }
 
 CUMEMTRACE_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
-  auto fn = real_fn<CUresult (*)(void**, size_t)>(HookId::cuMemAllocHost_v2);
+  auto fn = real_fn<CUresult (*)(void**, size_t)>(HookId::k_cuMemAllocHost_v2);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   CUresult r = fn(pp, bytesize);
@@ -297,7 +297,7 @@ CUMEMTRACE_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
 }
 
 CUMEMTRACE_EXPORT CUresult cuMemFreeHost(void* p) {
-  auto fn = real_fn<CUresult (*)(void*)>(HookId::cuMemFreeHost);
+  auto fn = real_fn<CUresult (*)(void*)>(HookId::k_cuMemFreeHost);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   const bool rec = g.outer && p && pl::tracing_possible();

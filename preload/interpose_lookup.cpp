@@ -35,9 +35,9 @@ CUMEMTRACE_EXPORT void* dlsym(void* handle, const char* name) {
   void* p = real(handle, name);
   if (!p) return p;
   if (std::strcmp(name, "cuGetProcAddress_v2") == 0) {
-    pl::set_real(HookId::cuGetProcAddress_v2, p);
+    pl::set_real(HookId::k_cuGetProcAddress_v2, p);
   } else if (std::strcmp(name, "cuGetProcAddress") == 0) {
-    pl::set_real(HookId::cuGetProcAddress, p);
+    pl::set_real(HookId::k_cuGetProcAddress, p);
   }
   return pl::route(p);
 }
@@ -46,7 +46,7 @@ CUMEMTRACE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, i
                                                cuuint64_t flags,
                                                CUdriverProcAddressQueryResult* symbolStatus) {
   using Fn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-  auto fn = reinterpret_cast<Fn>(pl::real(HookId::cuGetProcAddress_v2));
+  auto fn = reinterpret_cast<Fn>(pl::real(HookId::k_cuGetProcAddress_v2));
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = fn(symbol, pfn, cudaVersion, flags, symbolStatus);
   if (r == CUDA_SUCCESS && pfn) *pfn = pl::route(*pfn);
@@ -58,7 +58,7 @@ CUMEMTRACE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, i
 CUMEMTRACE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
                                             cuuint64_t flags) {
   using Fn = CUresult (*)(const char*, void**, int, cuuint64_t);
-  auto fn = reinterpret_cast<Fn>(pl::real(HookId::cuGetProcAddress));
+  auto fn = reinterpret_cast<Fn>(pl::real(HookId::k_cuGetProcAddress));
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = fn(symbol, pfn, cudaVersion, flags);
   if (r == CUDA_SUCCESS && pfn) *pfn = pl::route(*pfn);

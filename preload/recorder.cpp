@@ -82,7 +82,11 @@ void record(const EventArgs& a) noexcept {
   ev.flags = a.flags;
   ev.nframes = static_cast<uint8_t>(n);
   ev.result = a.result;
-  ring().publish(ev, frames, n * static_cast<uint32_t>(sizeof(uint64_t)));
+  uint64_t ticket = 0;
+  if (ring().publish(ev, frames, n * static_cast<uint32_t>(sizeof(uint64_t)), &ticket) &&
+      a.kind == wire::Kind::kOom) {
+    ring().wait_consumed(ticket, 5'000'000'000ull);
+  }
 }
 
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept {

@@ -52,7 +52,7 @@ bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
     if (head + n - tail <= cap) {
       if (header_->head.compare_exchange_weak(head, head + n, std::memory_order_acq_rel,
                                               std::memory_order_relaxed)) {
-        if (wait_start && header_->stalled.load(std::memory_order_relaxed)) {
+        if (header_->stalled.load(std::memory_order_relaxed)) {
           header_->stalled.store(0, std::memory_order_relaxed);
         }
         ticket = head;
@@ -79,8 +79,19 @@ bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
   }
 }
 
-bool RingProducer::publish(wire::EventPayload& ev, const void* extra,
-                           uint32_t extra_bytes) noexcept {
+void RingProducer::wait_consumed(uint64_t ticket, uint64_t timeout_ns) noexcept {
+  wire::RingHeader* h = header_;
+  if (!h) return;
+  const uint64_t start = monotonic_ns();
+  while (h->tail.load(std::memory_order_acquire) <= ticket && collector_alive()) {
+    if (monotonic_ns() - start > timeout_ns) return;
+    timespec ts{0, 100000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+bool RingProducer::publish(wire::EventPayload& ev, const void* extra, uint32_t extra_bytes,
+                           uint64_t* ticket_out) noexcept {
   wire::RingHeader* h = header_;
   if (!h) return false;
   const uint32_t extra_slots =
@@ -104,6 +115,7 @@ bool RingProducer::publish(wire::EventPayload& ev, const void* extra,
   wire::Slot& s = slots_[ticket & mask_];
   std::memcpy(s.payload, &ev, sizeof ev);
   s.seq.store(ticket + 1, std::memory_order_release);
+  if (ticket_out) *ticket_out = ticket;
   return true;
 }
 

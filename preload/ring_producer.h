@@ -18,7 +18,12 @@ class RingProducer {
 
   // Writes `ev` plus `extra_bytes` of continuation data (frames or string bytes) as one record.
   // Returns false when the record was dropped.
-  bool publish(wire::EventPayload& ev, const void* extra, uint32_t extra_bytes) noexcept;
+  bool publish(wire::EventPayload& ev, const void* extra, uint32_t extra_bytes,
+               uint64_t* ticket_out = nullptr) noexcept;
+
+  // Waits (bounded) until the collector has consumed the record of `ticket`. Used after an OOM
+  // so that its snapshot is written before the application sees the error.
+  void wait_consumed(uint64_t ticket, uint64_t timeout_ns) noexcept;
 
  private:
   bool reserve(uint64_t n, uint64_t& ticket) noexcept;

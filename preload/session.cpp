@@ -92,6 +92,14 @@ bool read_config(Config& c) {
     }
     c.control_fd = static_cast<int>(v);
   }
+  if (const char* f = getenv("CUMEMTRACE_FOLLOW"); f && strcmp(f, "0") == 0) {
+    c.follow = false;
+    // Under --no-follow only the launched program itself is traced, not what it execs.
+    if (const char* root = getenv("CUMEMTRACE_ROOT_PID");
+        !root || !parse_u64(root, v) || static_cast<pid_t>(v) != getpid()) {
+      return false;
+    }
+  }
   c.output = getenv("CUMEMTRACE_OUTPUT");
   c.collector = getenv("CUMEMTRACE_COLLECTOR");
   c.debug = getenv("CUMEMTRACE_DEBUG") != nullptr;
@@ -287,7 +295,8 @@ void on_fork_child() {
   g_live_fd = -1;
   modules_reset();
   forget_thread_cache();
-  g_state.store(static_cast<int>(SessionState::kIdle), std::memory_order_release);
+  g_state.store(static_cast<int>(g_config.follow ? SessionState::kIdle : SessionState::kOff),
+                std::memory_order_release);
 }
 
 bool start() {

@@ -19,6 +19,7 @@ struct Config {
   const char* output = nullptr;
   const char* collector = nullptr;
   bool debug = false;
+  bool follow = true;  // trace forked/exec'd children too
 };
 
 enum class SessionState : int { kIdle = 0, kStarting = 1, kRunning = 2, kOff = 3 };

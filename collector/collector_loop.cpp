@@ -1,0 +1,237 @@
+#include "collector_loop.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "control_protocol.h"
+#include "summary.h"
+
+namespace cumemtrace::collect {
+
+namespace {
+
+void send_ack(int fd, int status, const std::string& message) {
+  wire::Ack ack{};
+  ack.magic = wire::kAckMagic;
+  ack.status = status;
+  snprintf(ack.message, sizeof ack.message, "%s", message.c_str());
+  ssize_t r;
+  do {
+    r = send(fd, &ack, sizeof ack, MSG_NOSIGNAL);
+  } while (r < 0 && errno == EINTR);
+}
+
+std::vector<std::string> split_nul(const char* p, size_t n) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] == '\0') {
+      out.emplace_back(p + start, i - start);
+      start = i + 1;
+    }
+  }
+  if (start < n) out.emplace_back(p + start, n - start);
+  return out;
+}
+
+}  // namespace
+
+Collector::Collector(int control_fd, CollectorOptions opts)
+    : control_fd_(control_fd), opts_(std::move(opts)) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  hostname_ = host;
+}
+
+Collector::~Collector() {
+  if (control_fd_ >= 0) ::close(control_fd_);
+}
+
+void Collector::set_direct_child(pid_t pid) {
+  child_ = pid;
+}
+
+void Collector::accept_hello() {
+  alignas(8) char buf[wire::kMaxHelloBytes];
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(4 * sizeof(int))];
+  iovec iov{buf, sizeof buf};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = cbuf;
+  mh.msg_controllen = sizeof cbuf;
+  ssize_t n;
+  do {
+    n = recvmsg(control_fd_, &mh, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) {  // EOF: no process can reach us any more
+    ::close(control_fd_);
+    control_fd_ = -1;
+    return;
+  }
+  std::vector<int> fds;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      fds.push_back(fd);
+    }
+  }
+  auto reject = [&](const std::string& why) {
+    if (fds.size() >= 2) send_ack(fds[1], 1, why);
+    for (int fd : fds) ::close(fd);
+    if (opts_.summary) fmt::print(stderr, "cumemtrace: rejected a traced process: {}\n", why);
+  };
+  wire::Hello h{};
+  if (static_cast<size_t>(n) < sizeof h || fds.size() != 2) return reject("malformed hello");
+  memcpy(&h, buf, sizeof h);
+  if (h.magic != wire::kHelloMagic) return reject("malformed hello");
+  if (h.wire_version != wire::kWireVersion) {
+    return reject(fmt::format("preload speaks wire version {}, this collector {}", h.wire_version,
+                              wire::kWireVersion));
+  }
+  const uint64_t body = static_cast<uint64_t>(h.exe_bytes) + h.argv_bytes + h.rank_bytes;
+  if (sizeof h + body > static_cast<uint64_t>(n)) return reject("malformed hello");
+  ProcessInfo info;
+  info.pid = h.pid;
+  info.ppid = h.ppid;
+  info.hostname = hostname_;
+  const char* p = buf + sizeof h;
+  info.exe.assign(p, h.exe_bytes);
+  p += h.exe_bytes;
+  info.argv = split_nul(p, h.argv_bytes);
+  p += h.argv_bytes;
+  for (const auto& kv : split_nul(p, h.rank_bytes)) {
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) info.rank[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (!opts_.refuse.empty()) {  // the process prints the reason itself
+    send_ack(fds[1], 1, opts_.refuse);
+    for (int fd : fds) ::close(fd);
+    return;
+  }
+  const int memfd = fds[0];
+  const int live = fds[1];
+  try {
+    sessions_.push_back(
+        std::make_unique<ProcessSession>(memfd, live, std::move(info), opts_.session));
+  } catch (const std::exception& e) {
+    send_ack(live, 1, e.what());
+    ::close(live);
+    if (opts_.summary) fmt::print(stderr, "cumemtrace: cannot trace pid {}: {}\n", h.pid, e.what());
+    return;
+  }
+  send_ack(live, 0, "");
+}
+
+void Collector::handle_signals() {
+  signalfd_siginfo si;
+  while (read(signal_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP) {
+      if (child_ > 0 && !child_status_) kill(child_, static_cast<int>(si.ssi_signo));
+    }
+  }
+  if (child_ > 0 && !child_status_) {
+    int status;
+    pid_t r = waitpid(child_, &status, WNOHANG);
+    if (r == child_) child_status_ = status;
+  }
+}
+
+void Collector::finish(ProcessSession& s) {
+  std::optional<snap::Ended> ended;
+  if (s.info().pid == child_ && child_status_) {
+    snap::Ended e;
+    const int st = *child_status_;
+    if (WIFSIGNALED(st)) {
+      e.how = "signal";
+      e.signal = WTERMSIG(st);
+    } else {
+      e.how = "exit";
+      e.code = WEXITSTATUS(st);
+    }
+    // The process image that exec'd away is not the one that exited.
+    if (s.observed_end().how == "exec") e = s.observed_end();
+    ended = e;
+  } else {
+    ended = s.observed_end();
+  }
+  try {
+    snap::Snapshot snapshot = s.snapshot("exit", ended);
+    const std::string path = s.write(snapshot);
+    if (opts_.summary) {
+      fmt::print(stderr, "cumemtrace: wrote {}\n{}", path, summarize(snapshot));
+    }
+    written_.push_back(WrittenSnapshot{path, std::move(snapshot)});
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "cumemtrace: {}\n", e.what());
+  }
+  if (!s.error().empty()) fmt::print(stderr, "cumemtrace: {}\n", s.error());
+}
+
+bool Collector::done() const {
+  if (!sessions_.empty()) return false;
+  if (child_ > 0) return child_status_.has_value();
+  return control_fd_ < 0;
+}
+
+void Collector::run() {
+  std::vector<pollfd> pfds;
+  int idle_rounds = 0;
+  while (!done()) {
+    pfds.clear();
+    if (control_fd_ >= 0) pfds.push_back({control_fd_, POLLIN, 0});
+    if (signal_fd_ >= 0) pfds.push_back({signal_fd_, POLLIN, 0});
+    for (auto& s : sessions_) {
+      if (s->open()) pfds.push_back({s->live_fd(), POLLIN, 0});
+    }
+    // Poll fast while rings are busy, back off when they are quiet.
+    const int timeout = sessions_.empty() ? 100 : idle_rounds < 10 ? 1 : 5;
+    int r = poll(pfds.data(), pfds.size(), timeout);
+    if (r < 0 && errno != EINTR) {
+      fmt::print(stderr, "cumemtrace: poll failed: {}\n", strerror(errno));
+      break;
+    }
+    size_t drained = 0;
+    for (auto& s : sessions_) drained += s->drain();
+    idle_rounds = drained ? 0 : idle_rounds + 1;
+    for (const auto& p : pfds) {
+      if (!p.revents) continue;
+      if (p.fd == control_fd_) {
+        accept_hello();
+      } else if (p.fd == signal_fd_) {
+        handle_signals();
+      } else {
+        for (auto& s : sessions_) {
+          if (s->open() && s->live_fd() == p.fd) s->close_live();
+        }
+      }
+    }
+    if (signal_fd_ < 0 && child_ > 0 && !child_status_) handle_signals();
+    // A closed session is final once we know how it ended: the direct child needs its status.
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      auto& s = **it;
+      const bool waiting = s.info().pid == child_ && !child_status_;
+      if (!s.open() && !waiting) {
+        finish(s);
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+}  // namespace cumemtrace::collect

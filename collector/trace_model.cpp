@@ -1,0 +1,392 @@
+#include "trace_model.h"
+
+#include <algorithm>
+
+namespace cumemtrace::collect {
+
+using snap::Action;
+using wire::Api;
+using wire::Kind;
+
+namespace {
+
+const char* api_name(uint8_t api) {
+  switch (static_cast<Api>(api)) {
+    case Api::kMemAlloc:
+      return "cuMemAlloc";
+    case Api::kMemAllocPitch:
+      return "cuMemAllocPitch";
+    case Api::kMemAllocManaged:
+      return "cuMemAllocManaged";
+    case Api::kMemAllocAsync:
+      return "cuMemAllocAsync";
+    case Api::kMemAllocFromPoolAsync:
+      return "cuMemAllocFromPoolAsync";
+    case Api::kMemFree:
+      return "cuMemFree";
+    case Api::kMemFreeAsync:
+      return "cuMemFreeAsync";
+    case Api::kMemCreate:
+      return "cuMemCreate";
+    case Api::kMemRelease:
+      return "cuMemRelease";
+    case Api::kMemMap:
+      return "cuMemMap";
+    case Api::kMemUnmap:
+      return "cuMemUnmap";
+    case Api::kMemAddressReserve:
+      return "cuMemAddressReserve";
+    case Api::kMemAddressFree:
+      return "cuMemAddressFree";
+    case Api::kMemHostAlloc:
+      return "cuMemHostAlloc";
+    case Api::kMemAllocHost:
+      return "cuMemAllocHost";
+    case Api::kMemFreeHost:
+      return "cuMemFreeHost";
+    case Api::kNone:
+      break;
+  }
+  return "unknown";
+}
+
+// Device ordinals come from the target: clamp nonsense so that a corrupt value cannot make the
+// model allocate a huge per-device table.
+constexpr int kMaxDevices = 1024;
+int sane_device(int d) {
+  return d >= 0 && d < kMaxDevices ? d : 0;
+}
+
+}  // namespace
+
+TraceModel::TraceModel(uint64_t start_realtime_ns, uint64_t start_monotonic_ns,
+                       uint64_t max_trace_events)
+    : start_realtime_ns_(start_realtime_ns),
+      start_monotonic_ns_(start_monotonic_ns),
+      max_trace_events_(max_trace_events) {}
+
+int64_t TraceModel::to_us(uint64_t mono) const {
+  const int64_t delta = static_cast<int64_t>(mono - start_monotonic_ns_);
+  return (static_cast<int64_t>(start_realtime_ns_) + delta) / 1000;
+}
+
+TraceModel::StackId TraceModel::intern(const std::vector<uint64_t>& frames) {
+  if (frames.empty()) return -1;
+  std::string key(reinterpret_cast<const char*>(frames.data()), frames.size() * sizeof(uint64_t));
+  auto [it, inserted] =
+      stack_index_.try_emplace(std::move(key), static_cast<StackId>(stacks_.size()));
+  if (inserted) stacks_.push_back(frames);
+  return it->second;
+}
+
+TraceModel::DeviceState& TraceModel::dev(int device) {
+  const auto d = static_cast<size_t>(sane_device(device));
+  if (devices_.size() <= d) devices_.resize(d + 1);
+  return devices_[d];
+}
+
+void TraceModel::grow(int device, uint64_t size, int64_t t) {
+  DeviceState& s = dev(device);
+  s.live += size;
+  s.allocations++;
+  if (s.live > s.peak) {
+    s.peak = s.live;
+    s.peak_time_us = t;
+  }
+}
+
+void TraceModel::shrink(int device, uint64_t size) {
+  DeviceState& s = dev(device);
+  s.live -= std::min(s.live, size);
+  s.frees++;
+}
+
+void TraceModel::push(Action a, int device, uint64_t addr, uint64_t size, uint64_t stream,
+                      int64_t t, StackId stack, uint32_t tid, uint64_t device_free,
+                      bool per_thread) {
+  dev(device);  // a device with events always has a trace list, even if it holds nothing now
+  trace_.push_back(
+      Entry{a, sane_device(device), addr, size, stream, t, stack, device_free, tid, per_thread});
+  if (max_trace_events_ && trace_.size() > max_trace_events_) {
+    trace_.pop_front();
+    ++trace_dropped_;
+  }
+}
+
+void TraceModel::anomaly(const char* kind, const Record& r, int64_t t, StackId stack) {
+  snap::Anomaly a;
+  a.kind = kind;
+  a.addr = r.ev.addr;
+  a.api = api_name(static_cast<uint8_t>(r.ev.api));
+  a.stack = stack;
+  a.time_us = t;
+  a.tid = r.ev.tid;
+  anomalies_.push_back(std::move(a));
+}
+
+bool TraceModel::take_oom_request() {
+  const bool r = oom_pending_;
+  oom_pending_ = false;
+  return r;
+}
+
+void TraceModel::add(const Record& r) {
+  const auto& ev = r.ev;
+  const int64_t t = to_us(ev.time_ns);
+  switch (ev.kind) {
+    case Kind::kModule:
+      modules_.emplace_back(ev.aux, r.text);
+      return;
+    case Kind::kThreadName:
+      threads_[std::to_string(ev.tid)] = r.text;
+      return;
+    case Kind::kExit:
+      exited_ = true;
+      exit_status_ = ev.result;
+      return;
+    case Kind::kMark:
+      return;  // marks are recorded by the marks feature; ignored by this wire version's model
+    default:
+      break;
+  }
+  ++events_total_;
+  last_time_us_ = std::max(last_time_us_, t);
+  const StackId stack = intern(r.frames);
+  switch (ev.kind) {
+    case Kind::kAlloc:
+    case Kind::kCreate:
+    case Kind::kHostAlloc:
+    case Kind::kReserve:
+    case Kind::kMap:
+      on_alloc(r, t, stack);
+      break;
+    case Kind::kFree:
+    case Kind::kRelease:
+    case Kind::kHostFree:
+    case Kind::kAddressFree:
+    case Kind::kUnmap:
+      on_free(r, t, stack);
+      break;
+    case Kind::kFreeFailed:
+      on_free_failed(r, t);
+      break;
+    case Kind::kOom:
+      push(Action::kOom, ev.device, 0, ev.size, ev.stream, t, stack, ev.tid, ev.aux);
+      oom_pending_ = true;
+      break;
+    case Kind::kAllocFailed:
+    default:
+      break;
+  }
+}
+
+void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
+  const auto& ev = r.ev;
+  const bool per_thread = ev.flags & wire::kFlagPerThreadStream;
+  Live l{ev.size, sane_device(ev.device),       ev.stream, stack,
+         t,       static_cast<uint8_t>(ev.api), per_thread};
+  switch (ev.kind) {
+    case Kind::kAlloc:
+      live_[ev.addr] = l;
+      freed_.erase(ev.addr);
+      grow(l.device, l.size, t);
+      push(Action::kSegmentAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid, 0,
+           per_thread);
+      push(Action::kAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid, 0, per_thread);
+      break;
+    case Kind::kCreate:
+      handles_[ev.addr] = l;
+      grow(l.device, l.size, t);
+      break;
+    case Kind::kHostAlloc:
+      host_[ev.addr] = l;
+      freed_.erase(ev.addr);
+      break;
+    case Kind::kReserve:
+      reserved_[ev.addr] = l;
+      break;
+    case Kind::kMap: {
+      auto h = handles_.find(ev.aux);
+      l.device = h != handles_.end() ? h->second.device : 0;
+      mapped_[ev.addr] = l;
+      push(Action::kSegmentMap, l.device, ev.addr, l.size, 0, t, stack, ev.tid);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
+  const auto& ev = r.ev;
+  switch (ev.kind) {
+    case Kind::kFree: {
+      auto it = live_.find(ev.addr);
+      if (it == live_.end()) {
+        auto f = freed_.find(ev.addr);
+        if (f != freed_.end()) f->second.undoable = false;
+        anomaly(f != freed_.end() ? "double_free" : "free_unknown_pointer", r, t, stack);
+        return;
+      }
+      Live l = it->second;
+      live_.erase(it);
+      shrink(l.device, l.size);
+      const bool pt = ev.flags & wire::kFlagPerThreadStream;
+      push(Action::kFreeRequested, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
+      push(Action::kFreeCompleted, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
+      push(Action::kSegmentFree, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
+      l.undoable = true;
+      freed_[ev.addr] = l;
+      break;
+    }
+    case Kind::kRelease: {
+      auto it = handles_.find(ev.addr);
+      if (it == handles_.end()) {
+        anomaly("release_unknown_handle", r, t, stack);
+        return;
+      }
+      shrink(it->second.device, it->second.size);
+      handles_.erase(it);
+      break;
+    }
+    case Kind::kHostFree: {
+      auto it = host_.find(ev.addr);
+      if (it == host_.end()) {
+        auto f = freed_.find(ev.addr);
+        if (f != freed_.end()) f->second.undoable = false;
+        anomaly(f != freed_.end() ? "double_free" : "free_host_unknown_pointer", r, t, stack);
+        return;
+      }
+      freed_[ev.addr] = it->second;
+      freed_[ev.addr].undoable = true;
+      host_.erase(it);
+      break;
+    }
+    case Kind::kAddressFree:
+      reserved_.erase(ev.addr);
+      break;
+    case Kind::kUnmap: {
+      // One unmap may cover several mappings (PyTorch unmaps a run of expandable-segment pages).
+      auto it = mapped_.lower_bound(ev.addr);
+      if (it == mapped_.end() || it->first >= ev.addr + ev.size) {
+        anomaly("unmap_unknown_range", r, t, stack);
+        return;
+      }
+      while (it != mapped_.end() && it->first < ev.addr + ev.size) {
+        push(Action::kSegmentUnmap, it->second.device, it->first, it->second.size, 0, t, -1,
+             ev.tid);
+        it = mapped_.erase(it);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// The driver refused a free that was already recorded: the memory is still there.
+void TraceModel::on_free_failed(const Record& r, int64_t t) {
+  const auto& ev = r.ev;
+  const auto api = static_cast<Api>(ev.api);
+  auto it = freed_.find(ev.addr);
+  if (it == freed_.end() || !it->second.undoable) return;  // that free removed nothing
+  Live l = it->second;
+  l.undoable = false;
+  freed_.erase(it);
+  if (api == Api::kMemFree || api == Api::kMemFreeAsync) {
+    if (live_.count(ev.addr)) return;
+    live_[ev.addr] = l;
+    grow(l.device, l.size, t);
+    dev(l.device).allocations--;  // not a new allocation, the old one coming back
+    dev(l.device).frees--;
+    push(Action::kSegmentAlloc, l.device, ev.addr, l.size, l.stream, t, l.stack, ev.tid);
+    push(Action::kAlloc, l.device, ev.addr, l.size, l.stream, t, l.stack, ev.tid);
+  } else if (api == Api::kMemFreeHost) {
+    host_[ev.addr] = l;
+  }
+}
+
+snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const {
+  snap::Snapshot s;
+  sym.set_main_exe(info.exe);
+  for (const auto& [base, path] : modules_) sym.add_module(base, path);
+  s.stacks.reserve(stacks_.size());
+  for (const auto& st : stacks_) s.stacks.push_back(sym.resolve_stack(st));
+
+  s.device_traces.resize(std::max<size_t>(devices_.size(), 1));
+  for (const Entry& e : trace_) {
+    snap::TraceEntry te;
+    te.action = e.action;
+    te.addr = e.addr;
+    te.size = e.size;
+    te.stream = e.stream;
+    te.time_us = e.time_us;
+    te.stack = e.stack;
+    te.device_free = e.device_free;
+    te.tid = e.tid;
+    te.stream_per_thread = e.per_thread;
+    s.device_traces[static_cast<size_t>(e.device)].push_back(te);
+  }
+
+  auto segment = [](int device, uint64_t addr, const Live& l, bool expandable) {
+    snap::Segment g;
+    g.device = device;
+    g.address = addr;
+    g.total_size = g.allocated_size = g.active_size = g.requested_size = l.size;
+    g.stream = l.stream;
+    g.is_expandable = expandable;
+    g.stack = l.stack;
+    g.blocks.push_back(snap::Block{addr, l.size, l.size, "active_allocated", l.stack});
+    return g;
+  };
+  std::vector<std::pair<uint64_t, const Live*>> live(live_.size());
+  std::transform(live_.begin(), live_.end(), live.begin(),
+                 [](const auto& kv) { return std::make_pair(kv.first, &kv.second); });
+  std::sort(live.begin(), live.end());
+  for (const auto& [addr, l] : live) s.segments.push_back(segment(l->device, addr, *l, false));
+  for (const auto& [addr, l] : mapped_) s.segments.push_back(segment(l.device, addr, l, true));
+
+  s.allocator_settings = {{"tool", "cumemtrace"},
+                          {"mode", "CUDA driver interposition (segment level)"}};
+  if (max_trace_events_) {
+    s.allocator_settings["max_trace_events"] = std::to_string(max_trace_events_);
+  }
+  s.allocator_settings["trace_entries_dropped"] = std::to_string(trace_dropped_);
+
+  snap::ToolSection tool;
+  tool.pid = info.pid;
+  tool.ppid = info.ppid;
+  tool.exe = info.exe;
+  tool.argv = info.argv;
+  tool.hostname = info.hostname;
+  tool.rank = info.rank;
+  tool.start_time_us = static_cast<int64_t>(start_realtime_ns_ / 1000);
+  tool.end_time_us = last_time_us_;
+  tool.events_total = events_total_;
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    const auto& ds = devices_[d];
+    tool.devices.push_back(snap::DeviceSummary{static_cast<int>(d), ds.peak, ds.peak_time_us,
+                                               ds.live, ds.allocations, ds.frees});
+  }
+  for (const auto& [handle, l] : handles_) {
+    tool.vmm_handles.push_back(snap::VmmHandle{handle, l.size, l.device, l.stack, l.time_us});
+  }
+  std::sort(tool.vmm_handles.begin(), tool.vmm_handles.end(),
+            [](const auto& a, const auto& b) { return a.handle < b.handle; });
+  for (const auto& [addr, l] : host_) {
+    tool.host_allocations.push_back(
+        snap::HostAllocation{addr, l.size, api_name(l.api), l.stack, l.time_us});
+  }
+  std::sort(tool.host_allocations.begin(), tool.host_allocations.end(),
+            [](const auto& a, const auto& b) { return a.addr < b.addr; });
+  tool.anomalies = anomalies_;
+  tool.threads = threads_;
+  if (exited_) {
+    tool.ended.how = "exit";
+    tool.ended.code = exit_status_;
+  }
+  s.tool = std::move(tool);
+  return s;
+}
+
+}  // namespace cumemtrace::collect

@@ -1,0 +1,124 @@
+// Contract: the collector's model of one traced process, fed ring records in ticket order. It
+// keeps the complete live state (device allocations, VMM handles and mappings, pinned host
+// memory), per-device live/peak bytes, the trace (optionally bounded to the newest N entries,
+// never at the expense of the live state), anomalies and the module map, and builds a
+// snap::Snapshot of the current state at any time (intermediate, OOM or final snapshots).
+//
+// Event mapping (PyTorch memory-history actions, see schemas/snapshot.schema.json):
+//   allocation -> segment_alloc + alloc          free -> free_requested + free_completed +
+//   segment_free cuMemMap   -> segment_map                    cuMemUnmap -> segment_unmap (one per
+//   mapping) OOM        -> oom (size, device_free)
+// Device bytes are device allocations plus cuMemCreate'd physical handles; mappings only make
+// handles visible and add nothing.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ring_reader.h"
+#include "snapshot.h"
+#include "symbolizer.h"
+
+namespace cumemtrace::collect {
+
+struct ProcessInfo {
+  int pid = 0;
+  int ppid = 0;
+  std::string exe;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> rank;
+  std::string hostname;
+};
+
+class TraceModel {
+ public:
+  TraceModel(uint64_t start_realtime_ns, uint64_t start_monotonic_ns, uint64_t max_trace_events);
+
+  void add(const Record& r);
+
+  // Events that ask for a snapshot at once (OOM) since the last call.
+  bool take_oom_request();
+  bool exited() const { return exited_; }
+  int exit_status() const { return exit_status_; }
+  uint64_t events_total() const { return events_total_; }
+  int64_t last_time_us() const { return last_time_us_; }
+
+  snap::Snapshot build(const ProcessInfo& info, Symbolizer& sym) const;
+
+ private:
+  using StackId = int32_t;
+  struct Live {
+    uint64_t size = 0;
+    int device = 0;
+    uint64_t stream = 0;
+    StackId stack = -1;
+    int64_t time_us = 0;
+    uint8_t api = 0;
+    bool per_thread = false;
+    bool undoable = false;  // in freed_: the latest free of this address removed it
+  };
+  struct Entry {  // one trace entry before symbolization
+    snap::Action action;
+    int device;
+    uint64_t addr;
+    uint64_t size;
+    uint64_t stream;
+    int64_t time_us;
+    StackId stack;
+    uint64_t device_free;
+    uint32_t tid;
+    bool per_thread;
+  };
+  struct DeviceState {
+    uint64_t live = 0;
+    uint64_t peak = 0;
+    int64_t peak_time_us = 0;
+    uint64_t allocations = 0;
+    uint64_t frees = 0;
+  };
+
+  int64_t to_us(uint64_t monotonic_ns) const;
+  StackId intern(const std::vector<uint64_t>& frames);
+  void push(snap::Action a, int device, uint64_t addr, uint64_t size, uint64_t stream, int64_t t,
+            StackId stack, uint32_t tid, uint64_t device_free = 0, bool per_thread = false);
+  DeviceState& dev(int device);
+  void grow(int device, uint64_t size, int64_t t);
+  void shrink(int device, uint64_t size);
+  void anomaly(const char* kind, const Record& r, int64_t t, StackId stack);
+
+  void on_alloc(const Record& r, int64_t t, StackId stack);
+  void on_free(const Record& r, int64_t t, StackId stack);
+  void on_free_failed(const Record& r, int64_t t);
+
+  uint64_t start_realtime_ns_;
+  uint64_t start_monotonic_ns_;
+  uint64_t max_trace_events_;
+
+  std::deque<Entry> trace_;
+  uint64_t trace_dropped_ = 0;
+  std::unordered_map<uint64_t, Live> live_;      // device allocations by address
+  std::map<uint64_t, Live> mapped_;              // VMM mappings by virtual address
+  std::unordered_map<uint64_t, Live> handles_;   // cuMemCreate handles
+  std::unordered_map<uint64_t, Live> host_;      // pinned host memory
+  std::unordered_map<uint64_t, Live> reserved_;  // VA reservations (no memory)
+  std::unordered_map<uint64_t, Live> freed_;     // last free per address: double free, undo
+  std::vector<DeviceState> devices_;
+  std::vector<snap::Anomaly> anomalies_;
+
+  std::vector<std::vector<uint64_t>> stacks_;
+  std::unordered_map<std::string, StackId> stack_index_;  // raw bytes of the frames -> id
+  std::vector<std::pair<uint64_t, std::string>> modules_;
+  std::map<std::string, std::string> threads_;
+
+  uint64_t events_total_ = 0;
+  int64_t last_time_us_ = 0;
+  bool oom_pending_ = false;
+  bool exited_ = false;
+  int exit_status_ = 0;
+};
+
+}  // namespace cumemtrace::collect

@@ -1,0 +1,306 @@
+"""End-to-end: the test programs under `cumemtrace run` and plain LD_PRELOAD, fake driver.
+
+Expected numbers come from tests/programs/scenarios.h (the `basic` scenario and friends).
+"""
+import os
+import signal
+import subprocess
+
+import pytest
+
+from conftest import (CT, MiB, PRELOAD, actions, base_env, device_summary, load, marker_line, prog,
+                      run_preloaded, run_traced, trace)
+
+SA, A, FR, FC, SF = "segment_alloc", "alloc", "free_requested", "free_completed", "segment_free"
+ACCESS_PATHS = ["ct_static_like", "ct_shared_like", "ct_lcuda"]
+
+
+def only(snaps):
+    assert len(snaps) == 1, list(snaps)
+    return next(iter(snaps.values()))
+
+
+def check_basic(snap, exe):
+    t = snap["cumemtrace"]
+    assert t["exe"].endswith("/" + exe)
+    assert t["ended"] == {"how": "exit", "code": 0, "signal": 0}
+    assert t["events_total"] == 7
+    assert t["events_dropped"] == 0
+    assert t["anomalies"] == []
+    assert actions(snap, 0) == [SA, A, SA, A, FR, FC, SF]
+    assert actions(snap, 1) == [SA, A, SA, A, FR, FC, SF, SA, A]
+    d0, d1 = device_summary(snap, 0), device_summary(snap, 1)
+    assert (d0["live_bytes"], d0["peak_bytes"], d0["allocations"], d0["frees"]) == (2 * MiB, 3 * MiB, 2, 1)
+    assert (d1["live_bytes"], d1["peak_bytes"], d1["allocations"], d1["frees"]) == (
+        4 * MiB + 512 * 1024, 7 * MiB, 3, 1)
+    sizes0 = [e["size"] for e in trace(snap, 0)]
+    assert sizes0 == [MiB, MiB, 2 * MiB, 2 * MiB, MiB, MiB, MiB]
+    tr1 = trace(snap, 1)
+    # c on the null stream, d on a created stream (alloc and free), e on the per-thread stream.
+    assert tr1[0]["stream"] == 0
+    stream_s = tr1[2]["stream"]
+    assert stream_s != 0
+    assert [e["stream"] for e in tr1[4:7]] == [stream_s] * 3
+    assert tr1[8]["stream"] == 0 and tr1[8].get("stream_per_thread") is True
+    assert "stream_per_thread" not in tr1[2]
+    # Live segments: b on device 0, c and e on device 1, one active block each.
+    live = sorted((s["device"], s["total_size"]) for s in snap["segments"])
+    assert live == [(0, 2 * MiB), (1, 512 * 1024), (1, 4 * MiB)]
+    for s in snap["segments"]:
+        assert len(s["blocks"]) == 1 and s["blocks"][0]["size"] == s["total_size"]
+    # The 2 MiB allocation names allocate_weights() at the marked line.
+    weights = next(s for s in snap["segments"] if s["total_size"] == 2 * MiB)
+    names = [f["name"] for f in weights["frames"]]
+    # Through a cudart-like library the library's own functions come first, as with real cudart.
+    if exe == "ct_shared_like":
+        assert names[0] == "ctMalloc"
+    else:
+        assert names[0] == "allocate_weights"
+    top = weights["frames"][names.index("allocate_weights")]
+    assert top["filename"].endswith("scenarios.cpp")
+    assert top["line"] == marker_line("scenarios.cpp", "ALLOC_WEIGHTS_LINE")
+    assert any(f["name"] == "main" for f in weights["frames"])
+    assert snap["cumemtrace"]["threads"]  # the allocating thread named itself
+
+
+@pytest.mark.parametrize("exe", ACCESS_PATHS)
+def test_basic_under_run(tmp_path, exe):
+    p, snaps = run_traced(tmp_path, [prog(exe), "basic"])
+    assert p.returncode == 0, p.stderr
+    snap = only(snaps)
+    check_basic(snap, exe)
+    assert f"wrote {tmp_path}/traces/{exe}." in p.stderr
+    assert "peak device 0 3.00 MiB, device 1 7.00 MiB" in p.stderr
+    assert "live at exit 6.50 MiB in 3 allocations" in p.stderr
+
+
+@pytest.mark.parametrize("exe", ACCESS_PATHS)
+def test_basic_under_plain_preload(tmp_path, exe):
+    p, snaps = run_preloaded(tmp_path, [prog(exe), "basic"])
+    assert p.returncode == 0, p.stderr
+    check_basic(only(snaps), exe)
+
+
+def test_stack_depth_zero_records_no_frames(tmp_path):
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "basic"], ["--stack-depth", "0"])
+    assert p.returncode == 0
+    snap = only(snaps)
+    assert all(e.get("frames", []) == [] for tr in snap["device_traces"] for e in tr)
+
+
+def test_program_without_cuda_runs_unchanged(tmp_path):
+    plain = subprocess.run([prog("ct_no_cuda"), "5"], env=base_env(), capture_output=True, text=True)
+    p, snaps = run_traced(tmp_path, [prog("ct_no_cuda"), "5"])
+    assert (p.returncode, p.stdout) == (plain.returncode, plain.stdout) == (5, "hello from ct_no_cuda\n")
+    assert snaps == {}
+    q, snaps = run_preloaded(tmp_path, [prog("ct_no_cuda"), "5"], expect_files=0)
+    assert (q.returncode, q.stdout, q.stderr) == (5, plain.stdout, "")
+    assert snaps == {}
+
+
+def test_dlsym_rtld_next_and_old_version_still_work(tmp_path):
+    p = subprocess.run([prog("ct_dlsym_next")], env=base_env(LD_PRELOAD=PRELOAD), capture_output=True)
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("code", [0, 3, 42])
+def test_exit_code_passes_through(tmp_path, code):
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "exit", str(code)])
+    assert p.returncode == code
+    snap = only(snaps)
+    assert snap["cumemtrace"]["ended"] == {"how": "exit", "code": code, "signal": 0}
+    assert [s["total_size"] for s in snap["segments"]] == [MiB]
+
+
+@pytest.mark.parametrize("scenario,sig", [("kill", signal.SIGKILL), ("abort", signal.SIGABRT),
+                                          ("segv", signal.SIGSEGV)])
+def test_killed_target_still_leaves_its_snapshot(tmp_path, scenario, sig):
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), scenario])
+    assert p.returncode == 128 + sig
+    snap = only(snaps)
+    assert snap["cumemtrace"]["ended"] == {"how": "signal", "code": 0, "signal": sig}
+    assert [s["total_size"] for s in snap["segments"]] == [MiB]
+    assert f"was killed by signal {int(sig)}" in p.stderr
+
+
+def test_killed_under_plain_preload(tmp_path):
+    p, snaps = run_preloaded(tmp_path, [prog("ct_static_like"), "kill"])
+    assert p.returncode == -signal.SIGKILL
+    snap = only(snaps)
+    # The detached collector is not the parent: it sees the signal if it looks before the parent
+    # reaps the zombie, else only that the process is gone.
+    assert snap["cumemtrace"]["ended"] in ({"how": "signal", "code": 0, "signal": 9},
+                                           {"how": "vanished", "code": 0, "signal": 0})
+    assert [s["total_size"] for s in snap["segments"]] == [MiB]
+
+
+@pytest.mark.parametrize("exe", ["ct_static_like", "ct_lcuda"])
+def test_vmm(tmp_path, exe):
+    p, snaps = run_traced(tmp_path, [prog(exe), "vmm"])
+    assert p.returncode == 0, p.stderr
+    snap = only(snaps)
+    assert actions(snap, 0) == ["segment_map", "segment_unmap", "segment_map"]
+    assert [(s["total_size"], s["is_expandable"]) for s in snap["segments"]] == [(2 * MiB, True)]
+    handles = snap["cumemtrace"]["vmm_handles"]
+    assert [(h["size"], h["device"]) for h in handles] == [(2 * MiB, 0)]
+    d0 = device_summary(snap, 0)
+    assert (d0["live_bytes"], d0["peak_bytes"]) == (2 * MiB, 2 * MiB)
+
+
+@pytest.mark.parametrize("exe", ["ct_static_like", "ct_lcuda"])
+def test_pinned_host(tmp_path, exe):
+    p, snaps = run_traced(tmp_path, [prog(exe), "host"])
+    assert p.returncode == 0, p.stderr
+    snap = only(snaps)
+    host = snap["cumemtrace"]["host_allocations"]
+    assert [(h["size"], h["api"]) for h in host] == [(64 * 1024, "cuMemAllocHost")]
+    assert snap["segments"] == []
+    assert all(d["peak_bytes"] == 0 for d in snap["cumemtrace"]["devices"])
+
+
+def test_managed_and_pitch(tmp_path):
+    _, snaps = run_traced(tmp_path / "m", [prog("ct_static_like"), "managed"])
+    snap = only(snaps)
+    assert actions(snap, 0) == [SA, A, FR, FC, SF]
+    assert trace(snap, 0)[0]["size"] == 256 * 1024
+    _, snaps = run_traced(tmp_path / "p", [prog("ct_static_like"), "pitch"])
+    snap = only(snaps)
+    assert [s["total_size"] for s in snap["segments"]] == [10240]
+
+
+def test_oom_writes_a_snapshot_at_once(tmp_path):
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "oom"], FAKE_CUDA_MEM_LIMIT=8 * MiB)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "allocated 8"
+    oom = [n for n in snaps if n.endswith(".oom.json")]
+    final = [n for n in snaps if not n.endswith(".oom.json")]
+    assert len(oom) == 1 and len(final) == 1
+    at_oom = snaps[oom[0]]
+    assert at_oom["cumemtrace"]["reason"] == "oom"
+    entry = trace(at_oom, 0)[-1]
+    assert entry["action"] == "oom" and entry["size"] == MiB and entry["device_free"] == 0
+    assert len(at_oom["segments"]) == 8  # what was live when it happened
+    assert snaps[final[0]]["segments"] == []
+
+
+def test_anomalies(tmp_path):
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "badfree"])
+    assert p.returncode == 0, p.stderr
+    snap = only(snaps)
+    kinds = [(a["kind"], a["addr"]) for a in snap["cumemtrace"]["anomalies"]]
+    assert kinds[0][0] == "double_free"
+    assert kinds[1] == ("free_unknown_pointer", 0xdead0000)
+    assert snap["segments"] == []
+
+
+def test_threads_lose_nothing_and_keep_address_order(tmp_path):
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "threads", "8", "1000"])
+    assert p.returncode == 0, p.stderr
+    snap = only(snaps)
+    t = snap["cumemtrace"]
+    assert t["events_dropped"] == 0
+    assert t["events_total"] == 16000
+    d0 = device_summary(snap, 0)
+    assert (d0["allocations"], d0["frees"], d0["live_bytes"]) == (8000, 8000, 0)
+    # Per address, allocations and frees strictly alternate in the global order.
+    state = {}
+    for e in trace(snap, 0):
+        if e["action"] == SA:
+            assert not state.get(e["addr"]), "address allocated twice without a free"
+            state[e["addr"]] = True
+        elif e["action"] == SF:
+            assert state.get(e["addr"]), "free before its allocation"
+            state[e["addr"]] = False
+    assert len({e["tid"] for e in trace(snap, 0)}) == 8
+    assert snap["cumemtrace"]["anomalies"] == []
+
+
+def test_fork_child_gets_its_own_snapshot(tmp_path):
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "fork"])
+    assert p.returncode == 0, p.stderr
+    assert len(snaps) == 2
+    by_size = {tuple(sorted(s["total_size"] for s in v["segments"])): v for v in snaps.values()}
+    parent, child = by_size[(MiB, 3 * MiB)], by_size[(2 * MiB,)]
+    assert child["cumemtrace"]["ppid"] == parent["cumemtrace"]["pid"]
+    assert child["cumemtrace"]["events_total"] == 1
+    # The child left with _exit(0): no exit() in the ring; the collector reads the zombie's status
+    # unless its parent reaped it first.
+    assert child["cumemtrace"]["ended"] in ({"how": "exit", "code": 0, "signal": 0},
+                                            {"how": "vanished", "code": 0, "signal": 0})
+    assert parent["cumemtrace"]["ended"] == {"how": "exit", "code": 0, "signal": 0}
+
+
+def test_no_follow_traces_only_the_program(tmp_path):
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "fork"], ["--no-follow"])
+    assert p.returncode == 0, p.stderr
+    snap = only(snaps)
+    assert sorted(s["total_size"] for s in snap["segments"]) == [MiB, 3 * MiB]
+
+
+def test_exec_leaves_one_snapshot_per_image(tmp_path):
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "exec"])
+    assert p.returncode == 0, p.stderr
+    assert len(snaps) == 2
+    first = next(v for v in snaps.values() if v["cumemtrace"]["ended"]["how"] == "exec")
+    assert [s["total_size"] for s in first["segments"]] == [MiB]
+    second = next(v for v in snaps.values() if v is not first)
+    check_basic(second, "ct_static_like")
+
+
+def test_unwritable_output_runs_untraced_with_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = subprocess.run([CT, "run", "-o", str(blocker / "sub"), "--", prog("ct_static_like"), "exit", "4"],
+                       env=base_env(), capture_output=True, text=True)
+    assert p.returncode == 4
+    lines = [line for line in p.stderr.splitlines() if line.startswith("cumemtrace:")]
+    assert len(lines) == 1 and "running the program untraced" in lines[0]
+    q = subprocess.run([prog("ct_static_like"), "exit", "4"], capture_output=True, text=True,
+                       env=base_env(LD_PRELOAD=PRELOAD, CUMEMTRACE_OUTPUT=str(blocker / "sub")))
+    assert q.returncode == 4
+    assert q.stderr.count("cumemtrace:") == 1 and "tracing disabled" in q.stderr
+
+
+def test_missing_collector_and_bad_settings_disable_tracing(tmp_path):
+    for env in ({"CUMEMTRACE_COLLECTOR": "/nonexistent/cumemtrace"},
+                {"CUMEMTRACE_STACK_DEPTH": "lots"}, {"CUMEMTRACE_BUFFER_MB": "0"}):
+        p = subprocess.run([prog("ct_static_like"), "exit", "6"], capture_output=True, text=True,
+                           env=base_env(LD_PRELOAD=PRELOAD, CUMEMTRACE_OUTPUT=str(tmp_path), **env))
+        assert p.returncode == 6
+        assert p.stderr.count("cumemtrace:") == 1 and "tracing disabled" in p.stderr, env
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_run_usage_errors_exit_2(tmp_path):
+    assert subprocess.run([CT, "run"], capture_output=True).returncode == 2
+    assert subprocess.run([CT, "run", "--stack-depth", "999", "--", "true"], capture_output=True).returncode == 2
+    assert subprocess.run([CT, "nonsense"], capture_output=True).returncode == 2
+    assert subprocess.run([CT, "run", "--help"], capture_output=True).returncode == 0
+    p = subprocess.run([CT, "run", "-o", str(tmp_path), "--", "/nonexistent/prog"], capture_output=True, text=True)
+    assert p.returncode == 127 and "cannot run /nonexistent/prog" in p.stderr
+
+
+def test_preload_exports_only_its_hooks():
+    out = subprocess.run(["nm", "-D", "--defined-only", PRELOAD], capture_output=True, text=True).stdout
+    names = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
+    assert names == sorted([
+        "dlsym", "cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemAllocPitch_v2",
+        "cuMemAllocManaged", "cuMemFree_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+        "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
+        "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap", "cuMemAddressReserve",
+        "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost"])
+
+
+def test_preload_and_cli_need_only_libc():
+    allowed = ("linux-vdso", "libc.so", "libm.so", "ld-linux", "libdl.so", "libpthread.so")
+    for path in (PRELOAD, CT):
+        out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+        deps = [line.split()[0] for line in out.splitlines() if line.strip()]
+        assert all(d.startswith(allowed) or d.startswith("/lib") for d in deps), (path, deps)
+
+
+def test_dlsym_passthrough_is_a_tail_call():
+    """glibc resolves RTLD_NEXT from the return address: our dlsym must jmp, not call."""
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", PRELOAD], capture_output=True, text=True).stdout
+    body = out.split("<dlsym>:", 1)[1].split("\n\n", 1)[0]
+    assert "jmp    *%rax" in body or "jmp    *%r" in body

@@ -1,0 +1,1104 @@
+// Contract: a GPU-less libcuda.so.1 for end-to-end tests of the preload. Host memory stands in
+// for device memory: every pointer handed out is real, writable host memory (VMM mappings are
+// writable once cuMemSetAccess grants it), so programs may touch what they allocate. Blocks of
+// 256 KiB and more are mapped MAP_NORESERVE: untouched fake memory costs no real memory, so the
+// default 80 GiB per device can be handed out on a small machine.
+//
+// Guarantees, matching the real driver where the tests can observe it:
+//  - Every call but cuInit, cuDriverGetVersion, cuGetErrorName/String and cuGetProcAddress*
+//    returns CUDA_ERROR_NOT_INITIALIZED before cuInit(0).
+//  - FAKE_CUDA_DEVICES devices (default 2), each with one primary context (distinct non-null
+//    CUcontext values). The current context is per thread. Retain/release keep a count only:
+//    a primary context is never torn down, so its allocations outlive a final release.
+//  - cuMemAlloc*, cuMemAllocManaged, cuMemHostAlloc/cuMemAllocHost and cuMemGetInfo need a
+//    current context (else CUDA_ERROR_INVALID_CONTEXT) and charge its device. Async allocations
+//    charge the stream's device (a stream keeps the device current at its creation; stream 0,
+//    CU_STREAM_LEGACY and CU_STREAM_PER_THREAD mean the current one), pool allocations the
+//    pool's device, cuMemCreate prop->location.id. Host-pinned memory charges no device.
+//  - Frees of unknown, already freed or wrong-kind pointers return CUDA_ERROR_INVALID_VALUE.
+//  - cuPointerGetAttribute answers for any address inside a live allocation or VMM mapping.
+//  - Environment, read once by the first cuInit or cuGetProcAddress*: FAKE_CUDA_MEM_LIMIT (bytes
+//    per device, default 80 GiB, K/M/G suffixes accepted) turns allocations beyond it into
+//    CUDA_ERROR_OUT_OF_MEMORY and sets cuMemGetInfo's total; FAKE_CUDA_FAIL_NTH_ALLOC=N fails the
+//    N-th allocation call (1-based; every device, managed, async, pool, cuMemCreate and host
+//    allocation entry point counts, once its arguments and context have been validated) with
+//    CUDA_ERROR_INVALID_VALUE; FAKE_CUDA_MISSING is consulted by proc_address.cpp.
+//  - Thread-safe: one mutex guards all state. The state is never destroyed, so threads still in
+//    the driver while the process exits are safe.
+#include "fake_driver.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace cumemtrace::fake {
+
+namespace {
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr uint64_t kDefaultMemLimit = 80 * kGiB;
+constexpr int kMaxDevices = 64;
+constexpr int kDriverVersion = 13000;
+// The real driver's VMM granularity on current GPUs, minimum and recommended alike.
+constexpr size_t kVmmGranularity = size_t{2} << 20;
+// cuMemAllocPitch's row alignment on current GPUs.
+constexpr size_t kPitchAlignment = 512;
+// cudaMalloc guarantees 256-byte alignment; programs rely on it.
+constexpr size_t kDeviceAlignment = 256;
+
+enum class Kind {
+  kDevice,    // cuMemAlloc_v2
+  kLegacy32,  // cuMemAlloc / cuMemAllocPitch (32-bit ABI): mapped below 4 GiB
+  kPitch,     // cuMemAllocPitch_v2
+  kManaged,   // cuMemAllocManaged
+  kAsync,     // cuMemAllocAsync / cuMemAllocFromPoolAsync
+  kHost,      // cuMemHostAlloc / cuMemAllocHost
+  kMapped,    // a cuMemMap of a cuMemCreate handle
+};
+
+bool freed_by_mem_free(Kind k) {
+  return k == Kind::kDevice || k == Kind::kLegacy32 || k == Kind::kPitch || k == Kind::kManaged ||
+         k == Kind::kAsync;
+}
+
+struct Range {
+  size_t size;
+  int device;
+  Kind kind;
+  CUmemGenericAllocationHandle handle;  // kMapped only
+};
+
+struct Context {
+  int device;
+};
+
+struct Stream {
+  int device;
+};
+
+struct Pool {
+  int device;
+};
+
+struct Physical {
+  size_t size;
+  int device;
+  int fd;  // memfd: several mappings of one handle share its pages
+  bool released;
+  int mappings;
+};
+
+struct Config {
+  int devices = 2;
+  uint64_t mem_limit = kDefaultMemLimit;
+  uint64_t fail_nth_alloc = 0;
+  std::vector<std::string> missing;
+};
+
+struct State {
+  std::mutex mu;
+  std::atomic<bool> initialized{false};
+  Context contexts[kMaxDevices];
+  Pool default_pools[kMaxDevices];
+  int primary_refs[kMaxDevices] = {};
+  uint64_t used[kMaxDevices] = {};
+  std::set<const Stream*> streams;
+  std::set<const Pool*> pools;
+  std::map<uint64_t, Range> ranges;         // by base address: everything addressable
+  std::map<uint64_t, size_t> reservations;  // VMM VA reservations, base -> size
+  std::map<CUmemGenericAllocationHandle, Physical> handles;
+  CUmemGenericAllocationHandle next_handle = 0x1000;
+  uint64_t alloc_calls = 0;
+};
+
+thread_local int tls_device = -1;  // the current context's device; -1: none
+
+uint64_t parse_size(const char* text, uint64_t fallback) {
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  uint64_t v = std::strtoull(text, &end, 10);
+  switch (*end) {
+    case 'K':
+    case 'k':
+      v <<= 10;
+      break;
+    case 'M':
+    case 'm':
+      v <<= 20;
+      break;
+    case 'G':
+    case 'g':
+      v <<= 30;
+      break;
+    default:
+      break;
+  }
+  return v;
+}
+
+Config read_config() {
+  Config c;
+  if (const char* d = std::getenv("FAKE_CUDA_DEVICES"); d && *d) {
+    c.devices = std::clamp(std::atoi(d), 0, kMaxDevices);
+  }
+  c.mem_limit = parse_size(std::getenv("FAKE_CUDA_MEM_LIMIT"), kDefaultMemLimit);
+  c.fail_nth_alloc = parse_size(std::getenv("FAKE_CUDA_FAIL_NTH_ALLOC"), 0);
+  if (const char* m = std::getenv("FAKE_CUDA_MISSING")) {
+    std::string all(m);
+    size_t start = 0;
+    while (start <= all.size()) {
+      size_t comma = all.find(',', start);
+      if (comma == std::string::npos) comma = all.size();
+      if (comma > start) c.missing.push_back(all.substr(start, comma - start));
+      start = comma + 1;
+    }
+  }
+  return c;
+}
+
+const Config& config() {
+  // Built on first use (cuGetProcAddress runs before cuInit) and never destroyed.
+  static const Config* c = new Config(read_config());
+  return *c;
+}
+
+State& state() {
+  static State* s = [] {
+    auto* st = new State;
+    for (int i = 0; i < kMaxDevices; ++i) {
+      st->contexts[i].device = i;
+      st->default_pools[i].device = i;
+    }
+    return st;
+  }();
+  return *s;
+}
+
+bool initialized() {
+  return state().initialized.load(std::memory_order_acquire);
+}
+
+bool valid_device(int d) {
+  return d >= 0 && d < config().devices;
+}
+
+uint64_t round_up(uint64_t v, uint64_t to) {
+  return (v + to - 1) / to * to;
+}
+
+// Caller holds the lock.
+CUresult count_alloc_call(State& s) {
+  ++s.alloc_calls;
+  const uint64_t nth = config().fail_nth_alloc;
+  return nth != 0 && s.alloc_calls == nth ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+// Caller holds the lock.
+CUresult charge(State& s, int device, uint64_t bytes) {
+  const uint64_t limit = config().mem_limit;
+  if (s.used[device] > limit || bytes > limit - s.used[device]) return CUDA_ERROR_OUT_OF_MEMORY;
+  s.used[device] += bytes;
+  return CUDA_SUCCESS;
+}
+
+// Large blocks are mapped without a commit charge, so a test can "allocate" tens of GiB of fake
+// device memory on a small machine as long as it does not touch them; small ones come from the
+// heap, which keeps many-small-allocation tests fast. The choice depends on kind and size only,
+// so the free path can repeat it.
+constexpr size_t kMapThreshold = size_t{256} << 10;
+
+bool mapped_backing(Kind kind, size_t size) {
+  return kind == Kind::kLegacy32 || size >= kMapThreshold;
+}
+
+void* backing_alloc(Kind kind, size_t size) {
+  if (mapped_backing(kind, size)) {
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    if (kind == Kind::kLegacy32) {
+#ifdef MAP_32BIT
+      flags |= MAP_32BIT;
+#else
+      return nullptr;  // no way to ask for low addresses: the 32-bit ABI is out of memory
+#endif
+    }
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+  const size_t align =
+      kind == Kind::kHost ? static_cast<size_t>(sysconf(_SC_PAGESIZE)) : kDeviceAlignment;
+  return std::aligned_alloc(align, round_up(size, align));
+}
+
+void backing_free(Kind kind, uint64_t base, size_t size) {
+  if (mapped_backing(kind, size)) {
+    munmap(reinterpret_cast<void*>(base), size);
+  } else {
+    std::free(reinterpret_cast<void*>(base));
+  }
+}
+
+// Allocates `size` bytes of `kind` for `device`; host memory is recorded with the allocating
+// context's device but charges none. Caller has validated arguments and holds the lock.
+CUresult allocate_locked(State& s, Kind kind, int device, size_t size, uint64_t* out) {
+  CUresult r = count_alloc_call(s);
+  if (r != CUDA_SUCCESS) return r;
+  const bool on_device = kind != Kind::kHost;
+  if (on_device) {
+    r = charge(s, device, size);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  void* p = backing_alloc(kind, size);
+  if (!p) {
+    if (on_device) s.used[device] -= size;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const auto base = reinterpret_cast<uint64_t>(p);
+  s.ranges[base] = Range{size, device, kind, 0};
+  *out = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult allocate(Kind kind, int device, size_t size, uint64_t* out) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  return allocate_locked(s, kind, device, size, out);
+}
+
+template <typename Pred>
+CUresult release_range(uint64_t base, Pred accepts_kind) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto it = s.ranges.find(base);
+  if (it == s.ranges.end() || !accepts_kind(it->second.kind)) return CUDA_ERROR_INVALID_VALUE;
+  const Range r = it->second;
+  s.ranges.erase(it);
+  if (r.kind != Kind::kHost) s.used[r.device] -= r.size;
+  backing_free(r.kind, base, r.size);
+  return CUDA_SUCCESS;
+}
+
+// Caller holds the lock. Returns the range containing `addr`, or nullptr.
+const Range* find_containing(State& s, uint64_t addr, uint64_t* base) {
+  auto it = s.ranges.upper_bound(addr);
+  if (it == s.ranges.begin()) return nullptr;
+  --it;
+  if (addr - it->first >= it->second.size) return nullptr;
+  *base = it->first;
+  return &it->second;
+}
+
+CUresult current_device(int* device) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (tls_device < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = tls_device;
+  return CUDA_SUCCESS;
+}
+
+bool is_default_stream(CUstream s) {
+  return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
+
+// The device a stream's work runs on.
+CUresult stream_device(CUstream stream, int* device) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (is_default_stream(stream)) return current_device(device);
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  const auto* st = reinterpret_cast<const Stream*>(stream);
+  if (!s.streams.count(st)) return CUDA_ERROR_INVALID_HANDLE;
+  *device = st->device;
+  return CUDA_SUCCESS;
+}
+
+// Caller holds the lock.
+bool valid_pool(State& s, CUmemoryPool pool, int* device) {
+  const auto* p = reinterpret_cast<const Pool*>(pool);
+  const bool is_default = p >= s.default_pools && p < s.default_pools + config().devices;
+  if (!is_default && !s.pools.count(p)) return false;
+  *device = p->device;
+  return true;
+}
+
+// ---- initialization, devices, contexts ------------------------------------------------------
+
+CUresult init(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  config();
+  if (config().devices == 0) return CUDA_ERROR_NO_DEVICE;
+  state().initialized.store(true, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+CUresult device_get(CUdevice* device, int ordinal) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult primary_ctx_retain(CUcontext* pctx, CUdevice dev) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  ++s.primary_refs[dev];
+  *pctx = reinterpret_cast<CUcontext>(&s.contexts[dev]);
+  return CUDA_SUCCESS;
+}
+
+CUresult primary_ctx_release(CUdevice dev) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.primary_refs[dev] == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --s.primary_refs[dev];
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_set_current(CUcontext ctx) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!ctx) {
+    tls_device = -1;
+    return CUDA_SUCCESS;
+  }
+  State& s = state();
+  const auto* c = reinterpret_cast<const Context*>(ctx);
+  if (c < s.contexts || c >= s.contexts + config().devices) return CUDA_ERROR_INVALID_CONTEXT;
+  tls_device = c->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_get_current(CUcontext* pctx) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = tls_device < 0 ? nullptr : reinterpret_cast<CUcontext>(&state().contexts[tls_device]);
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_get_device(CUdevice* device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  int d = -1;
+  CUresult r = current_device(&d);
+  if (r == CUDA_SUCCESS) *device = d;
+  return r;
+}
+
+CUresult mem_get_info(uint64_t* free_bytes, uint64_t* total_bytes) {
+  int d = -1;
+  CUresult r = current_device(&d);
+  if (r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  const uint64_t limit = config().mem_limit;
+  *free_bytes = s.used[d] >= limit ? 0 : limit - s.used[d];
+  *total_bytes = limit;
+  return CUDA_SUCCESS;
+}
+
+CUresult pointer_get_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  uint64_t base = 0;
+  const Range* r = find_containing(s, ptr, &base);
+  if (!r) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = r->device;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) =
+          r->device < 0 ? nullptr : reinterpret_cast<CUcontext>(&s.contexts[r->device]);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned int*>(data) =
+          r->kind == Kind::kHost ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = base;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = r->size;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+// ---- streams and pools ------------------------------------------------------------------------
+
+CUresult stream_create(CUstream* phStream, unsigned int flags) {
+  if (!phStream || flags > CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+  int d = -1;
+  CUresult r = current_device(&d);
+  if (r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* st = new Stream{d};
+  s.streams.insert(st);
+  *phStream = reinterpret_cast<CUstream>(st);
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_destroy(CUstream stream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  const auto* st = reinterpret_cast<const Stream*>(stream);
+  if (!s.streams.erase(st)) return CUDA_ERROR_INVALID_HANDLE;
+  delete st;
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_is_capturing(CUstream stream, CUstreamCaptureStatus* status) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  int d = -1;
+  CUresult r = stream_device(stream, &d);
+  if (r == CUDA_SUCCESS) *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return r;
+}
+
+bool valid_device_location(const CUmemLocation& loc) {
+  return loc.type == CU_MEM_LOCATION_TYPE_DEVICE && valid_device(loc.id);
+}
+
+CUresult pool_create(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      !valid_device_location(props->location)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* p = new Pool{props->location.id};
+  s.pools.insert(p);
+  *pool = reinterpret_cast<CUmemoryPool>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult pool_destroy(CUmemoryPool pool) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  const auto* p = reinterpret_cast<const Pool*>(pool);
+  // Default pools are not in `pools`: the real driver refuses to destroy them as well.
+  if (!s.pools.erase(p)) return CUDA_ERROR_INVALID_VALUE;
+  delete p;
+  return CUDA_SUCCESS;
+}
+
+CUresult default_mem_pool(CUmemoryPool* pool, CUdevice dev) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *pool = reinterpret_cast<CUmemoryPool>(&state().default_pools[dev]);
+  return CUDA_SUCCESS;
+}
+
+// ---- allocation -------------------------------------------------------------------------------
+
+CUresult mem_alloc(Kind kind, uint64_t* out, size_t size) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  int d = -1;
+  CUresult r = current_device(&d);
+  if (r != CUDA_SUCCESS) return r;
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  return allocate(kind, d, size, out);
+}
+
+CUresult mem_alloc_pitch(Kind kind, uint64_t* out, size_t* pitch, size_t width, size_t height,
+                         unsigned int element_size) {
+  if (!out || !pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (element_size != 4 && element_size != 8 && element_size != 16) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int d = -1;
+  CUresult r = current_device(&d);
+  if (r != CUDA_SUCCESS) return r;
+  const size_t row = round_up(width, kPitchAlignment);
+  r = allocate(kind, d, row * height, out);
+  if (r == CUDA_SUCCESS) *pitch = row;
+  return r;
+}
+
+CUresult mem_alloc_managed(CUdeviceptr* dptr, size_t size, unsigned int flags) {
+  if (!dptr || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  uint64_t p = 0;
+  CUresult r = mem_alloc(Kind::kManaged, &p, size);
+  if (r == CUDA_SUCCESS) *dptr = p;
+  return r;
+}
+
+CUresult mem_free(CUdeviceptr dptr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  return release_range(dptr, freed_by_mem_free);
+}
+
+CUresult mem_alloc_async(CUdeviceptr* dptr, size_t size, CUstream stream) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = -1;
+  CUresult r = stream_device(stream, &d);
+  if (r != CUDA_SUCCESS) return r;
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t p = 0;
+  r = allocate(Kind::kAsync, d, size, &p);
+  if (r == CUDA_SUCCESS) *dptr = p;
+  return r;
+}
+
+CUresult mem_alloc_from_pool_async(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
+                                   CUstream stream) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  int stream_dev = -1;
+  CUresult r = stream_device(stream, &stream_dev);
+  if (r != CUDA_SUCCESS) return r;
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  int d = -1;
+  if (!valid_pool(s, pool, &d)) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t p = 0;
+  r = allocate_locked(s, Kind::kAsync, d, size, &p);
+  if (r == CUDA_SUCCESS) *dptr = p;
+  return r;
+}
+
+// Stream order is trivially kept: nothing ever runs on a fake stream, so the free is immediate.
+CUresult mem_free_async(CUdeviceptr dptr, CUstream stream) {
+  int d = -1;
+  CUresult r = stream_device(stream, &d);
+  if (r != CUDA_SUCCESS) return r;
+  return release_range(dptr, freed_by_mem_free);
+}
+
+CUresult mem_alloc_host(void** pp, size_t size) {
+  if (!pp) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t p = 0;
+  CUresult r = mem_alloc(Kind::kHost, &p, size);
+  if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(p);
+  return r;
+}
+
+CUresult mem_host_alloc(void** pp, size_t size, unsigned int flags) {
+  constexpr unsigned int kKnown =
+      CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+  if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
+  return mem_alloc_host(pp, size);
+}
+
+CUresult mem_free_host(void* p) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  return release_range(reinterpret_cast<uint64_t>(p), [](Kind k) { return k == Kind::kHost; });
+}
+
+// ---- virtual memory management ----------------------------------------------------------------
+
+bool valid_alloc_prop(const CUmemAllocationProp* prop) {
+  return prop && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
+         valid_device_location(prop->location);
+}
+
+CUresult mem_get_allocation_granularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                        CUmemAllocationGranularity_flags option) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!granularity || !valid_alloc_prop(prop) ||
+      (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+       option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *granularity = kVmmGranularity;
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_address_reserve(CUdeviceptr* ptr, size_t size, size_t alignment,
+                             unsigned long long flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!ptr || size == 0 || size % kVmmGranularity != 0 || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (alignment == 0) alignment = kVmmGranularity;
+  if ((alignment & (alignment - 1)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  // Over-reserve, then trim, so the base has the requested alignment like a real reservation.
+  const size_t span = size + alignment;
+  void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto start = reinterpret_cast<uint64_t>(raw);
+  const uint64_t base = round_up(start, alignment);
+  if (base > start) munmap(raw, base - start);
+  if (start + span > base + size) {
+    munmap(reinterpret_cast<void*>(base + size), start + span - (base + size));
+  }
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  s.reservations[base] = size;
+  *ptr = base;
+  return CUDA_SUCCESS;
+}
+
+// Caller holds the lock. True when [ptr, ptr+size) is exactly covered by consecutive mappings.
+bool covered_by_mappings(State& s, uint64_t ptr, size_t size) {
+  uint64_t at = ptr;
+  for (auto it = s.ranges.find(ptr); at < ptr + size; ++it) {
+    if (it == s.ranges.end() || it->first != at || it->second.kind != Kind::kMapped) return false;
+    at += it->second.size;
+  }
+  return at == ptr + size;
+}
+
+CUresult mem_address_free(CUdeviceptr ptr, size_t size) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto it = s.reservations.find(ptr);
+  if (it == s.reservations.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  auto mapped = s.ranges.lower_bound(ptr);
+  if (mapped != s.ranges.end() && mapped->first < ptr + size) return CUDA_ERROR_INVALID_VALUE;
+  s.reservations.erase(it);
+  munmap(reinterpret_cast<void*>(ptr), size);
+  return CUDA_SUCCESS;
+}
+
+// Caller holds the lock.
+void destroy_physical_if_unused(State& s, CUmemGenericAllocationHandle handle) {
+  auto it = s.handles.find(handle);
+  if (it == s.handles.end() || !it->second.released || it->second.mappings > 0) return;
+  close(it->second.fd);
+  s.used[it->second.device] -= it->second.size;
+  s.handles.erase(it);
+}
+
+CUresult mem_create(CUmemGenericAllocationHandle* handle, size_t size,
+                    const CUmemAllocationProp* prop, unsigned long long flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!handle || !valid_alloc_prop(prop) || flags != 0 || size == 0 ||
+      size % kVmmGranularity != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const int device = prop->location.id;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  CUresult r = count_alloc_call(s);
+  if (r != CUDA_SUCCESS) return r;
+  r = charge(s, device, size);
+  if (r != CUDA_SUCCESS) return r;
+  const int fd = memfd_create("fake-cuda-physical", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    if (fd >= 0) close(fd);
+    s.used[device] -= size;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUmemGenericAllocationHandle h = s.next_handle++;
+  s.handles[h] = Physical{size, device, fd, false, 0};
+  *handle = h;
+  return CUDA_SUCCESS;
+}
+
+// Like the real driver, the physical memory lives on until its last mapping is gone.
+CUresult mem_release(CUmemGenericAllocationHandle handle) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto it = s.handles.find(handle);
+  if (it == s.handles.end() || it->second.released) return CUDA_ERROR_INVALID_VALUE;
+  it->second.released = true;
+  destroy_physical_if_unused(s, handle);
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                 unsigned long long flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (flags != 0 || size == 0 || size % kVmmGranularity != 0 || offset % kVmmGranularity != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto h = s.handles.find(handle);
+  if (h == s.handles.end() || h->second.released) return CUDA_ERROR_INVALID_HANDLE;
+  if (offset > h->second.size || size > h->second.size - offset) return CUDA_ERROR_INVALID_VALUE;
+  auto res = s.reservations.upper_bound(ptr);
+  if (res == s.reservations.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --res;
+  if (ptr + size > res->first + res->second) return CUDA_ERROR_INVALID_VALUE;
+  auto next = s.ranges.lower_bound(ptr);
+  if (next != s.ranges.end() && next->first < ptr + size) return CUDA_ERROR_ALREADY_MAPPED;
+  uint64_t prev_base = 0;
+  if (find_containing(s, ptr, &prev_base)) return CUDA_ERROR_ALREADY_MAPPED;
+  // Inaccessible until cuMemSetAccess, as on the real driver.
+  void* p = mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_SHARED | MAP_FIXED,
+                 h->second.fd, static_cast<off_t>(offset));
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  ++h->second.mappings;
+  s.ranges[ptr] = Range{size, h->second.device, Kind::kMapped, handle};
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_unmap(CUdeviceptr ptr, size_t size) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (size == 0 || !covered_by_mappings(s, ptr, size)) return CUDA_ERROR_INVALID_VALUE;
+  auto it = s.ranges.find(ptr);
+  while (it != s.ranges.end() && it->first < ptr + size) {
+    const CUmemGenericAllocationHandle handle = it->second.handle;
+    // Put the reservation back in place of the mapping.
+    mmap(reinterpret_cast<void*>(it->first), it->second.size, PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    it = s.ranges.erase(it);
+    --s.handles[handle].mappings;
+    destroy_physical_if_unused(s, handle);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!desc || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  int prot = PROT_NONE;
+  for (size_t i = 0; i < count; ++i) {
+    if (!valid_device_location(desc[i].location)) return CUDA_ERROR_INVALID_DEVICE;
+    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+      prot = PROT_READ | PROT_WRITE;
+    } else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ) {
+      prot |= PROT_READ;
+    } else if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (!covered_by_mappings(s, ptr, size)) return CUDA_ERROR_INVALID_VALUE;
+  return mprotect(reinterpret_cast<void*>(ptr), size, prot) == 0 ? CUDA_SUCCESS
+                                                                 : CUDA_ERROR_INVALID_VALUE;
+}
+
+// ---- errors -----------------------------------------------------------------------------------
+
+struct ErrorText {
+  CUresult code;
+  const char* name;
+  const char* text;
+};
+
+#define FAKE_ERROR(code, text) \
+  { code, #code, text }
+constexpr ErrorText kErrors[] = {
+    FAKE_ERROR(CUDA_SUCCESS, "no error"),
+    FAKE_ERROR(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
+    FAKE_ERROR(CUDA_ERROR_OUT_OF_MEMORY, "out of memory"),
+    FAKE_ERROR(CUDA_ERROR_NOT_INITIALIZED, "initialization error"),
+    FAKE_ERROR(CUDA_ERROR_DEINITIALIZED, "driver shutting down"),
+    FAKE_ERROR(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected"),
+    FAKE_ERROR(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal"),
+    FAKE_ERROR(CUDA_ERROR_INVALID_CONTEXT, "invalid device context"),
+    FAKE_ERROR(CUDA_ERROR_ALREADY_MAPPED, "resource already mapped"),
+    FAKE_ERROR(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
+    FAKE_ERROR(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
+    FAKE_ERROR(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
+    FAKE_ERROR(CUDA_ERROR_UNKNOWN, "unknown error"),
+};
+#undef FAKE_ERROR
+
+CUresult error_text(CUresult error, const char** out, bool name) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  for (const ErrorText& e : kErrors) {
+    if (e.code == error) {
+      *out = name ? e.name : e.text;
+      return CUDA_SUCCESS;
+    }
+  }
+  *out = nullptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+// Narrows a 64-bit result into the 32-bit ABI; false (and the allocation undone) if it cannot.
+template <typename Free>
+CUresult narrow_pointer(CUresult r, uint64_t p, CUdeviceptr_v1* out, Free undo) {
+  if (r != CUDA_SUCCESS) return r;
+  if (p > UINT_MAX) {
+    undo(p);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *out = static_cast<CUdeviceptr_v1>(p);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+bool symbol_missing(const char* base_name) noexcept {
+  for (const std::string& m : config().missing) {
+    if (m == base_name) return true;
+  }
+  return false;
+}
+
+}  // namespace cumemtrace::fake
+
+// ---- exports ----------------------------------------------------------------------------------
+// Thin shims over the functions above: nothing inside the fake calls an exported symbol, since
+// the preload exports the same names.
+
+namespace fk = cumemtrace::fake;
+
+FAKE_EXPORT CUresult cuInit(unsigned int Flags) {
+  return fk::init(Flags);
+}
+
+FAKE_EXPORT CUresult cuDriverGetVersion(int* driverVersion) {
+  if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;
+  *driverVersion = fk::kDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetCount(int* count) {
+  if (!fk::initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  *count = fk::config().devices;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  return fk::device_get(device, ordinal);
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  return fk::primary_ctx_retain(pctx, dev);
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return fk::primary_ctx_release(dev);
+}
+
+// Before 11.0 the release also reset the context; the fake never tears contexts down anyway.
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return fk::primary_ctx_release(dev);
+}
+
+FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  return fk::ctx_set_current(ctx);
+}
+
+FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  return fk::ctx_get_current(pctx);
+}
+
+FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
+  return fk::ctx_get_device(device);
+}
+
+FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+  if (!free || !total) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t f = 0, t = 0;
+  CUresult r = fk::mem_get_info(&f, &t);
+  if (r == CUDA_SUCCESS) {
+    *free = f;
+    *total = t;
+  }
+  return r;
+}
+
+FAKE_EXPORT CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) {
+  if (!free || !total) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t f = 0, t = 0;
+  CUresult r = fk::mem_get_info(&f, &t);
+  if (r == CUDA_SUCCESS) {
+    *free = static_cast<unsigned int>(std::min<uint64_t>(f, UINT_MAX));
+    *total = static_cast<unsigned int>(std::min<uint64_t>(t, UINT_MAX));
+  }
+  return r;
+}
+
+FAKE_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
+                                           CUdeviceptr ptr) {
+  return fk::pointer_get_attribute(data, attribute, ptr);
+}
+
+FAKE_EXPORT CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags) {
+  return fk::stream_create(phStream, Flags);
+}
+
+FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) {
+  return fk::stream_destroy(hStream);
+}
+
+FAKE_EXPORT CUresult cuStreamDestroy(CUstream hStream) {
+  return fk::stream_destroy(hStream);
+}
+
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return fk::stream_is_capturing(hStream, captureStatus);
+}
+
+FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream,
+                                              CUstreamCaptureStatus* captureStatus) {
+  return fk::stream_is_capturing(hStream, captureStatus);
+}
+
+FAKE_EXPORT CUresult cuGetErrorName(CUresult error, const char** pStr) {
+  return fk::error_text(error, pStr, true);
+}
+
+FAKE_EXPORT CUresult cuGetErrorString(CUresult error, const char** pStr) {
+  return fk::error_text(error, pStr, false);
+}
+
+FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t p = 0;
+  CUresult r = fk::mem_alloc(fk::Kind::kDevice, &p, bytesize);
+  if (r == CUDA_SUCCESS) *dptr = p;
+  return r;
+}
+
+FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int bytesize) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t p = 0;
+  CUresult r = fk::mem_alloc(fk::Kind::kLegacy32, &p, bytesize);
+  return fk::narrow_pointer(r, p, dptr, fk::mem_free);
+}
+
+FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
+                                        size_t Height, unsigned int ElementSizeBytes) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t p = 0;
+  CUresult r =
+      fk::mem_alloc_pitch(fk::Kind::kPitch, &p, pPitch, WidthInBytes, Height, ElementSizeBytes);
+  if (r == CUDA_SUCCESS) *dptr = p;
+  return r;
+}
+
+FAKE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch,
+                                     unsigned int WidthInBytes, unsigned int Height,
+                                     unsigned int ElementSizeBytes) {
+  if (!dptr || !pPitch) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t p = 0;
+  size_t pitch = 0;
+  CUresult r =
+      fk::mem_alloc_pitch(fk::Kind::kLegacy32, &p, &pitch, WidthInBytes, Height, ElementSizeBytes);
+  r = fk::narrow_pointer(r, p, dptr, fk::mem_free);
+  if (r == CUDA_SUCCESS) *pPitch = static_cast<unsigned int>(pitch);
+  return r;
+}
+
+FAKE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  return fk::mem_alloc_managed(dptr, bytesize, flags);
+}
+
+FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  return fk::mem_free(dptr);
+}
+
+FAKE_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
+  return fk::mem_free(dptr);
+}
+
+FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return fk::mem_alloc_async(dptr, bytesize, hStream);
+}
+
+FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return fk::mem_alloc_async(dptr, bytesize, hStream);
+}
+
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                             CUstream hStream) {
+  return fk::mem_alloc_from_pool_async(dptr, bytesize, pool, hStream);
+}
+
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
+                                                  CUmemoryPool pool, CUstream hStream) {
+  return fk::mem_alloc_from_pool_async(dptr, bytesize, pool, hStream);
+}
+
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  return fk::mem_free_async(dptr, hStream);
+}
+
+FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  return fk::mem_free_async(dptr, hStream);
+}
+
+FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
+  return fk::pool_create(pool, poolProps);
+}
+
+FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  return fk::pool_destroy(pool);
+}
+
+FAKE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
+  return fk::default_mem_pool(pool_out, dev);
+}
+
+FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                 const CUmemAllocationProp* prop, unsigned long long flags) {
+  return fk::mem_create(handle, size, prop, flags);
+}
+
+FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  return fk::mem_release(handle);
+}
+
+FAKE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                              CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  return fk::mem_map(ptr, size, offset, handle, flags);
+}
+
+FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  return fk::mem_unmap(ptr, size);
+}
+
+FAKE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                                    size_t count) {
+  return fk::mem_set_access(ptr, size, desc, count);
+}
+
+// `addr` is only a hint for the real driver too; the fake never honours it.
+FAKE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
+                                         CUdeviceptr /*addr*/, unsigned long long flags) {
+  return fk::mem_address_reserve(ptr, size, alignment, flags);
+}
+
+FAKE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  return fk::mem_address_free(ptr, size);
+}
+
+FAKE_EXPORT CUresult cuMemGetAllocationGranularity(size_t* granularity,
+                                                   const CUmemAllocationProp* prop,
+                                                   CUmemAllocationGranularity_flags option) {
+  return fk::mem_get_allocation_granularity(granularity, prop, option);
+}
+
+FAKE_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  return fk::mem_host_alloc(pp, bytesize, Flags);
+}
+
+FAKE_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  return fk::mem_alloc_host(pp, bytesize);
+}
+
+FAKE_EXPORT CUresult cuMemAllocHost(void** pp, unsigned int bytesize) {
+  return fk::mem_alloc_host(pp, bytesize);
+}
+
+FAKE_EXPORT CUresult cuMemFreeHost(void* p) {
+  return fk::mem_free_host(p);
+}

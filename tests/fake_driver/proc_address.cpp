@@ -1,0 +1,122 @@
+// Contract: cuGetProcAddress (CUDA 11.3 form) and cuGetProcAddress_v2 resolve base names the way
+// the real driver does, and hand out the addresses of this library's own exports. The library is
+// linked with -Bsymbolic, so `&::cuMemAlloc_v2` here is the fake's function even when a preload
+// exports the same name: the pointer equals dlsym(libcuda_handle, "cuMemAlloc_v2"), which is how
+// the preload recognises what it was given.
+//
+// Resolution of a base name, for the caller's cudaVersion and flags:
+//  - listed in FAKE_CUDA_MISSING, or not in the table: CUDA_ERROR_NOT_FOUND,
+//    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+//  - introduced after cudaVersion: CUDA_ERROR_NOT_FOUND,
+//  CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+//  - else the `_v2` ABI from its introduction version on (the original ABI before it), then the
+//    `_ptsz` variant when flags ask for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.
+// *pfn is NULL on every failure. No dlsym here: the preload interposes it.
+#include <cstring>
+
+#include "fake_driver.h"
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace cumemtrace::fake {
+
+namespace {
+
+struct ProcEntry {
+  const char* name;
+  int introduced;  // the cudaVersion that first knows the base name
+  void* fn;        // the original ABI
+  void* v2;        // the ABI handed out from v2_since on; nullptr if the name has only one
+  int v2_since;
+  void* ptsz;  // the per-thread-default-stream variant, if any
+};
+
+template <typename Fn>
+void* addr(Fn* fn) {
+  return reinterpret_cast<void*>(fn);
+}
+
+// Introduction versions are those of the real driver; cuStreamDestroy_v2 dates from CUDA 4.0.
+const ProcEntry kTable[] = {
+    {"cuInit", 2000, addr(&::cuInit), nullptr, 0, nullptr},
+    {"cuDriverGetVersion", 2020, addr(&::cuDriverGetVersion), nullptr, 0, nullptr},
+    {"cuDeviceGetCount", 2000, addr(&::cuDeviceGetCount), nullptr, 0, nullptr},
+    {"cuDeviceGet", 2000, addr(&::cuDeviceGet), nullptr, 0, nullptr},
+    {"cuDevicePrimaryCtxRetain", 7000, addr(&::cuDevicePrimaryCtxRetain), nullptr, 0, nullptr},
+    {"cuDevicePrimaryCtxRelease", 7000, addr(&::cuDevicePrimaryCtxRelease),
+     addr(&::cuDevicePrimaryCtxRelease_v2), 11000, nullptr},
+    {"cuCtxSetCurrent", 4000, addr(&::cuCtxSetCurrent), nullptr, 0, nullptr},
+    {"cuCtxGetCurrent", 4000, addr(&::cuCtxGetCurrent), nullptr, 0, nullptr},
+    {"cuCtxGetDevice", 2000, addr(&::cuCtxGetDevice), nullptr, 0, nullptr},
+    {"cuMemGetInfo", 2000, addr(&::cuMemGetInfo), addr(&::cuMemGetInfo_v2), 3020, nullptr},
+    {"cuPointerGetAttribute", 4000, addr(&::cuPointerGetAttribute), nullptr, 0, nullptr},
+    {"cuStreamCreate", 2000, addr(&::cuStreamCreate), nullptr, 0, nullptr},
+    {"cuStreamDestroy", 2000, addr(&::cuStreamDestroy), addr(&::cuStreamDestroy_v2), 4000, nullptr},
+    {"cuStreamIsCapturing", 10000, addr(&::cuStreamIsCapturing), nullptr, 0,
+     addr(&::cuStreamIsCapturing_ptsz)},
+    {"cuGetErrorName", 6000, addr(&::cuGetErrorName), nullptr, 0, nullptr},
+    {"cuGetErrorString", 6000, addr(&::cuGetErrorString), nullptr, 0, nullptr},
+    {"cuMemAlloc", 2000, addr(&::cuMemAlloc), addr(&::cuMemAlloc_v2), 3020, nullptr},
+    {"cuMemAllocPitch", 2000, addr(&::cuMemAllocPitch), addr(&::cuMemAllocPitch_v2), 3020, nullptr},
+    {"cuMemAllocManaged", 6000, addr(&::cuMemAllocManaged), nullptr, 0, nullptr},
+    {"cuMemFree", 2000, addr(&::cuMemFree), addr(&::cuMemFree_v2), 3020, nullptr},
+    {"cuMemAllocAsync", 11020, addr(&::cuMemAllocAsync), nullptr, 0, addr(&::cuMemAllocAsync_ptsz)},
+    {"cuMemAllocFromPoolAsync", 11020, addr(&::cuMemAllocFromPoolAsync), nullptr, 0,
+     addr(&::cuMemAllocFromPoolAsync_ptsz)},
+    {"cuMemFreeAsync", 11020, addr(&::cuMemFreeAsync), nullptr, 0, addr(&::cuMemFreeAsync_ptsz)},
+    {"cuMemPoolCreate", 11020, addr(&::cuMemPoolCreate), nullptr, 0, nullptr},
+    {"cuMemPoolDestroy", 11020, addr(&::cuMemPoolDestroy), nullptr, 0, nullptr},
+    {"cuDeviceGetDefaultMemPool", 11020, addr(&::cuDeviceGetDefaultMemPool), nullptr, 0, nullptr},
+    {"cuMemCreate", 10020, addr(&::cuMemCreate), nullptr, 0, nullptr},
+    {"cuMemRelease", 10020, addr(&::cuMemRelease), nullptr, 0, nullptr},
+    {"cuMemMap", 10020, addr(&::cuMemMap), nullptr, 0, nullptr},
+    {"cuMemUnmap", 10020, addr(&::cuMemUnmap), nullptr, 0, nullptr},
+    {"cuMemSetAccess", 10020, addr(&::cuMemSetAccess), nullptr, 0, nullptr},
+    {"cuMemAddressReserve", 10020, addr(&::cuMemAddressReserve), nullptr, 0, nullptr},
+    {"cuMemAddressFree", 10020, addr(&::cuMemAddressFree), nullptr, 0, nullptr},
+    {"cuMemGetAllocationGranularity", 10020, addr(&::cuMemGetAllocationGranularity), nullptr, 0,
+     nullptr},
+    {"cuMemHostAlloc", 2020, addr(&::cuMemHostAlloc), nullptr, 0, nullptr},
+    {"cuMemAllocHost", 2000, addr(&::cuMemAllocHost), addr(&::cuMemAllocHost_v2), 3020, nullptr},
+    {"cuMemFreeHost", 2000, addr(&::cuMemFreeHost), nullptr, 0, nullptr},
+    {"cuGetProcAddress", 11030, addr(&::cuGetProcAddress), addr(&::cuGetProcAddress_v2), 12000,
+     nullptr},
+};
+
+CUresult resolve(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
+                 CUdriverProcAddressQueryResult* status) {
+  constexpr cuuint64_t kKnownFlags =
+      CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  if (!symbol || !pfn || (flags & ~kKnownFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+  *pfn = nullptr;
+  auto fail = [status](CUdriverProcAddressQueryResult why) {
+    if (status) *status = why;
+    return CUDA_ERROR_NOT_FOUND;
+  };
+  if (symbol_missing(symbol)) return fail(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  for (const ProcEntry& e : kTable) {
+    if (std::strcmp(e.name, symbol) != 0) continue;
+    if (cuda_version < e.introduced) return fail(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    void* fn = e.v2 && cuda_version >= e.v2_since ? e.v2 : e.fn;
+    if (e.ptsz && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) fn = e.ptsz;
+    *pfn = fn;
+    if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+  }
+  return fail(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+}
+
+}  // namespace
+
+}  // namespace cumemtrace::fake
+
+FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                         cuuint64_t flags,
+                                         CUdriverProcAddressQueryResult* symbolStatus) {
+  return cumemtrace::fake::resolve(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                      cuuint64_t flags) {
+  return cumemtrace::fake::resolve(symbol, pfn, cudaVersion, flags, nullptr);
+}

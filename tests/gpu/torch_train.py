@@ -1,0 +1,60 @@
+"""A small training loop for the real-GPU tests: a CNN on random data, N steps.
+
+Usage: torch_train.py STEPS [--history OUT.pickle]
+With --history, PyTorch's own _record_memory_history runs in the same process and its snapshot
+is dumped to OUT.pickle, so its segment events can be compared with cumemtrace's.
+"""
+import argparse
+import time
+
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(128 * 8 * 8, 512), nn.ReLU(), nn.Linear(512, 10))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def train_step(model, opt, batch):
+    x = torch.randn(batch, 3, 32, 32, device="cuda")  # forward-pass allocation site
+    y = torch.randint(0, 10, (batch,), device="cuda")
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("steps", type=int)
+    ap.add_argument("--history")
+    ap.add_argument("--batch", type=int, default=256)
+    args = ap.parse_args()
+    if args.history:
+        torch.cuda.memory._record_memory_history(max_entries=1000000)
+    model = Net().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(3):
+        train_step(model, opt, args.batch)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(args.steps):
+        train_step(model, opt, args.batch + (i % 4) * 16)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    print(f"steps={args.steps} ms_per_step={dt * 1000 / args.steps:.3f} "
+          f"reserved={torch.cuda.memory_reserved()} max_reserved={torch.cuda.max_memory_reserved()}")
+    if args.history:
+        torch.cuda.memory._dump_snapshot(args.history)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+// Contract: how cudart (static and shared alike) reaches the driver, reproduced for the test
+// programs: dlopen("libcuda.so.1", RTLD_NOW), dlsym(handle, "cuGetProcAddress_v2"), then every
+// entry point through cuGetProcAddress_v2(base name, &fn, version, flags, &status), with the
+// versions and flags cudart 13 uses (cuda-interposition.md §1.1). A name the driver reports as
+// not found gets a stand-in that returns CUDA_ERROR_NOT_FOUND, as cudart fails only the calls
+// that need it; after a successful load no entry is null.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+
+namespace cumemtrace::testprog {
+
+struct DriverEntryPoints {
+  CUresult (*init)(unsigned int);
+  CUresult (*deviceGet)(CUdevice*, int);
+  CUresult (*primaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*ctxSetCurrent)(CUcontext);
+  CUresult (*ctxGetCurrent)(CUcontext*);
+  CUresult (*memGetInfo)(size_t*, size_t*);
+  CUresult (*memAlloc)(CUdeviceptr*, size_t);
+  CUresult (*memFree)(CUdeviceptr);
+  CUresult (*memAllocPitch)(CUdeviceptr*, size_t*, size_t, size_t, unsigned int);
+  CUresult (*memAllocManaged)(CUdeviceptr*, size_t, unsigned int);
+  CUresult (*streamCreate)(CUstream*, unsigned int);
+  CUresult (*streamDestroy)(CUstream);
+  CUresult (*memAllocAsync)(CUdeviceptr*, size_t, CUstream);
+  CUresult (*memAllocAsyncPtsz)(CUdeviceptr*, size_t, CUstream);
+  CUresult (*memAllocFromPoolAsync)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+  CUresult (*memAllocFromPoolAsyncPtsz)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
+  CUresult (*memFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*memFreeAsyncPtsz)(CUdeviceptr, CUstream);
+  CUresult (*memPoolCreate)(CUmemoryPool*, const CUmemPoolProps*);
+  CUresult (*memGetAllocationGranularity)(size_t*, const CUmemAllocationProp*,
+                                          CUmemAllocationGranularity_flags);
+  CUresult (*memAddressReserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*memAddressFree)(CUdeviceptr, size_t);
+  CUresult (*memCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                        unsigned long long);
+  CUresult (*memRelease)(CUmemGenericAllocationHandle);
+  CUresult (*memMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*memUnmap)(CUdeviceptr, size_t);
+  CUresult (*memSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+  CUresult (*memHostAlloc)(void**, size_t, unsigned int);
+  CUresult (*memAllocHost)(void**, size_t);
+  CUresult (*memFreeHost)(void*);
+};
+
+// Fills `out`; false (reason on stderr) if the driver, its cuGetProcAddress_v2, or a lookup
+// fails for any reason other than the name being unknown to the driver.
+bool load_driver_entry_points(DriverEntryPoints* out);
+
+}  // namespace cumemtrace::testprog

@@ -1,0 +1,346 @@
+// Contract: implements the scenarios documented in scenarios.h, with exactly the sizes listed
+// there. Built -O0 -fno-inline with frame pointers so every call keeps its own frame and line.
+#include "scenarios.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cumemtrace::testprog {
+
+namespace {
+
+constexpr size_t kKiB = 1024;
+constexpr size_t kMiB = 1024 * kKiB;
+
+[[noreturn]] void fail(const char* what, CUresult r) {
+  std::fprintf(stderr, "ct: %s failed: CUresult %d\n", what, static_cast<int>(r));
+  std::exit(3);
+}
+
+void check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) fail(what, r);
+}
+
+void expect(CUresult r, CUresult wanted, const char* what) {
+  if (r != wanted) {
+    std::fprintf(stderr, "ct: %s returned CUresult %d, expected %d\n", what, static_cast<int>(r),
+                 static_cast<int>(wanted));
+    std::exit(3);
+  }
+}
+
+// Refuses before any driver call, so an unsupported scenario leaves no trace.
+template <typename... Fn>
+void require(const char* scenario, Fn... entries) {
+  if (!(... && (entries != nullptr))) {
+    std::fprintf(stderr, "ct: scenario '%s' is not available in this program\n", scenario);
+    std::exit(2);
+  }
+}
+
+long arg_long(int argc, char** argv, int index, long fallback) {
+  return argc > index ? std::strtol(argv[index], nullptr, 10) : fallback;
+}
+
+void start_on_device0(const Driver& d) {
+  check(d.init(), "init");
+  check(d.setDevice(0), "set device 0");
+}
+
+CUdeviceptr alloc(const Driver& d, size_t size, const char* what) {
+  CUdeviceptr p = 0;
+  check(d.memAlloc(&p, size), what);
+  return p;
+}
+
+// The common prologue of the process-lifecycle scenarios: 1 MiB on device 0.
+CUdeviceptr alloc_1mib_on_device0(const Driver& d, const char* scenario) {
+  require(scenario, d.init, d.setDevice, d.memAlloc);
+  start_on_device0(d);
+  return alloc(d, kMiB, "alloc 1 MiB");
+}
+
+int scenario_basic(const Driver& d, int, char**) {
+  require("basic", d.init, d.setDevice, d.memAlloc, d.memFree, d.streamCreate, d.memAllocAsync,
+          d.memFreeAsync, d.memAllocAsyncPtsz);
+  start_on_device0(d);
+  CUdeviceptr a = alloc(d, kMiB, "alloc a (1 MiB)");
+  allocate_weights(&d);
+  check(d.memFree(a), "free a");
+
+  check(d.setDevice(1), "set device 1");
+  alloc(d, 4 * kMiB, "alloc c (4 MiB)");
+  CUstream s = nullptr;
+  check(d.streamCreate(&s, 0), "stream create");
+  CUdeviceptr p = 0;
+  check(d.memAllocAsync(&p, 3 * kMiB, s), "allocAsync d (3 MiB)");
+  check(d.memFreeAsync(p, s), "freeAsync d");
+  check(d.memAllocAsyncPtsz(&p, 512 * kKiB, nullptr), "allocAsync_ptsz e (512 KiB)");
+  return 0;
+}
+
+CUmemAllocationProp device0_pinned() {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  return prop;
+}
+
+// Reserves 8 MiB and maps a fresh 2 MiB handle, read-write, at its start.
+void reserve_and_map(const Driver& d, CUdeviceptr* va, CUmemGenericAllocationHandle* handle) {
+  const CUmemAllocationProp prop = device0_pinned();
+  check(d.memAddressReserve(va, 8 * kMiB, 0, 0, 0), "cuMemAddressReserve 8 MiB");
+  check(d.memCreate(handle, 2 * kMiB, &prop, 0), "cuMemCreate 2 MiB");
+  check(d.memMap(*va, 2 * kMiB, 0, *handle, 0), "cuMemMap");
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  check(d.memSetAccess(*va, 2 * kMiB, &access, 1), "cuMemSetAccess");
+}
+
+int scenario_vmm(const Driver& d, int, char**) {
+  require("vmm", d.init, d.setDevice, d.memGetAllocationGranularity, d.memAddressReserve,
+          d.memAddressFree, d.memCreate, d.memRelease, d.memMap, d.memUnmap, d.memSetAccess);
+  start_on_device0(d);
+  const CUmemAllocationProp prop = device0_pinned();
+  size_t granularity = 0;
+  check(d.memGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        "cuMemGetAllocationGranularity");
+  if (granularity == 0 || (2 * kMiB) % granularity != 0) {
+    std::fprintf(stderr, "ct: granularity %zu does not divide 2 MiB\n", granularity);
+    return 3;
+  }
+
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  reserve_and_map(d, &va, &handle);
+  check(d.memUnmap(va, 2 * kMiB), "cuMemUnmap");
+  check(d.memRelease(handle), "cuMemRelease");
+  check(d.memAddressFree(va, 8 * kMiB), "cuMemAddressFree");
+
+  reserve_and_map(d, &va, &handle);
+  return 0;
+}
+
+int scenario_host(const Driver& d, int, char**) {
+  require("host", d.init, d.setDevice, d.memHostAlloc, d.memAllocHost, d.memFreeHost);
+  start_on_device0(d);
+  void* p = nullptr;
+  void* q = nullptr;
+  check(d.memHostAlloc(&p, kMiB, 0), "cuMemHostAlloc 1 MiB");
+  check(d.memAllocHost(&q, 64 * kKiB), "cuMemAllocHost 64 KiB");
+  check(d.memFreeHost(p), "cuMemFreeHost");
+  return 0;
+}
+
+int scenario_managed(const Driver& d, int, char**) {
+  require("managed", d.init, d.setDevice, d.memAllocManaged, d.memFree);
+  start_on_device0(d);
+  CUdeviceptr p = 0;
+  check(d.memAllocManaged(&p, 256 * kKiB, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged 256 KiB");
+  check(d.memFree(p), "free managed");
+  return 0;
+}
+
+int scenario_pitch(const Driver& d, int, char**) {
+  require("pitch", d.init, d.setDevice, d.memAllocPitch);
+  start_on_device0(d);
+  CUdeviceptr p = 0;
+  size_t pitch = 0;
+  check(d.memAllocPitch(&p, &pitch, 1000, 10, 4), "cuMemAllocPitch 1000x10");
+  if (pitch != 1024) {
+    std::fprintf(stderr, "ct: pitch %zu, expected 1024\n", pitch);
+    return 3;
+  }
+  return 0;
+}
+
+int scenario_oom(const Driver& d, int, char**) {
+  require("oom", d.init, d.setDevice, d.memAlloc, d.memFree);
+  start_on_device0(d);
+  constexpr size_t kGiveUp = 100000;
+  std::vector<CUdeviceptr> blocks;
+  for (;;) {
+    CUdeviceptr p = 0;
+    const CUresult r = d.memAlloc(&p, kMiB);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) break;
+    check(r, "alloc 1 MiB block");
+    blocks.push_back(p);
+    if (blocks.size() == kGiveUp) fail("running out of memory", r);
+  }
+  std::printf("allocated %zu\n", blocks.size());
+  std::fflush(stdout);
+  for (CUdeviceptr p : blocks) check(d.memFree(p), "free block");
+  return 0;
+}
+
+int scenario_badfree(const Driver& d, int, char**) {
+  require("badfree", d.init, d.setDevice, d.memAlloc, d.memFree);
+  start_on_device0(d);
+  const CUdeviceptr p = alloc(d, kMiB, "alloc 1 MiB");
+  check(d.memFree(p), "free");
+  expect(d.memFree(p), CUDA_ERROR_INVALID_VALUE, "double free");
+  expect(d.memFree(0xdead0000), CUDA_ERROR_INVALID_VALUE, "free of 0xdead0000");
+  return 0;
+}
+
+void thread_rounds(const Driver& d, long thread, long rounds, std::atomic<bool>* failed) {
+  if (d.setDevice(0) != CUDA_SUCCESS) {
+    failed->store(true);
+    return;
+  }
+  for (long round = 0; round < rounds; ++round) {
+    CUdeviceptr p = 0;
+    const size_t size = static_cast<size_t>((thread + 1) * 4096 + round);
+    if (d.memAlloc(&p, size) != CUDA_SUCCESS || d.memFree(p) != CUDA_SUCCESS) {
+      failed->store(true);
+      return;
+    }
+  }
+}
+
+int scenario_threads(const Driver& d, int argc, char** argv) {
+  require("threads", d.init, d.setDevice, d.memAlloc, d.memFree);
+  const long n = arg_long(argc, argv, 2, 8);
+  const long m = arg_long(argc, argv, 3, 1000);
+  check(d.init(), "init");
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (long t = 0; t < n; ++t) threads.emplace_back(thread_rounds, std::cref(d), t, m, &failed);
+  for (std::thread& t : threads) t.join();
+  if (failed.load()) {
+    std::fprintf(stderr, "ct: a driver call failed in a worker thread\n");
+    return 3;
+  }
+  return 0;
+}
+
+int scenario_fork(const Driver& d, int, char**) {
+  alloc_1mib_on_device0(d, "fork");
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child < 0) {
+    std::perror("ct: fork");
+    return 3;
+  }
+  if (child == 0) {
+    CUdeviceptr p = 0;
+    _exit(d.memAlloc(&p, 2 * kMiB) == CUDA_SUCCESS ? 0 : 3);
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "ct: fork child did not exit 0 (status %d)\n", status);
+    return 3;
+  }
+  alloc(d, 3 * kMiB, "alloc 3 MiB after fork");
+  return 0;
+}
+
+int scenario_exec(const Driver& d, int, char**) {
+  alloc_1mib_on_device0(d, "exec");
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    std::perror("ct: readlink /proc/self/exe");
+    return 3;
+  }
+  std::string path(self, static_cast<size_t>(n));
+  path = path.substr(0, path.rfind('/') + 1) + "ct_static_like";
+  std::fflush(nullptr);
+  char basic[] = "basic";
+  char* args[] = {path.data(), basic, nullptr};
+  execv(path.c_str(), args);
+  std::perror("ct: execv ct_static_like");
+  return 3;
+}
+
+int scenario_kill(const Driver& d, int, char**) {
+  alloc_1mib_on_device0(d, "kill");
+  raise(SIGKILL);
+  return 3;
+}
+
+int scenario_abort(const Driver& d, int, char**) {
+  alloc_1mib_on_device0(d, "abort");
+  std::abort();
+}
+
+int scenario_segv(const Driver& d, int, char**) {
+  alloc_1mib_on_device0(d, "segv");
+  int* volatile null_pointer = nullptr;
+  *null_pointer = 1;
+  return 3;
+}
+
+int scenario_exit(const Driver& d, int argc, char** argv) {
+  const int status = static_cast<int>(arg_long(argc, argv, 2, 0));
+  alloc_1mib_on_device0(d, "exit");
+  std::exit(status);
+}
+
+int scenario_spin(const Driver& d, int argc, char** argv) {
+  require("spin", d.memFree);
+  const double seconds = argc > 2 ? std::strtod(argv[2], nullptr) : 1.0;
+  const CUdeviceptr p = alloc_1mib_on_device0(d, "spin");
+  // Sleep to a deadline: a handled signal (say, a snapshot request) must not cut the wait short.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (auto now = std::chrono::steady_clock::now(); now < deadline;
+       now = std::chrono::steady_clock::now()) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
+    timespec ts{static_cast<time_t>(left.count() / 1000000000),
+                static_cast<long>(left.count() % 1000000000)};
+    nanosleep(&ts, nullptr);
+  }
+  check(d.memFree(p), "free");
+  return 0;
+}
+
+struct Scenario {
+  const char* name;
+  int (*run)(const Driver&, int, char**);
+};
+
+constexpr Scenario kScenarios[] = {
+    {"basic", scenario_basic},     {"vmm", scenario_vmm},         {"host", scenario_host},
+    {"managed", scenario_managed}, {"pitch", scenario_pitch},     {"oom", scenario_oom},
+    {"badfree", scenario_badfree}, {"threads", scenario_threads}, {"fork", scenario_fork},
+    {"exec", scenario_exec},       {"kill", scenario_kill},       {"abort", scenario_abort},
+    {"segv", scenario_segv},       {"exit", scenario_exit},       {"spin", scenario_spin},
+};
+
+}  // namespace
+
+int run_scenario(const Driver& driver, int argc, char** argv) {
+  if (argc >= 2) {
+    for (const Scenario& s : kScenarios) {
+      if (std::strcmp(s.name, argv[1]) == 0) return s.run(driver, argc, argv);
+    }
+  }
+  std::fprintf(stderr, "usage: %s SCENARIO [ARGS]\nscenarios:", argc > 0 ? argv[0] : "ct");
+  for (const Scenario& s : kScenarios) std::fprintf(stderr, " %s", s.name);
+  std::fprintf(stderr, "\n");
+  return 2;
+}
+
+}  // namespace cumemtrace::testprog
+
+extern "C" __attribute__((noinline)) CUdeviceptr allocate_weights(
+    const cumemtrace::testprog::Driver* driver) {
+  CUdeviceptr weights = 0;
+  const CUresult r = driver->memAlloc(&weights, 2 * 1024 * 1024);  // ALLOC_WEIGHTS_LINE
+  cumemtrace::testprog::check(r, "allocate_weights (2 MiB)");
+  return weights;
+}

@@ -1,0 +1,92 @@
+// Contract: the scenarios every test program runs, written once against a table of driver entry
+// points (Driver). ct_static_like, ct_shared_like and ct_lcuda differ only in how they fill the
+// table; run_scenario() exits 2 when the scenario needs an entry the program left null, 3 when
+// a driver call fails unexpectedly (message on stderr), and otherwise as the scenario says.
+// Nothing is printed on success except where noted.
+//
+// What each scenario does, exactly; the end-to-end tests assert these numbers. "dev N" means
+// device N's primary context is current; sizes are bytes requested (KiB = 1024, MiB = 1024 KiB).
+//
+//  basic    dev 0: a = alloc 1 MiB; b = allocate_weights() allocates 2 MiB (extern "C"
+//           function `allocate_weights` in scenarios.cpp, the call on the line marked
+//           ALLOC_WEIGHTS_LINE); free a. dev 1: c = alloc 4 MiB; s = stream created on dev 1;
+//           d = allocAsync 3 MiB on s; freeAsync d on s; e = allocAsync_ptsz 512 KiB on stream 0.
+//           Exit 0, b, c, e never freed.
+//           device 0: 2 allocs, 1 free, live 2 MiB, peak 3 MiB.
+//           device 1: 3 allocs (4 MiB plain, 3 MiB async on s, 512 KiB _ptsz on stream 0),
+//                     1 free (async, on s), live 4.5 MiB, peak 7 MiB.
+//  vmm      dev 0: granularity query (2 MiB); reserve va1 8 MiB; cuMemCreate h1 2 MiB on dev 0;
+//           map h1 at va1+0; setAccess rw; unmap; release h1; addressFree va1. Then reserve
+//           va2 8 MiB; cuMemCreate h2 2 MiB on dev 0; map h2 at va2+0; setAccess rw. Exit 0 with
+//           h2 mapped and unreleased and va2 reserved.
+//           Totals: 2 reserves, 1 addressFree, 2 creates (2 MiB each), 1 release, 2 maps,
+//           1 unmap; physical live 2 MiB at exit, peak 2 MiB.
+//  host     dev 0: p = cuMemHostAlloc 1 MiB (flags 0); q = cuMemAllocHost_v2 64 KiB; freeHost p.
+//           Exit 0, q leaked (64 KiB host-pinned live).
+//  managed  dev 0: cuMemAllocManaged 256 KiB (CU_MEM_ATTACH_GLOBAL), then freed.
+//  pitch    dev 0: cuMemAllocPitch_v2 width 1000, height 10, element 4: the fake's pitch is
+//           1024, so 10240 bytes; leaked. Exits 3 if the pitch is not 1024.
+//  oom      dev 0: alloc 1 MiB blocks until one returns CUDA_ERROR_OUT_OF_MEMORY; prints
+//           "allocated N" (N successful allocations) to stdout; frees all N; exit 0. With
+//           FAKE_CUDA_MEM_LIMIT=L, N = floor(L / 1 MiB). Exits 3 if 100000 blocks all succeed.
+//  badfree  dev 0: p = alloc 1 MiB; free p (success); free p again and free 0xdead0000 must both
+//           return CUDA_ERROR_INVALID_VALUE (anything else: exit 3). Exit 0.
+//           device 0: 1 alloc, 1 successful free, 2 failed frees.
+//  threads [N [M]]  N threads (default 8), each makes dev 0 current and does M (default 1000)
+//           rounds of alloc((t+1)*4096 + round) then free, t = 0..N-1, round = 0..M-1, all
+//           concurrently. device 0: N*M allocs, N*M frees, live 0 at exit.
+//  fork     dev 0: alloc 1 MiB (leaked); fork(). Child: alloc 2 MiB, _exit(0). Parent waits
+//           (child must exit 0), then alloc 3 MiB (leaked); exit 0.
+//           parent: 2 allocs, 4 MiB live; child: 1 alloc of its own, 2 MiB live at _exit.
+//  exec     dev 0: alloc 1 MiB (leaked), then execv("<dir of this program>/ct_static_like",
+//           "basic"); the exit status is basic's (0).
+//  kill     dev 0: alloc 1 MiB, raise(SIGKILL).
+//  abort    dev 0: alloc 1 MiB, abort() (SIGABRT).
+//  segv     dev 0: alloc 1 MiB, store to address 0 (SIGSEGV).
+//  exit [N] dev 0: alloc 1 MiB (leaked), exit(N) (default 0).
+//  spin [SECONDS]  dev 0: alloc 1 MiB; sleep SECONDS (default 1, fractions allowed; signals
+//           that do not kill the process do not shorten it); free; exit 0.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+
+namespace cumemtrace::testprog {
+
+// Driver-API signatures, whatever the program reaches them through. Null: not offered.
+struct Driver {
+  CUresult (*init)();                  // bring the driver up (cuInit(0), or a runtime's first call)
+  CUresult (*setDevice)(int ordinal);  // make the device's primary context current on this thread
+  CUresult (*memAlloc)(CUdeviceptr*, size_t);
+  CUresult (*memFree)(CUdeviceptr);
+  CUresult (*memAllocPitch)(CUdeviceptr*, size_t*, size_t, size_t, unsigned int);
+  CUresult (*memAllocManaged)(CUdeviceptr*, size_t, unsigned int);
+  CUresult (*streamCreate)(CUstream*, unsigned int);
+  CUresult (*memAllocAsync)(CUdeviceptr*, size_t, CUstream);
+  CUresult (*memFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*memAllocAsyncPtsz)(CUdeviceptr*, size_t, CUstream);
+  CUresult (*memFreeAsyncPtsz)(CUdeviceptr, CUstream);
+  CUresult (*memGetAllocationGranularity)(size_t*, const CUmemAllocationProp*,
+                                          CUmemAllocationGranularity_flags);
+  CUresult (*memAddressReserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*memAddressFree)(CUdeviceptr, size_t);
+  CUresult (*memCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                        unsigned long long);
+  CUresult (*memRelease)(CUmemGenericAllocationHandle);
+  CUresult (*memMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*memUnmap)(CUdeviceptr, size_t);
+  CUresult (*memSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+  CUresult (*memHostAlloc)(void**, size_t, unsigned int);
+  CUresult (*memAllocHost)(void**, size_t);
+  CUresult (*memFreeHost)(void*);
+};
+
+// Runs the scenario named by argv[1] (its arguments follow); returns the process exit status.
+int run_scenario(const Driver& driver, int argc, char** argv);
+
+}  // namespace cumemtrace::testprog
+
+// The allocation the end-to-end tests find by function name and line: 2 MiB on the current
+// device. extern "C" so that its symbol is exactly `allocate_weights`.
+extern "C" CUdeviceptr allocate_weights(const cumemtrace::testprog::Driver* driver);
