@@ -34,13 +34,13 @@ def find_browser():
     return None
 
 
-def chromium(browser, page, *extra):
+def chromium(browser, page, *extra, fragment=""):
     with tempfile.TemporaryDirectory() as profile:
         cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
                "--no-first-run", "--hide-scrollbars", f"--user-data-dir={profile}",
                "--window-size=1400,1000", "--virtual-time-budget=5000", *extra,
-               page.resolve().as_uri()]
+               page.resolve().as_uri() + fragment]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
         if p.returncode != 0:
             sys.exit(f"chromium failed ({p.returncode}): {p.stderr[-2000:]}")
@@ -58,6 +58,9 @@ class Dom(html.parser.HTMLParser):
         self.current_table = None
         self.body = {}
         self.render_time = False
+        self.hidden_rows = 0
+        self.dim_paths = 0
+        self.zoomed = 0
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -68,11 +71,17 @@ class Dom(html.parser.HTMLParser):
             self.charts += 1
         if tag == "path" and "series" in cls:
             self.series_paths.append(a.get("d", ""))
+            self.dim_paths += "dim" in cls
+        if tag == "span" and "zoomed" in cls:
+            self.zoomed += 1
         if tag == "table" and "live" in cls:
             self.current_table = a.get("data-table")
             self.tables.setdefault(self.current_table, [])
         if tag == "tr" and "group" in cls and self.current_table:
-            self.tables[self.current_table].append(a.get("data-site"))
+            if "hidden" in a:
+                self.hidden_rows += 1
+            else:
+                self.tables[self.current_table].append(a.get("data-site"))
         if a.get("id") == "render-time":
             self.render_time = True
 
@@ -81,9 +90,9 @@ class Dom(html.parser.HTMLParser):
             self.current_table = None
 
 
-def load_dom(browser, page):
+def load_dom(browser, page, fragment=""):
     dom = Dom()
-    dom.feed(chromium(browser, page, "--dump-dom"))
+    dom.feed(chromium(browser, page, "--dump-dom", fragment=fragment))
     assert dom.charts >= 1, f"{page}: no chart was drawn"
     drawn = [d for d in dom.series_paths if len(d) > 20]
     assert drawn, f"{page}: the chart has no series paths"
@@ -150,6 +159,11 @@ def main():
     assert exit_sites and exit_sites[0] == "leaky_cache_grow (cache.py:42)", exit_sites
     assert "leaky_cache_grow (cache.py:42)" in dom.tables.get("peak", []), dom.tables
     assert len(dom.series_paths) == 8, f"synthetic: {len(dom.series_paths)} series, wanted 8 sites"
+    # Search and zoom, as a link can request them: only leak rows stay, other series dim.
+    dom = load_dom(browser, page, "#search=leaky_cache&zoom=0.5,0.75")
+    assert dom.zoomed == 1, "the chart did not zoom"
+    assert dom.hidden_rows > 0 and all("leaky_cache_grow" in s for t in dom.tables.values() for s in t), dom.tables
+    assert dom.dim_paths == len(dom.series_paths) - 1, f"{dom.dim_paths} of {len(dom.series_paths)} dimmed"
     screenshot(browser, page, out / "report-synthetic.png")
     print(f"ok synthetic: {len(dom.series_paths)} series paths; exit table {exit_sites}; "
           f"rendered in {dom.body['data-render-ms']} ms")

@@ -123,6 +123,7 @@
       const x0 = chart.view ? chart.view[0] : dev.x0;
       const x1 = chart.view ? chart.view[1] : Math.max(dev.x1, dev.x0 + 1);
       range.textContent = chart.view ? 'showing ' + fmtX(dev, x0) + ' to ' + fmtX(dev, x1) : 'whole run';
+      range.className = chart.view ? 'zoomed' : '';
       while (svg.firstChild) svg.firstChild.remove();
       const W = Math.max(svg.clientWidth || 900, 300);
       const H = svg.clientHeight || 340;
@@ -404,6 +405,22 @@
     histogram(dev, sec);
   }
   for (const c of charts) c.draw();
+  // Links can open the report searched and zoomed: #search=TEXT&zoom=FROM,TO (fractions of the run).
+  const params = new URLSearchParams(location.hash.slice(1));
+  if (params.get('zoom')) {
+    const [a, b] = params.get('zoom').split(',').map(Number);
+    if (a >= 0 && b > a && b <= 1) {
+      for (const c of charts) {
+        const span = Math.max(c.dev.x1 - c.dev.x0, 1);
+        c.view = [c.dev.x0 + a * span, c.dev.x0 + b * span];
+        c.draw();
+      }
+    }
+  }
+  if (params.get('search')) {
+    document.getElementById('search').value = params.get('search');
+    setQuery(params.get('search'));
+  }
   let resizeTimer = 0;
   window.addEventListener('resize', () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(() => charts.forEach((c) => c.draw()), 150); });
   // Time from navigation start to a drawn page: what a user waits for. Tests read it back.
