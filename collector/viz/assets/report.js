@@ -5,7 +5,7 @@
   'use strict';
   const SVG = 'http://www.w3.org/2000/svg';
   const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1',
-    '#ff9da7', '#9c755f', '#86bcb6', '#d37295', '#a0cbe8'];
+    '#ff9da7', '#9c755f', '#17becf', '#bcbd22', '#7f3c8d'];
   const OTHER = '#bab0ac';
   const data = JSON.parse(document.getElementById('cumemtrace-data').textContent);
   const app = document.getElementById('app');
@@ -222,6 +222,8 @@
       if (dev.peak.x >= x0 && dev.peak.x <= x1) {
         const px = X(dev.peak.x);
         const py = Y(dev.peak.bytes);
+        // A spike can be narrower than its column; the line keeps the peak findable.
+        sv('line', { class: 'peak', x1: px, x2: px, y1: Y(0), y2: py }, svg);
         sv('circle', { class: 'peak', cx: px, cy: py, r: 4.5 }, svg);
         const label = 'peak ' + fmtBytes(dev.peak.bytes);
         sv('text', { class: 'peak', x: px > m.l + pw - 120 ? px - 8 : px + 8, y: Math.max(py - 6, m.t + 10), 'text-anchor': px > m.l + pw - 120 ? 'end' : 'start', text: label }, svg);
