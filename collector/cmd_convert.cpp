@@ -6,11 +6,11 @@
 #include <map>
 
 #include "commands.h"
-#include "snapshot_reader.h"
 #include "viz/collapsed_writer.h"
 #include "viz/output_file.h"
 #include "viz/perfetto_writer.h"
 #include "viz/pickle_writer.h"
+#include "viz/snapshot_input.h"
 
 namespace cumemtrace::cli {
 
@@ -24,7 +24,8 @@ void add_convert_command(CLI::App& app, int& exit_code) {
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("convert", "Export a snapshot for other viewers");
-  cmd->add_option("FILE", opt->input, "Snapshot (cumemtrace or PyTorch JSON)")->required();
+  cmd->add_option("FILE", opt->input, "Snapshot: cumemtrace or PyTorch JSON, or a PyTorch pickle")
+      ->required();
   cmd->add_option("--to", opt->to,
                   "pickle: protocol-4 pickle for python -m torch.cuda._memory_viz and "
                   "pytorch.org/memory_viz; perfetto: Chrome trace-event JSON for ui.perfetto.dev "
@@ -43,7 +44,7 @@ void add_convert_command(CLI::App& app, int& exit_code) {
   cmd->callback([opt, &exit_code] {
     snap::Snapshot s;
     try {
-      s = snap::read_snapshot_file(opt->input);
+      s = viz::read_input_snapshot(opt->input);
     } catch (const snap::ReadError& e) {
       std::fprintf(stderr, "cumemtrace convert: %s\n", e.what());
       exit_code = 2;

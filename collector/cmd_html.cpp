@@ -6,9 +6,9 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "snapshot_reader.h"
 #include "viz/html_report.h"
 #include "viz/output_file.h"
+#include "viz/snapshot_input.h"
 
 namespace cumemtrace::cli {
 
@@ -22,7 +22,8 @@ void add_html_command(CLI::App& app, int& exit_code) {
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "html", "Write a self-contained HTML report of a snapshot (opens offline in any browser)");
-  cmd->add_option("FILE", opt->input, "Snapshot (cumemtrace or PyTorch JSON)")->required();
+  cmd->add_option("FILE", opt->input, "Snapshot: cumemtrace or PyTorch JSON, or a PyTorch pickle")
+      ->required();
   cmd->add_option("-o,--output", opt->output, "Output file (default: FILE less .json, plus .html)");
   cmd->add_option("--top", opt->top, "Allocation sites stacked in the charts (the rest: \"other\")")
       ->check(CLI::Range(1, 50));
@@ -32,7 +33,7 @@ void add_html_command(CLI::App& app, int& exit_code) {
     const auto start = std::chrono::steady_clock::now();
     snap::Snapshot s;
     try {
-      s = snap::read_snapshot_file(opt->input);
+      s = viz::read_input_snapshot(opt->input);
     } catch (const snap::ReadError& e) {
       std::fprintf(stderr, "cumemtrace html: %s\n", e.what());
       exit_code = 2;

@@ -6,8 +6,9 @@ JS, and we check the DOM it leaves and keep a screenshot.
 
 1. A synthetic snapshot with a known leak (make_synthetic.py): the chart has its series paths,
    the exit table lists `leaky_cache_grow` first, the page timed its own rendering.
-2. The real PyTorch snapshot (torch 2.11 fixture), when present: the chart rendered and the site
-   of the largest block still live at exit is listed in the exit table.
+2. The real PyTorch snapshot (torch 2.11 fixture, PyTorch's own pickle or its JSON), when
+   present: the chart rendered and the site of the largest block still live at exit is listed
+   in the exit table.
 Screenshots: DIR/report-synthetic.png, DIR/report-fixture.png. Exit 77 (skipped) only when no
 Chromium binary exists (scripts/setup.sh installs Debian's `chromium`).
 """
@@ -15,6 +16,7 @@ import argparse
 import html.parser
 import json
 import os
+import pickle
 import shutil
 import struct
 import subprocess
@@ -175,7 +177,7 @@ def main():
     page = out / "fixture.html"
     html_report(a.cumemtrace, fixture, page)
     dom = load_dom(browser, page)
-    src = json.loads(fixture.read_text())
+    src = pickle.loads(fixture.read_bytes()) if fixture.suffix == ".pickle" else json.loads(fixture.read_text())
     blocks = [b for s in src["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
     biggest = max(blocks, key=lambda b: b.get("requested_size") or b["size"])
     py = [f for f in biggest["frames"] if f["filename"].endswith(".py")]

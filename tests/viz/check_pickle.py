@@ -3,7 +3,8 @@
 
   check_pickle.py pairs DIR            every DIR/X.pickle against DIR/X.json: equal objects
   check_pickle.py samples WRITER DIR   runs `WRITER DIR` (tests/viz/write_samples), then `pairs`
-  check_pickle.py fixture PICKLE JSON  a converted PyTorch snapshot against its source JSON
+  check_pickle.py fixture PICKLE SRC   a converted PyTorch snapshot against its source (JSON or
+                                       PyTorch's own pickle)
 
 Every pickle must: start with PROTO 4; use only the opcodes MemoryViz.js's unpickler knows
 (torch-snapshot-format.md section 3.2); put at most 1000 items between a MARK and its
@@ -67,6 +68,14 @@ def load(path):
     return pickle.loads(data), used, largest
 
 
+def load_source(path):
+    """A snapshot as PyTorch wrote it: JSON, or PyTorch's own pickle."""
+    path = Path(path)
+    if path.suffix == ".pickle":
+        return pickle.loads(path.read_bytes())
+    return json.loads(path.read_text())
+
+
 def tuples_for_pool_ids(snapshot):
     for seg in snapshot.get("segments", []):
         if "segment_pool_id" in seg:
@@ -86,12 +95,13 @@ def check_pairs(directory):
 
 def check_fixture(pickle_path, json_path):
     obj, used, largest = load(pickle_path)
-    src = json.loads(Path(json_path).read_text())
+    src = load_source(json_path)
     assert len(obj["segments"]) == len(src["segments"])
     for got, want in zip(obj["segments"], src["segments"]):
         for k in ("device", "address", "total_size", "stream"):
             assert got[k] == want[k], f"segment {k}: {got[k]} != {want[k]}"
         assert got["segment_pool_id"] == (0, 0)
+        assert len(got["blocks"]) == len(want["blocks"])
         assert [b["size"] for b in got["blocks"]] == [b["size"] for b in want["blocks"]]
         assert [b["state"] for b in got["blocks"]] == [b["state"] for b in want["blocks"]]
         # _memory_viz stats asserts that blocks tile their segment.

@@ -90,10 +90,23 @@ def main():
     assert folded["peak"] >= folded["exit"], folded
     print(f"ok collapsed: peak {folded['peak']} bytes, exit {folded['exit']} bytes")
 
+    # PyTorch's own pickle as input (the full 28,694-event recording), back out as our pickle.
+    torch_pickle = fixture.with_name("snapshot.pickle")
+    if torch_pickle.exists():
+        rt = out / "from-torch-pickle.pickle"
+        run(a.cumemtrace, "convert", torch_pickle, "--to", "pickle", "-o", rt)
+        check_pickle.check_fixture(rt, torch_pickle)
+    else:
+        print(f"note: {torch_pickle} is absent; pickle input not checked")
+
     # Unreadable input: exit 2 and one line saying what.
     p = run(a.cumemtrace, "convert", out / "missing.json", "--to", "pickle", expect=2)
     assert p.stderr.count("\n") == 1 and "missing.json" in p.stderr, p.stderr
-    print("ok: missing input exits 2")
+    bad = out / "truncated.pickle"
+    bad.write_bytes(pk.read_bytes()[:1000])
+    p = run(a.cumemtrace, "html", bad, "-o", out / "bad.html", expect=2)
+    assert p.stderr.count("\n") == 1 and "truncated" in p.stderr, p.stderr
+    print("ok: missing and truncated inputs exit 2 with one line")
     return 0
 
 
