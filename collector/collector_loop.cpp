@@ -122,6 +122,9 @@ void Collector::accept_hello() {
     for (int fd : fds) ::close(fd);
     return;
   }
+  for (auto& s : sessions_) {
+    if (!s->open() && s->info().pid == h.pid) s->mark_exec();
+  }
   const int memfd = fds[0];
   const int live = fds[1];
   try {

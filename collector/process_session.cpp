@@ -28,12 +28,26 @@ std::string base_name(const std::string& path) {
   return b.empty() ? "process" : b;
 }
 
+std::vector<std::string> read_cmdline(int pid) {
+  std::ifstream f(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i] == '\0') {
+      out.push_back(all.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
 // How a process whose liveness socket just closed ended, from the system's point of view. The
 // socket closes in the kernel's exit path shortly before the process becomes a zombie, or at
 // exec when it lives on: wait briefly for the zombie, whose stat line still carries its wait
-// status (field 52). A process reaped already is "vanished"; one still running after the wait
-// has exec'd another program.
-snap::Ended observe_from_proc(int pid) {
+// status (field 52). A process reaped already is "vanished". One that is running with other
+// arguments than the traced image had, or still running after the wait, has exec'd.
+snap::Ended observe_from_proc(int pid, const std::vector<std::string>& argv) {
   snap::Ended e;
   for (int i = 0; i < 50; ++i) {
     std::ifstream stat(fmt::format("/proc/{}/stat", pid));
@@ -63,6 +77,7 @@ snap::Ended observe_from_proc(int pid) {
       }
       return e;
     }
+    if (const auto now = read_cmdline(pid); !now.empty() && now != argv) break;
     usleep(5000);
   }
   e.how = "exec";
@@ -112,8 +127,8 @@ void ProcessSession::close_live() {
   drain();
   // exit() was seen in the ring: that is the answer, and it may be a while before the process
   // (with its atexit work and address space teardown) is a zombie.
-  proc_end_ =
-      model_.exited() ? snap::Ended{"exit", model_.exit_status(), 0} : observe_from_proc(info_.pid);
+  proc_end_ = model_.exited() ? snap::Ended{"exit", model_.exit_status(), 0}
+                              : observe_from_proc(info_.pid, info_.argv);
   drain();
   if (live_fd_ >= 0) ::close(live_fd_);
   live_fd_ = -1;
@@ -121,6 +136,10 @@ void ProcessSession::close_live() {
 
 snap::Ended ProcessSession::observed_end() const {
   return proc_end_;
+}
+
+void ProcessSession::mark_exec() {
+  proc_end_ = snap::Ended{"exec", 0, 0};
 }
 
 snap::Snapshot ProcessSession::snapshot(const std::string& reason,

@@ -43,6 +43,8 @@ class ProcessSession {
 
   // How the process ended as far as the ring and the system tell (exit() seen, exec, vanished).
   snap::Ended observed_end() const;
+  // A new image of the same pid said hello: this one was replaced by exec.
+  void mark_exec();
   const std::vector<std::string>& oom_files() const { return oom_files_; }
 
  private:

@@ -89,6 +89,7 @@ size_t RingReader::drain(const std::function<void(const Record&)>& fn, size_t ma
     }
     if (!complete) break;  // the producer is still writing its continuation slots
     r.frames.clear();
+    r.pyframes.clear();
     r.text.clear();
     const size_t capacity_bytes = size_t{extra} * wire::kPayloadBytes;
     if (r.ev.flags & wire::kFlagStringRecord) {
@@ -104,16 +105,23 @@ size_t RingReader::drain(const std::function<void(const Record&)>& fn, size_t ma
       }
     } else {
       const size_t nf = r.ev.nframes;
-      if (nf * sizeof(uint64_t) > capacity_bytes || nf > wire::kMaxStackDepth) {
-        throw CorruptRing(fmt::format("record {} has {} frames in {} slots", t, nf, extra));
+      const size_t npy = r.ev.npyframes;
+      if ((nf + 2 * npy) * sizeof(uint64_t) > capacity_bytes || nf > wire::kMaxStackDepth ||
+          npy > wire::kMaxPythonFrames) {
+        throw CorruptRing(fmt::format("record {} has {}+{} frames in {} slots", t, nf, npy, extra));
       }
-      r.frames.resize(nf);
-      for (size_t i = 0; i < nf; ++i) {
-        std::memcpy(&r.frames[i],
+      auto word = [&](size_t i) {
+        uint64_t v;
+        std::memcpy(&v,
                     slots_[(t + 1 + i / wire::kFramesPerSlot) & mask_].payload +
                         (i % wire::kFramesPerSlot) * sizeof(uint64_t),
-                    sizeof(uint64_t));
-      }
+                    sizeof v);
+        return v;
+      };
+      r.frames.resize(nf);
+      for (size_t i = 0; i < nf; ++i) r.frames[i] = word(i);
+      r.pyframes.resize(2 * npy);
+      for (size_t i = 0; i < 2 * npy; ++i) r.pyframes[i] = word(nf + i);
     }
     fn(r);
     t += 1 + extra;

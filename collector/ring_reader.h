@@ -22,8 +22,9 @@ struct CorruptRing : std::runtime_error {
 struct Record {
   uint64_t ticket = 0;
   wire::EventPayload ev{};
-  std::vector<uint64_t> frames;  // return addresses, innermost first
-  std::string text;              // string records (module path, thread name, mark name)
+  std::vector<uint64_t> frames;    // return addresses, innermost first
+  std::vector<uint64_t> pyframes;  // (code object address, line) pairs, innermost first
+  std::string text;                // string records (module path, thread name, mark name)
 };
 
 class RingReader {

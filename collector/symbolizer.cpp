@@ -4,6 +4,7 @@
 #include <elfutils/libdwfl.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include <fmt/format.h>
@@ -26,6 +27,12 @@ std::string demangle(const char* name) {
   std::string s(out);
   std::free(out);
   return s;
+}
+
+std::string base_name(const char* path) {
+  if (!path) return "??";
+  const char* slash = std::strrchr(path, '/');
+  return slash ? slash + 1 : path;
 }
 
 }  // namespace
@@ -80,8 +87,7 @@ const snap::Frame& Symbolizer::resolve(uint64_t ra) {
     if (auto at = plain.find('@'); at != std::string::npos && at > 0) plain.resize(at);
     sym = plain.c_str();
   }
-  f.name =
-      sym ? demangle(sym) : fmt::format("{}+0x{:x}", mod_name ? mod_name : "??", pc - mod_base);
+  f.name = sym ? demangle(sym) : fmt::format("{}+0x{:x}", base_name(mod_name), pc - mod_base);
   if (Dwfl_Line* line = dwfl_module_getsrc(m, pc)) {
     int lineno = 0;
     const char* file = dwfl_lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr);

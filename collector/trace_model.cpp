@@ -70,13 +70,41 @@ int64_t TraceModel::to_us(uint64_t mono) const {
   return (static_cast<int64_t>(start_realtime_ns_) + delta) / 1000;
 }
 
-TraceModel::StackId TraceModel::intern(const std::vector<uint64_t>& frames) {
-  if (frames.empty()) return -1;
-  std::string key(reinterpret_cast<const char*>(frames.data()), frames.size() * sizeof(uint64_t));
+TraceModel::StackId TraceModel::intern(const Record& r) {
+  if (r.frames.empty() && r.pyframes.empty()) return -1;
+  std::string key(reinterpret_cast<const char*>(r.frames.data()),
+                  r.frames.size() * sizeof(uint64_t));
+  key.push_back('|');
+  key.append(reinterpret_cast<const char*>(r.pyframes.data()),
+             r.pyframes.size() * sizeof(uint64_t));
   auto [it, inserted] =
       stack_index_.try_emplace(std::move(key), static_cast<StackId>(stacks_.size()));
-  if (inserted) stacks_.push_back(frames);
+  if (inserted) stacks_.push_back(RawStack{r.frames, r.pyframes});
   return it->second;
+}
+
+// Native frames with the Python frames placed where the interpreter runs them: before the
+// innermost evaluation-loop frame (without CPython's private structures the split of Python
+// frames among several nested evaluation loops is unknown, so they go together), or after the
+// native frames when the native stack did not reach the interpreter.
+snap::Stack TraceModel::render(size_t id, Symbolizer& sym) const {
+  const RawStack& raw = stacks_[id];
+  snap::Stack native = sym.resolve_stack(raw.native);
+  if (raw.python.empty()) return native;
+  snap::Stack py;
+  for (size_t i = 0; i + 1 < raw.python.size(); i += 2) {
+    auto it = py_code_.find(raw.python[i]);
+    snap::Frame f;
+    f.filename = it != py_code_.end() ? it->second.first : "<python>";
+    f.name = it != py_code_.end() ? it->second.second : "<unknown>";
+    f.line = static_cast<int64_t>(raw.python[i + 1]);
+    py.push_back(std::move(f));
+  }
+  auto at = std::find_if(native.begin(), native.end(), [](const snap::Frame& f) {
+    return f.name.find("PyEval_EvalFrame") != std::string::npos;
+  });
+  native.insert(at, py.begin(), py.end());
+  return native;
 }
 
 TraceModel::DeviceState& TraceModel::dev(int device) {
@@ -144,6 +172,14 @@ void TraceModel::add(const Record& r) {
       exited_ = true;
       exit_status_ = ev.result;
       return;
+    case Kind::kPyCode: {  // "filename\0name"
+      const auto nul = r.text.find('\0');
+      std::string file = r.text.substr(0, nul);
+      std::string name = nul == std::string::npos ? "" : r.text.substr(nul + 1);
+      if (auto end = name.find('\0'); end != std::string::npos) name.resize(end);
+      py_code_[ev.aux] = {std::move(file), std::move(name)};
+      return;
+    }
     case Kind::kMark:
       return;  // marks are recorded by the marks feature; ignored by this wire version's model
     default:
@@ -151,7 +187,7 @@ void TraceModel::add(const Record& r) {
   }
   ++events_total_;
   last_time_us_ = std::max(last_time_us_, t);
-  const StackId stack = intern(r.frames);
+  const StackId stack = intern(r);
   switch (ev.kind) {
     case Kind::kAlloc:
     case Kind::kCreate:
@@ -311,7 +347,7 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
   sym.set_main_exe(info.exe);
   for (const auto& [base, path] : modules_) sym.add_module(base, path);
   s.stacks.reserve(stacks_.size());
-  for (const auto& st : stacks_) s.stacks.push_back(sym.resolve_stack(st));
+  for (size_t i = 0; i < stacks_.size(); ++i) s.stacks.push_back(render(i, sym));
 
   s.device_traces.resize(std::max<size_t>(devices_.size(), 1));
   for (const Entry& e : trace_) {

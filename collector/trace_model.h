@@ -82,7 +82,8 @@ class TraceModel {
   };
 
   int64_t to_us(uint64_t monotonic_ns) const;
-  StackId intern(const std::vector<uint64_t>& frames);
+  StackId intern(const Record& r);
+  snap::Stack render(size_t stack, Symbolizer& sym) const;
   void push(snap::Action a, int device, uint64_t addr, uint64_t size, uint64_t stream, int64_t t,
             StackId stack, uint32_t tid, uint64_t device_free = 0, bool per_thread = false);
   DeviceState& dev(int device);
@@ -109,8 +110,13 @@ class TraceModel {
   std::vector<DeviceState> devices_;
   std::vector<snap::Anomaly> anomalies_;
 
-  std::vector<std::vector<uint64_t>> stacks_;
+  struct RawStack {
+    std::vector<uint64_t> native;
+    std::vector<uint64_t> python;  // (code, line) pairs
+  };
+  std::vector<RawStack> stacks_;
   std::unordered_map<std::string, StackId> stack_index_;  // raw bytes of the frames -> id
+  std::unordered_map<uint64_t, std::pair<std::string, std::string>> py_code_;  // file, function
   std::vector<std::pair<uint64_t, std::string>> modules_;
   std::map<std::string, std::string> threads_;
 

@@ -5,6 +5,7 @@
 // the outermost one, so a driver call made from inside a hook is never recorded twice.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "wire_format.h"
@@ -43,7 +44,9 @@ void forget_thread_cache() noexcept;
 // Records one event with the caller's stack (when stacks are on).
 void record(const EventArgs& a) noexcept;
 
-// Records an event that carries a string instead of a stack (marks, thread names).
+// Records an event that carries a string instead of a stack (marks, thread names, modules).
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept;
+// Same with explicit length (the bytes may contain NULs).
+void record_bytes(wire::Kind kind, uint64_t aux, const char* s, size_t len) noexcept;
 
 }  // namespace cumemtrace::preload

@@ -23,6 +23,7 @@
 
 #include "control_protocol.h"
 #include "module_map.h"
+#include "python_stack.h"
 #include "recorder.h"
 
 extern char** environ;
@@ -99,6 +100,13 @@ bool read_config(Config& c) {
         !root || !parse_u64(root, v) || static_cast<pid_t>(v) != getpid()) {
       return false;
     }
+  }
+  if (const char* s = getenv("CUMEMTRACE_PYTHON_STACKS")) {
+    if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
+      print_line("invalid CUMEMTRACE_PYTHON_STACKS (expected 0 or 1); tracing disabled: ", s);
+      return false;
+    }
+    c.python_stacks = s[0] == '1';
   }
   c.output = getenv("CUMEMTRACE_OUTPUT");
   c.collector = getenv("CUMEMTRACE_COLLECTOR");
@@ -295,6 +303,7 @@ void on_fork_child() {
   g_live_fd = -1;
   modules_reset();
   forget_thread_cache();
+  python_stack_reset();
   g_state.store(static_cast<int>(g_config.follow ? SessionState::kIdle : SessionState::kOff),
                 std::memory_order_release);
 }

@@ -19,7 +19,8 @@ struct Config {
   const char* output = nullptr;
   const char* collector = nullptr;
   bool debug = false;
-  bool follow = true;  // trace forked/exec'd children too
+  bool follow = true;         // trace forked/exec'd children too
+  bool python_stacks = true;  // add Python frames where the allocating thread holds the GIL
 };
 
 enum class SessionState : int { kIdle = 0, kStarting = 1, kRunning = 2, kOff = 3 };

@@ -8,7 +8,10 @@
 // (stack) or bytes (strings). Producers reserve consecutive tickets with a CAS on `head` only
 // when `head + n - tail <= capacity`, so a reserved slot is always free; they fill the payload
 // and publish each slot by storing `seq = ticket + 1` (release). The consumer reads the slot of
-// ticket `tail` once its seq says so, then advances `tail` (release). The ticket is the global
+// ticket `tail` once its seq says so, then advances `tail` (release). A stack record's extra
+// slots hold `nframes` native return addresses (innermost first) followed by `npyframes` pairs
+// (PyCodeObject address, line number) of the Python frames of the allocating thread, innermost
+// first. The ticket is the global
 // order of events across threads: a free takes its ticket before the real free runs, an
 // allocation after the real allocation returned, so address reuse is never reordered.
 #pragma once
@@ -21,12 +24,13 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 1;
+inline constexpr uint32_t kWireVersion = 2;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
 inline constexpr std::size_t kHeaderBytes = 4096;
 inline constexpr unsigned kMaxStackDepth = 128;
+inline constexpr unsigned kMaxPythonFrames = 64;
 inline constexpr unsigned kMaxExtraSlots = 64;  // bounds a record; the collector checks it
 inline constexpr uint64_t kMinCapacity = 1024;
 inline constexpr uint64_t kMaxCapacity = uint64_t{1} << 26;
@@ -49,6 +53,8 @@ enum class Kind : uint8_t {
   kThreadName = 15,   // tid names itself: extra slots = name bytes (size = length)
   kExit = 16,         // process called exit(): result = status
   kMark = 17,         // application mark/range: aux = MarkStage; extra slots = name bytes
+  kPyCode = 18,       // a Python code object first seen: aux = its address (the preload keeps it
+                      // alive, so it is never reused); extra slots = "filename\0name"
 };
 
 enum class Api : uint8_t {
@@ -90,9 +96,9 @@ struct EventPayload {
   Api api;
   uint8_t flags;
   uint8_t extra_slots;
-  uint8_t nframes;
-  uint8_t reserved;
-  int32_t result;  // CUresult of the real call
+  uint8_t nframes;    // native return addresses in the extra slots
+  uint8_t npyframes;  // then this many (code object address, line) pairs of Python frames
+  int32_t result;     // CUresult of the real call
 };
 static_assert(sizeof(EventPayload) == kPayloadBytes);
 static_assert(std::is_trivially_copyable_v<EventPayload>);

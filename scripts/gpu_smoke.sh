@@ -27,3 +27,22 @@ for mode in default expandable async nocache; do
   env "${env[@]}" "$CT" run -o "$OUT/t_torch_$mode" -- python3 tests/gpu/torch_train.py 20; echo "exit=$?"
 done
 python3 tests/gpu/summarize_snapshot.py "$OUT"/t_*/*.json
+# Where the 2 MiB allocation of load_weights() and a forward-pass allocation were made.
+python3 - "$OUT" <<'PY'
+import glob, json, sys
+out = sys.argv[1]
+for name in ("t_static", "t_shared"):
+    for f in glob.glob(f"{out}/{name}/*.json"):
+        seg = next(s for s in json.load(open(f))["segments"] if s["total_size"] == 2 << 20)
+        print(name, "2 MiB allocation:", " <- ".join(f"{x['name']}({x['filename'].split('/')[-1]}:{x['line']})" for x in seg["frames"][:6]))
+for f in glob.glob(f"{out}/t_torch_nocache/*.json"):
+    d = json.load(open(f))
+    for tr in d["device_traces"]:
+        for e in tr:
+            fr = e.get("frames", [])
+            py = [x for x in fr if x["filename"].endswith("torch_train.py")]
+            if e["action"] == "alloc" and py:
+                print("torch forward-pass allocation:", e["size"], "bytes;", " <- ".join(f"{x['name']}:{x['line']}" for x in py))
+                print("   full stack:", " <- ".join(x["name"][:50] for x in fr[:14]))
+                raise SystemExit
+PY
