@@ -40,12 +40,20 @@
     if (i === 0) return n + ' B';
     return (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)) + ' ' + units[i];
   }
+  // Time since the first event, in the unit the run's length calls for (µs for short runs).
   function fmtX(dev, x) {
     if (!dev.time_axis) return 'event ' + x;
-    const s = (x - dev.x0) / 1e6;
-    if (Math.abs(s) >= 100) return '+' + s.toFixed(1) + ' s';
-    if (Math.abs(s) >= 1) return '+' + s.toFixed(3) + ' s';
-    return '+' + (s * 1e3).toFixed(2) + ' ms';
+    const us = x - dev.x0;
+    const span = dev.x1 - dev.x0;
+    if (span >= 100e6) return '+' + (us / 1e6).toFixed(1) + ' s';
+    if (span >= 10e6) return '+' + (us / 1e6).toFixed(2) + ' s';
+    if (span >= 1e6) return '+' + (us / 1e6).toFixed(3) + ' s';
+    if (span >= 10e3) return '+' + (us / 1e3).toFixed(2) + ' ms';
+    if (span >= 1e3) return '+' + (us / 1e3).toFixed(3) + ' ms';
+    return '+' + Math.round(us) + ' \u00b5s';
+  }
+  function plural(n, word) {
+    return n.toLocaleString('en') + ' ' + word + (n === 1 ? '' : 's');
   }
   function color(dev, i) {
     if (dev.series[i] === 'other' && i === dev.series.length - 1) return OTHER;
@@ -74,7 +82,7 @@
       let ended = t.ended.how;
       if (t.ended.how === 'exit') ended += ' ' + t.ended.code;
       if (t.ended.how === 'signal') ended += ' ' + t.ended.signal;
-      app.append(el('div', { class: 'sub', text: 'ended: ' + ended + '; written on: ' + t.reason + '; ' + t.events_total + ' events' }));
+      app.append(el('div', { class: 'sub', text: 'ended: ' + ended + '; written on: ' + t.reason + '; ' + plural(t.events_total, 'event') }));
       if (t.events_dropped > 0) app.append(el('div', { class: 'warn', text: t.events_dropped + ' events were dropped: totals may be off.' }));
       if (t.anomalies > 0) app.append(el('div', { class: 'warn', text: t.anomalies + ' anomalies (frees of unknown pointers, double frees...): see `cumemtrace` text reports.' }));
     } else {
@@ -83,8 +91,8 @@
     const cards = el('div', { class: 'cards' });
     for (const d of data.devices) {
       cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' peak' }), el('b', { text: fmtBytes(d.peak.bytes) }), el('span', { text: 'at ' + fmtX(d, d.peak.x) })));
-      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' live at exit' }), el('b', { text: fmtBytes(d.at_exit.bytes) }), el('span', { text: d.at_exit.count + ' blocks' })));
-      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' allocations' }), el('b', { text: d.allocations.toLocaleString('en') }), el('span', { text: d.frees.toLocaleString('en') + ' frees, ' + d.entries.toLocaleString('en') + ' events' })));
+      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' live at exit' }), el('b', { text: fmtBytes(d.at_exit.bytes) }), el('span', { text: plural(d.at_exit.count, 'block') })));
+      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' allocations' }), el('b', { text: d.allocations.toLocaleString('en') }), el('span', { text: plural(d.frees, 'free') + ', ' + plural(d.entries, 'event') })));
       if (d.ooms.length) cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device }), el('b', { class: 'warn', text: d.ooms.length + ' OOM' }), el('span', { text: 'first asked ' + fmtBytes(d.ooms[0][1]) })));
     }
     app.append(cards);
@@ -216,7 +224,8 @@
         if (o[0] < x0 || o[0] > x1) continue;
         sv('line', { class: 'oom', x1: X(o[0]), x2: X(o[0]), y1: m.t, y2: m.t + ph }, svg);
         const nearEnd = X(o[0]) > m.l + pw - 40;
-        const t = sv('text', { class: 'oom', x: X(o[0]) + (nearEnd ? -3 : 3), y: m.t + 10, 'text-anchor': nearEnd ? 'end' : 'start', text: 'OOM' }, svg);
+        // Labelled at the bottom: the peak's label sits at the top, often at the same moment.
+        const t = sv('text', { class: 'oom', x: X(o[0]) + (nearEnd ? -3 : 3), y: m.t + ph - 4, 'text-anchor': nearEnd ? 'end' : 'start', text: 'OOM' }, svg);
         sv('title', { text: 'OOM: asked ' + fmtBytes(o[1]) + ', device had ' + fmtBytes(o[2]) + ' free' }, t);
       }
       if (dev.peak.x >= x0 && dev.peak.x <= x1) {
@@ -284,7 +293,7 @@
   // ---------- live tables ----------
   function liveTable(dev, t, title, what) {
     const box = el('div');
-    box.append(el('h3', { text: title + ': ' + fmtBytes(t.bytes) + ' in ' + t.count.toLocaleString('en') + ' blocks' }));
+    box.append(el('h3', { text: title + ': ' + fmtBytes(t.bytes) + ' in ' + plural(t.count, 'block') }));
     if (!t.groups.length) { box.append(el('div', { class: 'empty', text: 'nothing live' })); return box; }
     const table = el('table', { class: 'live', 'data-table': what, 'data-device': dev.device });
     table.append(el('thead', {}, el('tr', {}, el('th', { text: 'allocation site' }), el('th', { text: 'bytes' }), el('th', { text: 'share' }), el('th', { text: 'blocks' }))));
@@ -302,7 +311,7 @@
         const ol = el('ol');
         for (const f of frames) ol.append(el('li', { 'data-text': frameText(f).toLowerCase() }, f[0] + ' ', el('span', { class: 'file', text: f[1] + (f[2] > 0 ? ':' + f[2] : '') })));
         if (!frames.length) ol.append(el('li', { text: '(no stack recorded)' }));
-        cell.append(el('div', { class: 'stack' }, el('b', { text: fmtBytes(bytes) + ' in ' + count + ' block' + (count === 1 ? '' : 's') }), ol));
+        cell.append(el('div', { class: 'stack' }, el('b', { text: fmtBytes(bytes) + ' in ' + plural(count, 'block') }), ol));
       }
       const more = el('tr', { class: 'stacks', hidden: '' }, cell);
       row.dataset.search = (g.site + '\n' + g.stacks.map((s) => stackText(s[0])).join('\n')).toLowerCase();
@@ -332,9 +341,9 @@
     const bw = (W - m.l - m.r) / nb;
     let cmax = 1;
     for (const b of dev.sizes) cmax = Math.max(cmax, b[1]);
-    for (let k = 0; k <= 2; k++) {
-      const c = Math.round(cmax * k / 2);
-      sv('text', { x: m.l - 6, y: H - m.b - (H - m.t - m.b) * k / 2 + 4, 'text-anchor': 'end', text: c.toLocaleString('en') }, svg);
+    const ticks = [...new Set([0, Math.round(cmax / 2), cmax])];
+    for (const c of ticks) {
+      sv('text', { x: m.l - 6, y: H - m.b - (H - m.t - m.b) * c / cmax + 4, 'text-anchor': 'end', text: c.toLocaleString('en') }, svg);
     }
     for (let lg = lo; lg <= hi; lg++) {
       const b = byLog.get(lg) || [lg, 0, 0];
