@@ -20,7 +20,7 @@ void add_convert_command(CLI::App& app, int& exit_code) {
     std::string output;
     std::string to;
     std::string at = "peak";
-    bool stack_args = false;
+    size_t stack_frames = 8;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("convert", "Export a snapshot for other viewers");
@@ -38,9 +38,11 @@ void add_convert_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--at", opt->at,
                   "collapsed: weigh stacks by bytes live at each device's peak or at exit")
       ->check(CLI::IsMember({"peak", "exit"}));
-  cmd->add_flag("--stack-args", opt->stack_args,
-                "perfetto: also put each allocation's stack in its args (Perfetto shows args, "
-                "not \"sf\" stacks; makes the file much larger)");
+  cmd->add_option(
+         "--stack-frames", opt->stack_frames,
+         "perfetto: innermost frames of each allocation's stack written into its args "
+         "(Perfetto shows args, not \"sf\" stacks); 0 for none, which keeps big traces small")
+      ->capture_default_str();
   cmd->callback([opt, &exit_code] {
     snap::Snapshot s;
     try {
@@ -65,7 +67,7 @@ void add_convert_command(CLI::App& app, int& exit_code) {
         if (opt->to == "pickle") {
           viz::write_pickle(s, o);
         } else if (opt->to == "perfetto") {
-          viz::write_perfetto(s, o, {opt->stack_args});
+          viz::write_perfetto(s, o, {opt->stack_frames});
         } else {
           viz::write_collapsed(
               s, opt->at == "exit" ? viz::CollapsedMoment::kExit : viz::CollapsedMoment::kPeak, o);

@@ -142,7 +142,7 @@ void write_perfetto(const snap::Snapshot& s, std::ostream& out, const PerfettoOp
     return site_names[stack];
   };
   static const std::vector<snap::TraceEntry> kNoTrace;
-  std::vector<std::string> stack_text(opt.stack_args ? s.stacks.size() : 0);
+  std::vector<std::string> stack_text(opt.stack_frames ? s.stacks.size() : 0);
 
   t.raw().append("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"cumemtrace\"");
   if (s.tool) {
@@ -173,13 +173,16 @@ void write_perfetto(const snap::Snapshot& s, std::ostream& out, const PerfettoOp
             std::back_inserter(b),
             ",\"ts\":{},\"pid\":{},\"tid\":{},\"args\":{{\"bytes\":{},\"addr\":\"0x{:x}\"",
             e.time_us, pid, kAllocThread, e.size, e.addr);
-        if (opt.stack_args && e.stack >= 0 && static_cast<size_t>(e.stack) < stack_text.size()) {
+        if (e.stack >= 0 && static_cast<size_t>(e.stack) < stack_text.size()) {
           std::string& text = stack_text[e.stack];
           if (text.empty()) {
-            for (const auto* f : visible_frames(s.stacks[e.stack])) {
-              if (!text.empty()) text.push_back('\n');
-              text += frame_label(*f);
+            const auto visible = visible_frames(s.stacks[e.stack]);
+            for (size_t i = 0; i < visible.size() && i < opt.stack_frames; ++i) {
+              if (i) text.push_back('\n');
+              text += frame_label(*visible[i]);
             }
+            if (visible.size() > opt.stack_frames)
+              text += "\n(" + std::to_string(visible.size() - opt.stack_frames) + " more)";
           }
           b.append(",\"stack\":");
           append_json_string(b, text);

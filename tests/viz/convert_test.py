@@ -72,6 +72,9 @@ def main():
     for e in events:
         if "sf" in e:
             assert e["sf"] in trace["stackFrames"], e
+        if e.get("cat") == "alloc":
+            # Perfetto shows args only: the stack must be readable there too.
+            assert isinstance(e["args"]["stack"], str) and e["args"]["stack"], e
     print(f"ok perfetto: {len(events)} events {sorted(kinds.items())}")
 
     folded = {}

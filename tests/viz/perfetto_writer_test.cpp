@@ -61,11 +61,12 @@ TEST_CASE("perfetto trace of the leak snapshot") {
   REQUIRE(ph["C"] == 5 + 5);  // live and reserved samples
 }
 
-TEST_CASE("perfetto stack args and unmatched marks") {
+TEST_CASE("perfetto stack text in args, bounded, and unmatched marks") {
   auto s = testing::leak_snapshot();
   s.annotations.push_back({"open-ended", "START", 0, testing::kT0 + 50});
   s.annotations.push_back({"never-started", "END", 0, testing::kT0 + 51});
-  const json j = json::parse(to_perfetto(s, {true}));
+  s.stacks[1].insert(s.stacks[1].begin(), {{"deep.cpp", 1, "inner_a"}, {"deep.cpp", 2, "inner_b"}});
+  const json j = json::parse(to_perfetto(s, {2}));
   bool open_ended = false, never_started = false, has_stack = false;
   for (const auto& e : j["traceEvents"]) {
     if (e["name"] == "open-ended") {
@@ -73,12 +74,15 @@ TEST_CASE("perfetto stack args and unmatched marks") {
       REQUIRE(e["dur"] == 10);  // runs to the last event
     }
     if (e["name"] == "never-started") never_started = true;
-    if (e["ph"] == "i" && e.contains("args") && e["args"].contains("stack")) {
+    if (e["ph"] == "i" && e.contains("args") && e["args"].contains("stack") &&
+        e["name"] == "inner_a (deep.cpp:1)") {
       has_stack = true;
-      REQUIRE(e["args"]["stack"].get<std::string>().find("main (main.cpp:") != std::string::npos);
+      REQUIRE(e["args"]["stack"] == "inner_a (deep.cpp:1)\ninner_b (deep.cpp:2)\n(2 more)");
     }
   }
   REQUIRE(open_ended);
+  for (const auto& e : json::parse(to_perfetto(s, {0}))["traceEvents"])
+    REQUIRE_FALSE((e.contains("args") && e["args"].contains("stack")));
   REQUIRE_FALSE(never_started);
   REQUIRE(has_stack);
 }
