@@ -52,6 +52,7 @@ json device_json(const ReportDevice& d) {
           {"points", {{"x", xs}, {"total", totals}, {"reserved", reserved}, {"v", columns}}},
           {"peak", {{"bytes", d.peak_bytes}, {"x", d.peak_x}, {"reserved", d.peak_reserved}}},
           {"ooms", ooms},
+          {"oom_count", d.oom_count},
           {"bands", bands},
           {"bands_dropped", d.bands_dropped},
           {"marks", marks},

@@ -110,6 +110,14 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
   }
   std::sort(d.bands.begin(), d.bands.end(),
             [](const Band& a, const Band& b) { return a.start < b.start; });
+  // Marks past the cap are thinned evenly, so the ones drawn still span the run.
+  if (d.marks.size() > opt.max_bands) {
+    std::vector<Mark> kept;
+    for (size_t i = 0; i < opt.max_bands; ++i)
+      kept.push_back(d.marks[i * d.marks.size() / opt.max_bands]);
+    d.bands_dropped += d.marks.size() - kept.size();
+    d.marks = std::move(kept);
+  }
 }
 
 ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& sites,
@@ -175,7 +183,9 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& 
     } else if (e.action == snap::Action::kFreeCompleted) {
       d.frees += 1;
     } else if (e.action == snap::Action::kOom) {
-      d.ooms.push_back({x, e.size, e.device_free});
+      // A program retrying after OOMs can log thousands; the first ones tell the story.
+      if (d.ooms.size() < opt.max_bands) d.ooms.push_back({x, e.size, e.device_free});
+      d.oom_count += 1;
     }
     if (t1.live_bytes() > d.peak_bytes) {
       d.peak_bytes = t1.live_bytes();

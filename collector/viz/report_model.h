@@ -6,7 +6,8 @@
 //   local peak, and the device's peak exactly, survives) and the bucket's last state (so a drop
 //   is not hidden behind a long idle gap). Reserved bytes (segments) ride along per point.
 // - the peak (first moment of highest live bytes), OOMs, and marks: START/END annotations
-//   paired by name as bands, MARK annotations as lines (at most `max_bands` longest bands).
+//   paired by name as bands, MARK annotations as lines (at most `max_bands` of each: the
+//   longest bands, evenly spaced marks, the first OOMs).
 // - what was live at the peak and at exit, grouped by site (largest first, `max_groups`), each
 //   with its largest `max_stacks` stacks.
 // - a histogram of allocation sizes in power-of-two buckets (count and bytes).
@@ -95,10 +96,11 @@ struct ReportDevice {
   uint64_t peak_bytes = 0;
   int64_t peak_x = 0;
   uint64_t peak_reserved = 0;
-  std::vector<Oom> ooms;
+  std::vector<Oom> ooms;  // the first max_bands
+  uint64_t oom_count = 0;
   std::vector<Band> bands;
   std::vector<Mark> marks;
-  size_t bands_dropped = 0;
+  size_t bands_dropped = 0;  // bands and marks not drawn past max_bands
   LiveTable at_peak;
   LiveTable at_exit;
   std::vector<SizeBucket> sizes;

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <numeric>
 
 #include "sample_snapshots.h"
@@ -76,6 +77,28 @@ TEST_CASE("a long trace is downsampled but keeps its peak and final state") {
   for (const auto& b : d.sizes) counted += b.count;
   REQUIRE(counted == d.allocations);
   for (size_t i = 1; i < d.points.size(); ++i) REQUIRE(d.points[i].x >= d.points[i - 1].x);
+}
+
+TEST_CASE("marks, bands and OOMs are capped") {
+  auto s = testing::leak_snapshot();
+  for (int i = 0; i < 100; ++i) {
+    s.annotations.push_back({"tick", "MARK", 0, testing::kT0 + i / 2});
+    s.annotations.push_back({"short", "START", 0, testing::kT0 + i / 3});
+    s.annotations.push_back({"short", "END", 0, testing::kT0 + i / 3 + (i % 5)});
+    snap::TraceEntry oom{snap::Action::kOom, 0, 1, 0, testing::kT0 + 59, -1, 7, 0};
+    s.device_traces[0].push_back(oom);
+  }
+  ReportOptions opt;
+  opt.max_bands = 10;
+  const auto d = build_report_model(s, opt).devices.at(0);
+  REQUIRE(d.bands.size() == 10);
+  REQUIRE(d.marks.size() == 10);
+  REQUIRE(d.bands_dropped == (101 - 10) + (101 - 10));
+  // The longest bands are the ones kept: "step" (40 µs) among them.
+  REQUIRE(
+      std::any_of(d.bands.begin(), d.bands.end(), [](const Band& b) { return b.name == "step"; }));
+  REQUIRE(d.ooms.size() == 10);
+  REQUIRE(d.oom_count == 101);
 }
 
 TEST_CASE("a trace without a time span uses the event index") {

@@ -93,7 +93,7 @@
       cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' peak' }), el('b', { text: fmtBytes(d.peak.bytes) }), el('span', { text: 'at ' + fmtX(d, d.peak.x) })));
       cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' live at exit' }), el('b', { text: fmtBytes(d.at_exit.bytes) }), el('span', { text: plural(d.at_exit.count, 'block') })));
       cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' allocations' }), el('b', { text: d.allocations.toLocaleString('en') }), el('span', { text: plural(d.frees, 'free') + ', ' + plural(d.entries, 'event') })));
-      if (d.ooms.length) cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device }), el('b', { class: 'warn', text: d.ooms.length + ' OOM' }), el('span', { text: 'first asked ' + fmtBytes(d.ooms[0][1]) })));
+      if (d.ooms.length) cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device }), el('b', { class: 'warn', text: d.oom_count.toLocaleString('en') + ' OOM' }), el('span', { text: 'first asked ' + fmtBytes(d.ooms[0][1]) })));
     }
     app.append(cards);
     const input = el('input', { type: 'search', id: 'search', placeholder: 'Search function or file (e.g. forward, model.py)', oninput: (e) => setQuery(e.target.value) });
@@ -405,7 +405,7 @@
     sec.append(el('h2', { text: 'cuda:' + dev.device + ': memory over time' }));
     const note = [];
     if (dev.bands.length || dev.marks.length) note.push('shaded bands and dotted lines are marks (hover for names)');
-    if (dev.bands_dropped) note.push(dev.bands_dropped + ' shorter bands not drawn');
+    if (dev.bands_dropped) note.push(dev.bands_dropped + ' marks not drawn (too many to show)');
     if (dev.peak.reserved > 0) note.push('dashed line: reserved (segments)');
     note.push('stacked by the ' + dev.series.length + ' allocation sites with the most byte-time');
     sec.append(el('div', { class: 'sub', text: note.join('; ') + '.' }));
