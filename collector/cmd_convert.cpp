@@ -47,7 +47,7 @@ void add_convert_command(CLI::App& app, int& exit_code) {
     snap::Snapshot s;
     try {
       s = viz::read_input_snapshot(opt->input);
-    } catch (const snap::ReadError& e) {
+    } catch (const viz::InputError& e) {
       std::fprintf(stderr, "cumemtrace convert: %s\n", e.what());
       exit_code = 2;
       return;

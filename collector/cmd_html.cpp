@@ -34,7 +34,7 @@ void add_html_command(CLI::App& app, int& exit_code) {
     snap::Snapshot s;
     try {
       s = viz::read_input_snapshot(opt->input);
-    } catch (const snap::ReadError& e) {
+    } catch (const viz::InputError& e) {
       std::fprintf(stderr, "cumemtrace html: %s\n", e.what());
       exit_code = 2;
       return;

@@ -11,5 +11,7 @@ namespace cumemtrace::cli {
 
 void add_run_command(CLI::App& app, int& exit_code);
 void add_collect_command(CLI::App& app, int& exit_code);
+void add_html_command(CLI::App& app, int& exit_code);
+void add_convert_command(CLI::App& app, int& exit_code);
 
 }  // namespace cumemtrace::cli

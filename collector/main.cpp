@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   cumemtrace::cli::add_run_command(app, exit_code);
   cumemtrace::cli::add_collect_command(app, exit_code);
+  cumemtrace::cli::add_html_command(app, exit_code);
+  cumemtrace::cli::add_convert_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
