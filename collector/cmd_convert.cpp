@@ -23,7 +23,8 @@ void add_convert_command(CLI::App& app, int& exit_code) {
     size_t stack_frames = 8;
   };
   auto opt = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("convert", "Export a snapshot for other viewers");
+  auto* cmd = app.add_subcommand(
+      "convert", "export a snapshot to pickle (PyTorch viewers), Perfetto or folded stacks");
   cmd->add_option("FILE", opt->input, "Snapshot: cumemtrace or PyTorch JSON, or a PyTorch pickle")
       ->required();
   cmd->add_option("--to", opt->to,

@@ -21,7 +21,7 @@ void add_html_command(CLI::App& app, int& exit_code) {
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
-      "html", "Write a self-contained HTML report of a snapshot (opens offline in any browser)");
+      "html", "write a self-contained HTML report of a snapshot (opens offline in any browser)");
   cmd->add_option("FILE", opt->input, "Snapshot: cumemtrace or PyTorch JSON, or a PyTorch pickle")
       ->required();
   cmd->add_option("-o,--output", opt->output, "Output file (default: FILE less .json, plus .html)");
