@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -13,7 +14,24 @@ namespace cumemtrace::snap {
 
 namespace {
 
-using Buf = fmt::memory_buffer;
+// The output buffer. With a sink it is handed out in pieces of a few MiB at entry boundaries, so
+// writing a snapshot of a million events never holds the whole file in memory.
+struct Buf {
+  fmt::memory_buffer mem;
+  std::function<void(const char*, size_t)> sink;
+
+  void push_back(char c) { mem.push_back(c); }
+  void append(const char* b, const char* e) { mem.append(b, e); }
+  const char* data() const { return mem.data(); }
+  size_t size() const { return mem.size(); }
+  void boundary() {
+    if (sink && mem.size() > (size_t{4} << 20)) flush();
+  }
+  void flush() {
+    if (sink && mem.size()) sink(mem.data(), mem.size());
+    mem.clear();
+  }
+};
 
 void put(Buf& b, std::string_view s) {
   b.append(s.data(), s.data() + s.size());
@@ -40,7 +58,7 @@ void put_string(Buf& b, std::string_view s) {
         break;
       default:
         if (c < 0x20) {
-          fmt::format_to(std::back_inserter(b), "\\u{:04x}", c);
+          fmt::format_to(fmt::appender(b.mem), "\\u{:04x}", c);
         } else {
           b.push_back(static_cast<char>(c));
         }
@@ -51,7 +69,7 @@ void put_string(Buf& b, std::string_view s) {
 
 template <typename T>
 void put_num(Buf& b, T v) {
-  fmt::format_to(std::back_inserter(b), "{}", v);
+  fmt::format_to(fmt::appender(b.mem), "{}", v);
 }
 
 void put_key(Buf& b, std::string_view k) {
@@ -143,7 +161,7 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
   for (size_t i = 0; i < t.devices.size(); ++i) {
     const auto& d = t.devices[i];
     if (i) b.push_back(',');
-    fmt::format_to(std::back_inserter(b),
+    fmt::format_to(fmt::appender(b.mem),
                    "{{\"device\":{},\"peak_bytes\":{},\"peak_time_us\":{},\"live_bytes\":{},"
                    "\"allocations\":{},\"frees\":{}}}",
                    d.device, d.peak_bytes, d.peak_time_us, d.live_bytes, d.allocations, d.frees);
@@ -152,9 +170,8 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
   for (size_t i = 0; i < t.vmm_handles.size(); ++i) {
     const auto& h = t.vmm_handles[i];
     if (i) b.push_back(',');
-    fmt::format_to(std::back_inserter(b),
-                   "{{\"handle\":{},\"size\":{},\"device\":{},\"time_us\":{}", h.handle, h.size,
-                   h.device, h.time_us);
+    fmt::format_to(fmt::appender(b.mem), "{{\"handle\":{},\"size\":{},\"device\":{},\"time_us\":{}",
+                   h.handle, h.size, h.device, h.time_us);
     put_frames(b, rendered, h.stack);
     b.push_back('}');
   }
@@ -162,7 +179,7 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
   for (size_t i = 0; i < t.host_allocations.size(); ++i) {
     const auto& h = t.host_allocations[i];
     if (i) b.push_back(',');
-    fmt::format_to(std::back_inserter(b),
+    fmt::format_to(fmt::appender(b.mem),
                    "{{\"addr\":{},\"size\":{},\"time_us\":{},\"api\":", h.addr, h.size, h.time_us);
     put_string(b, h.api);
     put_frames(b, rendered, h.stack);
@@ -174,7 +191,7 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
     if (i) b.push_back(',');
     put(b, "{\"kind\":");
     put_string(b, a.kind);
-    fmt::format_to(std::back_inserter(b), ",\"addr\":{},\"time_us\":{},\"tid\":{},\"api\":", a.addr,
+    fmt::format_to(fmt::appender(b.mem), ",\"addr\":{},\"time_us\":{},\"tid\":{},\"api\":", a.addr,
                    a.time_us, a.tid);
     put_string(b, a.api);
     put_frames(b, rendered, a.stack);
@@ -191,7 +208,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
   for (size_t i = 0; i < s.segments.size(); ++i) {
     const auto& g = s.segments[i];
     if (i) b.push_back(',');
-    fmt::format_to(std::back_inserter(b),
+    fmt::format_to(fmt::appender(b.mem),
                    "\n{{\"device\":{},\"address\":{},\"total_size\":{},\"allocated_size\":{},"
                    "\"active_size\":{},\"requested_size\":{},\"stream\":{},\"segment_type\":",
                    g.device, g.address, g.total_size, g.allocated_size, g.active_size,
@@ -204,7 +221,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
     for (size_t j = 0; j < g.blocks.size(); ++j) {
       const auto& k = g.blocks[j];
       if (j) b.push_back(',');
-      fmt::format_to(std::back_inserter(b),
+      fmt::format_to(fmt::appender(b.mem),
                      "{{\"address\":{},\"size\":{},\"requested_size\":{},\"state\":", k.address,
                      k.size, k.requested_size);
       put_string(b, k.state);
@@ -212,6 +229,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
       b.push_back('}');
     }
     put(b, "]}");
+    b.boundary();
   }
   put(b, "],\n\"device_traces\":[");
   for (size_t d = 0; d < s.device_traces.size(); ++d) {
@@ -224,17 +242,18 @@ void put_snapshot(Buf& b, const Snapshot& s) {
       put(b, "\n{\"action\":\"");
       put(b, action_name(e.action));
       if (e.action == Action::kOom) {
-        fmt::format_to(std::back_inserter(b), "\",\"device_free\":{},\"size\":{},\"stream\":{}",
+        fmt::format_to(fmt::appender(b.mem), "\",\"device_free\":{},\"size\":{},\"stream\":{}",
                        e.device_free, e.size, e.stream);
       } else {
-        fmt::format_to(std::back_inserter(b), "\",\"addr\":{},\"size\":{},\"stream\":{}", e.addr,
+        fmt::format_to(fmt::appender(b.mem), "\",\"addr\":{},\"size\":{},\"stream\":{}", e.addr,
                        e.size, e.stream);
       }
-      fmt::format_to(std::back_inserter(b), ",\"time_us\":{}", e.time_us);
-      if (e.tid) fmt::format_to(std::back_inserter(b), ",\"tid\":{}", e.tid);
+      fmt::format_to(fmt::appender(b.mem), ",\"time_us\":{}", e.time_us);
+      if (e.tid) fmt::format_to(fmt::appender(b.mem), ",\"tid\":{}", e.tid);
       if (e.stream_per_thread) put(b, ",\"stream_per_thread\":true");
       if (e.action == Action::kAlloc || e.action == Action::kOom) put_frames(b, rendered, e.stack);
       b.push_back('}');
+      b.boundary();
     }
     b.push_back(']');
   }
@@ -248,7 +267,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
     put_string(b, a.name);
     put(b, ",\"stage\":");
     put_string(b, a.stage);
-    fmt::format_to(std::back_inserter(b), ",\"device\":{},\"time_us\":{}}}", a.device, a.time_us);
+    fmt::format_to(fmt::appender(b.mem), ",\"device\":{},\"time_us\":{}}}", a.device, a.time_us);
   }
   put(b, "]");
   if (s.tool) {
@@ -267,9 +286,6 @@ std::string to_json(const Snapshot& s) {
 }
 
 std::string write_snapshot_file(const Snapshot& s, const std::string& path) {
-  Buf b;
-  put_snapshot(b, s);
-
   std::string stem = path;
   std::string ext;
   if (auto dot = path.rfind(".json"); dot != std::string::npos && dot + 5 == path.size()) {
@@ -284,22 +300,26 @@ std::string write_snapshot_file(const Snapshot& s, const std::string& path) {
     name = fmt::format("{}.{}{}", stem, i, ext);
   }
   if (fd < 0) throw std::runtime_error(fmt::format("cannot create {}: {}", name, strerror(errno)));
-  const char* p = b.data();
-  size_t left = b.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(name.c_str());
-      throw std::runtime_error(fmt::format("cannot write {}: {}", name, strerror(err)));
+  int write_errno = 0;
+  Buf b;
+  b.sink = [&](const char* p, size_t left) {
+    while (left > 0 && !write_errno) {
+      ssize_t n = ::write(fd, p, left);
+      if (n < 0) {
+        if (errno != EINTR) write_errno = errno;
+        continue;
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
     }
-    p += n;
-    left -= static_cast<size_t>(n);
+  };
+  put_snapshot(b, s);
+  b.flush();
+  if (::close(fd) != 0 && !write_errno) write_errno = errno;
+  if (write_errno) {
+    ::unlink(name.c_str());  // never leave a truncated snapshot behind
+    throw std::runtime_error(fmt::format("cannot write {}: {}", name, strerror(write_errno)));
   }
-  if (::close(fd) != 0)
-    throw std::runtime_error(fmt::format("cannot close {}: {}", name, strerror(errno)));
   return name;
 }
 

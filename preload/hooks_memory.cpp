@@ -74,8 +74,9 @@ CUresult alloc_async(HookId id, Api api, uint8_t flags, CUdeviceptr* dptr, size_
   ReentryGuard g;
   CUresult r = fn(dptr, size, s);
   if (g.outer && pl::tracing_possible()) {
-    after_alloc(r, api, Kind::kAlloc, dptr ? *dptr : 0, size, u64(s), flags,
-                [&] { return pl::pointer_device(*dptr); });
+    // The stream belongs to the current context, so its device is the current one: a cheap
+    // thread-local read in the driver, unlike a pointer-attribute query.
+    after_alloc(r, api, Kind::kAlloc, dptr ? *dptr : 0, size, u64(s), flags, pl::current_device);
   }
   return r;
 }

@@ -2,9 +2,11 @@
 
 #include <dlfcn.h>
 #include <link.h>
-#include <unwind.h>
 
 #include <atomic>
+#include <cstdlib>
+
+#include "cfi_unwinder.h"
 
 namespace cumemtrace::preload {
 
@@ -13,6 +15,9 @@ namespace {
 // The text range of libcumemtrace itself: frames inside it are ours, not the application's.
 std::atomic<uint64_t> g_self_lo{0};
 std::atomic<uint64_t> g_self_hi{0};
+// CUMEMTRACE_SLOW_UNWIND=1 keeps every stack on _Unwind_Backtrace: a way out should the cached
+// unwinder ever misread some code, and the baseline for measuring it.
+std::atomic<bool> g_slow_only{false};
 
 int find_self(dl_phdr_info* info, size_t, void* data) {
   if (info->dlpi_addr != reinterpret_cast<uintptr_t>(data)) return 0;
@@ -30,6 +35,8 @@ int find_self(dl_phdr_info* info, size_t, void* data) {
 }
 
 void init_self_range() noexcept {
+  const char* slow = getenv("CUMEMTRACE_SLOW_UNWIND");
+  g_slow_only.store(slow && slow[0] == '1', std::memory_order_relaxed);
   Dl_info di;
   if (dladdr(reinterpret_cast<void*>(&capture_stack), &di) && di.dli_fbase) {
     dl_iterate_phdr(find_self, di.dli_fbase);
@@ -37,39 +44,17 @@ void init_self_range() noexcept {
   if (!g_self_hi.load(std::memory_order_acquire)) g_self_hi.store(1, std::memory_order_release);
 }
 
-struct Walk {
-  uint64_t* out;
-  unsigned max;
-  unsigned n;
-  uint64_t lo, hi;
-  bool skipping;
-};
-
-_Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
-  auto* w = static_cast<Walk*>(arg);
-  const uint64_t ip = _Unwind_GetIP(ctx);
-  if (ip == 0) return _URC_END_OF_STACK;
-  if (w->skipping) {
-    if (ip >= w->lo && ip < w->hi) return _URC_NO_REASON;
-    w->skipping = false;
-  }
-  w->out[w->n++] = ip;
-  return w->n >= w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
-
 }  // namespace
 
 unsigned capture_stack(uint64_t* out, unsigned max_depth) noexcept {
   if (max_depth == 0) return 0;
   if (!g_self_hi.load(std::memory_order_acquire)) init_self_range();
-  Walk w{out,
-         max_depth,
-         0,
-         g_self_lo.load(std::memory_order_relaxed),
-         g_self_hi.load(std::memory_order_relaxed),
-         true};
-  _Unwind_Backtrace(on_frame, &w);
-  return w.n;
+  const uint64_t lo = g_self_lo.load(std::memory_order_relaxed);
+  const uint64_t hi = g_self_hi.load(std::memory_order_relaxed);
+  int n = cfi::kFallback;
+  if (!g_slow_only.load(std::memory_order_relaxed)) n = cfi::unwind_fast(out, max_depth, lo, hi);
+  if (n == cfi::kFallback) n = cfi::unwind_slow(out, max_depth, lo, hi);
+  return static_cast<unsigned>(n);
 }
 
 }  // namespace cumemtrace::preload

@@ -1,6 +1,9 @@
 // Contract: raw return addresses of the calling thread, innermost first, with cumemtrace's own
-// frames removed. No allocation, no lock beyond what the platform unwinder takes. Symbolization
-// is the collector's job; module_map.h tells it where each module was loaded.
+// frames removed. No allocation, no lock beyond what the platform unwinder takes (only on a
+// rule-cache miss or a fallback). The cached CFI walker (cfi_unwinder.h) does the work; a stack
+// it cannot handle is redone by _Unwind_Backtrace, as is every stack when CUMEMTRACE_SLOW_UNWIND=1
+// is set. Symbolization is the collector's job; module_map.h tells it where each module was
+// loaded.
 #pragma once
 
 #include <cstdint>

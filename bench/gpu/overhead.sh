@@ -34,8 +34,9 @@ for ((r = 0; r < ROUNDS; r++)); do
   run "async-pair cumemtrace no-stacks" "$CT" run -q -o "$OUT/t" --stack-depth 0 -- "$OUT/pair" 200000
 done
 printf "%-40s %12s   %s\n" "configuration" "median" "runs"
+IFS=$'\n'
 for k in $(printf "%s\n" "${!R[@]}" | sort); do
-  med=$(echo ${R[$k]} | tr ' ' '\n' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
+  med=$(echo "${R[$k]}" | tr ' ' '\n' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
   printf "%-40s %12s   %s\n" "$k" "$med" "${R[$k]}"
 done
 rm -rf "$OUT"

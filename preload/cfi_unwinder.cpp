@@ -1,0 +1,685 @@
+#include "cfi_unwinder.h"
+
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <unwind.h>
+
+#include <atomic>
+#include <cstring>
+
+// libgcc's FDE lookup, declared in unwind-dw2-fde.h, which is not installed. It takes whatever
+// lock _Unwind_Backtrace would take for the same frame, and is only called on a cache miss.
+struct dwarf_eh_bases {
+  void* tbase;
+  void* dbase;
+  void* func;
+};
+extern "C" const void* _Unwind_Find_FDE(void* pc, dwarf_eh_bases* bases);
+
+namespace cumemtrace::preload::cfi {
+
+namespace {
+
+thread_local uint64_t t_hits __attribute__((tls_model("initial-exec"))) = 0;
+thread_local uint64_t t_misses __attribute__((tls_model("initial-exec"))) = 0;
+thread_local uint64_t t_fallbacks __attribute__((tls_model("initial-exec"))) = 0;
+
+// ---------------------------------------------------------------------------------------------
+// Packed rules: one 64-bit word so that a cache entry is published with plain 8-byte atomics.
+//   bits  0..31  CFA offset (signed)          bits 48..55  return address offset from the CFA
+//   bits 32..47  saved rbp offset from CFA    bits 56..57  kind, bit 58 CFA base is rbp,
+//                                             bit 59 caller's rbp is saved (else unchanged)
+enum Kind : uint64_t { kEmpty = 0, kFrame = 1, kOutermost = 2, kUnsupported = 3 };
+
+constexpr uint64_t kUnsupportedRule = kUnsupported << 56;
+
+uint64_t pack_frame(bool cfa_rbp, int32_t cfa_off, bool rbp_saved, int16_t rbp_off, int8_t ra_off) {
+  return static_cast<uint32_t>(cfa_off) | uint64_t{static_cast<uint16_t>(rbp_off)} << 32 |
+         uint64_t{static_cast<uint8_t>(ra_off)} << 48 | kFrame << 56 | uint64_t{cfa_rbp} << 58 |
+         uint64_t{rbp_saved} << 59;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rule cache: 2-way set associative (a direct-mapped table makes two frames of one stack
+// evict each other forever when they collide), every entry guarded by its own seqlock. Readers
+// retry nothing: a torn or busy entry is a miss. A writer that finds the entry busy does not
+// insert, so a signal handler interrupting a writer on the same thread never waits for it.
+struct Entry {
+  std::atomic<uint32_t> seq;
+  std::atomic<uint64_t> key;
+  std::atomic<uint64_t> rule;
+};
+constexpr unsigned kSetBits = 14;
+Entry g_cache[2u << kSetBits];
+
+// Key of a frame whose pc is exact (the walker's own), not a return address: the row for pc and
+// for the return address pc + 1 may differ. User space addresses never have bit 63 set.
+constexpr uint64_t kExactBit = uint64_t{1} << 63;
+
+Entry* set_of(uint64_t key) {
+  return &g_cache[((key * 0x9E3779B97F4A7C15ull) >> (64 - kSetBits)) * 2];
+}
+
+bool cache_get(uint64_t key, uint64_t& rule) {
+  Entry* set = set_of(key);
+  for (int way = 0; way < 2; ++way) {
+    Entry& e = set[way];
+    const uint32_t s1 = e.seq.load(std::memory_order_acquire);
+    if (s1 & 1) continue;
+    const uint64_t k = e.key.load(std::memory_order_relaxed);
+    const uint64_t r = e.rule.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.seq.load(std::memory_order_relaxed) != s1 || k != key) continue;
+    rule = r;
+    return true;
+  }
+  return false;
+}
+
+void cache_put(uint64_t key, uint64_t rule) {
+  Entry* set = set_of(key);
+  unsigned way = (key >> 4) & 1;  // the victim when both ways hold other keys
+  for (unsigned w = 0; w < 2; ++w) {
+    const uint64_t k = set[w].key.load(std::memory_order_relaxed);
+    if (k == 0 || k == key) {
+      way = w;
+      break;
+    }
+  }
+  // A busy way (a writer on another thread, or one that died mid-write before a fork) is left
+  // alone: the other way is tried, then the rule is simply not cached.
+  for (unsigned i = 0; i < 2; ++i) {
+    Entry& e = set[way ^ i];
+    uint32_t s = e.seq.load(std::memory_order_relaxed);
+    if ((s & 1) || !e.seq.compare_exchange_strong(s, s + 1, std::memory_order_relaxed,
+                                                  std::memory_order_relaxed)) {
+      continue;
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    e.key.store(key, std::memory_order_relaxed);
+    e.rule.store(rule, std::memory_order_relaxed);
+    e.seq.store(s + 2, std::memory_order_release);
+    return;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// CIE/FDE parsing. All reads stay inside the entry's own length; anything unexpected gives up.
+struct Reader {
+  const uint8_t* p;
+  const uint8_t* end;
+  bool ok = true;
+
+  bool need(size_t n) {
+    if (!ok || static_cast<size_t>(end - p) < n) ok = false;
+    return ok;
+  }
+  template <typename T>
+  T fixed() {
+    T v{};
+    if (!need(sizeof(T))) return v;
+    memcpy(&v, p, sizeof(T));
+    p += sizeof(T);
+    return v;
+  }
+  uint64_t uleb() {
+    uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+      if (!need(1) || shift >= 64) return ok = false, 0;
+      const uint8_t b = *p++;
+      v |= uint64_t{b & 0x7fu} << shift;
+      if (!(b & 0x80)) return v;
+    }
+  }
+  int64_t sleb() {
+    uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+      if (!need(1) || shift >= 64) return ok = false, 0;
+      const uint8_t b = *p++;
+      v |= uint64_t{b & 0x7fu} << shift;
+      if (!(b & 0x80)) {
+        if (shift + 7 < 64 && (b & 0x40)) v |= ~uint64_t{0} << (shift + 7);
+        return static_cast<int64_t>(v);
+      }
+    }
+  }
+  void skip(uint64_t n) {
+    if (need(n)) p += n;
+  }
+};
+
+// DW_EH_PE_* pointer decoding; `apply` is false for an FDE's pc_range (a length, not an address).
+bool read_encoded(Reader& r, uint8_t enc, const dwarf_eh_bases& bases, bool apply, uint64_t& out) {
+  if (enc == 0xff) return false;  // DW_EH_PE_omit
+  const uint64_t field = reinterpret_cast<uint64_t>(r.p);
+  uint64_t v;
+  switch (enc & 0x0f) {
+    case 0x00:
+      v = r.fixed<uint64_t>();
+      break;  // absptr
+    case 0x01:
+      v = r.uleb();
+      break;
+    case 0x02:
+      v = r.fixed<uint16_t>();
+      break;
+    case 0x03:
+      v = r.fixed<uint32_t>();
+      break;
+    case 0x04:
+      v = r.fixed<uint64_t>();
+      break;
+    case 0x09:
+      v = static_cast<uint64_t>(r.sleb());
+      break;
+    case 0x0a:
+      v = static_cast<uint64_t>(int64_t{r.fixed<int16_t>()});
+      break;
+    case 0x0b:
+      v = static_cast<uint64_t>(int64_t{r.fixed<int32_t>()});
+      break;
+    case 0x0c:
+      v = r.fixed<uint64_t>();
+      break;
+    default:
+      return false;
+  }
+  if (!r.ok) return false;
+  if (!apply) {
+    out = v;
+    return true;
+  }
+  if (enc & 0x80) return false;  // indirect: never used for code addresses
+  switch (enc & 0x70) {
+    case 0x00:
+      break;
+    case 0x10:
+      v += field;
+      break;  // pcrel
+    case 0x20:
+      v += reinterpret_cast<uint64_t>(bases.tbase);
+      break;
+    case 0x30:
+      v += reinterpret_cast<uint64_t>(bases.dbase);
+      break;
+    case 0x40:
+      v += reinterpret_cast<uint64_t>(bases.func);
+      break;
+    default:
+      return false;  // aligned and unknown
+  }
+  out = v;
+  return true;
+}
+
+// Size of a pointer we only skip (the personality routine), which may be aligned or indirect.
+bool skip_encoded(Reader& r, uint8_t enc) {
+  if ((enc & 0x70) == 0x50) {  // DW_EH_PE_aligned
+    const uint64_t a = reinterpret_cast<uint64_t>(r.p);
+    r.skip(((a + 7) & ~uint64_t{7}) - a + 8);
+    return r.ok;
+  }
+  uint64_t ignored;
+  dwarf_eh_bases none{};
+  return read_encoded(r, enc & 0x0f, none, false, ignored);
+}
+
+// Reads an entry's length field and narrows r to the entry; is64: 64-bit DWARF offsets follow.
+bool open_entry(Reader& r, bool& is64) {
+  uint64_t len = r.fixed<uint32_t>();
+  is64 = len == 0xffffffffu;
+  if (is64) len = r.fixed<uint64_t>();
+  if (!r.ok || len == 0 || len > (uint64_t{1} << 30)) return false;
+  r.end = r.p + len;
+  return true;
+}
+
+struct Cie {
+  uint64_t code_align;
+  int64_t data_align;
+  uint8_t fde_enc = 0;
+  bool has_z = false;
+  const uint8_t* insns;
+  const uint8_t* end;
+};
+
+bool parse_cie(const uint8_t* at, Cie& c) {
+  // Only the length field is readable until open_entry knows the entry's size.
+  Reader r{at, at + 12};
+  bool is64;
+  if (!open_entry(r, is64)) return false;
+  const uint64_t id = is64 ? r.fixed<uint64_t>() : r.fixed<uint32_t>();
+  if (!r.ok || id != 0) return false;
+  const uint8_t version = r.fixed<uint8_t>();
+  if (version != 1 && version != 3 && version != 4) return false;
+  const uint8_t* aug = r.p;
+  while (r.need(1) && *r.p) ++r.p;
+  if (!r.need(1)) return false;
+  ++r.p;
+  if (version == 4) {
+    if (r.fixed<uint8_t>() != 8 || r.fixed<uint8_t>() != 0) return false;
+  }
+  c.code_align = r.uleb();
+  c.data_align = r.sleb();
+  const uint64_t ra_reg = version == 1 ? r.fixed<uint8_t>() : r.uleb();
+  if (!r.ok || ra_reg != 16) return false;
+  if (aug[0] == 'z') {
+    c.has_z = true;
+    const uint64_t len = r.uleb();
+    if (!r.ok || len > static_cast<uint64_t>(r.end - r.p)) return false;
+    const uint8_t* data_end = r.p + len;
+    for (const uint8_t* a = aug + 1; *a; ++a) {
+      switch (*a) {
+        case 'R':
+          c.fde_enc = r.fixed<uint8_t>();
+          break;
+        case 'L':
+          r.fixed<uint8_t>();
+          break;
+        case 'P': {
+          const uint8_t enc = r.fixed<uint8_t>();
+          if (!skip_encoded(r, enc)) return false;
+          break;
+        }
+        default:
+          return false;  // 'S' (signal frame) and anything unknown
+      }
+      if (!r.ok || r.p > data_end) return false;
+    }
+    r.p = data_end;
+  } else if (aug[0] != 0) {
+    return false;
+  }
+  c.insns = r.p;
+  c.end = r.end;
+  return r.ok;
+}
+
+// The registers the rule model follows (DWARF numbers on x86-64).
+constexpr uint64_t kRbp = 6, kRsp = 7, kRip = 16;
+
+enum How : uint8_t { kSame, kAtCfa, kUndefined, kOther };
+
+struct RegRule {
+  How how = kSame;
+  int64_t off = 0;
+};
+
+struct Row {
+  bool cfa_is_reg = true;
+  uint64_t cfa_reg = kRsp;
+  int64_t cfa_off = 0;
+  RegRule rbp, rsp, rip;
+};
+
+RegRule* tracked(Row& row, uint64_t reg) {
+  switch (reg) {
+    case kRbp:
+      return &row.rbp;
+    case kRsp:
+      return &row.rsp;
+    case kRip:
+      return &row.rip;
+    default:
+      return nullptr;
+  }
+}
+
+struct Interp {
+  const Cie& cie;
+  const dwarf_eh_bases& bases;
+  Row row;
+  Row initial;  // after the CIE's instructions, for DW_CFA_restore
+  Row saved[8];
+  unsigned nsaved = 0;
+
+  void set(uint64_t reg, How how, int64_t off = 0) {
+    if (RegRule* r = tracked(row, reg)) *r = RegRule{how, off};
+  }
+
+  // Runs instructions while the location is <= target. False: unknown or malformed program.
+  bool run(Reader r, uint64_t loc, uint64_t target) {
+    while (r.p < r.end) {
+      const uint8_t op = r.fixed<uint8_t>();
+      const uint8_t low = op & 0x3f;
+      uint64_t reg = 0, advance = 0;
+      bool is_advance = false;
+      switch (op & 0xc0) {
+        case 0x40:
+          advance = low, is_advance = true;
+          break;
+        case 0x80:
+          set(low, kAtCfa, static_cast<int64_t>(r.uleb()) * cie.data_align);
+          break;
+        case 0xc0: {
+          RegRule* cur = tracked(row, low);
+          if (cur) *cur = *tracked(initial, low);
+          break;
+        }
+        default:
+          switch (op) {
+            case 0x00:
+              break;    // nop
+            case 0x01:  // set_loc
+              if (!read_encoded(r, cie.fde_enc, bases, true, loc)) return false;
+              if (loc > target) return true;
+              break;
+            case 0x02:
+              advance = r.fixed<uint8_t>(), is_advance = true;
+              break;
+            case 0x03:
+              advance = r.fixed<uint16_t>(), is_advance = true;
+              break;
+            case 0x04:
+              advance = r.fixed<uint32_t>(), is_advance = true;
+              break;
+            case 0x05:  // offset_extended
+              reg = r.uleb();
+              set(reg, kAtCfa, static_cast<int64_t>(r.uleb()) * cie.data_align);
+              break;
+            case 0x06:  // restore_extended
+              reg = r.uleb();
+              if (RegRule* cur = tracked(row, reg)) *cur = *tracked(initial, reg);
+              break;
+            case 0x07:
+              set(r.uleb(), kUndefined);
+              break;
+            case 0x08:
+              set(r.uleb(), kSame);
+              break;
+            case 0x09:  // register: a tracked register kept in another one is not modelled
+              reg = r.uleb();
+              r.uleb();
+              set(reg, kOther);
+              break;
+            case 0x0a:  // remember_state (libgcc saves the CFA rule with the registers)
+              if (nsaved == 8) return false;
+              saved[nsaved++] = row;
+              break;
+            case 0x0b:  // restore_state
+              if (nsaved == 0) return false;
+              row = saved[--nsaved];
+              break;
+            case 0x0c:  // def_cfa
+              row.cfa_reg = r.uleb();
+              row.cfa_off = static_cast<int64_t>(r.uleb());
+              row.cfa_is_reg = true;
+              break;
+            case 0x0d:  // def_cfa_register
+              row.cfa_reg = r.uleb();
+              row.cfa_is_reg = true;
+              break;
+            case 0x0e:
+              row.cfa_off = static_cast<int64_t>(r.uleb());
+              break;
+            case 0x0f:  // def_cfa_expression
+              row.cfa_is_reg = false;
+              r.skip(r.uleb());
+              break;
+            case 0x10:  // expression
+            case 0x16:  // val_expression
+              reg = r.uleb();
+              r.skip(r.uleb());
+              set(reg, kOther);
+              break;
+            case 0x11:  // offset_extended_sf
+              reg = r.uleb();
+              set(reg, kAtCfa, r.sleb() * cie.data_align);
+              break;
+            case 0x12:  // def_cfa_sf
+              row.cfa_reg = r.uleb();
+              row.cfa_off = r.sleb() * cie.data_align;
+              row.cfa_is_reg = true;
+              break;
+            case 0x13:
+              row.cfa_off = r.sleb() * cie.data_align;
+              break;
+            case 0x14:  // val_offset
+              reg = r.uleb();
+              r.uleb();
+              set(reg, kOther);
+              break;
+            case 0x15:  // val_offset_sf
+              reg = r.uleb();
+              r.sleb();
+              set(reg, kOther);
+              break;
+            case 0x2e:
+              r.uleb();
+              break;    // GNU_args_size
+            case 0x2f:  // GNU_negative_offset_extended
+              reg = r.uleb();
+              set(reg, kAtCfa, -static_cast<int64_t>(r.uleb()) * cie.data_align);
+              break;
+            default:
+              return false;
+          }
+      }
+      if (!r.ok) return false;
+      if (is_advance) {
+        loc += advance * cie.code_align;
+        if (loc > target) return true;
+      }
+    }
+    return true;
+  }
+};
+
+// The rule for code address `pc` (a return address minus one, or an exact pc).
+uint64_t compute_rule(uint64_t pc) {
+  dwarf_eh_bases bases{};
+  const auto* fde =
+      static_cast<const uint8_t*>(_Unwind_Find_FDE(reinterpret_cast<void*>(pc), &bases));
+  if (!fde) return kUnsupportedRule;  // no unwind info, or the signal trampoline
+  Reader r{fde, fde + 12};
+  bool is64;
+  if (!open_entry(r, is64)) return kUnsupportedRule;
+  const uint8_t* id_field = r.p;
+  const uint64_t cie_off = is64 ? r.fixed<uint64_t>() : r.fixed<uint32_t>();
+  if (!r.ok || cie_off == 0 || cie_off > reinterpret_cast<uint64_t>(id_field)) {
+    return kUnsupportedRule;
+  }
+  Cie cie;
+  if (!parse_cie(id_field - cie_off, cie)) return kUnsupportedRule;
+  uint64_t begin, range;
+  if (!read_encoded(r, cie.fde_enc, bases, true, begin) ||
+      !read_encoded(r, cie.fde_enc & 0x0f, bases, false, range) || pc < begin ||
+      pc - begin >= range) {
+    return kUnsupportedRule;
+  }
+  if (cie.has_z) r.skip(r.uleb());
+  if (!r.ok) return kUnsupportedRule;
+
+  Interp in{cie, bases, {}, {}, {}, 0};
+  if (!in.run(Reader{cie.insns, cie.end}, 0, UINT64_MAX)) return kUnsupportedRule;
+  in.initial = in.row;
+  in.nsaved = 0;
+  if (!in.run(r, begin, pc)) return kUnsupportedRule;
+
+  const Row& row = in.row;
+  if (row.rip.how == kUndefined) return kOutermost << 56;
+  if (!row.cfa_is_reg || (row.cfa_reg != kRsp && row.cfa_reg != kRbp)) return kUnsupportedRule;
+  if (row.cfa_off < INT32_MIN || row.cfa_off > INT32_MAX) return kUnsupportedRule;
+  if (row.rsp.how != kSame) return kUnsupportedRule;
+  if (row.rip.how != kAtCfa || row.rip.off < INT8_MIN || row.rip.off > INT8_MAX) {
+    return kUnsupportedRule;
+  }
+  // libgcc treats an undefined callee-saved register like an unchanged one.
+  const bool rbp_saved = row.rbp.how == kAtCfa;
+  if (row.rbp.how == kOther || row.rbp.off < INT16_MIN || row.rbp.off > INT16_MAX) {
+    return kUnsupportedRule;
+  }
+  return pack_frame(row.cfa_reg == kRbp, static_cast<int32_t>(row.cfa_off), rbp_saved,
+                    static_cast<int16_t>(row.rbp.off), static_cast<int8_t>(row.rip.off));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stack bounds: the mapping that holds the thread's stack pointer, read once per thread from
+// /proc/self/maps into a stack buffer (pthread_getattr_np allocates). Everything between a live
+// rsp and the end of its mapping is mapped, so reads in that range cannot fault.
+thread_local uint64_t t_stack_lo __attribute__((tls_model("initial-exec"))) = 0;
+thread_local uint64_t t_stack_hi __attribute__((tls_model("initial-exec"))) = 0;
+thread_local uint32_t t_stack_lookups __attribute__((tls_model("initial-exec"))) = 0;
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+bool find_mapping(uint64_t addr, uint64_t& lo, uint64_t& hi) {
+  // Raw system calls: read() and close() are cancellation points, and the application may
+  // interpose open().
+  const long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  uint64_t start = 0, end = 0;
+  enum { kStart, kEnd, kSkip } state = kStart;
+  bool found = false;
+  ssize_t n;
+  while (!found && (n = syscall(SYS_read, fd, buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < n; ++i) {
+      const char c = buf[i];
+      if (c == '\n') {
+        state = kStart;
+        start = end = 0;
+        continue;
+      }
+      if (state == kSkip) continue;
+      const int d = hex_digit(c);
+      if (d >= 0) {
+        (state == kStart ? start : end) = (state == kStart ? start : end) * 16 + d;
+      } else if (state == kStart && c == '-') {
+        state = kEnd;
+      } else if (state == kEnd && c == ' ' && addr >= start && addr < end) {
+        lo = start;
+        hi = end;
+        found = true;
+        break;
+      } else {
+        state = kSkip;
+      }
+    }
+  }
+  syscall(SYS_close, fd);
+  return found;
+}
+
+// The end of the readable stack above sp, or 0 when it cannot be known cheaply: a thread that
+// keeps switching stacks (fibers, an alternate signal stack) gets a few lookups, then the slow
+// unwinder. The main thread's stack growing down is a new lookup that costs nothing of those.
+uint64_t stack_top(uint64_t sp) {
+  if (sp >= t_stack_lo && sp < t_stack_hi) return t_stack_hi;
+  if (t_stack_lookups >= 16) return 0;
+  ++t_stack_lookups;
+  uint64_t lo, hi;
+  if (!find_mapping(sp, lo, hi)) return 0;
+  if (hi == t_stack_hi && lo < t_stack_lo) --t_stack_lookups;
+  // A signal handler on this thread must never see the new lo with the old hi.
+  t_stack_hi = 0;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_stack_lo = lo;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_stack_hi = hi;
+  return hi;
+}
+
+uint64_t load(uint64_t addr) {
+  uint64_t v;
+  memcpy(&v, reinterpret_cast<const void*>(addr), sizeof v);
+  return v;
+}
+
+struct Walk {
+  uint64_t* out;
+  unsigned max;
+  unsigned n;
+  uint64_t lo, hi;
+  bool skipping;
+};
+
+_Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
+  auto* w = static_cast<Walk*>(arg);
+  const uint64_t ip = _Unwind_GetIP(ctx);
+  if (ip == 0) return _URC_END_OF_STACK;
+  if (w->skipping) {
+    if (ip >= w->lo && ip < w->hi) return _URC_NO_REASON;
+    w->skipping = false;
+  }
+  w->out[w->n++] = ip;
+  return w->n >= w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+}  // namespace
+
+__attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
+                                          uint64_t skip_hi) noexcept {
+  if (max_depth == 0) return 0;
+  uint64_t pc, sp, fp;
+  // One asm statement: pc, rsp and rbp of the same instruction, hence of one CFI row.
+  asm volatile(
+      "mov %%rbp, %2\n\t"
+      "mov %%rsp, %1\n\t"
+      "lea 0(%%rip), %0"
+      : "=r"(pc), "=r"(sp), "=r"(fp));
+  const uint64_t top = stack_top(sp);
+  if (top < sp + 16) {
+    ++t_fallbacks;
+    return kFallback;
+  }
+  const uint64_t floor = sp;
+  unsigned n = 0;
+  bool skipping = true;
+  uint64_t key = pc | kExactBit;
+  for (;;) {
+    if (pc == 0) break;
+    if (!skipping || pc < skip_lo || pc >= skip_hi) {
+      skipping = false;
+      out[n++] = pc;
+      if (n >= max_depth) break;
+    }
+    uint64_t rule;
+    if (cache_get(key, rule)) {
+      ++t_hits;
+    } else {
+      ++t_misses;
+      rule = compute_rule((key & kExactBit) ? pc : pc - 1);
+      cache_put(key, rule);
+    }
+    const uint64_t kind = (rule >> 56) & 3;
+    if (kind == kOutermost) break;
+    if (kind != kFrame) {
+      ++t_fallbacks;
+      return kFallback;
+    }
+    const int64_t cfa_off = static_cast<int32_t>(rule & 0xffffffffu);
+    const uint64_t cfa = ((rule >> 58) & 1 ? fp : sp) + static_cast<uint64_t>(cfa_off);
+    if (cfa <= sp || cfa > top) break;
+    const uint64_t ra_at = cfa + static_cast<uint64_t>(int64_t{static_cast<int8_t>(rule >> 48)});
+    if (ra_at < floor || ra_at > top - 8) break;
+    if ((rule >> 59) & 1) {
+      const uint64_t fp_at = cfa + static_cast<uint64_t>(int64_t{static_cast<int16_t>(rule >> 32)});
+      if (fp_at < floor || fp_at > top - 8) break;
+      fp = load(fp_at);
+    }
+    pc = load(ra_at);
+    sp = cfa;
+    key = pc;
+  }
+  return static_cast<int>(n);
+}
+
+__attribute__((noinline)) int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
+                                          uint64_t skip_hi) noexcept {
+  if (max_depth == 0) return 0;
+  Walk w{out, max_depth, 0, skip_lo, skip_hi, true};
+  _Unwind_Backtrace(on_frame, &w);
+  return static_cast<int>(w.n);
+}
+
+CacheStats thread_cache_stats() noexcept {
+  return CacheStats{t_hits, t_misses, t_fallbacks};
+}
+
+}  // namespace cumemtrace::preload::cfi

@@ -1,0 +1,37 @@
+// Contract: a caching DWARF-CFI stack walker for x86-64 Linux, safe to call from any thread and
+// from signal handlers of the process it runs in.
+//
+// unwind_fast() walks the calling thread's stack from its own registers using per-address rules
+// (CFA = rsp/rbp + N, return address and caller's rbp at fixed offsets from the CFA) kept in a
+// global lock-free cache; a miss parses the FDE that libgcc's _Unwind_Find_FDE finds. It never
+// allocates, takes no lock on a hit, and never reads outside [its own rsp, the top of the mapping
+// that holds it). Whenever a frame needs more than that rule model (signal frames, CFA
+// expressions, code without unwind info, a stack it cannot bound) it gives up with kFallback and
+// the caller must use unwind_slow() (_Unwind_Backtrace) for that stack. Both report the same
+// frames: return addresses, innermost first, leading frames inside [skip_lo, skip_hi) dropped,
+// at most max_depth of them. The first frame unwind_fast() sees is its own; unwind_slow()'s is
+// the return address into its own body.
+//
+// Cached rules are keyed by address only: code unloaded by dlclose and replaced by other code at
+// the same address would be unwound with stale rules (wrong frames, never a read outside the
+// stack).
+#pragma once
+
+#include <cstdint>
+
+namespace cumemtrace::preload::cfi {
+
+inline constexpr int kFallback = -1;
+
+int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi) noexcept;
+int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi) noexcept;
+
+// Rule cache lookups by the calling thread since it started, for tests and benchmarks.
+struct CacheStats {
+  uint64_t hits;
+  uint64_t misses;
+  uint64_t fallbacks;
+};
+CacheStats thread_cache_stats() noexcept;
+
+}  // namespace cumemtrace::preload::cfi

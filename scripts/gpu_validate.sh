@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Real-GPU validation: runs the CUDA programs (static cudart, shared cudart, -lcuda driver API),
+# compute-sanitizer on the same binaries, PyTorch in four allocator modes with PyTorch's own
+# memory history in the same process, the memory viewer CLI on converted snapshots, and (with two
+# GPUs) a 2-rank torchrun job; prints one verdict table. Exit 1 if any row fails.
+# Usage: scripts/gpu_validate.sh [PREFIX with bin/ and lib/ (default build)] [OUT]
+set -u
+cd "$(dirname "$0")/.."
+P=${1:-build}
+OUT=${2:-/tmp/cumemtrace-validate}
+CT=$P/bin/cumemtrace
+export PATH="$PATH:/usr/local/cuda/bin"
+rm -rf "$OUT"; mkdir -p "$OUT/traces" "$OUT/sanitizer"
+ROWS="$OUT/rows.txt"; : > "$ROWS"
+row() { printf '| %-58s | %s | %s\n' "$1" "$2" "$3" >> "$ROWS"; }
+
+# 1. Portable build: nothing but glibc (and the loader) needed on this host.
+for b in "$CT" "$P/lib/libcumemtrace.so"; do
+  deps=$(ldd "$b" | awk '{print $1}' | grep -vE '^(linux-vdso|/lib64/ld-linux|libc\.so|libm\.so)' | tr '\n' ' ')
+  [ -z "$deps" ] && row "ldd $(basename "$b"): glibc only" PASS "" || row "ldd $(basename "$b")" FAIL "$deps"
+done
+
+# 2. CUDA programs, traced and under compute-sanitizer.
+nvcc -O2 -g -o "$OUT/ap_static" tests/gpu/alloc_patterns.cu
+nvcc -O2 -g -cudart shared -o "$OUT/ap_shared" tests/gpu/alloc_patterns.cu
+nvcc -O2 -g -o "$OUT/driver_api" tests/gpu/driver_api.cpp -lcuda
+for prog in ap_static ap_shared driver_api; do
+  "$CT" run -q -o "$OUT/traces/$prog" -- "$OUT/$prog" >/dev/null
+  compute-sanitizer --leak-check full "$OUT/$prog" > "$OUT/sanitizer/$prog.txt" 2>&1
+done
+python3 tests/gpu/validate_cuda.py "$OUT" >> "$ROWS"
+if "$CT" check --max-leaked-bytes 0 "$OUT"/traces/ap_static/*.json > "$OUT/check.txt" 2>&1; then rc=0; else rc=$?; fi
+grep -q load_weights "$OUT/check.txt" && [ $rc = 1 ] && row "check --max-leaked-bytes 0 flags the planted leak" PASS "exit $rc" \
+  || row "check --max-leaked-bytes 0 flags the planted leak" FAIL "exit $rc: $(head -c 300 "$OUT/check.txt")"
+
+# 3. PyTorch, four allocator modes; PyTorch's own history in the same process where it works.
+for mode in default expandable async nocache; do
+  case $mode in
+    default) conf=(); hist=(--history "$OUT/torch_$mode.pickle") ;;
+    expandable) conf=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); hist=(--history "$OUT/torch_$mode.pickle") ;;
+    async) conf=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync); hist=() ;;
+    nocache) conf=(PYTORCH_NO_CUDA_MEMORY_CACHING=1); hist=(--history "$OUT/torch_$mode.pickle") ;;
+  esac
+  env "${conf[@]}" "$CT" run -q -o "$OUT/traces/torch_$mode" -- python3 tests/gpu/torch_train.py 20 "${hist[@]}" >/dev/null
+  snap=$(ls "$OUT"/traces/torch_$mode/*.json | head -1)
+  if [ ${#hist[@]} -gt 0 ]; then
+    python3 tests/gpu/validate_torch.py "$mode" "$snap" "$OUT/torch_$mode.pickle" >> "$ROWS"
+  else
+    n=$(python3 -c "import json,sys;d=json.load(open(sys.argv[1]));print(sum(e['action']=='alloc' for t in d['device_traces'] for e in t))" "$snap")
+    [ "$n" -gt 100 ] && row "torch async: cuMemAllocAsync allocations traced" PASS "$n allocations (PyTorch keeps no history in this mode)" \
+      || row "torch async: cuMemAllocAsync allocations traced" FAIL "$n allocations"
+  fi
+  # The snapshot opens in PyTorch's own viewer CLI after conversion.
+  if "$CT" convert "$snap" --to pickle -o "$OUT/$mode.pickle" >/dev/null 2>&1 \
+     && python3 -m torch.cuda._memory_viz stats "$OUT/$mode.pickle" >/dev/null 2>&1 \
+     && python3 -m torch.cuda._memory_viz trace "$OUT/$mode.pickle" >/dev/null 2>&1 \
+     && python3 -m torch.cuda._memory_viz trace_plot "$OUT/$mode.pickle" -o "$OUT/$mode.html" >/dev/null 2>&1; then
+    row "torch $mode: _memory_viz stats/trace/trace_plot load it" PASS "$(stat -c %s "$OUT/$mode.pickle") B pickle"
+  else
+    row "torch $mode: _memory_viz stats/trace/trace_plot load it" FAIL "convert or _memory_viz failed"
+  fi
+done
+py=$(python3 - "$OUT/traces/torch_nocache" <<'PY'
+import glob, json, sys
+d = json.load(open(glob.glob(sys.argv[1] + "/*.json")[0]))
+hits = [e for t in d["device_traces"] for e in t if e["action"] == "alloc"
+        and any(f["filename"].endswith("torch_train.py") for f in e.get("frames", []))]
+print(len(hits), next((" <- ".join(f"{f['name']}:{f['line']}" for f in e["frames"] if f["filename"].endswith(".py")) for e in hits), ""))
+PY
+)
+[ "${py%% *}" -gt 0 ] && row "Python frames (torch_train.py) on forward-pass allocations" PASS "$py" \
+  || row "Python frames (torch_train.py) on forward-pass allocations" FAIL "$py"
+
+# 4. Two GPUs: a 2-rank torchrun DDP job on NCCL.
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  "$CT" run -q -o "$OUT/traces/ddp" -- torchrun --standalone --nproc_per_node 2 tests/gpu/ddp_train.py >/dev/null 2>&1
+  python3 tests/gpu/validate_ddp.py "$OUT/traces/ddp" >> "$ROWS"
+else
+  row "torchrun 2 ranks" SKIP "one GPU on this host"
+fi
+
+nvidia-smi -L | head -2
+printf '| %-58s | %s | %s\n' check verdict detail
+cat "$ROWS"
+! grep -q "| FAIL |" "$ROWS"

@@ -1,0 +1,432 @@
+// The cached CFI unwinder against _Unwind_Backtrace: for every stack either the same frames or
+// an explicit fallback, never anything else.
+#include <dlfcn.h>
+#include <link.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cfi_unwinder.h"
+#include "frames.h"
+#include "stack_capture.h"
+
+using cumemtrace::unwind_test::Chain;
+using cumemtrace::unwind_test::kMaxChain;
+using cumemtrace::unwind_test::run_chain;
+using cumemtrace::unwind_test::StepFn;
+namespace cfi = cumemtrace::preload::cfi;
+
+namespace {
+
+constexpr unsigned kMaxFrames = 256;
+
+struct Capture {
+  unsigned max_depth = kMaxFrames;
+  uint64_t skip_lo = 0, skip_hi = 0;
+  uint64_t fast[kMaxFrames] = {};
+  uint64_t slow[kMaxFrames] = {};
+  int nfast = 0, nslow = 0;
+};
+
+using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t);
+UnwindFn const g_unwinders[2] = {&cfi::unwind_fast, &cfi::unwind_slow};
+
+// Both unwinders from one call site (a loop the compiler cannot unroll), so every frame above
+// the unwinder's own is identical for the two; frame 0 is the unwinder itself (when not skipped).
+__attribute__((noinline)) void capture_both(Capture* r) {
+  uint64_t* outs[2] = {r->fast, r->slow};
+  int* counts[2] = {&r->nfast, &r->nslow};
+  int two = 2;
+  asm volatile("" : "+r"(two));  // an unknown trip count: the loop stays one call site
+  for (int i = 0; i < two; ++i) {
+    *counts[i] = g_unwinders[i](outs[i], r->max_depth, r->skip_lo, r->skip_hi);
+  }
+  asm volatile("" ::: "memory");
+}
+
+void leaf_capture(Chain* c) {
+  capture_both(static_cast<Capture*>(c->arg));
+}
+
+// Frames that must agree: all of them when the unwinder's own frame is skipped, else from 1 on.
+bool same_frames(const Capture& r, std::string* why = nullptr) {
+  auto fail = [&](const std::string& s) {
+    if (why) *why = s;
+    return false;
+  };
+  if (r.nfast == cfi::kFallback) return fail("fast unwinder fell back");
+  if (r.nfast != r.nslow) {
+    return fail("fast " + std::to_string(r.nfast) + " frames, slow " + std::to_string(r.nslow));
+  }
+  const int first = r.skip_hi > r.skip_lo ? 0 : 1;
+  for (int i = first; i < r.nfast; ++i) {
+    if (r.fast[i] != r.slow[i]) return fail("frame " + std::to_string(i) + " differs");
+  }
+  return true;
+}
+
+const StepFn kSteps[] = {&unwind_step_o0, &unwind_step_o2, &unwind_step_o2fp, &unwind_step_lib,
+                         &unwind_step_plt};
+const char* const kStepNames[] = {"O0+fp", "O2", "O2+fp", "lib", "plt"};
+using RecurseFn = int (*)(Chain*, int);
+const RecurseFn kRecursions[] = {&unwind_recurse_o0, &unwind_recurse_o2, &unwind_recurse_o2fp,
+                                 &unwind_recurse_lib};
+
+Chain random_chain(std::mt19937& rng, int depth) {
+  Chain c;
+  c.depth = depth;
+  for (int i = 0; i < depth; ++i) {
+    c.steps[i] = kSteps[rng() % 5];
+    c.alloca_bytes[i] = rng() % 3 == 0 ? 1 + rng() % 700 : 0;
+  }
+  return c;
+}
+
+// The executable text range, to exercise the same skipping as the preload does for its own.
+int find_exe_text(dl_phdr_info* info, size_t, void* data) {
+  auto* range = static_cast<uint64_t*>(data);
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+    lo = std::min<uint64_t>(lo, info->dlpi_addr + ph.p_vaddr);
+    hi = std::max<uint64_t>(hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+  }
+  const auto self = reinterpret_cast<uint64_t>(&capture_both);
+  if (self < lo || self >= hi) return 0;
+  range[0] = lo;
+  range[1] = hi;
+  return 1;
+}
+
+std::pair<uint64_t, uint64_t> exe_text() {
+  uint64_t range[2] = {0, 0};
+  dl_iterate_phdr(find_exe_text, range);
+  return {range[0], range[1]};
+}
+
+}  // namespace
+
+TEST_CASE("depth 0 captures nothing", "[unwind]") {
+  uint64_t out[4] = {};
+  CHECK(cfi::unwind_fast(out, 0, 0, 0) == 0);
+  CHECK(cfi::unwind_slow(out, 0, 0, 0) == 0);
+  CHECK(cumemtrace::preload::capture_stack(out, 0) == 0);
+}
+
+TEST_CASE("chains of one kind of frame, 1 to 60 deep", "[unwind]") {
+  for (int kind = 0; kind < 5; ++kind) {
+    for (int depth = 1; depth <= 60; ++depth) {
+      Capture r;
+      Chain c;
+      c.depth = depth;
+      for (int i = 0; i < depth; ++i) c.steps[i] = kSteps[kind];
+      c.leaf = leaf_capture;
+      c.arg = &r;
+      run_chain(&c);
+      std::string why;
+      const bool same = same_frames(r, &why);
+      INFO(kStepNames[kind] << " depth " << depth << ": " << why);
+      REQUIRE(same);
+      CHECK(r.nfast >= depth + 3);
+    }
+  }
+}
+
+TEST_CASE("direct self-recursion 1 to 60 deep", "[unwind]") {
+  for (int kind = 0; kind < 4; ++kind) {
+    for (int depth = 1; depth <= 60; ++depth) {
+      Capture r;
+      Chain c;
+      c.leaf = leaf_capture;
+      c.arg = &r;
+      kRecursions[kind](&c, depth);
+      std::string why;
+      const bool same = same_frames(r, &why);
+      INFO(kStepNames[kind] << " depth " << depth << ": " << why);
+      REQUIRE(same);
+      CHECK(r.nfast >= depth + 3);
+    }
+  }
+}
+
+TEST_CASE("mutually recursive mixed chains with alloca frames, every depth limit", "[unwind]") {
+  std::mt19937 rng(12345);
+  for (int round = 0; round < 400; ++round) {
+    Capture r;
+    Chain c = random_chain(rng, 1 + static_cast<int>(rng() % 60));
+    r.max_depth = 1 + rng() % 80;
+    c.leaf = leaf_capture;
+    c.arg = &r;
+    run_chain(&c);
+    std::string why;
+    const bool same = same_frames(r, &why);
+    INFO("round " << round << " depth " << c.depth << " limit " << r.max_depth << ": " << why);
+    REQUIRE(same);
+    CHECK(static_cast<unsigned>(r.nfast) <= r.max_depth);
+  }
+}
+
+TEST_CASE("skipping the leading frames of one module, as the preload skips its own", "[unwind]") {
+  const auto [lo, hi] = exe_text();
+  REQUIRE(hi > lo);
+  std::mt19937 rng(777);
+  for (int round = 0; round < 200; ++round) {
+    Capture r;
+    r.skip_lo = lo;
+    r.skip_hi = hi;
+    r.max_depth = 1 + rng() % 40;
+    Chain c = random_chain(rng, 2 + static_cast<int>(rng() % 30));
+    // Executable frames innermost, then the library: the skip must stop at the first lib frame.
+    c.steps[c.depth - 1] = &unwind_step_o2;
+    c.steps[c.depth - 2] = &unwind_step_lib;
+    c.leaf = leaf_capture;
+    c.arg = &r;
+    run_chain(&c);
+    std::string why;
+    const bool same = same_frames(r, &why);
+    INFO("round " << round << ": " << why);
+    REQUIRE(same);
+    REQUIRE(r.nfast >= 1);
+    Dl_info di;
+    REQUIRE(dladdr(reinterpret_cast<void*>(r.fast[0] - 1), &di));
+    CHECK(std::string(di.dli_fname).find("unwind_test_frames") != std::string::npos);
+  }
+}
+
+TEST_CASE("capture_stack gives the slow path's frames", "[unwind]") {
+  const auto [lo, hi] = exe_text();
+  struct Both {
+    uint64_t fast[64], slow[64];
+    unsigned nfast;
+    int nslow;
+    uint64_t lo, hi;
+  } b{};
+  b.lo = lo;
+  b.hi = hi;
+  Chain c;
+  c.depth = 6;
+  for (int i = 0; i < 6; ++i) c.steps[i] = i == 3 ? &unwind_step_plt : &unwind_step_o2;
+  c.leaf = [](Chain* ch) {
+    auto* x = static_cast<Both*>(ch->arg);
+    x->nfast = cumemtrace::preload::capture_stack(x->fast, 64);
+    x->nslow = cfi::unwind_slow(x->slow, 64, x->lo, x->hi);
+  };
+  c.arg = &b;
+  run_chain(&c);
+  REQUIRE(b.nfast >= 3);
+  REQUIRE(static_cast<int>(b.nfast) == b.nslow);
+  for (unsigned i = 0; i < b.nfast; ++i) CHECK(b.fast[i] == b.slow[i]);
+}
+
+TEST_CASE("a second capture of the same stack is served from the cache", "[unwind]") {
+  Capture r;
+  Chain c;
+  c.depth = 30;
+  for (int i = 0; i < 30; ++i) c.steps[i] = kSteps[i % 5];
+  c.leaf = [](Chain* ch) {
+    auto* x = static_cast<Capture*>(ch->arg);
+    // Twice from one call site: the second walk meets only return addresses seen before.
+    int two = 2;
+    asm volatile("" : "+r"(two));
+    for (int i = 0; i < two; ++i) {
+      const cfi::CacheStats before = cfi::thread_cache_stats();
+      capture_both(x);
+      const cfi::CacheStats after = cfi::thread_cache_stats();
+      x->skip_lo = after.misses - before.misses;
+      x->skip_hi = after.hits - before.hits;
+    }
+  };
+  c.arg = &r;
+  run_chain(&c);
+  const uint64_t misses = r.skip_lo, hits = r.skip_hi;
+  r.skip_lo = r.skip_hi = 0;
+  REQUIRE(same_frames(r));
+  CHECK(misses == 0);
+  CHECK(hits >= static_cast<uint64_t>(r.nfast) - 1);
+}
+
+TEST_CASE("a stack from a second thread", "[unwind]") {
+  Capture r;
+  std::thread t([&] {
+    std::mt19937 rng(99);
+    Chain c = random_chain(rng, 25);
+    c.leaf = leaf_capture;
+    c.arg = &r;
+    run_chain(&c);
+  });
+  t.join();
+  std::string why;
+  const bool same = same_frames(r, &why);
+  INFO(why);
+  REQUIRE(same);
+}
+
+namespace {
+
+Capture* g_capture = nullptr;
+unsigned g_signal_public = 0;
+uint64_t g_signal_frames[64];
+
+void on_signal(int) {
+  capture_both(g_capture);
+  g_signal_public = cumemtrace::preload::capture_stack(g_signal_frames, 64);
+}
+
+void raise_in_chain(Chain* c) {
+  (void)c;
+  raise(SIGUSR1);
+}
+
+void signal_capture(bool altstack) {
+  static Capture r;
+  r = Capture{};
+  g_capture = &r;
+  g_signal_public = 0;
+  std::vector<char> alt(1 << 16);
+  if (altstack) {
+    stack_t ss{};
+    ss.ss_sp = alt.data();
+    ss.ss_size = alt.size();
+    REQUIRE(sigaltstack(&ss, nullptr) == 0);
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sa.sa_flags = altstack ? SA_ONSTACK : 0;
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(sigaction(SIGUSR1, &sa, nullptr) == 0);
+  std::mt19937 rng(5);
+  Chain c = random_chain(rng, 12);
+  c.leaf = raise_in_chain;
+  run_chain(&c);
+  signal(SIGUSR1, SIG_DFL);
+  if (altstack) {
+    stack_t ss{};
+    ss.ss_flags = SS_DISABLE;
+    sigaltstack(&ss, nullptr);
+  }
+  // The signal frame is beyond the rule model: the fast unwinder must hand the stack over.
+  CHECK(r.nfast == cfi::kFallback);
+  CHECK(r.nslow > 12);
+  CHECK(g_signal_public > 12);
+}
+
+}  // namespace
+
+TEST_CASE("a stack captured in a signal handler falls back", "[unwind]") {
+  signal_capture(false);
+}
+
+TEST_CASE("a stack captured on an alternate signal stack falls back", "[unwind]") {
+  // In its own thread: the thread's stack bounds are looked up again for the other stack.
+  std::thread t([] { signal_capture(true); });
+  t.join();
+}
+
+TEST_CASE("16 threads capturing different stacks concurrently agree with the slow path",
+          "[unwind]") {
+  constexpr int kThreads = 16;
+  std::atomic<uint64_t> captures{0}, mismatches{0}, fallbacks{0};
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(1000 + t);
+      while (std::chrono::steady_clock::now() < end) {
+        Capture r;
+        Chain c = random_chain(rng, 1 + static_cast<int>(rng() % 50));
+        c.leaf = leaf_capture;
+        c.arg = &r;
+        run_chain(&c);
+        captures.fetch_add(1);
+        if (r.nfast == cfi::kFallback) fallbacks.fetch_add(1);
+        if (!same_frames(r)) mismatches.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  INFO("captures " << captures.load());
+  CHECK(captures.load() > 100);
+  CHECK(fallbacks.load() == 0);
+  CHECK(mismatches.load() == 0);
+}
+
+namespace {
+
+// Capture in a callback called from inside libc, below and above its own frames.
+int compare_and_capture(const void* a, const void* b) {
+  static bool done = false;
+  if (!done) {
+    done = true;
+    capture_both(static_cast<Capture*>(g_capture));
+  }
+  return *static_cast<const int*>(a) - *static_cast<const int*>(b);
+}
+
+int phdr_and_capture(dl_phdr_info*, size_t, void* data) {
+  capture_both(static_cast<Capture*>(data));
+  return 1;
+}
+
+}  // namespace
+
+TEST_CASE("stacks through libc's own frames (qsort, dl_iterate_phdr)", "[unwind]") {
+  Capture r;
+  g_capture = &r;
+  int values[64];
+  for (int i = 0; i < 64; ++i) values[i] = (i * 37) % 64;
+  qsort(values, 64, sizeof(int), compare_and_capture);
+  std::string why;
+  bool same = same_frames(r, &why);
+  INFO("qsort: " << why);
+  REQUIRE(same);
+  Capture p;
+  dl_iterate_phdr(phdr_and_capture, &p);
+  same = same_frames(p, &why);
+  INFO("dl_iterate_phdr: " << why);
+  REQUIRE(same);
+}
+
+TEST_CASE("a frame with a CFA expression falls back, the rest of the chain does not matter",
+          "[unwind]") {
+  std::mt19937 rng(31);
+  for (int round = 0; round < 50; ++round) {
+    Capture r;
+    Chain c = random_chain(rng, 3 + static_cast<int>(rng() % 20));
+    c.steps[rng() % c.depth] = &unwind_step_drap;
+    c.leaf = leaf_capture;
+    c.arg = &r;
+    run_chain(&c);
+    REQUIRE(r.nfast == cfi::kFallback);
+    REQUIRE(r.nslow > c.depth);
+  }
+}
+
+TEST_CASE("code without unwind information falls back", "[unwind]") {
+  // sub $8,%rsp; call *%rdi; add $8,%rsp; ret -- a JIT-like frame no FDE describes.
+  static const unsigned char kCode[] = {0x48, 0x83, 0xec, 0x08, 0xff, 0xd7,
+                                        0x48, 0x83, 0xc4, 0x08, 0xc3};
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(page != MAP_FAILED);
+  memcpy(page, kCode, sizeof kCode);
+  REQUIRE(mprotect(page, 4096, PROT_READ | PROT_EXEC) == 0);
+  static Capture r;
+  r = Capture{};
+  auto trampoline = reinterpret_cast<void (*)(void (*)())>(page);
+  trampoline([] { capture_both(&r); });
+  munmap(page, 4096);
+  CHECK(r.nfast == cfi::kFallback);
+  // _Unwind_Backtrace reports the unknown frame and stops there.
+  CHECK(r.nslow >= 3);
+}
