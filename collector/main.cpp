@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   cumemtrace::cli::add_check_command(app, exit_code);
   cumemtrace::cli::add_diff_command(app, exit_code);
   cumemtrace::cli::add_snapshot_command(app, exit_code);
+  cumemtrace::cli::add_html_command(app, exit_code);
+  cumemtrace::cli::add_convert_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -7,7 +7,7 @@ BUILD=${1:-build}
 
 PACKAGES=(build-essential cmake pkg-config libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
   libcli11-dev libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev libzstd-dev libbenchmark-dev python3 python3-dev python3-jsonschema python3-pytest
-  clang llvm binutils file)
+  clang llvm binutils file chromium fonts-dejavu-core)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,88 @@
+// `cumemtrace convert FILE --to pickle|perfetto|collapsed [-o OUT]`: exports a snapshot to the
+// established viewers (see viz/pickle_writer.h, viz/perfetto_writer.h, viz/collapsed_writer.h).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+
+#include "commands.h"
+#include "viz/collapsed_writer.h"
+#include "viz/output_file.h"
+#include "viz/perfetto_writer.h"
+#include "viz/pickle_writer.h"
+#include "viz/snapshot_input.h"
+
+namespace cumemtrace::cli {
+
+void add_convert_command(CLI::App& app, int& exit_code) {
+  struct Options {
+    std::string input;
+    std::string output;
+    std::string to;
+    std::string at = "peak";
+    size_t stack_frames = 8;
+  };
+  auto opt = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand(
+      "convert", "export a snapshot to pickle (PyTorch viewers), Perfetto or folded stacks");
+  cmd->add_option("FILE", opt->input, "Snapshot: cumemtrace or PyTorch JSON, or a PyTorch pickle")
+      ->required();
+  cmd->add_option("--to", opt->to,
+                  "pickle: protocol-4 pickle for python -m torch.cuda._memory_viz and "
+                  "pytorch.org/memory_viz; perfetto: Chrome trace-event JSON for ui.perfetto.dev "
+                  "and chrome://tracing; collapsed: folded stacks for flamegraph.pl and speedscope")
+      ->required()
+      ->check(CLI::IsMember({"pickle", "perfetto", "collapsed"}));
+  cmd->add_option("-o,--output", opt->output,
+                  "Output file, - for stdout (default: FILE less .json, plus .pickle, "
+                  ".perfetto.json or .folded)");
+  cmd->add_option("--at", opt->at,
+                  "collapsed: weigh stacks by bytes live at each device's peak or at exit")
+      ->check(CLI::IsMember({"peak", "exit"}));
+  cmd->add_option(
+         "--stack-frames", opt->stack_frames,
+         "perfetto: innermost frames of each allocation's stack written into its args "
+         "(Perfetto shows args, not \"sf\" stacks); 0 for none, which keeps big traces small")
+      ->capture_default_str();
+  cmd->callback([opt, &exit_code] {
+    snap::Snapshot s;
+    try {
+      s = viz::read_input_snapshot(opt->input);
+    } catch (const viz::InputError& e) {
+      std::fprintf(stderr, "cumemtrace convert: %s\n", e.what());
+      exit_code = 2;
+      return;
+    }
+    static const std::map<std::string, std::string> kSuffix = {
+        {"pickle", ".pickle"}, {"perfetto", ".perfetto.json"}, {"collapsed", ".folded"}};
+    const std::string out = opt->output.empty()
+                                ? viz::default_output_path(opt->input, kSuffix.at(opt->to))
+                                : opt->output;
+    if (out == opt->input) {
+      std::fprintf(stderr, "cumemtrace convert: refusing to overwrite the input %s\n", out.c_str());
+      exit_code = 2;
+      return;
+    }
+    try {
+      const uint64_t bytes = viz::write_output(out, [&](std::ostream& o) {
+        if (opt->to == "pickle") {
+          viz::write_pickle(s, o);
+        } else if (opt->to == "perfetto") {
+          viz::write_perfetto(s, o, {opt->stack_frames});
+        } else {
+          viz::write_collapsed(
+              s, opt->at == "exit" ? viz::CollapsedMoment::kExit : viz::CollapsedMoment::kPeak, o);
+        }
+      });
+      if (out != "-")
+        std::fprintf(stderr, "cumemtrace convert: wrote %s (%llu bytes)\n", out.c_str(),
+                     static_cast<unsigned long long>(bytes));
+      exit_code = 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "cumemtrace convert: %s\n", e.what());
+      exit_code = 2;
+    }
+  });
+}
+
+}  // namespace cumemtrace::cli

@@ -1,0 +1,21 @@
+// Contract: writes folded stacks ("root;caller;callee BYTES" per line), the input of
+// flamegraph.pl and speedscope, weighted by the bytes live at each device's peak or at exit
+// (the end of the trace, which includes blocks older than the trace). Lines are outermost frame
+// first, rooted at "cuda:N", with PyTorch viewer's hidden frames dropped; frames are "name
+// (file:line)" with ';' replaced so a frame never splits. Identical stacks are summed; lines are
+// sorted for stable output. A block without a stack is "cuda:N;<no stack>".
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "snapshot.h"
+
+namespace cumemtrace::viz {
+
+enum class CollapsedMoment { kPeak, kExit };
+
+void write_collapsed(const snap::Snapshot& s, CollapsedMoment when, std::ostream& out);
+std::string to_collapsed(const snap::Snapshot& s, CollapsedMoment when);
+
+}  // namespace cumemtrace::viz

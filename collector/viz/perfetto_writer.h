@@ -1,0 +1,29 @@
+// Contract: writes a Snapshot as Chrome trace-event JSON ({"traceEvents": [...]}) that
+// ui.perfetto.dev and chrome://tracing open. Each device is one process ("cuda:N", pid N+1, as
+// pid 0 is dropped by some importers) with: a counter track "live" (bytes) (ph "C", one sample per
+// allocation or free, exact, not downsampled) and "reserved" when segments are traced; an
+// instant event (ph "i") per allocation on thread 1, named after its site, with size and address
+// in args and its stack as "sf" into the top-level "stackFrames" table (stacks are written once,
+// so a million events stay a few hundred bytes each); OOMs as global instants; marks as complete
+// slices (ph "X") on thread 2: START/END pairs matched by name (innermost first), an END without
+// START dropped, a START without END running to the last event; MARK as an instant. ts is in µs
+// since the Unix epoch, as the snapshot has it. Perfetto ignores "sf", so each allocation's args
+// also carry its innermost `stack_frames` visible frames as text ("stack", one frame a line; 0
+// leaves it out, SIZE_MAX keeps every frame): the size of the file grows with it.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "snapshot.h"
+
+namespace cumemtrace::viz {
+
+struct PerfettoOptions {
+  size_t stack_frames = 8;
+};
+
+void write_perfetto(const snap::Snapshot& s, std::ostream& out, const PerfettoOptions& opt = {});
+std::string to_perfetto(const snap::Snapshot& s, const PerfettoOptions& opt = {});
+
+}  // namespace cumemtrace::viz

@@ -1,0 +1,121 @@
+// Contract: everything the HTML report draws, aggregated in C++ so the page stays small and fast
+// whatever the trace length. Per device:
+// - a timeline of live bytes stacked by the `top_sites` allocation sites with the most
+//   byte-time (area under their curve) plus "other", downsampled into at most `max_buckets`
+//   time buckets with up to two points each: the moment of the bucket's highest total (so every
+//   local peak, and the device's peak exactly, survives) and the bucket's last state (so a drop
+//   is not hidden behind a long idle gap). Reserved bytes (segments) ride along per point.
+// - the peak (first moment of highest live bytes), OOMs, and marks: START/END annotations
+//   paired by name as bands, MARK annotations as lines (at most `max_bands` of each: the
+//   longest bands, evenly spaced marks, the first OOMs).
+// - what was live at the peak and at exit, grouped by site (largest first, `max_groups`), each
+//   with its largest `max_stacks` stacks.
+// - a histogram of allocation sizes in power-of-two buckets (count and bytes).
+// The x axis is µs since the Unix epoch, or the event index when the trace has no time span.
+// Stacks referenced by groups are listed in `stacks` (visible frames only), so the page can show
+// them and search them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "snapshot.h"
+
+namespace cumemtrace::viz {
+
+struct ReportOptions {
+  size_t max_buckets = 2000;
+  size_t top_sites = 10;
+  size_t max_groups = 50;
+  size_t max_stacks = 5;
+  size_t max_bands = 2000;
+};
+
+struct TimelinePoint {
+  int64_t x = 0;
+  uint64_t total = 0;
+  uint64_t reserved = 0;
+  std::vector<uint64_t> series;  // one per ReportDevice::series
+};
+
+struct StackShare {
+  int32_t stack = snap::kNoStack;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
+struct SiteGroup {
+  std::string site;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  std::vector<StackShare> stacks;
+};
+
+struct LiveTable {
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  std::vector<SiteGroup> groups;
+  uint64_t rest_bytes = 0;  // in groups past max_groups
+  uint64_t rest_groups = 0;
+};
+
+struct Band {
+  std::string name;
+  int64_t start = 0;
+  int64_t end = 0;
+};
+
+struct Mark {
+  std::string name;
+  int64_t x = 0;
+};
+
+struct Oom {
+  int64_t x = 0;
+  uint64_t requested = 0;
+  uint64_t device_free = 0;
+};
+
+struct SizeBucket {
+  int log2 = 0;  // sizes in [2^log2, 2^(log2+1)); 0 also holds size 0
+  uint64_t count = 0;
+  uint64_t bytes = 0;
+};
+
+struct ReportDevice {
+  int device = 0;
+  bool time_axis = true;
+  int64_t x_begin = 0;
+  int64_t x_end = 0;
+  size_t entries = 0;
+  uint64_t allocations = 0;
+  uint64_t frees = 0;
+  std::vector<std::string> series;  // site labels; the last is "other" when there are more sites
+  std::vector<TimelinePoint> points;
+  uint64_t peak_bytes = 0;
+  int64_t peak_x = 0;
+  uint64_t peak_reserved = 0;
+  std::vector<Oom> ooms;  // the first max_bands
+  uint64_t oom_count = 0;
+  std::vector<Band> bands;
+  std::vector<Mark> marks;
+  size_t bands_dropped = 0;  // bands and marks not drawn past max_bands
+  LiveTable at_peak;
+  LiveTable at_exit;
+  std::vector<SizeBucket> sizes;
+};
+
+struct ReportStack {
+  int32_t id = 0;
+  std::vector<snap::Frame> frames;  // visible frames, innermost first
+};
+
+struct ReportModel {
+  std::vector<ReportDevice> devices;
+  std::vector<ReportStack> stacks;
+};
+
+ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt = {});
+
+}  // namespace cumemtrace::viz

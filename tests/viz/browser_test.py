@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""The HTML report in a real browser: headless Chromium loads `cumemtrace html` output, runs its
+JS, and we check the DOM it leaves and keep a screenshot.
+
+  browser_test.py --cumemtrace BIN --fixture TORCH_SNAPSHOT.json --out DIR
+
+1. A synthetic snapshot with a known leak (make_synthetic.py): the chart has its series paths,
+   the exit table lists `leaky_cache_grow` first, the page timed its own rendering.
+2. The real PyTorch snapshot (torch 2.11 fixture, PyTorch's own pickle or its JSON), when
+   present: the chart rendered and the site of the largest block still live at exit is listed
+   in the exit table.
+Screenshots: DIR/report-synthetic.png, DIR/report-fixture.png. Exit 77 (skipped) only when no
+Chromium binary exists (scripts/setup.sh installs Debian's `chromium`).
+"""
+import argparse
+import html.parser
+import json
+import os
+import pickle
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def find_browser():
+    for name in (os.environ.get("CUMEMTRACE_CHROMIUM"), "chromium", "chromium-browser",
+                 "google-chrome", "google-chrome-stable"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def chromium(browser, page, *extra, fragment=""):
+    with tempfile.TemporaryDirectory() as profile:
+        cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--no-first-run", "--hide-scrollbars", f"--user-data-dir={profile}",
+               "--window-size=1400,1000", "--virtual-time-budget=5000", *extra,
+               page.resolve().as_uri() + fragment]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        if p.returncode != 0:
+            sys.exit(f"chromium failed ({p.returncode}): {p.stderr[-2000:]}")
+        return p.stdout
+
+
+class Dom(html.parser.HTMLParser):
+    """Collects what the checks need from the dumped DOM."""
+
+    def __init__(self):
+        super().__init__()
+        self.charts = 0
+        self.series_paths = []
+        self.tables = {}  # data-table -> [data-site of group rows]
+        self.current_table = None
+        self.body = {}
+        self.render_time = False
+        self.hidden_rows = 0
+        self.dim_paths = 0
+        self.zoomed = 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        cls = (a.get("class") or "").split()
+        if tag == "body":
+            self.body = a
+        if tag == "svg" and "chart" in cls:
+            self.charts += 1
+        if tag == "path" and "series" in cls:
+            self.series_paths.append(a.get("d", ""))
+            self.dim_paths += "dim" in cls
+        if tag == "span" and "zoomed" in cls:
+            self.zoomed += 1
+        if tag == "table" and "live" in cls:
+            self.current_table = a.get("data-table")
+            self.tables.setdefault(self.current_table, [])
+        if tag == "tr" and "group" in cls and self.current_table:
+            if "hidden" in a:
+                self.hidden_rows += 1
+            else:
+                self.tables[self.current_table].append(a.get("data-site"))
+        if a.get("id") == "render-time":
+            self.render_time = True
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self.current_table = None
+
+
+def load_dom(browser, page, fragment=""):
+    dom = Dom()
+    dom.feed(chromium(browser, page, "--dump-dom", fragment=fragment))
+    assert dom.charts >= 1, f"{page}: no chart was drawn"
+    drawn = [d for d in dom.series_paths if len(d) > 20]
+    assert drawn, f"{page}: the chart has no series paths"
+    assert dom.render_time and "data-render-ms" in dom.body, f"{page}: the page script did not finish"
+    return dom
+
+
+def png_is_picture(path):
+    """A real screenshot: a PNG whose pixels are far from one flat colour."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    pos, idat = 8, b""
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos:pos + 4])
+        kind = data[pos + 4:pos + 8]
+        if kind == b"IDAT":
+            idat += data[pos + 8:pos + 8 + n]
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    distinct = len(set(raw[::7]))
+    assert distinct > 40, f"{path}: only {distinct} distinct byte values: a blank page?"
+    return distinct
+
+
+def screenshot(browser, page, png):
+    if png.exists():
+        png.unlink()
+    chromium(browser, page, f"--screenshot={png}")
+    assert png.exists(), f"no screenshot written to {png}"
+    png_is_picture(png)
+
+
+def html_report(cumemtrace, snapshot, page):
+    p = subprocess.run([cumemtrace, "html", snapshot, "-o", page], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"cumemtrace html {snapshot}: exit {p.returncode}: {p.stderr}")
+    print(p.stderr.strip())
+
+
+def short(name):
+    return name.split("(")[0] if not name.startswith("(") else name
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cumemtrace", required=True)
+    ap.add_argument("--fixture", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    browser = find_browser()
+    if not browser:
+        print("SKIP: no Chromium binary (chromium, chromium-browser, google-chrome) on PATH; "
+              "scripts/setup.sh installs Debian's chromium")
+        return 77
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    syn = out / "synthetic.json"
+    subprocess.run([sys.executable, HERE / "make_synthetic.py", "--events", "20000", syn], check=True)
+    page = out / "synthetic.html"
+    html_report(a.cumemtrace, syn, page)
+    dom = load_dom(browser, page)
+    exit_sites = dom.tables.get("exit", [])
+    assert exit_sites and exit_sites[0] == "leaky_cache_grow (cache.py:42)", exit_sites
+    assert "leaky_cache_grow (cache.py:42)" in dom.tables.get("peak", []), dom.tables
+    assert len(dom.series_paths) == 8, f"synthetic: {len(dom.series_paths)} series, wanted 8 sites"
+    # Search and zoom, as a link can request them: only leak rows stay, other series dim.
+    dom = load_dom(browser, page, "#search=leaky_cache&zoom=0.5,0.75")
+    assert dom.zoomed == 1, "the chart did not zoom"
+    assert dom.hidden_rows > 0 and all("leaky_cache_grow" in s for t in dom.tables.values() for s in t), dom.tables
+    assert dom.dim_paths == len(dom.series_paths) - 1, f"{dom.dim_paths} of {len(dom.series_paths)} dimmed"
+    screenshot(browser, page, out / "report-synthetic.png")
+    print(f"ok synthetic: {len(dom.series_paths)} series paths; exit table {exit_sites}; "
+          f"rendered in {dom.body['data-render-ms']} ms")
+
+    fixture = Path(a.fixture)
+    if not fixture.exists():
+        print(f"note: {fixture} is absent; the real-snapshot part did not run")
+        return 0
+    page = out / "fixture.html"
+    html_report(a.cumemtrace, fixture, page)
+    dom = load_dom(browser, page)
+    src = pickle.loads(fixture.read_bytes()) if fixture.suffix == ".pickle" else json.loads(fixture.read_text())
+    blocks = [b for s in src["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+    biggest = max(blocks, key=lambda b: b.get("requested_size") or b["size"])
+    py = [f for f in biggest["frames"] if f["filename"].endswith(".py")]
+    want = f"{py[0]['name']} ({os.path.basename(py[0]['filename'])}:{py[0]['line']})" if py else None
+    exit_sites = dom.tables.get("exit", [])
+    if want:
+        assert want in exit_sites, f"fixture: {want} not in the exit table {exit_sites}"
+    else:
+        names = {short(f["name"]) for f in biggest["frames"]}
+        assert any(s.split(" (")[0] in names for s in exit_sites), exit_sites
+    screenshot(browser, page, out / "report-fixture.png")
+    print(f"ok fixture: {len(dom.series_paths)} series paths; exit table lists {want or exit_sites[0]}; "
+          f"rendered in {dom.body['data-render-ms']} ms; screenshot {out / 'report-fixture.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

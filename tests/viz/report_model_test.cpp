@@ -1,0 +1,117 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <numeric>
+
+#include "sample_snapshots.h"
+#include "viz/report_model.h"
+
+using namespace cumemtrace;
+using namespace cumemtrace::viz;
+
+TEST_CASE("report model of the leak snapshot") {
+  const auto m = build_report_model(testing::leak_snapshot());
+  REQUIRE(m.devices.size() == 1);
+  const auto& d = m.devices[0];
+  REQUIRE(d.time_axis);
+  REQUIRE(d.peak_bytes == 7u << 20);
+  REQUIRE(d.peak_x == testing::kT0 + 30);
+  REQUIRE(d.allocations == 3);
+  REQUIRE(d.frees == 2);
+  REQUIRE(d.at_peak.bytes == 7u << 20);
+  REQUIRE(d.at_peak.groups.size() == 3);
+  REQUIRE(d.at_peak.groups[0].site == "leaky_cache_grow (cache.cpp:42)");
+  REQUIRE(d.at_exit.bytes == 4u << 20);
+  REQUIRE(d.at_exit.groups.size() == 1);
+  REQUIRE(d.at_exit.groups[0].site == "leaky_cache_grow (cache.cpp:42)");
+  REQUIRE(d.at_exit.groups[0].stacks.at(0).stack == 1);
+  // The leak holds the most byte-time, so it is the bottom series.
+  REQUIRE(d.series.at(0) == "leaky_cache_grow (cache.cpp:42)");
+  REQUIRE(d.series.size() == 3);
+  REQUIRE(d.ooms.size() == 1);
+  REQUIRE(d.ooms[0].requested == 64u << 20);
+  REQUIRE(d.bands.size() == 1);
+  REQUIRE(d.bands[0].name == "step");
+  REQUIRE(d.bands[0].end - d.bands[0].start == 40);
+  REQUIRE(d.marks.size() == 1);
+  // 1 MiB, 2 MiB and 4 MiB land in buckets 20, 21, 22.
+  REQUIRE(d.sizes.size() == 3);
+  REQUIRE(d.sizes[0].log2 == 20);
+  REQUIRE(d.sizes[2].log2 == 22);
+  // Every point's series add up to its total, and the peak is one of the points.
+  bool saw_peak = false;
+  for (const auto& p : d.points) {
+    REQUIRE(std::accumulate(p.series.begin(), p.series.end(), uint64_t{0}) == p.total);
+    saw_peak |= p.total == d.peak_bytes && p.x == d.peak_x;
+  }
+  REQUIRE(saw_peak);
+  REQUIRE(d.points.back().total == 4u << 20);
+  REQUIRE(m.stacks.size() == 3);
+}
+
+TEST_CASE("a long trace is downsampled but keeps its peak and final state") {
+  auto s = testing::busy_snapshot(200000, 40);
+  // One spike in the middle of device 0: it must survive downsampling exactly.
+  auto& t = s.device_traces[0];
+  const size_t mid = t.size() / 2;
+  snap::TraceEntry big{snap::Action::kAlloc, 0x1, uint64_t{1} << 40, 0, t[mid].time_us, 3, 0, 0};
+  snap::TraceEntry gone = big;
+  gone.action = snap::Action::kFreeCompleted;
+  t.insert(t.begin() + static_cast<ptrdiff_t>(mid), {big, gone});
+  ReportOptions opt;
+  opt.max_buckets = 500;
+  opt.top_sites = 5;
+  const auto m = build_report_model(s, opt);
+  REQUIRE(m.devices.size() == 2);
+  const auto& d = m.devices[0];
+  REQUIRE(d.points.size() <= 2 * opt.max_buckets + 1);
+  REQUIRE(d.series.size() == 6);
+  REQUIRE(d.series.back() == "other");
+  REQUIRE(d.peak_bytes >= uint64_t{1} << 40);
+  uint64_t highest = 0;
+  for (const auto& p : d.points) highest = std::max(highest, p.total);
+  REQUIRE(highest == d.peak_bytes);
+  REQUIRE(d.points.back().total == 0);
+  REQUIRE(d.at_exit.groups.empty());
+  uint64_t counted = 0;
+  for (const auto& b : d.sizes) counted += b.count;
+  REQUIRE(counted == d.allocations);
+  for (size_t i = 1; i < d.points.size(); ++i) REQUIRE(d.points[i].x >= d.points[i - 1].x);
+}
+
+TEST_CASE("marks, bands and OOMs are capped") {
+  auto s = testing::leak_snapshot();
+  for (int i = 0; i < 100; ++i) {
+    s.annotations.push_back({"tick", "MARK", 0, testing::kT0 + i / 2});
+    s.annotations.push_back({"short", "START", 0, testing::kT0 + i / 3});
+    s.annotations.push_back({"short", "END", 0, testing::kT0 + i / 3 + (i % 5)});
+    snap::TraceEntry oom{snap::Action::kOom, 0, 1, 0, testing::kT0 + 59, -1, 7, 0};
+    s.device_traces[0].push_back(oom);
+  }
+  ReportOptions opt;
+  opt.max_bands = 10;
+  const auto d = build_report_model(s, opt).devices.at(0);
+  REQUIRE(d.bands.size() == 10);
+  REQUIRE(d.marks.size() == 10);
+  REQUIRE(d.bands_dropped == (101 - 10) + (101 - 10));
+  // The longest bands are the ones kept: "step" (40 µs) among them.
+  REQUIRE(
+      std::any_of(d.bands.begin(), d.bands.end(), [](const Band& b) { return b.name == "step"; }));
+  REQUIRE(d.ooms.size() == 10);
+  REQUIRE(d.oom_count == 101);
+}
+
+TEST_CASE("a trace without a time span uses the event index") {
+  snap::Snapshot s;
+  auto& t = s.device_traces.emplace_back();
+  t.push_back({snap::Action::kAlloc, 0x10, 8, 0, 0, -1, 0, 0});
+  t.push_back({snap::Action::kAlloc, 0x20, 8, 0, 0, -1, 0, 0});
+  s.annotations = {{"ignored", "MARK", 0, 0}};
+  const auto m = build_report_model(s);
+  const auto& d = m.devices.at(0);
+  REQUIRE_FALSE(d.time_axis);
+  REQUIRE(d.x_end == 2);
+  REQUIRE(d.peak_x == 2);
+  REQUIRE(d.marks.empty());
+  REQUIRE(d.at_exit.groups.at(0).site == "<no stack>");
+}
