@@ -94,6 +94,8 @@ enum class C : uint8_t {
   kHost,
   kAnoms,
   kAnom,
+  kDrivers,
+  kDriver,
   kSkip,
 };
 
@@ -128,13 +130,18 @@ const Keys kToolKeys = {"schema_version",
                         "vmm_handles",
                         "host_allocations",
                         "anomalies",
-                        "threads"};
+                        "threads",
+                        "trace_entries_dropped",
+                        "driver_memory",
+                        "tag"};
+constexpr int kToolTag = 21;  // the only optional key of the cumemtrace object
 const Keys kEndedKeys = {"how", "code", "signal"};
 const Keys kDeviceKeys = {"device",     "peak_bytes",  "peak_time_us",
                           "live_bytes", "allocations", "frees"};
 const Keys kVmmKeys = {"handle", "size", "device", "time_us", "frames"};
 const Keys kHostKeys = {"addr", "size", "api", "time_us", "frames"};
 const Keys kAnomKeys = {"kind", "addr", "api", "time_us", "tid", "frames"};
+const Keys kDriverKeys = {"time_us", "device", "used_bytes"};
 
 uint32_t bits(std::initializer_list<int> ids) {
   uint32_t m = 0;
@@ -171,6 +178,8 @@ const Keys* keys_of(C c) {
       return &kHostKeys;
     case C::kAnom:
       return &kAnomKeys;
+    case C::kDriver:
+      return &kDriverKeys;
     default:
       return nullptr;
   }
@@ -186,9 +195,11 @@ uint32_t required_of(C c) {
       return bits({0, 1, 3});
     case C::kEntry:
       return bits({0, 2});
+    case C::kTool:
+      return all_bits(kToolKeys) & ~(uint32_t{1} << kToolTag);
     case C::kFrame:
     case C::kAnnotation:
-    case C::kTool:
+    case C::kDriver:
     case C::kEnded:
     case C::kDevice:
     case C::kVmm:
@@ -468,6 +479,7 @@ class Handler {
       case C::kVmms:
       case C::kHosts:
       case C::kAnoms:
+      case C::kDrivers:
         return "expected an object";
       default:
         return "unexpected value";
@@ -641,6 +653,12 @@ class Handler {
           case 13:
             t.events_dropped = u64(v);
             return;
+          case 19:
+            t.trace_entries_dropped = u64(v);
+            return;
+          case kToolTag:
+            t.tag = str(v);
+            return;
           case 11:
           case 18:
           case 7:
@@ -662,6 +680,13 @@ class Handler {
             return;
         }
         return;
+      case C::kDriver: {
+        DriverMemorySample& m = snap_.tool->driver_memory.back();
+        if (l.key == 0) m.time_us = static_cast<int64_t>(u64(v));
+        if (l.key == 1) m.device = device(v);
+        if (l.key == 2) m.used_bytes = u64(v);
+        return;
+      }
       case C::kDevice: {
         DeviceSummary& d = snap_.tool->devices.back();
         switch (l.key) {
@@ -835,6 +860,11 @@ class Handler {
         snap_.tool->devices.emplace_back();
         push(C::kDevice, {});
         return true;
+      case C::kDrivers:
+        need(true);
+        snap_.tool->driver_memory.emplace_back();
+        push(C::kDriver, {});
+        return true;
       case C::kVmms:
         need(true);
         snap_.tool->vmm_handles.emplace_back();
@@ -941,6 +971,10 @@ class Handler {
           case 17:
             need(false);
             push(C::kAnoms, kn);
+            return true;
+          case 20:
+            need(false);
+            push(C::kDrivers, kn);
             return true;
         }
         break;

@@ -362,7 +362,8 @@ class SnapshotPickler {
   }
 
   void tool(const snap::ToolSection& t) {
-    p_.dict(19, [&](size_t k) {
+    // Same keys as the JSON writer; `tag` only when set.
+    p_.dict(t.tag.empty() ? 21 : 22, [&](size_t k) {
       switch (k) {
         case 0:
           key_int("schema_version", t.schema_version);
@@ -522,6 +523,23 @@ class SnapshotPickler {
         case 18:
           p_.string("threads");
           string_map(t.threads);
+          break;
+        case 19:
+          key_uint("trace_entries_dropped", t.trace_entries_dropped);
+          break;
+        case 20:
+          p_.string("driver_memory");
+          p_.list(t.driver_memory.size(), [&](size_t i) {
+            const auto& m = t.driver_memory[i];
+            p_.dict(3, [&](size_t j) {
+              if (j == 0) key_int("time_us", m.time_us);
+              if (j == 1) key_int("device", m.device);
+              if (j == 2) key_uint("used_bytes", m.used_bytes);
+            });
+          });
+          break;
+        case 21:
+          key_str("tag", t.tag);
           break;
       }
     });
