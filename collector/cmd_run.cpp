@@ -79,6 +79,8 @@ int exit_code_of(int status) {
     const std::string lp = old && *old ? preload + ":" + old : preload;
     setenv("LD_PRELOAD", lp.c_str(), 1);
     setenv("CUMEMTRACE_CONTROL_FD", std::to_string(ctl_fd).c_str(), 1);
+    std::error_code ec;
+    setenv("CUMEMTRACE_OUTPUT", std::filesystem::absolute(a.output, ec).c_str(), 1);
     setenv("CUMEMTRACE_STACK_DEPTH", std::to_string(a.stack_depth).c_str(), 1);
     setenv("CUMEMTRACE_BUFFER_MB", std::to_string(a.buffer_mb).c_str(), 1);
     setenv("NVTX_INJECTION64_PATH", preload.c_str(), 0);

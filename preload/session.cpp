@@ -356,13 +356,10 @@ bool start() {
 
   int ctl = -1;
   bool own_ctl = false;
-  if (g_config.control_fd >= 0) {
-    if (!is_control_socket(g_config.control_fd)) {
-      print_line(
-          "CUMEMTRACE_CONTROL_FD is not the collector's socket (closed by the program?); "
-          "tracing disabled");
-      return false;
-    }
+  // A launcher's parent may have closed the inherited control socket before exec (Python's
+  // subprocess closes every descriptor; torchrun starts its workers that way): such a process
+  // gets a collector of its own, writing to the same directory (CUMEMTRACE_OUTPUT).
+  if (g_config.control_fd >= 0 && is_control_socket(g_config.control_fd)) {
     ctl = g_config.control_fd;
   } else {
     ctl = spawn_collector();

@@ -4,6 +4,7 @@ Expected numbers come from tests/programs/scenarios.h (the `basic` scenario and 
 """
 import os
 import signal
+import time
 import subprocess
 
 import pytest
@@ -318,3 +319,22 @@ def test_run_gates_on_the_same_limits_as_check(tmp_path):
     assert p.returncode == 3  # limits hold: the program's own status
     p, _ = run_traced(tmp_path / "c", [prog("ct_static_like"), "basic"], ["--max-peak-bytes", "6MiB"])
     assert p.returncode == 1 and "device 1" in p.stderr
+
+
+def test_children_started_with_closed_descriptors_are_still_traced(tmp_path):
+    """Python's subprocess (and so torchrun) closes the inherited control socket: the child then
+    starts a collector of its own that writes to the same directory."""
+    launcher = ("import subprocess, sys; "
+                f"sys.exit(subprocess.run([{prog('ct_static_like')!r}, 'exit', '0']).returncode)")
+    p, _ = run_traced(tmp_path, ["/usr/bin/python3", "-c", launcher])
+    assert p.returncode == 0, p.stderr
+    deadline = time.time() + 20
+    files = []
+    while time.time() < deadline and not files:
+        files = list((tmp_path / "traces").glob("ct_static_like.*.json"))
+        time.sleep(0.05)
+    assert len(files) == 1
+    time.sleep(0.3)
+    snap = load(str(files[0]))
+    assert [s["total_size"] for s in snap["segments"]] == [MiB]
+    assert "tracing disabled" not in p.stderr

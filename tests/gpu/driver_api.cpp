@@ -8,17 +8,23 @@
 
 #include <cstdio>
 
-#define CHECK(x)                                                 \
-  do {                                                           \
-    CUresult r = (x);                                            \
-    if (r != CUDA_SUCCESS) {                                     \
+#define CHECK(x)                                                        \
+  do {                                                                  \
+    CUresult r = (x);                                                   \
+    if (r != CUDA_SUCCESS) {                                            \
       std::fprintf(stderr, "%s failed: %d\n", #x, static_cast<int>(r)); \
-      return 3;                                                  \
-    }                                                            \
+      return 3;                                                         \
+    }                                                                   \
   } while (0)
 
-__attribute__((noinline)) CUresult leak_plain(CUdeviceptr* p) { return cuMemAlloc(p, 1 << 20); }
-__attribute__((noinline)) CUresult leak_async(CUdeviceptr* p, CUstream s) {
+// No sibling calls: `return cuMemAlloc(...)` compiled as a jump would remove the leaking
+// function's frame from every unwinder's view.
+__attribute__((noinline, optimize("no-optimize-sibling-calls"))) CUresult leak_plain(
+    CUdeviceptr* p) {
+  return cuMemAlloc(p, 1 << 20);
+}
+__attribute__((noinline, optimize("no-optimize-sibling-calls"))) CUresult leak_async(CUdeviceptr* p,
+                                                                                     CUstream s) {
   return cuMemAllocAsync(p, 2 << 20, s);
 }
 
