@@ -318,7 +318,12 @@ void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
       break;
     case Kind::kMap: {
       auto h = handles_.find(ev.aux);
-      l.device = h != handles_.end() ? h->second.device : 0;
+      if (h != handles_.end()) {
+        l.device = h->second.device;
+      } else {
+        // Imported (another process's memory, e.g. NCCL peers) or retained: mapped, not owned.
+        imported_handles_.insert(ev.aux);
+      }
       mapped_[ev.addr] = l;
       push(Action::kSegmentMap, l.device, ev.addr, l.size, 0, t, stack, ev.tid);
       break;
@@ -353,7 +358,8 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
     case Kind::kRelease: {
       auto it = handles_.find(ev.addr);
       if (it == handles_.end()) {
-        anomaly("release_unknown_handle", r, t, stack);
+        // Releasing an imported handle we saw mapped is normal; anything else is not.
+        if (imported_handles_.erase(ev.addr) == 0) anomaly("release_unknown_handle", r, t, stack);
         return;
       }
       shrink(it->second.device, it->second.size);

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "ring_reader.h"
@@ -110,12 +111,13 @@ class TraceModel {
 
   std::deque<Entry> trace_;
   uint64_t trace_dropped_ = 0;
-  std::unordered_map<uint64_t, Live> live_;      // device allocations by address
-  std::map<uint64_t, Live> mapped_;              // VMM mappings by virtual address
-  std::unordered_map<uint64_t, Live> handles_;   // cuMemCreate handles
-  std::unordered_map<uint64_t, Live> host_;      // pinned host memory
-  std::unordered_map<uint64_t, Live> reserved_;  // VA reservations (no memory)
-  std::unordered_map<uint64_t, Live> freed_;     // last free per address: double free, undo
+  std::unordered_map<uint64_t, Live> live_;        // device allocations by address
+  std::map<uint64_t, Live> mapped_;                // VMM mappings by virtual address
+  std::unordered_map<uint64_t, Live> handles_;     // cuMemCreate handles
+  std::unordered_set<uint64_t> imported_handles_;  // mapped here but created elsewhere
+  std::unordered_map<uint64_t, Live> host_;        // pinned host memory
+  std::unordered_map<uint64_t, Live> reserved_;    // VA reservations (no memory)
+  std::unordered_map<uint64_t, Live> freed_;       // last free per address: double free, undo
   std::vector<DeviceState> devices_;
   std::vector<snap::Anomaly> anomalies_;
 

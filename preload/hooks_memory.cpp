@@ -220,6 +220,9 @@ CUMEMTRACE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
     a.addr = ptr;
     a.size = size;
     a.aux = handle;
+    // A handle imported from another process (NCCL) was never created here: its device comes from
+    // its own properties, which need no context.
+    a.device = pl::handle_device(handle);
     pl::record(a);
   }
   return r;

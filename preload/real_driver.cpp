@@ -50,6 +50,7 @@ Fn lazy(std::atomic<void*>& slot, const char* name) noexcept {
 std::atomic<void*> g_ctx_get_device{nullptr};
 std::atomic<void*> g_pointer_get_attribute{nullptr};
 std::atomic<void*> g_mem_get_info{nullptr};
+std::atomic<void*> g_handle_props{nullptr};
 std::atomic<void*> g_device_get{nullptr};
 std::atomic<void*> g_device_get_pci_bus_id{nullptr};
 
@@ -83,6 +84,14 @@ uint64_t device_free_bytes() noexcept {
   size_t free_b = 0, total = 0;
   if (!fn || fn(&free_b, &total) != CUDA_SUCCESS) return 0;
   return free_b;
+}
+
+int handle_device(uint64_t handle) noexcept {
+  auto fn = lazy<CUresult (*)(CUmemAllocationProp*, CUmemGenericAllocationHandle)>(
+      g_handle_props, "cuMemGetAllocationPropertiesFromHandle");
+  CUmemAllocationProp prop{};
+  if (!fn || fn(&prop, handle) != CUDA_SUCCESS) return -1;
+  return prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop.location.id : -1;
 }
 
 }  // namespace cumemtrace::preload

@@ -15,9 +15,10 @@ DlsymFn real_dlsym() noexcept;
 void* libcuda_handle() noexcept;
 void* driver_symbol(const char* name) noexcept;
 
-int current_device() noexcept;               // cuCtxGetDevice, -1 on failure
-int pointer_device(uint64_t dptr) noexcept;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, -1
-uint64_t device_free_bytes() noexcept;       // cuMemGetInfo_v2 free bytes, 0 on failure
+int current_device() noexcept;                // cuCtxGetDevice, -1 on failure
+int pointer_device(uint64_t dptr) noexcept;   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, -1
+uint64_t device_free_bytes() noexcept;        // cuMemGetInfo_v2 free bytes, 0 on failure
+int handle_device(uint64_t handle) noexcept;  // a VMM handle's device location, -1 if none
 // The PCI bus id ("0000:3B:00.0") of a CUDA ordinal; no context needed, the driver initialized.
 bool device_pci_bus_id(int ordinal, char* buf, int len) noexcept;
 

@@ -74,6 +74,9 @@ PY
 # 4. Two GPUs: a 2-rank torchrun DDP job on NCCL.
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   "$CT" run -q -o "$OUT/traces/ddp" -- torchrun --standalone --nproc_per_node 2 tests/gpu/ddp_train.py >/dev/null 2>&1
+  # Workers started by torchrun's subprocess (descriptors closed) have collectors of their own.
+  for _ in $(seq 60); do [ "$(ls "$OUT"/traces/ddp/*.json 2>/dev/null | wc -l)" -ge 2 ] && break; sleep 0.5; done
+  sleep 1
   python3 tests/gpu/validate_ddp.py "$OUT/traces/ddp" >> "$ROWS"
 else
   row "torchrun 2 ranks" SKIP "one GPU on this host"

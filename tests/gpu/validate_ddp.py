@@ -14,8 +14,9 @@ ok = sorted(ranks) == [0, 1]
 details = []
 for r, s in sorted(ranks.items()):
     devices = {d["device"] for d in s["cumemtrace"]["devices"] if d["allocations"]}
-    nccl = sum(1 for tr in s["device_traces"] for e in tr if e["action"] in ("alloc", "segment_map")
-               and any("nccl" in (f["name"] + f["filename"]).lower() for f in e.get("frames", [])))
+    owned = [x.get("frames", []) for tr in s["device_traces"] for x in tr if x["action"] == "alloc"]
+    owned += [h["frames"] for h in s["cumemtrace"]["vmm_handles"]] + [g["frames"] for g in s["segments"]]
+    nccl = sum(1 for fr in owned if any("nccl" in (f["name"] + f["filename"]).lower() for f in fr))
     peak = max(d["peak_bytes"] for d in s["cumemtrace"]["devices"])
     ok = ok and devices == {r} and nccl > 0
     details.append(f"rank {r}: devices {sorted(devices)}, {nccl} NCCL allocations, peak {peak / 2**20:.0f} MiB")

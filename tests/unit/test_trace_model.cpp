@@ -216,3 +216,15 @@ TEST_CASE("a re-announced Python code address names only the records after it") 
   REQUIRE(frame(5) == snap::Frame{"<gen>", 7, "second"});
   REQUIRE(frame(7) == snap::Frame{"<python>", 3, "<unknown>"});
 }
+
+TEST_CASE("mapping a handle created elsewhere (NCCL import) is not an anomaly") {
+  Feeder f;
+  f.add(Kind::kMap, Api::kMemMap, 0x100000, 2 << 20, /*device from the handle*/ 1, /*handle*/ 500);
+  f.add(Kind::kUnmap, Api::kMemUnmap, 0x100000, 2 << 20);
+  f.add(Kind::kRelease, Api::kMemRelease, 500, 0);
+  auto s = f.build();
+  REQUIRE(s.tool->anomalies.empty());
+  REQUIRE(s.device_traces.size() == 2);
+  REQUIRE(s.device_traces[1].size() == 2);  // segment_map + segment_unmap on the handle's device
+  REQUIRE(s.tool->devices[1].live_bytes == 0);
+}
