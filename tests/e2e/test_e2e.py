@@ -122,6 +122,9 @@ def test_killed_target_still_leaves_its_snapshot(tmp_path, scenario, sig):
     assert snap["cumemtrace"]["ended"] == {"how": "signal", "code": 0, "signal": sig}
     assert [s["total_size"] for s in snap["segments"]] == [MiB]
     assert f"was killed by signal {int(sig)}" in p.stderr
+    # Symbolized after the process died: function, file and line of the allocating code.
+    top = next(f for f in snap["segments"][0]["frames"] if "alloc_1mib_on_device0" in f["name"])
+    assert top["filename"].endswith("scenarios.cpp") and top["line"] > 0
 
 
 def test_killed_under_plain_preload(tmp_path):
