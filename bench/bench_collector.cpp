@@ -17,36 +17,16 @@
 #include "ring_producer.h"
 #include "ring_reader.h"
 #include "snapshot_json_writer.h"
+#include "support/memfd_ring.h"
 #include "trace_model.h"
 
 using namespace cumemtrace;
 
 namespace {
 
-struct Ring {
-  int fd = -1;
-  void* map = nullptr;
-  size_t bytes = 0;
-  wire::RingHeader* hdr = nullptr;
-  preload::RingProducer producer;
-
-  explicit Ring(uint64_t capacity) {
-    bytes = wire::ring_bytes(capacity);
-    fd = static_cast<int>(syscall(SYS_memfd_create, "bench-ring", 0));
-    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) std::abort();
-    map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    hdr = new (map) wire::RingHeader{};
-    hdr->magic = wire::kMagic;
-    hdr->version = wire::kWireVersion;
-    hdr->capacity = capacity;
-    producer.attach(hdr,
-                    reinterpret_cast<wire::Slot*>(static_cast<char*>(map) + wire::kHeaderBytes),
-                    10'000'000'000ull);
-  }
-  ~Ring() {
-    munmap(map, bytes);
-    close(fd);
-  }
+// The default producer wait is irrelevant here: the consumer always drains.
+struct Ring : testing::MemfdRing {
+  explicit Ring(uint64_t capacity) : MemfdRing(capacity, 10'000'000'000ull) {}
 };
 
 wire::EventPayload alloc_event(uint64_t i) {

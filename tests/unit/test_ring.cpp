@@ -12,40 +12,13 @@
 
 #include "ring_producer.h"
 #include "ring_reader.h"
+#include "support/memfd_ring.h"
 
 using namespace cumemtrace;
 
 namespace {
 
-struct TestRing {
-  int fd = -1;
-  void* map = nullptr;
-  size_t bytes = 0;
-  wire::RingHeader* hdr = nullptr;
-  preload::RingProducer producer;
-
-  explicit TestRing(uint64_t capacity, uint64_t max_wait_ns = 1'000'000'000) {
-    bytes = wire::ring_bytes(capacity);
-    fd = static_cast<int>(syscall(SYS_memfd_create, "test-ring", 0));
-    REQUIRE(fd >= 0);
-    REQUIRE(ftruncate(fd, static_cast<off_t>(bytes)) == 0);
-    map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    REQUIRE(map != MAP_FAILED);
-    hdr = new (map) wire::RingHeader{};
-    hdr->magic = wire::kMagic;
-    hdr->version = wire::kWireVersion;
-    hdr->capacity = capacity;
-    producer.attach(hdr,
-                    reinterpret_cast<wire::Slot*>(static_cast<char*>(map) + wire::kHeaderBytes),
-                    max_wait_ns);
-  }
-  ~TestRing() {
-    munmap(map, bytes);
-    if (fd >= 0) close(fd);
-  }
-  // The reader takes ownership of a duplicate, like the collector receiving it over a socket.
-  collect::RingReader reader() { return collect::RingReader(dup(fd)); }
-};
+using TestRing = testing::MemfdRing;
 
 wire::EventPayload event(uint64_t addr, uint64_t size, uint32_t tid = 1) {
   wire::EventPayload ev{};
