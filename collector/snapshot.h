@@ -105,6 +105,15 @@ struct VmmHandle {  // cuMemCreate'd physical memory still held
   int64_t time_us = 0;
 };
 
+struct ImportedMapping {  // a mapping of memory another process owns (imported VMM handle)
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  int device = 0;
+  uint64_t handle = 0;
+  int32_t stack = kNoStack;
+  int64_t time_us = 0;
+};
+
 struct HostAllocation {  // pinned host memory still held
   uint64_t addr = 0;
   uint64_t size = 0;
@@ -149,6 +158,7 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   uint64_t trace_entries_dropped = 0;  // oldest trace entries discarded by --max-trace-events
   std::vector<DeviceSummary> devices;
   std::vector<VmmHandle> vmm_handles;
+  std::vector<ImportedMapping> imported_mappings;
   std::vector<HostAllocation> host_allocations;
   std::vector<Anomaly> anomalies;
   std::map<std::string, std::string> threads;     // tid -> name

@@ -181,6 +181,16 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
     put_frames(b, rendered, h.stack);
     b.push_back('}');
   }
+  put(b, "],\"imported_mappings\":[");
+  for (size_t i = 0; i < t.imported_mappings.size(); ++i) {
+    const auto& m = t.imported_mappings[i];
+    if (i) b.push_back(',');
+    fmt::format_to(fmt::appender(b.mem),
+                   "{{\"addr\":{},\"size\":{},\"device\":{},\"handle\":{},\"time_us\":{}", m.addr,
+                   m.size, m.device, m.handle, m.time_us);
+    put_frames(b, rendered, m.stack);
+    b.push_back('}');
+  }
   put(b, "],\"host_allocations\":[");
   for (size_t i = 0; i < t.host_allocations.size(); ++i) {
     const auto& h = t.host_allocations[i];
@@ -264,7 +274,10 @@ void put_snapshot(Buf& b, const Snapshot& s) {
       fmt::format_to(fmt::appender(b.mem), ",\"time_us\":{}", e.time_us);
       if (e.tid) fmt::format_to(fmt::appender(b.mem), ",\"tid\":{}", e.tid);
       if (e.stream_per_thread) put(b, ",\"stream_per_thread\":true");
-      if (e.action == Action::kAlloc || e.action == Action::kOom) put_frames(b, rendered, e.stack);
+      // PyTorch records frames with segment_map too; for VMM users (NCCL) it is the only entry
+      // that says who asked for the memory.
+      if (e.action == Action::kAlloc || e.action == Action::kOom || e.action == Action::kSegmentMap)
+        put_frames(b, rendered, e.stack);
       b.push_back('}');
       b.boundary();
     }

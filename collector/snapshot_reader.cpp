@@ -90,6 +90,8 @@ enum class C : uint8_t {
   kDevice,
   kVmms,
   kVmm,
+  kImps,
+  kImp,
   kHosts,
   kHost,
   kAnoms,
@@ -133,12 +135,15 @@ const Keys kToolKeys = {"schema_version",
                         "threads",
                         "trace_entries_dropped",
                         "driver_memory",
-                        "tag"};
-constexpr int kToolTag = 21;  // the only optional key of the cumemtrace object
+                        "tag",
+                        "imported_mappings"};
+constexpr int kToolTag = 21;       // optional: request/periodic snapshots only
+constexpr int kToolImported = 22;  // optional: absent before cumemtrace 0.1's VMM import support
 const Keys kEndedKeys = {"how", "code", "signal"};
 const Keys kDeviceKeys = {"device",     "peak_bytes",  "peak_time_us",
                           "live_bytes", "allocations", "frees"};
 const Keys kVmmKeys = {"handle", "size", "device", "time_us", "frames"};
+const Keys kImpKeys = {"addr", "size", "device", "handle", "time_us", "frames"};
 const Keys kHostKeys = {"addr", "size", "api", "time_us", "frames"};
 const Keys kAnomKeys = {"kind", "addr", "api", "time_us", "tid", "frames"};
 const Keys kDriverKeys = {"time_us", "device", "used_bytes"};
@@ -174,6 +179,8 @@ const Keys* keys_of(C c) {
       return &kDeviceKeys;
     case C::kVmm:
       return &kVmmKeys;
+    case C::kImp:
+      return &kImpKeys;
     case C::kHost:
       return &kHostKeys;
     case C::kAnom:
@@ -196,13 +203,14 @@ uint32_t required_of(C c) {
     case C::kEntry:
       return bits({0, 2});
     case C::kTool:
-      return all_bits(kToolKeys) & ~(uint32_t{1} << kToolTag);
+      return all_bits(kToolKeys) & ~(uint32_t{1} << kToolTag) & ~(uint32_t{1} << kToolImported);
     case C::kFrame:
     case C::kAnnotation:
     case C::kDriver:
     case C::kEnded:
     case C::kDevice:
     case C::kVmm:
+    case C::kImp:
     case C::kHost:
     case C::kAnom:
       return all_bits(*keys_of(c));
@@ -477,6 +485,7 @@ class Handler {
         return "expected an annotation object";
       case C::kDevices:
       case C::kVmms:
+      case C::kImps:
       case C::kHosts:
       case C::kAnoms:
       case C::kDrivers:
@@ -730,6 +739,28 @@ class Handler {
             fail("expected an array");
         }
       }
+      case C::kImp: {
+        ImportedMapping& m = snap_.tool->imported_mappings.back();
+        switch (l.key) {
+          case 0:
+            m.addr = u64(v);
+            return;
+          case 1:
+            m.size = u64(v);
+            return;
+          case 2:
+            m.device = device(v);
+            return;
+          case 3:
+            m.handle = u64(v);
+            return;
+          case 4:
+            m.time_us = static_cast<int64_t>(u64(v));
+            return;
+          default:
+            fail("expected an array");
+        }
+      }
       case C::kHost: {
         HostAllocation& h = snap_.tool->host_allocations.back();
         switch (l.key) {
@@ -870,6 +901,11 @@ class Handler {
         snap_.tool->vmm_handles.emplace_back();
         push(C::kVmm, {});
         return true;
+      case C::kImps:
+        need(true);
+        snap_.tool->imported_mappings.emplace_back();
+        push(C::kImp, {});
+        return true;
       case C::kHosts:
         need(true);
         snap_.tool->host_allocations.emplace_back();
@@ -968,6 +1004,10 @@ class Handler {
             need(false);
             push(C::kHosts, kn);
             return true;
+          case kToolImported:
+            need(false);
+            push(C::kImps, kn);
+            return true;
           case 17:
             need(false);
             push(C::kAnoms, kn);
@@ -999,6 +1039,9 @@ class Handler {
         break;
       case C::kVmm:
         snap_.tool->vmm_handles.back().stack = idx;
+        break;
+      case C::kImp:
+        snap_.tool->imported_mappings.back().stack = idx;
         break;
       case C::kHost:
         snap_.tool->host_allocations.back().stack = idx;

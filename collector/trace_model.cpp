@@ -44,6 +44,10 @@ const char* api_name(uint8_t api) {
       return "cuMemAllocHost";
     case Api::kMemFreeHost:
       return "cuMemFreeHost";
+    case Api::kMemRetainAllocationHandle:
+      return "cuMemRetainAllocationHandle";
+    case Api::kMemImportFromShareableHandle:
+      return "cuMemImportFromShareableHandle";
     case Api::kNone:
       break;
   }
@@ -53,6 +57,7 @@ const char* api_name(uint8_t api) {
 // Device ordinals come from the target: clamp nonsense so that a corrupt value cannot make the
 // model allocate a huge per-device table.
 constexpr int kMaxDevices = 1024;
+constexpr size_t kMaxReleasedHandles = 4096;
 int sane_device(int d) {
   return d >= 0 && d < kMaxDevices ? d : 0;
 }
@@ -232,6 +237,10 @@ void TraceModel::add(const Record& r) {
     case Kind::kFreeFailed:
       on_free_failed(r, t);
       break;
+    case Kind::kRetain:
+    case Kind::kImport:
+      on_handle_reference(r, t, stack);
+      break;
     case Kind::kOom:
       push(Action::kOom, ev.device, 0, ev.size, ev.stream, t, stack, ev.tid, ev.aux);
       oom_pending_ = true;
@@ -306,7 +315,8 @@ void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
       push(Action::kAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid, 0, per_thread);
       break;
     case Kind::kCreate:
-      handles_[ev.addr] = l;
+      handles_[ev.addr] = Handle{l, 1, 0, true};
+      released_handles_.erase(ev.addr);
       grow(l.device, l.size, t);
       break;
     case Kind::kHostAlloc:
@@ -318,14 +328,19 @@ void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
       break;
     case Kind::kMap: {
       auto h = handles_.find(ev.aux);
-      if (h != handles_.end()) {
-        l.device = h->second.device;
-      } else {
-        // Imported (another process's memory, e.g. NCCL peers) or retained: mapped, not owned.
-        imported_handles_.insert(ev.aux);
+      if (h == handles_.end()) {
+        // Created before we could see it: mapped here, owned by nobody we know of.
+        h = handles_.emplace(ev.aux, Handle{l, 1, 0, false}).first;
       }
-      mapped_[ev.addr] = l;
-      push(Action::kSegmentMap, l.device, ev.addr, l.size, 0, t, stack, ev.tid);
+      ++h->second.maps;
+      if (h->second.owned) {
+        l.device = h->second.l.device;
+        mapped_[ev.addr] = Mapping{l, ev.aux, true};
+        push(Action::kSegmentMap, l.device, ev.addr, l.size, 0, t, stack, ev.tid);
+      } else {
+        // Another process's memory (NCCL peers): visible here, not this process's segment.
+        mapped_[ev.addr] = Mapping{l, ev.aux, false};
+      }
       break;
     }
     default:
@@ -357,13 +372,12 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
     }
     case Kind::kRelease: {
       auto it = handles_.find(ev.addr);
-      if (it == handles_.end()) {
-        // Releasing an imported handle we saw mapped is normal; anything else is not.
-        if (imported_handles_.erase(ev.addr) == 0) anomaly("release_unknown_handle", r, t, stack);
+      if (it == handles_.end() || it->second.refs == 0) {
+        anomaly("release_unknown_handle", r, t, stack);
         return;
       }
-      shrink(it->second.device, it->second.size);
-      handles_.erase(it);
+      --it->second.refs;
+      drop_handle_if_unused(it);
       break;
     }
     case Kind::kHostFree: {
@@ -390,8 +404,13 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
         return;
       }
       while (it != mapped_.end() && it->first < ev.addr + ev.size) {
-        push(Action::kSegmentUnmap, it->second.device, it->first, it->second.size, 0, t, -1,
-             ev.tid);
+        const Mapping& m = it->second;
+        if (m.owned) push(Action::kSegmentUnmap, m.l.device, it->first, m.l.size, 0, t, -1, ev.tid);
+        auto h = handles_.find(m.handle);
+        if (h != handles_.end() && h->second.maps > 0) {
+          --h->second.maps;
+          drop_handle_if_unused(h);
+        }
         it = mapped_.erase(it);
       }
       break;
@@ -401,10 +420,59 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
   }
 }
 
+// cuMemRetainAllocationHandle adds a reference to a handle we know (or, for memory mapped before we
+// saw its handle, to one we learn of now); an import is a handle to memory owned elsewhere.
+void TraceModel::on_handle_reference(const Record& r, int64_t t, StackId stack) {
+  const auto& ev = r.ev;
+  if (ev.kind == Kind::kRetain) {
+    auto h = handles_.find(ev.addr);
+    if (h != handles_.end()) {
+      ++h->second.refs;
+      return;
+    }
+  }
+  Live l{0, sane_device(ev.device), 0, stack, t, static_cast<uint8_t>(ev.api), false};
+  handles_[ev.addr] = Handle{l, 1, 0, false};
+  released_handles_.erase(ev.addr);
+}
+
+// Physical memory is freed by the driver once its handle is released and its last mapping gone,
+// in either order (CUDA's own samples release right after mapping).
+void TraceModel::drop_handle_if_unused(HandleMap::iterator it) {
+  Handle& h = it->second;
+  if (h.refs > 0 || h.maps > 0) return;
+  if (h.owned) {
+    shrink(h.l.device, h.l.size);
+  }
+  // A failed release is reported right after it; older entries need not be kept for ever.
+  if (released_handles_.size() >= kMaxReleasedHandles) released_handles_.clear();
+  released_handles_[it->first] = h;
+  handles_.erase(it);
+}
+
 // The driver refused a free that was already recorded: the memory is still there.
 void TraceModel::on_free_failed(const Record& r, int64_t t) {
   const auto& ev = r.ev;
   const auto api = static_cast<Api>(ev.api);
+  if (api == Api::kMemRelease) {
+    auto h = handles_.find(ev.addr);
+    if (h != handles_.end()) {
+      ++h->second.refs;
+      return;
+    }
+    auto gone = released_handles_.find(ev.addr);
+    if (gone == released_handles_.end()) return;
+    Handle back = gone->second;
+    released_handles_.erase(gone);
+    back.refs = 1;
+    if (back.owned) {  // not a new allocation: the old one coming back
+      grow(back.l.device, back.l.size, t);
+      dev(back.l.device).allocations--;
+      dev(back.l.device).frees--;
+    }
+    handles_.emplace(ev.addr, back);
+    return;
+  }
   auto it = freed_.find(ev.addr);
   if (it == freed_.end() || !it->second.undoable) return;  // that free removed nothing
   Live l = it->second;
@@ -461,7 +529,9 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
                  [](const auto& kv) { return std::make_pair(kv.first, &kv.second); });
   std::sort(live.begin(), live.end());
   for (const auto& [addr, l] : live) s.segments.push_back(segment(l->device, addr, *l, false));
-  for (const auto& [addr, l] : mapped_) s.segments.push_back(segment(l.device, addr, l, true));
+  for (const auto& [addr, m] : mapped_) {
+    if (m.owned) s.segments.push_back(segment(m.l.device, addr, m.l, true));
+  }
 
   s.allocator_settings = {{"tool", "cumemtrace"},
                           {"mode", "CUDA driver interposition (segment level)"}};
@@ -487,8 +557,15 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
     tool.devices.push_back(snap::DeviceSummary{static_cast<int>(d), ds.peak, ds.peak_time_us,
                                                ds.live, ds.allocations, ds.frees});
   }
-  for (const auto& [handle, l] : handles_) {
+  for (const auto& [handle, h] : handles_) {
+    if (!h.owned) continue;
+    const Live& l = h.l;
     tool.vmm_handles.push_back(snap::VmmHandle{handle, l.size, l.device, l.stack, l.time_us});
+  }
+  for (const auto& [addr, m] : mapped_) {
+    if (m.owned) continue;
+    tool.imported_mappings.push_back(
+        snap::ImportedMapping{addr, m.l.size, m.l.device, m.handle, m.l.stack, m.l.time_us});
   }
   std::sort(tool.vmm_handles.begin(), tool.vmm_handles.end(),
             [](const auto& a, const auto& b) { return a.handle < b.handle; });

@@ -8,8 +8,11 @@
 //   allocation -> segment_alloc + alloc          free -> free_requested + free_completed +
 //   segment_free cuMemMap   -> segment_map                    cuMemUnmap -> segment_unmap (one per
 //   mapping) OOM        -> oom (size, device_free)
-// Device bytes are device allocations plus cuMemCreate'd physical handles; mappings only make
-// handles visible and add nothing.
+// Device bytes are device allocations plus cuMemCreate'd physical handles, counted from the
+// create until the handle's last reference (create, retains) is released and its last mapping
+// unmapped; mappings only make handles visible and add nothing. Mappings of imported handles
+// (another process's memory, cuMemImportFromShareableHandle) are no segments of this process:
+// they are listed apart (imported_mappings) and count no bytes.
 // Marks become external_annotations in ring order: MARK, START (a push or a start/end range),
 // END (a pop takes the name of the thread's innermost open push, an end the name of its range's
 // start; an END that matches nothing is dropped). Their device is that of the marking thread's
@@ -104,6 +107,7 @@ class TraceModel {
   void on_alloc(const Record& r, int64_t t, StackId stack);
   void on_free(const Record& r, int64_t t, StackId stack);
   void on_free_failed(const Record& r, int64_t t);
+  void on_handle_reference(const Record& r, int64_t t, StackId stack);
 
   uint64_t start_realtime_ns_;
   uint64_t start_monotonic_ns_;
@@ -111,13 +115,26 @@ class TraceModel {
 
   std::deque<Entry> trace_;
   uint64_t trace_dropped_ = 0;
-  std::unordered_map<uint64_t, Live> live_;        // device allocations by address
-  std::map<uint64_t, Live> mapped_;                // VMM mappings by virtual address
-  std::unordered_map<uint64_t, Live> handles_;     // cuMemCreate handles
-  std::unordered_set<uint64_t> imported_handles_;  // mapped here but created elsewhere
-  std::unordered_map<uint64_t, Live> host_;        // pinned host memory
-  std::unordered_map<uint64_t, Live> reserved_;    // VA reservations (no memory)
-  std::unordered_map<uint64_t, Live> freed_;       // last free per address: double free, undo
+  std::unordered_map<uint64_t, Live> live_;  // device allocations by address
+  struct Handle {  // a VMM allocation handle: its memory lives while referenced or mapped
+    Live l;
+    uint32_t refs = 1;  // create/import/retain minus releases
+    uint32_t maps = 0;
+    bool owned = true;  // cuMemCreate'd here; imported or unknown handles count no bytes
+  };
+  struct Mapping {
+    Live l;
+    uint64_t handle = 0;
+    bool owned = true;  // of an owned handle: a segment; otherwise listed as imported
+  };
+  using HandleMap = std::unordered_map<uint64_t, Handle>;
+  std::map<uint64_t, Mapping> mapped_;  // VMM mappings by virtual address
+  HandleMap handles_;
+  HandleMap released_handles_;  // the last state of handles dropped, to undo a failed release
+  void drop_handle_if_unused(HandleMap::iterator it);
+  std::unordered_map<uint64_t, Live> host_;      // pinned host memory
+  std::unordered_map<uint64_t, Live> reserved_;  // VA reservations (no memory)
+  std::unordered_map<uint64_t, Live> freed_;     // last free per address: double free, undo
   std::vector<DeviceState> devices_;
   std::vector<snap::Anomaly> anomalies_;
 

@@ -10,27 +10,29 @@
 
 namespace cumemtrace::preload {
 
-#define CUMEMTRACE_HOOKS(X)       \
-  X(cuMemAlloc_v2)                \
-  X(cuMemAllocPitch_v2)           \
-  X(cuMemAllocManaged)            \
-  X(cuMemFree_v2)                 \
-  X(cuMemAllocAsync)              \
-  X(cuMemAllocAsync_ptsz)         \
-  X(cuMemAllocFromPoolAsync)      \
-  X(cuMemAllocFromPoolAsync_ptsz) \
-  X(cuMemFreeAsync)               \
-  X(cuMemFreeAsync_ptsz)          \
-  X(cuMemCreate)                  \
-  X(cuMemRelease)                 \
-  X(cuMemMap)                     \
-  X(cuMemUnmap)                   \
-  X(cuMemAddressReserve)          \
-  X(cuMemAddressFree)             \
-  X(cuMemHostAlloc)               \
-  X(cuMemAllocHost_v2)            \
-  X(cuMemFreeHost)                \
-  X(cuGetProcAddress)             \
+#define CUMEMTRACE_HOOKS(X)         \
+  X(cuMemAlloc_v2)                  \
+  X(cuMemAllocPitch_v2)             \
+  X(cuMemAllocManaged)              \
+  X(cuMemFree_v2)                   \
+  X(cuMemAllocAsync)                \
+  X(cuMemAllocAsync_ptsz)           \
+  X(cuMemAllocFromPoolAsync)        \
+  X(cuMemAllocFromPoolAsync_ptsz)   \
+  X(cuMemFreeAsync)                 \
+  X(cuMemFreeAsync_ptsz)            \
+  X(cuMemCreate)                    \
+  X(cuMemRelease)                   \
+  X(cuMemRetainAllocationHandle)    \
+  X(cuMemImportFromShareableHandle) \
+  X(cuMemMap)                       \
+  X(cuMemUnmap)                     \
+  X(cuMemAddressReserve)            \
+  X(cuMemAddressFree)               \
+  X(cuMemHostAlloc)                 \
+  X(cuMemAllocHost_v2)              \
+  X(cuMemFreeHost)                  \
+  X(cuGetProcAddress)               \
   X(cuGetProcAddress_v2)
 
 enum class HookId : unsigned {

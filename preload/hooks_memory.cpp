@@ -208,6 +208,43 @@ CUMEMTRACE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   return r;
 }
 
+// NCCL frees its buffers by retaining the handle from the address and releasing twice: the
+// retain is one more reference, without which the second release looks like a stray one.
+CUMEMTRACE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
+                                                       void* addr) {
+  auto fn = real_fn<CUresult (*)(CUmemGenericAllocationHandle*, void*)>(
+      HookId::k_cuMemRetainAllocationHandle);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(handle, addr);
+  if (g.outer && r == CUDA_SUCCESS && handle && pl::tracing_possible()) {
+    EventArgs a{Kind::kRetain, Api::kMemRetainAllocationHandle};
+    a.addr = *handle;
+    a.aux = reinterpret_cast<uint64_t>(addr);
+    pl::record(a);
+  }
+  return r;
+}
+
+// A handle to memory another process allocated (NCCL peers, CUDA IPC over file descriptors): its
+// mappings are visible here but owned there, so the collector counts no bytes for it.
+CUMEMTRACE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
+                                                          void* os_handle,
+                                                          CUmemAllocationHandleType type) {
+  auto fn = real_fn<CUresult (*)(CUmemGenericAllocationHandle*, void*, CUmemAllocationHandleType)>(
+      HookId::k_cuMemImportFromShareableHandle);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  ReentryGuard g;
+  CUresult r = fn(handle, os_handle, type);
+  if (g.outer && r == CUDA_SUCCESS && handle && pl::tracing_possible()) {
+    EventArgs a{Kind::kImport, Api::kMemImportFromShareableHandle};
+    a.addr = *handle;
+    a.device = pl::handle_device(*handle);
+    pl::record(a);
+  }
+  return r;
+}
+
 CUMEMTRACE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                                     CUmemGenericAllocationHandle handle, unsigned long long flags) {
   auto fn = real_fn<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,

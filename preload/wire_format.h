@@ -24,7 +24,7 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 3;
+inline constexpr uint32_t kWireVersion = 4;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
@@ -62,6 +62,9 @@ enum class Kind : uint8_t {
                       // before releasing it; extra slots = tag bytes
   kDevice = 20,       // a CUDA ordinal's first event: aux = ordinal; extra slots = its PCI bus id
                       // (cuDeviceGetPCIBusId), to match the driver's per-device figures (NVML)
+  kRetain = 21,       // cuMemRetainAllocationHandle: addr = handle (one more reference), aux = va
+  kImport = 22,       // cuMemImportFromShareableHandle: addr = handle of memory another process
+                      // (or allocation) owns, device = its location
 };
 
 enum class Api : uint8_t {
@@ -82,6 +85,8 @@ enum class Api : uint8_t {
   kMemHostAlloc,
   kMemAllocHost,
   kMemFreeHost,
+  kMemRetainAllocationHandle,
+  kMemImportFromShareableHandle,
 };
 
 enum Flags : uint8_t {

@@ -309,7 +309,8 @@ class SnapshotPickler {
 
   void entry(const snap::TraceEntry& e) {
     const bool oom = e.action == snap::Action::kOom;
-    const bool with_frames = e.action == snap::Action::kAlloc || oom;
+    const bool with_frames =
+        e.action == snap::Action::kAlloc || oom || e.action == snap::Action::kSegmentMap;
     const size_t n = 5 + (e.tid ? 1 : 0) + (with_frames ? 1 : 0);
     p_.dict(n, [&](size_t k) {
       switch (k) {
@@ -363,7 +364,7 @@ class SnapshotPickler {
 
   void tool(const snap::ToolSection& t) {
     // Same keys as the JSON writer; `tag` only when set.
-    p_.dict(t.tag.empty() ? 21 : 22, [&](size_t k) {
+    p_.dict(t.tag.empty() ? 22 : 23, [&](size_t k) {
       switch (k) {
         case 0:
           key_int("schema_version", t.schema_version);
@@ -539,6 +540,20 @@ class SnapshotPickler {
           });
           break;
         case 21:
+          p_.string("imported_mappings");
+          p_.list(t.imported_mappings.size(), [&](size_t i) {
+            const auto& m = t.imported_mappings[i];
+            p_.dict(6, [&](size_t j) {
+              if (j == 0) key_uint("addr", m.addr);
+              if (j == 1) key_uint("size", m.size);
+              if (j == 2) key_int("device", m.device);
+              if (j == 3) key_uint("handle", m.handle);
+              if (j == 4) key_int("time_us", m.time_us);
+              if (j == 5) frames(m.stack);
+            });
+          });
+          break;
+        case 22:
           key_str("tag", t.tag);
           break;
       }

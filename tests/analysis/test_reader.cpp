@@ -29,11 +29,12 @@ snap::Snapshot full_snapshot() {
   t.threads = {{"7", "main"}, {"8", "worker \xc3\xa9"}};
   t.devices = {{0, 4096, 1000010, 0, 1, 1}, {1, 1 << 20, 1000020, 1 << 20, 1, 0}};
   t.vmm_handles.push_back({0xabc, 2 << 20, 0, s1, 1000030});
+  t.imported_mappings.push_back({0x7000000, 2 << 20, 1, 0xabd, s2, 1000035});
   t.host_allocations.push_back({0x7f00, 512, "cudaHostAlloc", s2, 1000040});
   t.ended = {"signal", 0, 11};
   t.reason = "signal";
   s.device_traces[0].push_back({snap::Action::kOom, 0, 1 << 30, 0, 1000050, s1, 12345, 7});
-  s.device_traces[1].push_back({snap::Action::kSegmentMap, 0x9000, 8192, 3, 1000060, -1, 0, 0});
+  s.device_traces[1].push_back({snap::Action::kSegmentMap, 0x9000, 8192, 3, 1000060, s1, 0, 0});
   s.device_traces[1].back().stream_per_thread = true;
   s.allocator_settings = {{"expandable_segments", "False"}};
   s.annotations.push_back({"epoch", "START", 1, 1000070});
@@ -67,6 +68,10 @@ TEST_CASE("reader round-trips everything the writer writes", "[reader]") {
   CHECK(r.device_traces[0][0].tid == 7);
   CHECK(r.device_traces[1].back().stream_per_thread);
   CHECK(r.stacks.size() == s.stacks.size());
+  REQUIRE(r.tool->imported_mappings.size() == 1);
+  CHECK(r.tool->imported_mappings[0].handle == 0xabd);
+  CHECK(r.tool->imported_mappings[0].stack == r.tool->host_allocations[0].stack);
+  CHECK(r.device_traces[1].back().stack == r.tool->vmm_handles[0].stack);
 }
 
 TEST_CASE("identical frame lists are interned once", "[reader]") {

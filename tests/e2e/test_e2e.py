@@ -152,6 +152,31 @@ def test_vmm(tmp_path, exe):
 
 
 @pytest.mark.parametrize("exe", ["ct_static_like", "ct_lcuda"])
+def test_vmm_handle_references_retain_release_and_import(tmp_path, exe):
+    p, snaps = run_traced(tmp_path, [prog(exe), "vmm_refs"])
+    assert p.returncode == 0, p.stderr
+    snap = only(snaps)
+    t = snap["cumemtrace"]
+    # NCCL's retain + double release frees exactly once; a handle released while mapped still
+    # holds its memory; nothing is reported as a stray release.
+    assert t["anomalies"] == []
+    assert actions(snap, 0) == ["segment_map", "segment_unmap", "segment_map"]
+    assert [e["size"] for e in trace(snap, 0)] == [2 * MiB, 2 * MiB, 4 * MiB]
+    assert all(any("scenario_vmm_refs(" in f["name"] for f in e["frames"])
+               for e in trace(snap, 0) if e["action"] == "segment_map")
+    assert [(s["device"], s["total_size"], s["is_expandable"]) for s in snap["segments"]] == [(0, 4 * MiB, True)]
+    assert [(h["size"], h["device"]) for h in t["vmm_handles"]] == [(4 * MiB, 0)]
+    d0, d1 = device_summary(snap, 0), device_summary(snap, 1)
+    assert (d0["allocations"], d0["frees"], d0["live_bytes"], d0["peak_bytes"]) == (2, 1, 4 * MiB, 4 * MiB)
+    assert (d1["allocations"], d1["frees"], d1["live_bytes"], d1["peak_bytes"]) == (1, 1, 0, 2 * MiB)
+    # The imported mapping is another owner's memory: listed, not a segment, no bytes.
+    imported = t["imported_mappings"]
+    assert [(m["size"], m["device"]) for m in imported] == [(2 * MiB, 1)]
+    assert imported[0]["handle"] not in [h["handle"] for h in t["vmm_handles"]]
+    assert trace(snap, 1) == []
+
+
+@pytest.mark.parametrize("exe", ["ct_static_like", "ct_lcuda"])
 def test_pinned_host(tmp_path, exe):
     p, snaps = run_traced(tmp_path, [prog(exe), "host"])
     assert p.returncode == 0, p.stderr
@@ -291,7 +316,8 @@ def test_preload_exports_only_its_hooks():
         "dlsym", "cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemAllocPitch_v2",
         "cuMemAllocManaged", "cuMemFree_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
         "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
-        "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap", "cuMemAddressReserve",
+        "cuMemCreate", "cuMemRelease", "cuMemRetainAllocationHandle",
+        "cuMemImportFromShareableHandle", "cuMemMap", "cuMemUnmap", "cuMemAddressReserve",
         "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost",
         # The public marks API (include/cumemtrace.h) and the NVTX injection entry point.
         "cumemtrace_mark", "cumemtrace_range_push", "cumemtrace_range_pop", "cumemtrace_snapshot",

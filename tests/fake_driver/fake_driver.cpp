@@ -16,6 +16,10 @@
 //    CU_STREAM_LEGACY and CU_STREAM_PER_THREAD mean the current one), pool allocations the
 //    pool's device, cuMemCreate prop->location.id. Host-pinned memory charges no device.
 //  - Frees of unknown, already freed or wrong-kind pointers return CUDA_ERROR_INVALID_VALUE.
+//  - VMM handles are reference counted (cuMemCreate or import 1, +1 per
+//    cuMemRetainAllocationHandle, -1 per cuMemRelease); physical memory goes when the count is 0
+//    and its last mapping is unmapped. cuMemExportToShareableHandle gives POSIX file descriptors
+//    only; an import of one is a new handle sharing the pages, charged to no device again.
 //  - cuPointerGetAttribute answers for any address inside a live allocation or VMM mapping.
 //  - Environment, read once by the first cuInit or cuGetProcAddress*: FAKE_CUDA_MEM_LIMIT (bytes
 //    per device, default 80 GiB, K/M/G suffixes accepted) turns allocations beyond it into
@@ -28,6 +32,7 @@
 #include "fake_driver.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,9 +101,10 @@ struct Pool {
 struct Physical {
   size_t size;
   int device;
-  int fd;  // memfd: several mappings of one handle share its pages
-  bool released;
+  int fd;    // memfd: several mappings of one handle share its pages
+  int refs;  // cuMemCreate/import 1, +1 per cuMemRetainAllocationHandle, -1 per cuMemRelease
   int mappings;
+  bool imported;  // another handle's memory: charged to the exporter, not again
 };
 
 struct Config {
@@ -120,6 +126,7 @@ struct State {
   std::map<uint64_t, Range> ranges;         // by base address: everything addressable
   std::map<uint64_t, size_t> reservations;  // VMM VA reservations, base -> size
   std::map<CUmemGenericAllocationHandle, Physical> handles;
+  std::map<ino_t, int> exported;  // memfd inode -> device, for imports of exported handles
   CUmemGenericAllocationHandle next_handle = 0x1000;
   uint64_t alloc_calls = 0;
 };
@@ -680,9 +687,9 @@ CUresult mem_address_free(CUdeviceptr ptr, size_t size) {
 // Caller holds the lock.
 void destroy_physical_if_unused(State& s, CUmemGenericAllocationHandle handle) {
   auto it = s.handles.find(handle);
-  if (it == s.handles.end() || !it->second.released || it->second.mappings > 0) return;
+  if (it == s.handles.end() || it->second.refs > 0 || it->second.mappings > 0) return;
   close(it->second.fd);
-  s.used[it->second.device] -= it->second.size;
+  if (!it->second.imported) s.used[it->second.device] -= it->second.size;
   s.handles.erase(it);
 }
 
@@ -707,7 +714,7 @@ CUresult mem_create(CUmemGenericAllocationHandle* handle, size_t size,
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   const CUmemGenericAllocationHandle h = s.next_handle++;
-  s.handles[h] = Physical{size, device, fd, false, 0};
+  s.handles[h] = Physical{size, device, fd, 1, 0, false};
   *handle = h;
   return CUDA_SUCCESS;
 }
@@ -718,9 +725,77 @@ CUresult mem_release(CUmemGenericAllocationHandle handle) {
   State& s = state();
   std::lock_guard lock(s.mu);
   auto it = s.handles.find(handle);
-  if (it == s.handles.end() || it->second.released) return CUDA_ERROR_INVALID_VALUE;
-  it->second.released = true;
+  if (it == s.handles.end() || it->second.refs == 0) return CUDA_ERROR_INVALID_VALUE;
+  --it->second.refs;
   destroy_physical_if_unused(s, handle);
+  return CUDA_SUCCESS;
+}
+
+// The handle mapped at addr (anywhere inside the mapping), with one more reference.
+CUresult mem_retain_allocation_handle(CUmemGenericAllocationHandle* handle, void* addr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  uint64_t base = 0;
+  const Range* r = find_containing(s, reinterpret_cast<uint64_t>(addr), &base);
+  if (!r || r->kind != Kind::kMapped) return CUDA_ERROR_INVALID_VALUE;
+  ++s.handles[r->handle].refs;
+  *handle = r->handle;
+  return CUDA_SUCCESS;
+}
+
+// POSIX file descriptors only: a dup of the handle's memfd, which another process (or this one)
+// imports as a new handle sharing the pages.
+CUresult mem_export(void* shareable, CUmemGenericAllocationHandle handle,
+                    CUmemAllocationHandleType type, unsigned long long flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!shareable || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto it = s.handles.find(handle);
+  if (it == s.handles.end() || it->second.refs == 0) return CUDA_ERROR_INVALID_HANDLE;
+  struct stat st {};
+  const int fd = dup(it->second.fd);
+  if (fd < 0 || fstat(fd, &st) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  s.exported[st.st_ino] = it->second.device;
+  *static_cast<int*>(shareable) = fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_import(CUmemGenericAllocationHandle* handle, void* os_handle,
+                    CUmemAllocationHandleType type) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!handle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(os_handle));
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return CUDA_ERROR_INVALID_VALUE;
+  auto exp = s.exported.find(st.st_ino);
+  if (exp == s.exported.end()) return CUDA_ERROR_INVALID_VALUE;
+  const int own = dup(fd);
+  if (own < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUmemGenericAllocationHandle h = s.next_handle++;
+  s.handles[h] = Physical{static_cast<size_t>(st.st_size), exp->second, own, 1, 0, true};
+  *handle = h;
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_get_allocation_properties(CUmemAllocationProp* prop,
+                                       CUmemGenericAllocationHandle handle) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!prop) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto it = s.handles.find(handle);
+  if (it == s.handles.end() || it->second.refs == 0) return CUDA_ERROR_INVALID_HANDLE;
+  *prop = CUmemAllocationProp{};
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = it->second.device;
   return CUDA_SUCCESS;
 }
 
@@ -733,7 +808,7 @@ CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloca
   State& s = state();
   std::lock_guard lock(s.mu);
   auto h = s.handles.find(handle);
-  if (h == s.handles.end() || h->second.released) return CUDA_ERROR_INVALID_HANDLE;
+  if (h == s.handles.end() || h->second.refs == 0) return CUDA_ERROR_INVALID_HANDLE;
   if (offset > h->second.size || size > h->second.size - offset) return CUDA_ERROR_INVALID_VALUE;
   auto res = s.reservations.upper_bound(ptr);
   if (res == s.reservations.begin()) return CUDA_ERROR_INVALID_VALUE;
@@ -1065,6 +1140,28 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
 
 FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   return fk::mem_release(handle);
+}
+
+FAKE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  return fk::mem_retain_allocation_handle(handle, addr);
+}
+
+FAKE_EXPORT CUresult cuMemExportToShareableHandle(void* shareable,
+                                                  CUmemGenericAllocationHandle handle,
+                                                  CUmemAllocationHandleType type,
+                                                  unsigned long long flags) {
+  return fk::mem_export(shareable, handle, type, flags);
+}
+
+FAKE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
+                                                    void* os_handle,
+                                                    CUmemAllocationHandleType type) {
+  return fk::mem_import(handle, os_handle, type);
+}
+
+FAKE_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                            CUmemGenericAllocationHandle handle) {
+  return fk::mem_get_allocation_properties(prop, handle);
 }
 
 FAKE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,

@@ -322,6 +322,76 @@ TEST_CASE("VMM: reserve, create, map, access, unmap, release") {
   CHECK(create(&h, 3 * kMiB, &prop, 0) == CUDA_ERROR_INVALID_VALUE);
 }
 
+TEST_CASE("VMM: retained references, export and import share the memory") {
+  const Fake& f = fake();
+  auto reserve = f.fn<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>(
+      "cuMemAddressReserve");
+  auto create = f.fn<CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                                  unsigned long long)>("cuMemCreate");
+  auto release = f.fn<CUresult (*)(CUmemGenericAllocationHandle)>("cuMemRelease");
+  auto map = f.fn<CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                               unsigned long long)>("cuMemMap");
+  auto unmap = f.fn<CUresult (*)(CUdeviceptr, size_t)>("cuMemUnmap");
+  auto set_access =
+      f.fn<CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t)>("cuMemSetAccess");
+  auto retain =
+      f.fn<CUresult (*)(CUmemGenericAllocationHandle*, void*)>("cuMemRetainAllocationHandle");
+  auto export_fd = f.fn<CUresult (*)(void*, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                                     unsigned long long)>("cuMemExportToShareableHandle");
+  auto import_fd =
+      f.fn<CUresult (*)(CUmemGenericAllocationHandle*, void*, CUmemAllocationHandleType)>(
+          "cuMemImportFromShareableHandle");
+  auto props = f.fn<CUresult (*)(CUmemAllocationProp*, CUmemGenericAllocationHandle)>(
+      "cuMemGetAllocationPropertiesFromHandle");
+  auto info = f.fn<CUresult (*)(size_t*, size_t*)>("cuMemGetInfo_v2");
+
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 1;
+  use_device(1);
+  CUmemGenericAllocationHandle h = 0, r = 0, imported = 0;
+  REQUIRE(create(&h, 2 * kMiB, &prop, 0) == CUDA_SUCCESS);
+  CUdeviceptr va = 0, vb = 0;
+  REQUIRE(reserve(&va, 2 * kMiB, 0, 0, 0) == CUDA_SUCCESS);
+  REQUIRE(reserve(&vb, 2 * kMiB, 0, 0, 0) == CUDA_SUCCESS);
+  REQUIRE(map(va, 2 * kMiB, 0, h, 0) == CUDA_SUCCESS);
+  CHECK(retain(&r, reinterpret_cast<void*>(vb)) == CUDA_ERROR_INVALID_VALUE);  // nothing mapped
+  REQUIRE(retain(&r, reinterpret_cast<void*>(va + 100)) == CUDA_SUCCESS);
+  CHECK(r == h);
+  int fd = -1;
+  CHECK(export_fd(&fd, h, CU_MEM_HANDLE_TYPE_FABRIC, 0) == CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(export_fd(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) == CUDA_SUCCESS);
+  REQUIRE(import_fd(&imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == CUDA_SUCCESS);
+  CHECK(imported != h);
+  CUmemAllocationProp got{};
+  REQUIRE(props(&got, imported) == CUDA_SUCCESS);
+  CHECK(got.location.id == 1);
+  REQUIRE(map(vb, 2 * kMiB, 0, imported, 0) == CUDA_SUCCESS);
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  REQUIRE(set_access(va, 2 * kMiB, &access, 1) == CUDA_SUCCESS);
+  REQUIRE(set_access(vb, 2 * kMiB, &access, 1) == CUDA_SUCCESS);
+  *reinterpret_cast<int*>(va) = 42;  // one memory, two handles
+  CHECK(*reinterpret_cast<int*>(vb) == 42);
+  size_t free_bytes = 0, total = 0;
+  REQUIRE(info(&free_bytes, &total) == CUDA_SUCCESS);
+  CHECK(free_bytes == 62 * kMiB);  // the import is charged to no device again
+  // Two references (create + retain): the second release frees, and only after the unmap.
+  CHECK(release(r) == CUDA_SUCCESS);
+  CHECK(unmap(va, 2 * kMiB) == CUDA_SUCCESS);
+  CHECK(release(h) == CUDA_SUCCESS);
+  CHECK(release(h) == CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(info(&free_bytes, &total) == CUDA_SUCCESS);
+  CHECK(free_bytes == 64 * kMiB);
+  CHECK(*reinterpret_cast<int*>(vb) == 42);  // the imported mapping keeps the pages
+  CHECK(unmap(vb, 2 * kMiB) == CUDA_SUCCESS);
+  CHECK(release(imported) == CUDA_SUCCESS);
+  close(fd);
+}
+
 #if defined(__x86_64__)
 TEST_CASE("the pre-3.2 cuMemAlloc ABI returns 32-bit addresses") {
   const Fake& f = fake();

@@ -45,6 +45,9 @@ Driver table() {
   d.memAddressFree = cuMemAddressFree;
   d.memCreate = cuMemCreate;
   d.memRelease = cuMemRelease;
+  d.memRetainAllocationHandle = cuMemRetainAllocationHandle;
+  d.memExportToShareableHandle = cuMemExportToShareableHandle;
+  d.memImportFromShareableHandle = cuMemImportFromShareableHandle;
   d.memMap = cuMemMap;
   d.memUnmap = cuMemUnmap;
   d.memSetAccess = cuMemSetAccess;

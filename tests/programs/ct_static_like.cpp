@@ -42,6 +42,9 @@ Driver table() {
   d.memAddressFree = e.memAddressFree;
   d.memCreate = e.memCreate;
   d.memRelease = e.memRelease;
+  d.memRetainAllocationHandle = e.memRetainAllocationHandle;
+  d.memExportToShareableHandle = e.memExportToShareableHandle;
+  d.memImportFromShareableHandle = e.memImportFromShareableHandle;
   d.memMap = e.memMap;
   d.memUnmap = e.memUnmap;
   d.memSetAccess = e.memSetAccess;

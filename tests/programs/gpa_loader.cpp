@@ -88,6 +88,9 @@ bool load_driver_entry_points(DriverEntryPoints* out) {
   get(e.memAddressFree, "cuMemAddressFree", 12000);
   get(e.memCreate, "cuMemCreate", 12000);
   get(e.memRelease, "cuMemRelease", 12000);
+  get(e.memRetainAllocationHandle, "cuMemRetainAllocationHandle", 12000);
+  get(e.memExportToShareableHandle, "cuMemExportToShareableHandle", 12000);
+  get(e.memImportFromShareableHandle, "cuMemImportFromShareableHandle", 12000);
   get(e.memMap, "cuMemMap", 12000);
   get(e.memUnmap, "cuMemUnmap", 12000);
   get(e.memSetAccess, "cuMemSetAccess", 12000);

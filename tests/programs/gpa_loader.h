@@ -39,6 +39,11 @@ struct DriverEntryPoints {
   CUresult (*memCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
                         unsigned long long);
   CUresult (*memRelease)(CUmemGenericAllocationHandle);
+  CUresult (*memRetainAllocationHandle)(CUmemGenericAllocationHandle*, void*);
+  CUresult (*memExportToShareableHandle)(void*, CUmemGenericAllocationHandle,
+                                         CUmemAllocationHandleType, unsigned long long);
+  CUresult (*memImportFromShareableHandle)(CUmemGenericAllocationHandle*, void*,
+                                           CUmemAllocationHandleType);
   CUresult (*memMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
   CUresult (*memUnmap)(CUdeviceptr, size_t);
   CUresult (*memSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);

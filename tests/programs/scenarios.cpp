@@ -140,6 +140,69 @@ int scenario_vmm(const Driver& d, int, char**) {
   return 0;
 }
 
+// Maps a fresh reservation of `size` to handle h, read-write from device 0.
+CUdeviceptr map_new(const Driver& d, CUmemGenericAllocationHandle h, size_t size) {
+  CUdeviceptr va = 0;
+  check(d.memAddressReserve(&va, size, 0, 0, 0), "cuMemAddressReserve");
+  check(d.memMap(va, size, 0, h, 0), "cuMemMap");
+  CUmemAccessDesc access{};
+  access.location = device0_pinned().location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  check(d.memSetAccess(va, size, &access, 1), "cuMemSetAccess");
+  return va;
+}
+
+int scenario_vmm_refs(const Driver& d, int, char**) {
+  require("vmm_refs", d.init, d.setDevice, d.memAddressReserve, d.memAddressFree, d.memCreate,
+          d.memRelease, d.memMap, d.memUnmap, d.memSetAccess, d.memRetainAllocationHandle,
+          d.memExportToShareableHandle, d.memImportFromShareableHandle);
+  start_on_device0(d);
+  CUmemAllocationProp prop = device0_pinned();
+
+  // (1) NCCL's ncclCuMemAlloc / ncclCuMemFree.
+  CUmemGenericAllocationHandle h1 = 0, r = 0;
+  check(d.memCreate(&h1, 2 * kMiB, &prop, 0), "cuMemCreate h1");
+  const CUdeviceptr va1 = map_new(d, h1, 2 * kMiB);
+  check(d.memRetainAllocationHandle(&r, reinterpret_cast<void*>(va1 + 4096)), "retain");
+  if (r != h1) {
+    std::fprintf(stderr, "ct: retained handle %llu is not %llu\n", r, h1);
+    return 3;
+  }
+  check(d.memRelease(r), "release retained");
+  check(d.memUnmap(va1, 2 * kMiB), "cuMemUnmap va1");
+  check(d.memRelease(h1), "release h1");
+  check(d.memAddressFree(va1, 2 * kMiB), "cuMemAddressFree va1");
+
+  // (2) Released right after mapping, as CUDA's samples do.
+  CUmemGenericAllocationHandle h2 = 0;
+  check(d.memCreate(&h2, 4 * kMiB, &prop, 0), "cuMemCreate h2");
+  map_new(d, h2, 4 * kMiB);
+  check(d.memRelease(h2), "release h2");
+
+  // (3) Memory exported as a file descriptor and imported again (NCCL's peers do this across
+  // processes).
+  CUmemAllocationProp prop1 = prop;
+  prop1.location.id = 1;
+  prop1.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle h3 = 0, h4 = 0;
+  check(d.memCreate(&h3, 2 * kMiB, &prop1, 0), "cuMemCreate h3");
+  int fd = -1;
+  check(d.memExportToShareableHandle(&fd, h3, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        "export h3");
+  check(d.memImportFromShareableHandle(&h4, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        "import");
+  if (h4 == h3) {
+    std::fprintf(stderr, "ct: the imported handle is the exported one\n");
+    return 3;
+  }
+  map_new(d, h4, 2 * kMiB);
+  check(d.memRelease(h4), "release h4");
+  check(d.memRelease(h3), "release h3");
+  close(fd);
+  return 0;
+}
+
 int scenario_host(const Driver& d, int, char**) {
   require("host", d.init, d.setDevice, d.memHostAlloc, d.memAllocHost, d.memFreeHost);
   start_on_device0(d);
@@ -385,12 +448,13 @@ struct Scenario {
 };
 
 constexpr Scenario kScenarios[] = {
-    {"basic", scenario_basic},     {"vmm", scenario_vmm},         {"host", scenario_host},
-    {"managed", scenario_managed}, {"pitch", scenario_pitch},     {"oom", scenario_oom},
-    {"badfree", scenario_badfree}, {"threads", scenario_threads}, {"fork", scenario_fork},
-    {"exec", scenario_exec},       {"kill", scenario_kill},       {"abort", scenario_abort},
-    {"segv", scenario_segv},       {"exit", scenario_exit},       {"spin", scenario_spin},
-    {"marks", scenario_marks},     {"nvtx", scenario_nvtx},       {"steps", scenario_steps},
+    {"basic", scenario_basic}, {"vmm", scenario_vmm},         {"vmm_refs", scenario_vmm_refs},
+    {"host", scenario_host},   {"managed", scenario_managed}, {"pitch", scenario_pitch},
+    {"oom", scenario_oom},     {"badfree", scenario_badfree}, {"threads", scenario_threads},
+    {"fork", scenario_fork},   {"exec", scenario_exec},       {"kill", scenario_kill},
+    {"abort", scenario_abort}, {"segv", scenario_segv},       {"exit", scenario_exit},
+    {"spin", scenario_spin},   {"marks", scenario_marks},     {"nvtx", scenario_nvtx},
+    {"steps", scenario_steps},
 };
 
 }  // namespace

@@ -21,6 +21,21 @@
 //           h2 mapped and unreleased and va2 reserved.
 //           Totals: 2 reserves, 1 addressFree, 2 creates (2 MiB each), 1 release, 2 maps,
 //           1 unmap; physical live 2 MiB at exit, peak 2 MiB.
+//  vmm_refs VMM handle references the way NCCL and CUDA's samples use them, all 2 MiB-granular:
+//           (1) NCCL's alloc/free: h1 = cuMemCreate 2 MiB on dev 0; reserve va1 2 MiB; map h1;
+//           setAccess; then r = cuMemRetainAllocationHandle(va1 + 4096) (must be h1, else
+//           exit 3); release r; unmap va1; release h1; addressFree va1.
+//           (2) release right after mapping: h2 = cuMemCreate 4 MiB on dev 0; reserve va2 4 MiB;
+//           map h2; setAccess; release h2 (its memory lives on while mapped).
+//           (3) import: h3 = cuMemCreate 2 MiB on dev 1 (POSIX fd shareable); export to fd;
+//           h4 = import(fd) (a new handle, not h3, else exit 3); reserve va3 2 MiB; map h4 at
+//           va3 (stays mapped: listed as imported, not a segment); release h4; release h3;
+//           close fd.
+//           Exit 0. device 0: 2 creates, live 4 MiB (h2, mapped at va2), peak 4 MiB; one
+//           segment (va2, 4 MiB, expandable), segment_map x2 and segment_unmap x1 on device 0.
+//           device 1: 1 create, peak 2 MiB, live 0 once h3 is released (what stays mapped is
+//           h4's, an import, which counts no bytes), no segment. Handles at exit: h2 (4 MiB,
+//           dev 0); imported_mappings: va3, 2 MiB, device 1, handle h4. No anomalies.
 //  host     dev 0: p = cuMemHostAlloc 1 MiB (flags 0); q = cuMemAllocHost_v2 64 KiB; freeHost p.
 //           Exit 0, q leaked (64 KiB host-pinned live).
 //  managed  dev 0: cuMemAllocManaged 256 KiB (CU_MEM_ATTACH_GLOBAL), then freed.
@@ -92,6 +107,11 @@ struct Driver {
   CUresult (*memCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
                         unsigned long long);
   CUresult (*memRelease)(CUmemGenericAllocationHandle);
+  CUresult (*memRetainAllocationHandle)(CUmemGenericAllocationHandle*, void*);
+  CUresult (*memExportToShareableHandle)(void*, CUmemGenericAllocationHandle,
+                                         CUmemAllocationHandleType, unsigned long long);
+  CUresult (*memImportFromShareableHandle)(CUmemGenericAllocationHandle*, void*,
+                                           CUmemAllocationHandleType);
   CUresult (*memMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
   CUresult (*memUnmap)(CUdeviceptr, size_t);
   CUresult (*memSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);

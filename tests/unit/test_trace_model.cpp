@@ -224,7 +224,59 @@ TEST_CASE("mapping a handle created elsewhere (NCCL import) is not an anomaly") 
   f.add(Kind::kRelease, Api::kMemRelease, 500, 0);
   auto s = f.build();
   REQUIRE(s.tool->anomalies.empty());
-  REQUIRE(s.device_traces.size() == 2);
-  REQUIRE(s.device_traces[1].size() == 2);  // segment_map + segment_unmap on the handle's device
-  REQUIRE(s.tool->devices[1].live_bytes == 0);
+  // Another process's memory: no segment, no trace entry, no bytes; nothing left listed.
+  for (const auto& tr : s.device_traces) REQUIRE(tr.empty());
+  REQUIRE(s.segments.empty());
+  REQUIRE(s.tool->imported_mappings.empty());
+  REQUIRE(s.tool->vmm_handles.empty());
+}
+
+TEST_CASE("VMM handles: retains, releases in either order, imports, failed releases") {
+  Feeder f;
+  // NCCL's free: retain from the address, release, unmap, release: freed once, at the end.
+  f.add(Kind::kCreate, Api::kMemCreate, 7, 2 << 20, 0);
+  f.add(Kind::kMap, Api::kMemMap, 0x100000, 2 << 20, 0, 7);
+  f.add(Kind::kRetain, Api::kMemRetainAllocationHandle, 7, 0, -1, 0x100000);
+  f.add(Kind::kRelease, Api::kMemRelease, 7, 0);
+  auto s = f.build();
+  REQUIRE(s.tool->devices[0].live_bytes == (2u << 20));
+  f.add(Kind::kUnmap, Api::kMemUnmap, 0x100000, 2 << 20);
+  f.add(Kind::kRelease, Api::kMemRelease, 7, 0);
+  s = f.build();
+  REQUIRE(s.tool->devices[0].live_bytes == 0);
+  REQUIRE(s.tool->vmm_handles.empty());
+  // Released while mapped: the memory lives until the unmap.
+  f.add(Kind::kCreate, Api::kMemCreate, 8, 4 << 20, 0);
+  f.add(Kind::kMap, Api::kMemMap, 0x800000, 4 << 20, 0, 8);
+  f.add(Kind::kRelease, Api::kMemRelease, 8, 0);
+  s = f.build();
+  REQUIRE(s.tool->devices[0].live_bytes == (4u << 20));
+  REQUIRE(s.tool->vmm_handles.size() == 1);
+  // A release the driver refused gives the reference back.
+  f.add(Kind::kUnmap, Api::kMemUnmap, 0x800000, 4 << 20);
+  REQUIRE(f.build().tool->devices[0].live_bytes == 0);
+  f.add(Kind::kFreeFailed, Api::kMemRelease, 8, 0);
+  s = f.build();
+  REQUIRE(s.tool->devices[0].live_bytes == (4u << 20));
+  REQUIRE(s.tool->vmm_handles.size() == 1);
+  f.add(Kind::kRelease, Api::kMemRelease, 8, 0);
+  REQUIRE(f.build().tool->devices[0].live_bytes == 0);
+  // Imported: mapped and listed, never counted; a third release is a stray one.
+  f.add(Kind::kImport, Api::kMemImportFromShareableHandle, 9, 0, 1);
+  f.add(Kind::kMap, Api::kMemMap, 0x2000000, 2 << 20, 1, 9);
+  s = f.build();
+  REQUIRE(s.tool->imported_mappings.size() == 1);
+  REQUIRE(s.tool->imported_mappings[0].device == 1);
+  REQUIRE(s.tool->imported_mappings[0].handle == 9);
+  REQUIRE(s.segments.empty());
+  f.add(Kind::kRelease, Api::kMemRelease, 9, 0);
+  f.add(Kind::kUnmap, Api::kMemUnmap, 0x2000000, 2 << 20);
+  f.add(Kind::kRelease, Api::kMemRelease, 9, 0);
+  s = f.build();
+  REQUIRE(s.tool->imported_mappings.empty());
+  REQUIRE(s.tool->anomalies.size() == 1);
+  REQUIRE(s.tool->anomalies[0].kind == "release_unknown_handle");
+  REQUIRE(s.tool->devices[0].peak_bytes == (4u << 20));
+  REQUIRE(s.tool->devices[0].allocations == 2);
+  REQUIRE(s.tool->devices[0].frees == 2);
 }
