@@ -22,6 +22,14 @@ details = []
 for r, s in sorted(ranks.items()):
     t = s["cumemtrace"]
     devices = {d["device"] for d in t["devices"] if d["allocations"]}
+    # A device whose only activity is a VMM handle created and released without ever being mapped
+    # (no trace entry, nothing live, at most one 2 MiB granule): a capability probe made during
+    # NCCL's communicator set-up, on a helper thread whose current device is still 0. Reported,
+    # not counted as the rank's memory.
+    probes = {d["device"] for d in t["devices"] if d["device"] != r and d["allocations"]
+              and d["allocations"] == d["frees"] and d["live_bytes"] == 0
+              and d["peak_bytes"] <= 2 << 20 and not s["device_traces"][d["device"]]}
+    devices -= probes
     owned = [(x["action"], x["size"], x.get("frames", [])) for tr in s["device_traces"] for x in tr
              if x["action"] in ("alloc", "segment_map")]
     by_nccl = [o for o in owned if nccl(o[2])]
@@ -33,7 +41,8 @@ for r, s in sorted(ranks.items()):
     details.append(f"rank {r}: devices {sorted(devices)}, {len(by_nccl)} NCCL allocations "
                    f"({vmm} cuMem, {sum(o[1] for o in by_nccl) / 2**20:.0f} MiB), "
                    f"{len(imported)} peer mappings imported at exit, {len(stray)} stray releases, "
-                   f"peak {peak / 2**20:.0f} MiB")
+                   f"peak {peak / 2**20:.0f} MiB"
+                   + (f", probe-only on device {sorted(probes)}" if probes else ""))
 print(f"| torchrun 2 ranks: one snapshot per rank, right device, NCCL seen | {'PASS' if ok else 'FAIL'} | "
       f"{len(snaps)} snapshots; " + "; ".join(details))
 sys.exit(0 if ok else 1)
