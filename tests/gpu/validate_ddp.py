@@ -23,9 +23,9 @@ for r, s in sorted(ranks.items()):
     t = s["cumemtrace"]
     devices = {d["device"] for d in t["devices"] if d["allocations"]}
     # A device whose only activity is a VMM handle created and released without ever being mapped
-    # (no trace entry, nothing live, at most one 2 MiB granule): a capability probe made during
-    # NCCL's communicator set-up, on a helper thread whose current device is still 0. Reported,
-    # not counted as the rank's memory.
+    # (no trace entry, nothing live, at most one 2 MiB granule): on the H200 host rank 1 makes one
+    # on device 0 during init_process_group, 0.4 s before NCCL's first buffer. Reported, not
+    # counted as the rank's memory.
     probes = {d["device"] for d in t["devices"] if d["device"] != r and d["allocations"]
               and d["allocations"] == d["frees"] and d["live_bytes"] == 0
               and d["peak_bytes"] <= 2 << 20 and not s["device_traces"][d["device"]]}
