@@ -223,24 +223,32 @@ def test_anomalies(tmp_path):
 
 
 def test_threads_lose_nothing_and_keep_address_order(tmp_path):
-    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "threads", "8", "1000"])
+    threads, rounds = 64, 150
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "threads", str(threads), str(rounds)])
     assert p.returncode == 0, p.stderr
     snap = only(snaps)
     t = snap["cumemtrace"]
     assert t["events_dropped"] == 0
-    assert t["events_total"] == 16000
+    assert t["events_total"] == 2 * threads * rounds
     d0 = device_summary(snap, 0)
-    assert (d0["allocations"], d0["frees"], d0["live_bytes"]) == (8000, 8000, 0)
-    # Per address, allocations and frees strictly alternate in the global order.
-    state = {}
+    assert (d0["allocations"], d0["frees"], d0["live_bytes"]) == (threads * rounds, threads * rounds, 0)
+    # Exactly the requested sizes, each once: no phantom, no lost event.
+    sizes = sorted(e["size"] for e in trace(snap, 0) if e["action"] == SA)
+    assert sizes == sorted((k + 1) * 4096 + r for k in range(threads) for r in range(rounds))
+    # Per address, allocations and frees strictly alternate in the global order, also where one
+    # thread frees an address and another thread gets it next (which must happen here).
+    owner, cross_thread_reuse = {}, 0
     for e in trace(snap, 0):
         if e["action"] == SA:
-            assert not state.get(e["addr"]), "address allocated twice without a free"
-            state[e["addr"]] = True
+            assert e["addr"] not in owner or owner[e["addr"]][0] is False, "allocated twice without a free"
+            if e["addr"] in owner and owner[e["addr"]][1] != e["tid"]:
+                cross_thread_reuse += 1
+            owner[e["addr"]] = (True, e["tid"])
         elif e["action"] == SF:
-            assert state.get(e["addr"]), "free before its allocation"
-            state[e["addr"]] = False
-    assert len({e["tid"] for e in trace(snap, 0)}) == 8
+            assert owner.get(e["addr"], (False,))[0], "free before its allocation"
+            owner[e["addr"]] = (False, e["tid"])
+    assert cross_thread_reuse > 0
+    assert len({e["tid"] for e in trace(snap, 0)}) == threads
     assert snap["cumemtrace"]["anomalies"] == []
 
 
