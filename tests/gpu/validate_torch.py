@@ -47,11 +47,29 @@ for seg in ours["segments"]:
     top = next((n for n in frames if not n.startswith(("cu", "libcudart"))), "?")
     sites[top.split("(")[0][:60]] += seg["total_size"]
 if not events(theirs):
-    # Without caching, PyTorch's recorder sees no segments at all: nothing to compare.
-    print(f"| torch {mode}: PyTorch segment events matched one to one | n/a | PyTorch recorded no "
-          f"segment events in this mode; cumemtrace saw {len(extra_allocs)} allocations "
-          f"({sum(e[3] for e in extra_allocs)} B)")
-    sys.exit(0)
+    # Without caching every PyTorch block is its own cudaMalloc: if the recorder kept block events,
+    # each alloc / free_completed must be one of our allocations / frees at the same address.
+    blocks = [(e["action"], dev, e["addr"], e["size"]) for dev, tr in enumerate(theirs["device_traces"])
+              for e in tr if e["action"] in ("alloc", "free_completed")]
+    if not blocks:
+        print(f"| torch {mode}: PyTorch segment events matched one to one | n/a | PyTorch's recorder "
+              f"kept no events in this mode ({sum(len(t) for t in theirs['device_traces'])} entries); "
+              f"cumemtrace saw {len(extra_allocs)} allocations ({sum(e[3] for e in extra_allocs)} B)")
+        sys.exit(0)
+    ours_by = collections.Counter((("alloc" if a == "segment_alloc" else "free_completed"), d, addr)
+                                  for a, d, addr, _ in mine if a in ("segment_alloc", "segment_free"))
+    unmatched = []
+    for a, d, addr, size in blocks:
+        if ours_by[(a, d, addr)] > 0:
+            ours_by[(a, d, addr)] -= 1
+        else:
+            unmatched.append((a, d, hex(addr), size))
+    ok = not unmatched
+    print(f"| torch {mode}: PyTorch block events matched one to one | {'PASS' if ok else 'FAIL'} | "
+          f"{len(blocks) - len(unmatched)} of {len(blocks)} PyTorch alloc/free events are cumemtrace "
+          f"allocations/frees at the same address {unmatched[:3]}; cumemtrace saw "
+          f"{sum(ours_by.values())} more events PyTorch did not")
+    sys.exit(0 if ok else 1)
 ok = not missing and matched > 0
 print(f"| torch {mode}: PyTorch segment events matched one to one | {'PASS' if ok else 'FAIL'} | "
       f"{matched} matched, {len(missing)} PyTorch events unmatched {missing[:3]}; cumemtrace saw "
