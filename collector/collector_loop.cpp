@@ -173,15 +173,26 @@ void Collector::finish(ProcessSession& s) {
   } else {
     ended = s.observed_end();
   }
+  std::optional<snap::Snapshot> snapshot;
   try {
-    snap::Snapshot snapshot = s.snapshot("exit", ended);
-    const std::string path = s.write(snapshot);
-    if (opts_.summary) {
-      fmt::print(stderr, "cumemtrace: wrote {}\n{}", path, summarize(snapshot));
-    }
-    written_.push_back(WrittenSnapshot{path, std::move(snapshot)});
+    snapshot = s.snapshot("exit", ended);
   } catch (const std::exception& e) {
     fmt::print(stderr, "cumemtrace: {}\n", e.what());
+  }
+  if (snapshot) {
+    try {
+      const std::string path = s.write(*snapshot);
+      if (opts_.summary) {
+        fmt::print(stderr, "cumemtrace: wrote {}\n{}", path, summarize(*snapshot));
+      }
+      written_.push_back(WrittenSnapshot{path, std::move(*snapshot)});
+    } catch (const std::exception& e) {
+      // A full disk: `run`'s limits still judge the snapshot, under a name that says why there
+      // is no file, instead of a gate passing for want of one.
+      fmt::print(stderr, "cumemtrace: {}\n", e.what());
+      written_.push_back(WrittenSnapshot{fmt::format("pid {} (snapshot not written)", s.info().pid),
+                                         std::move(*snapshot)});
+    }
   }
   if (!s.error().empty()) fmt::print(stderr, "cumemtrace: {}\n", s.error());
 }
