@@ -173,15 +173,26 @@ void Collector::finish(ProcessSession& s) {
   } else {
     ended = s.observed_end();
   }
+  std::optional<snap::Snapshot> snapshot;
   try {
-    snap::Snapshot snapshot = s.snapshot("exit", ended);
-    const std::string path = s.write(snapshot);
-    if (opts_.summary) {
-      fmt::print(stderr, "cumemtrace: wrote {}\n{}", path, summarize(snapshot));
-    }
-    written_.push_back(WrittenSnapshot{path, std::move(snapshot)});
+    snapshot = s.snapshot("exit", ended);
   } catch (const std::exception& e) {
     fmt::print(stderr, "cumemtrace: {}\n", e.what());
+  }
+  if (snapshot) {
+    try {
+      const std::string path = s.write(*snapshot);
+      if (opts_.summary) {
+        fmt::print(stderr, "cumemtrace: wrote {}\n{}", path, summarize(*snapshot));
+      }
+      written_.push_back(WrittenSnapshot{path, std::move(*snapshot)});
+    } catch (const std::exception& e) {
+      // A full disk: `run`'s limits still judge the snapshot, under a name that says why there
+      // is no file, instead of a gate passing for want of one.
+      fmt::print(stderr, "cumemtrace: {}\n", e.what());
+      written_.push_back(WrittenSnapshot{fmt::format("pid {} (snapshot not written)", s.info().pid),
+                                         std::move(*snapshot)});
+    }
   }
   if (!s.error().empty()) fmt::print(stderr, "cumemtrace: {}\n", s.error());
 }
@@ -217,27 +228,35 @@ bool Collector::done() const {
 void Collector::run() {
   std::vector<pollfd> pfds;
   int idle_rounds = 0;
+  bool backlog = false;
   while (!done()) {
     pfds.clear();
     if (control_fd_ >= 0) pfds.push_back({control_fd_, POLLIN, 0});
     if (signal_fd_ >= 0) pfds.push_back({signal_fd_, POLLIN, 0});
     for (auto& s : sessions_) {
-      if (s->open()) pfds.push_back({s->live_fd(), POLLIN, 0});
+      if (s->live_fd() >= 0) pfds.push_back({s->live_fd(), POLLIN, 0});
     }
-    // Poll fast while rings are busy, back off when they are quiet.
-    const int timeout = sessions_.empty() ? 100 : idle_rounds < 10 ? 1 : 5;
+    // Poll fast while rings are busy, back off when they are quiet; not at all while a ring has
+    // more than one batch waiting.
+    const int timeout = backlog ? 0 : sessions_.empty() ? 100 : idle_rounds < 10 ? 1 : 5;
     int r = poll(pfds.data(), pfds.size(), timeout);
     if (r < 0 && errno != EINTR) {
       fmt::print(stderr, "cumemtrace: poll failed: {}\n", strerror(errno));
       break;
     }
     size_t drained = 0;
-    for (auto& s : sessions_) drained += s->drain();
+    backlog = false;
+    for (auto& s : sessions_) {
+      const size_t n = s->drain();
+      drained += n;
+      backlog = backlog || n == ProcessSession::kDrainBatch;
+    }
     idle_rounds = drained ? 0 : idle_rounds + 1;
     const auto now = std::chrono::steady_clock::now();
     sample_driver_memory(now);
     for (auto& s : sessions_) {
       s->periodic(now);
+      s->follow(now);
       report_written(*s);
     }
     for (const auto& p : pfds) {
@@ -248,7 +267,7 @@ void Collector::run() {
         handle_signals();
       } else {
         for (auto& s : sessions_) {
-          if (s->open() && s->live_fd() == p.fd) s->close_live();
+          if (s->live_fd() >= 0 && s->live_fd() == p.fd) s->close_live();
         }
       }
     }

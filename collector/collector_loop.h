@@ -44,6 +44,8 @@ class Collector {
 
   void run();
 
+  // Every final snapshot; one that could not be written (full disk) is kept too, its path
+  // "pid N (snapshot not written)".
   const std::vector<WrittenSnapshot>& written() const { return written_; }
   // The direct child's wait status, once reaped.
   std::optional<int> child_status() const { return child_status_; }

@@ -119,29 +119,31 @@ ProcessSession::~ProcessSession() {
   if (ring_) ring_->mark_collector(0, wire::kCollectorGone);
 }
 
+void ProcessSession::on_record(const Record& r) {
+  model_.add(r);
+  // Written before this record's slot is released: the thread that hit the OOM (or asked
+  // for the snapshot) waits for that, so the file shows the state at that moment, before
+  // the application goes on.
+  try {
+    if (model_.take_oom_request()) {
+      sample_driver();
+      oom_files_.push_back(write(snapshot("oom", std::nullopt)));
+      extra_files_.push_back(oom_files_.back());
+    }
+    if (auto tag = model_.take_snapshot_request()) write_running("request", file_tag(*tag));
+    if (r.ev.kind == wire::Kind::kExit) sample_driver(true);  // the last look at the context
+    // A device just named: its driver figure can now be attributed to it.
+    if (r.ev.kind == wire::Kind::kDevice) sample_driver();
+  } catch (const std::exception& e) {
+    error_ = e.what();
+  }
+}
+
 size_t ProcessSession::drain() {
   if (!ring_ || !error_.empty()) return 0;
   size_t n = 0;
   try {
-    n = ring_->drain([this](const Record& r) {
-      model_.add(r);
-      // Written before this record's slot is released: the thread that hit the OOM (or asked
-      // for the snapshot) waits for that, so the file shows the state at that moment, before
-      // the application goes on.
-      try {
-        if (model_.take_oom_request()) {
-          sample_driver();
-          oom_files_.push_back(write(snapshot("oom", std::nullopt)));
-          extra_files_.push_back(oom_files_.back());
-        }
-        if (auto tag = model_.take_snapshot_request()) write_running("request", file_tag(*tag));
-        if (r.ev.kind == wire::Kind::kExit) sample_driver(true);  // the last look at the context
-        // A device just named: its driver figure can now be attributed to it.
-        if (r.ev.kind == wire::Kind::kDevice) sample_driver();
-      } catch (const std::exception& e) {
-        error_ = e.what();
-      }
-    });
+    n = ring_->drain([this](const Record& r) { on_record(r); }, kDrainBatch);
   } catch (const CorruptRing& e) {
     error_ = fmt::format("corrupt ring from pid {}: {}", info_.pid, e.what());
   }
@@ -233,15 +235,48 @@ void ProcessSession::add_driver_usage(const std::vector<DriverUsage>& usage, boo
   }
 }
 
+void ProcessSession::drain_all() {
+  while (drain() == kDrainBatch) {
+  }
+}
+
+// Whether the process's address space still holds this ring. The kernel unmaps it (exit_mm,
+// exec) before it closes the descriptors of an exiting or exec'ing process, so after the liveness
+// socket's EOF a mapped ring means the program closed the socket itself and runs on.
+bool ProcessSession::maps_ring() const {
+  std::ifstream maps(fmt::format("/proc/{}/maps", info_.pid));
+  const std::string inode = fmt::format(" {} ", ring_->inode());
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("/memfd:cumemtrace-ring") != std::string::npos &&
+        line.find(inode) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void ProcessSession::follow(std::chrono::steady_clock::time_point now) {
+  if (!followed_ || now < next_follow_check_) return;
+  next_follow_check_ = now + std::chrono::milliseconds(50);
+  if (!maps_ring()) close_live();
+}
+
 void ProcessSession::close_live() {
-  drain();
+  drain_all();
+  if (live_fd_ >= 0) ::close(live_fd_);
+  live_fd_ = -1;
+  if (!followed_ && !model_.exited() && maps_ring()) {
+    followed_ = true;
+    next_follow_check_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    return;
+  }
+  followed_ = false;
   // exit() was seen in the ring: that is the answer, and it may be a while before the process
   // (with its atexit work and address space teardown) is a zombie.
   proc_end_ = model_.exited() ? snap::Ended{"exit", model_.exit_status(), 0}
                               : observe_from_proc(info_.pid, info_.argv);
-  drain();
-  if (live_fd_ >= 0) ::close(live_fd_);
-  live_fd_ = -1;
+  drain_all();
 }
 
 snap::Ended ProcessSession::observed_end() const {

@@ -1,14 +1,16 @@
 // Contract: one traced process image as the collector sees it: its ring, its liveness socket, its
 // TraceModel. The owner drains it regularly, and when the liveness socket reports EOF (the
-// process exited, was killed, or exec'd) calls finish(), which drains what is left and writes
-// the final snapshot. A corrupt ring ends the session with an error message, never a crash.
-// Driver-visible memory is sampled when the process names a device (with its PCI address, which
-// maps NVML's numbering to the process's CUDA ordinals), at exit() and OOM, and by the owner.
-// Snapshots of a running process are written on the way: at an OOM (EXE.PID.oom.json), at a
-// cumemtrace_snapshot(tag) record (EXE.PID.TAG.json), when the process's SIGUSR2 counter in the
-// ring header changed (EXE.PID.request-N.json; several signals between two drains make one file)
-// and every `snapshot_every_s` seconds (EXE.PID.periodic-N.json). A driver sample is kept only
-// when a device's value changed, or when a snapshot is written, so days of sampling stay small.
+// process exited, was killed, or exec'd) calls close_live(), then writes the final snapshot. A
+// process that closed the socket itself (it closes every descriptor) still maps its ring: it is
+// then followed through /proc until the ring leaves its address space (exit or exec). A corrupt
+// ring ends the session with an error message, never a crash. Driver-visible memory is sampled when
+// the process names a device (with its PCI address, which maps NVML's numbering to the process's
+// CUDA ordinals), at exit() and OOM, and by the owner. Snapshots of a running process are written
+// on the way: at an OOM (EXE.PID.oom.json), at a cumemtrace_snapshot(tag) record
+// (EXE.PID.TAG.json), when the process's SIGUSR2 counter in the ring header changed
+// (EXE.PID.request-N.json; several signals between two drains make one file) and every
+// `snapshot_every_s` seconds (EXE.PID.periodic-N.json). A driver sample is kept only when a
+// device's value changed, or when a snapshot is written, so days of sampling stay small.
 #pragma once
 
 #include <chrono>
@@ -38,14 +40,21 @@ class ProcessSession {
   ProcessSession(int memfd, int live_fd, ProcessInfo info, SessionOptions opts);
   ~ProcessSession();
 
+  // Records read by one drain(): one busy process must not keep the collector from the others
+  // (a child waits for its handshake).
+  static constexpr size_t kDrainBatch = 16384;
+
+  // The liveness socket to poll; -1 when there is none (closed, or followed through /proc).
   int live_fd() const { return live_fd_; }
   const ProcessInfo& info() const { return info_; }
-  bool open() const { return live_fd_ >= 0; }
+  bool open() const { return live_fd_ >= 0 || followed_; }
   const std::string& error() const { return error_; }
 
-  // Reads published records; returns how many. Writes the OOM, tagged and requested snapshots
-  // that the records and the request counter ask for (paths in extra_files()).
+  // Reads published records, at most kDrainBatch; returns how many. Writes the OOM, tagged and
+  // requested snapshots that the records and the request counter ask for (in extra_files()).
   size_t drain();
+  // A process followed through /proc: ends the session (close_live) once its ring is unmapped.
+  void follow(std::chrono::steady_clock::time_point now);
   // Writes a periodic snapshot when one is due at `now`.
   void periodic(std::chrono::steady_clock::time_point now);
   // Driver-visible memory of this process just sampled by the owner.
@@ -53,7 +62,8 @@ class ProcessSession {
   // read a missing device as 0 (the process may be tearing down its context right now).
   void add_driver_usage(const std::vector<DriverUsage>& usage, bool force = false,
                         bool at_exit = false);
-  // The process is gone: read the rest and close the liveness socket.
+  // The liveness socket reported EOF: read the rest and end the session, or, while the process
+  // still maps the ring, follow it through /proc.
   void close_live();
   // Builds the snapshot of the current state. `ended` describes how the process ended, if known.
   snap::Snapshot snapshot(const std::string& reason, const std::optional<snap::Ended>& ended);
@@ -90,6 +100,12 @@ class ProcessSession {
   std::vector<snap::DriverMemorySample> driver_samples_;
   std::map<int, uint64_t> driver_last_;  // device -> latest used bytes
 
+  bool followed_ = false;
+  std::chrono::steady_clock::time_point next_follow_check_;
+
+  void on_record(const Record& r);
+  void drain_all();
+  bool maps_ring() const;
   void write_running(const std::string& reason, const std::string& tag);
   void sample_driver(bool at_exit = false);
   int64_t now_us() const;

@@ -26,6 +26,7 @@ RingReader::RingReader(int memfd) {
   ::close(memfd);
   if (map == MAP_FAILED) throw CorruptRing(fmt::format("cannot map the ring: {}", strerror(errno)));
   bytes_ = size;
+  inode_ = st.st_ino;
   header_ = static_cast<wire::RingHeader*>(map);
   const uint64_t cap = header_->capacity;
   std::string why;

@@ -43,6 +43,8 @@ class RingReader {
   uint64_t dropped() const;
   const wire::RingHeader& header() const { return *header_; }
   void mark_collector(int pid, wire::CollectorState state);
+  // The memfd's inode: how the ring shows in the producer's /proc/PID/maps.
+  uint64_t inode() const { return inode_; }
 
  private:
   wire::RingHeader* header_ = nullptr;
@@ -50,6 +52,7 @@ class RingReader {
   size_t bytes_ = 0;
   uint64_t mask_ = 0;
   uint64_t tail_ = 0;
+  uint64_t inode_ = 0;
   Record scratch_;
 };
 

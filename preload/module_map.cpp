@@ -95,6 +95,8 @@ void rescan() noexcept {
 
 void modules_reset() noexcept {
   g_published.store(0, std::memory_order_relaxed);
+  // In a forked child the thread that held the lock (in a rescan) does not exist.
+  g_lock.clear(std::memory_order_relaxed);
 }
 
 void modules_send_all() noexcept {

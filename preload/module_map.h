@@ -9,6 +9,8 @@
 
 namespace cumemtrace::preload {
 
+// In a forked child (one thread left): forgets what was sent, and releases the lock that a thread
+// of the parent may have held.
 void modules_reset() noexcept;
 void modules_send_all() noexcept;
 void modules_note_frames(const uint64_t* frames, unsigned n) noexcept;

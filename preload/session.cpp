@@ -37,6 +37,9 @@ Config g_config;
 RingProducer g_ring;
 std::atomic<int> g_state{static_cast<int>(SessionState::kIdle)};
 int g_live_fd = -1;  // our end of the liveness socketpair
+// Which socket that is: a program that closes every descriptor may reuse the number.
+dev_t g_live_dev = 0;
+ino_t g_live_ino = 0;
 void* g_ring_map = nullptr;
 size_t g_ring_bytes = 0;
 bool g_process_hooks_installed = false;
@@ -340,7 +343,12 @@ void on_fork_child() {
   g_ring.detach();
   if (g_ring_map) munmap(g_ring_map, g_ring_bytes);
   g_ring_map = nullptr;
-  if (g_live_fd >= 0) close(g_live_fd);
+  if (g_live_fd >= 0) {
+    struct stat st {};
+    if (fstat(g_live_fd, &st) == 0 && st.st_dev == g_live_dev && st.st_ino == g_live_ino) {
+      close(g_live_fd);
+    }
+  }
   g_live_fd = -1;
   modules_reset();
   forget_thread_cache();
@@ -353,6 +361,13 @@ void on_fork_child() {
 bool start() {
   if (getauxval(AT_SECURE)) return false;  // setuid/setgid: never trace
   if (!read_config(g_config)) return false;
+  // Before the handshake, which may take a while: a child forked meanwhile by another thread
+  // must not inherit a session that is "starting" with no thread of its own to finish it.
+  if (!g_process_hooks_installed) {
+    g_process_hooks_installed = true;
+    on_exit(on_process_exit, nullptr);
+    pthread_atfork(nullptr, nullptr, on_fork_child);
+  }
 
   int ctl = -1;
   bool own_ctl = false;
@@ -423,15 +438,14 @@ bool start() {
     munmap(map, g_ring_bytes);
     return false;
   }
+  struct stat st {};
+  fstat(live[0], &st);
+  g_live_dev = st.st_dev;
+  g_live_ino = st.st_ino;
   g_live_fd = live[0];
   g_ring_map = map;
   g_ring.attach(hdr, slots, g_config.max_wait_ns);
   g_request_ring.store(hdr, std::memory_order_relaxed);
-  if (!g_process_hooks_installed) {
-    g_process_hooks_installed = true;
-    on_exit(on_process_exit, nullptr);
-    pthread_atfork(nullptr, nullptr, on_fork_child);
-  }
   return true;
 }
 

@@ -26,11 +26,14 @@
 //    CUDA_ERROR_OUT_OF_MEMORY and sets cuMemGetInfo's total; FAKE_CUDA_FAIL_NTH_ALLOC=N fails the
 //    N-th allocation call (1-based; every device, managed, async, pool, cuMemCreate and host
 //    allocation entry point counts, once its arguments and context have been validated) with
-//    CUDA_ERROR_INVALID_VALUE; FAKE_CUDA_MISSING is consulted by proc_address.cpp.
+//    CUDA_ERROR_INVALID_VALUE; FAKE_CUDA_MISSING and FAKE_CUDA_GPA_ERROR are consulted by
+//    proc_address.cpp.
 //  - Thread-safe: one mutex guards all state. The state is never destroyed, so threads still in
-//    the driver while the process exits are safe.
+//    the driver while the process exits are safe. Fork-safe: fork() waits for the mutex, so a
+//    child forked while another thread was in the driver can use it.
 #include "fake_driver.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -182,6 +185,16 @@ const Config& config() {
   return *c;
 }
 
+State& state();
+
+void lock_for_fork() {
+  state().mu.lock();
+}
+
+void unlock_after_fork() {
+  state().mu.unlock();
+}
+
 State& state() {
   static State* s = [] {
     auto* st = new State;
@@ -191,6 +204,13 @@ State& state() {
     }
     return st;
   }();
+  static const bool fork_handlers = [] {
+    // Without these a child forked while another thread held the mutex would deadlock in its
+    // first driver call, whoever traces it.
+    pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+    return true;
+  }();
+  (void)fork_handlers;
   return *s;
 }
 

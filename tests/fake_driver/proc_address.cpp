@@ -5,6 +5,8 @@
 // the preload recognises what it was given.
 //
 // Resolution of a base name, for the caller's cudaVersion and flags:
+//  - named in FAKE_CUDA_GPA_ERROR ("NAME=CODE[,NAME=CODE...]", CODE a decimal CUresult): CODE,
+//    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (a driver failing a lookup for its own reasons);
 //  - listed in FAKE_CUDA_MISSING, or not in the table: CUDA_ERROR_NOT_FOUND,
 //    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
 //  - introduced after cudaVersion: CUDA_ERROR_NOT_FOUND,
@@ -12,7 +14,10 @@
 //  - else the `_v2` ABI from its introduction version on (the original ABI before it), then the
 //    `_ptsz` variant when flags ask for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.
 // *pfn is NULL on every failure. No dlsym here: the preload interposes it.
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "fake_driver.h"
 
@@ -92,6 +97,33 @@ const ProcEntry kTable[] = {
      nullptr},
 };
 
+struct ForcedError {
+  std::string name;
+  CUresult code;
+};
+
+// FAKE_CUDA_GPA_ERROR, parsed on first use and never destroyed.
+const std::vector<ForcedError>& forced_errors() {
+  static const auto* all = [] {
+    auto* v = new std::vector<ForcedError>;
+    const char* env = std::getenv("FAKE_CUDA_GPA_ERROR");
+    std::string text = env ? env : "";
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t comma = text.find(',', start);
+      if (comma == std::string::npos) comma = text.size();
+      const std::string item = text.substr(start, comma - start);
+      if (const size_t eq = item.find('='); eq != std::string::npos && eq > 0) {
+        v->push_back({item.substr(0, eq),
+                      static_cast<CUresult>(std::strtol(item.c_str() + eq + 1, nullptr, 10))});
+      }
+      start = comma + 1;
+    }
+    return v;
+  }();
+  return *all;
+}
+
 CUresult resolve(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                  CUdriverProcAddressQueryResult* status) {
   constexpr cuuint64_t kKnownFlags =
@@ -102,6 +134,12 @@ CUresult resolve(const char* symbol, void** pfn, int cuda_version, cuuint64_t fl
     if (status) *status = why;
     return CUDA_ERROR_NOT_FOUND;
   };
+  for (const ForcedError& e : forced_errors()) {
+    if (e.name == symbol) {
+      if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+      return e.code;
+    }
+  }
   if (symbol_missing(symbol)) return fail(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   for (const ProcEntry& e : kTable) {
     if (std::strcmp(e.name, symbol) != 0) continue;

@@ -32,6 +32,9 @@ COMMON = [
     (["marks"], {}, 0, ""),
     (["nvtx"], {}, 0, "nvtx levels -2 -2 -2 -2\n"),
     (["steps", "3", "4096"], {}, 0, ""),
+    (["spawn"], {}, 0, ""),
+    (["setsid"], {}, 0, ""),
+    (["closefds", "0"], {}, 0, ""),
     # Driver failures are exit 3: the 2nd allocation is allocate_weights', device 1 is missing.
     (["basic"], {"FAKE_CUDA_FAIL_NTH_ALLOC": "2"}, 3, ""),
     (["basic"], {"FAKE_CUDA_DEVICES": "1"}, 3, ""),
@@ -60,6 +63,13 @@ CASES = (
         ("ct_no_cuda", [], {}, 0, "hello from ct_no_cuda\n"),
         ("ct_no_cuda", ["5"], {}, 5, "hello from ct_no_cuda\n"),
         ("ct_dlsym_next", [], {}, 0, ""),
+        ("ct_gpa_probe", ["cuMemAlloc", "cuNoSuchFunction"], {}, 0,
+         "cuMemAlloc v2 0 0 set\ncuMemAlloc v1 0 set\ncuMemAlloc nullpfn 1\ncuMemAlloc dlsym set\n"
+         "cuNoSuchFunction v2 500 1 null\ncuNoSuchFunction v1 500 null\n"
+         "cuNoSuchFunction nullpfn 1\ncuNoSuchFunction dlsym null\n"),
+        ("ct_gpa_probe", ["cuMemFree"], {"FAKE_CUDA_GPA_ERROR": "cuMemFree=999"}, 0,
+         "cuMemFree v2 999 1 null\ncuMemFree v1 999 null\ncuMemFree nullpfn 1\n"
+         "cuMemFree dlsym set\n"),
     ]
 )
 

@@ -7,7 +7,11 @@
 
 #include "cumemtrace.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +25,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+extern char** environ;
 
 namespace cumemtrace::testprog {
 
@@ -317,16 +323,21 @@ int scenario_fork(const Driver& d, int, char**) {
   return 0;
 }
 
-int scenario_exec(const Driver& d, int, char**) {
-  alloc_1mib_on_device0(d, "exec");
+// ct_static_like next to this program (the test programs are built into one directory).
+std::string sibling_static_like() {
   char self[4096] = {};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) {
     std::perror("ct: readlink /proc/self/exe");
-    return 3;
+    std::exit(3);
   }
-  std::string path(self, static_cast<size_t>(n));
-  path = path.substr(0, path.rfind('/') + 1) + "ct_static_like";
+  const std::string path(self, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/') + 1) + "ct_static_like";
+}
+
+int scenario_exec(const Driver& d, int, char**) {
+  alloc_1mib_on_device0(d, "exec");
+  std::string path = sibling_static_like();
   std::fflush(nullptr);
   char basic[] = "basic";
   char* args[] = {path.data(), basic, nullptr};
@@ -359,11 +370,8 @@ int scenario_exit(const Driver& d, int argc, char** argv) {
   std::exit(status);
 }
 
-int scenario_spin(const Driver& d, int argc, char** argv) {
-  require("spin", d.memFree);
-  const double seconds = argc > 2 ? std::strtod(argv[2], nullptr) : 1.0;
-  const CUdeviceptr p = alloc_1mib_on_device0(d, "spin");
-  // Sleep to a deadline: a handled signal (say, a snapshot request) must not cut the wait short.
+// Sleeps to a deadline: a handled signal (say, a snapshot request) must not cut the wait short.
+void sleep_seconds(double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   for (auto now = std::chrono::steady_clock::now(); now < deadline;
        now = std::chrono::steady_clock::now()) {
@@ -372,6 +380,13 @@ int scenario_spin(const Driver& d, int argc, char** argv) {
                 static_cast<long>(left.count() % 1000000000)};
     nanosleep(&ts, nullptr);
   }
+}
+
+int scenario_spin(const Driver& d, int argc, char** argv) {
+  require("spin", d.memFree);
+  const double seconds = argc > 2 ? std::strtod(argv[2], nullptr) : 1.0;
+  const CUdeviceptr p = alloc_1mib_on_device0(d, "spin");
+  sleep_seconds(seconds);
   check(d.memFree(p), "free");
   return 0;
 }
@@ -442,19 +457,244 @@ int scenario_steps(const Driver& d, int argc, char** argv) {
   return 0;
 }
 
+// Waits for a child and tells whether it exited with `code`; says what happened otherwise.
+bool child_exited_with(pid_t child, int code, const char* what) {
+  int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(child, &status, 0);
+  } while (r < 0 && errno == EINTR);
+  if (r != child || !WIFEXITED(status) || WEXITSTATUS(status) != code) {
+    std::fprintf(stderr, "ct: %s did not exit %d (status %d)\n", what, code, status);
+    return false;
+  }
+  return true;
+}
+
+int scenario_spawn(const Driver& d, int, char**) {
+  alloc_1mib_on_device0(d, "spawn");
+  std::string path = sibling_static_like();
+  std::fflush(nullptr);
+  char exit_arg[] = "exit";
+  char five[] = "5";
+  char* exit_args[] = {path.data(), exit_arg, five, nullptr};
+  const pid_t v = vfork();
+  if (v == 0) {
+    execv(path.c_str(), exit_args);
+    _exit(127);
+  }
+  if (v < 0) {
+    std::perror("ct: vfork");
+    return 3;
+  }
+  if (!child_exited_with(v, 5, "vfork child")) return 3;
+  char basic[] = "basic";
+  char* basic_args[] = {path.data(), basic, nullptr};
+  pid_t s = -1;
+  if (const int rc = posix_spawn(&s, path.c_str(), nullptr, nullptr, basic_args, environ)) {
+    std::fprintf(stderr, "ct: posix_spawn: %s\n", std::strerror(rc));
+    return 3;
+  }
+  if (!child_exited_with(s, 0, "posix_spawn child")) return 3;
+  alloc(d, 2 * kMiB, "alloc 2 MiB after the children");
+  return 0;
+}
+
+int scenario_setsid(const Driver& d, int, char**) {
+  require("setsid", d.memFree);
+  alloc_1mib_on_device0(d, "setsid");
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child < 0) {
+    std::perror("ct: fork");
+    return 3;
+  }
+  if (child == 0) {
+    CUdeviceptr p = 0, q = 0;
+    if (d.memAlloc(&p, 2 * kMiB) != CUDA_SUCCESS) _exit(3);
+    if (setsid() != getpid()) _exit(4);
+    if (d.memAlloc(&q, 3 * kMiB) != CUDA_SUCCESS || d.memFree(p) != CUDA_SUCCESS) _exit(3);
+    std::exit(0);  // through exit(): the child's own snapshot knows how it ended
+  }
+  return child_exited_with(child, 0, "setsid child") ? 0 : 3;
+}
+
+void close_descriptors_from_3() {
+  if (close_range(3, ~0U, 0) == 0) return;
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  for (rlim_t fd = 3; fd < lim.rlim_cur && fd < (1u << 20); ++fd) close(static_cast<int>(fd));
+}
+
+int scenario_closefds(const Driver& d, int argc, char** argv) {
+  require("closefds", d.memFree);
+  const double pause = argc > 2 ? std::strtod(argv[2], nullptr) : 0.5;
+  const CUdeviceptr a = alloc_1mib_on_device0(d, "closefds");
+  close_descriptors_from_3();
+  // Reuses the numbers just freed, whatever the preload had there.
+  constexpr int kReopened = 16;
+  int fds[kReopened];
+  for (int& fd : fds) {
+    fd = open("/dev/null", O_RDONLY);
+    if (fd < 0) {
+      std::perror("ct: open /dev/null");
+      return 3;
+    }
+  }
+  sleep_seconds(pause);
+  alloc(d, 2 * kMiB, "alloc 2 MiB after closing");
+  check(d.memFree(a), "free 1 MiB");
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child < 0) {
+    std::perror("ct: fork");
+    return 3;
+  }
+  if (child == 0) {
+    for (int fd : fds) {
+      if (fcntl(fd, F_GETFD) < 0) _exit(4);
+    }
+    CUdeviceptr p = 0;
+    _exit(d.memAlloc(&p, 3 * kMiB) == CUDA_SUCCESS ? 0 : 3);
+  }
+  if (!child_exited_with(child, 0, "closefds child")) return 3;
+  const CUdeviceptr c = alloc(d, 4 * kMiB, "alloc 4 MiB");
+  check(d.memFree(c), "free 4 MiB");
+  return 0;
+}
+
+int scenario_forkloop(const Driver& d, int argc, char** argv) {
+  require("forkloop", d.init, d.setDevice, d.memAlloc, d.memFree);
+  const long forks = arg_long(argc, argv, 2, 50);
+  check(d.init(), "init");
+  check(d.setDevice(0), "set device 0");  // for the children, which run on this thread
+  std::atomic<bool> stop{false}, started{false}, failed{false};
+  std::atomic<long> rounds{0};
+  std::thread hammer([&] {
+    if (d.setDevice(0) != CUDA_SUCCESS) failed.store(true);
+    while (!failed.load() && !stop.load()) {
+      CUdeviceptr p = 0;
+      if (d.memAlloc(&p, 4096) != CUDA_SUCCESS || d.memFree(p) != CUDA_SUCCESS) {
+        failed.store(true);
+        break;
+      }
+      rounds.fetch_add(1);
+      started.store(true);
+    }
+    started.store(true);
+  });
+  while (!started.load()) std::this_thread::yield();
+  bool children_ok = true;
+  for (long i = 0; i < forks && children_ok && !failed.load(); ++i) {
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    if (child == 0) {
+      CUdeviceptr p = 0;
+      _exit(d.memAlloc(&p, 2 * kMiB) == CUDA_SUCCESS ? 0 : 3);
+    }
+    children_ok = child > 0 && child_exited_with(child, 0, "forkloop child");
+  }
+  stop.store(true);
+  hammer.join();
+  if (failed.load() || !children_ok) {
+    std::fprintf(stderr, "ct: forkloop failed\n");
+    return 3;
+  }
+  std::printf("rounds %ld\n", rounds.load());
+  return 0;
+}
+
+int scenario_forkstart(const Driver& d, int argc, char** argv) {
+  require("forkstart", d.init, d.setDevice, d.memAlloc);
+  if (argc < 3) {
+    std::fprintf(stderr, "ct: forkstart needs a directory\n");
+    return 2;
+  }
+  const std::string dir = argv[2];
+  check(d.init(), "init");
+  check(d.setDevice(0), "set device 0");
+  std::atomic<bool> failed{false};
+  std::thread first([&] {
+    CUdeviceptr p = 0;
+    if (d.setDevice(0) != CUDA_SUCCESS || d.memAlloc(&p, kMiB) != CUDA_SUCCESS) failed.store(true);
+  });
+  // The collector wrapper of the test creates this file once the first allocation is starting
+  // the tracing session, and holds it there until `release` exists.
+  const std::string started = dir + "/collector-started";
+  struct stat st {};
+  for (int i = 0; stat(started.c_str(), &st) != 0; ++i) {
+    if (i == 20000) {
+      std::fprintf(stderr, "ct: %s never appeared\n", started.c_str());
+      std::exit(3);
+    }
+    timespec ts{0, 1000000};
+    nanosleep(&ts, nullptr);
+  }
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    CUdeviceptr p = 0;
+    _exit(d.memAlloc(&p, 2 * kMiB) == CUDA_SUCCESS ? 0 : 3);
+  }
+  if (child < 0) {
+    std::perror("ct: fork");
+    std::exit(3);
+  }
+  const int fd = open((dir + "/release").c_str(), O_WRONLY | O_CREAT, 0644);
+  if (fd >= 0) close(fd);
+  const bool child_ok = child_exited_with(child, 0, "forkstart child");
+  first.join();
+  return child_ok && !failed.load() ? 0 : 3;
+}
+
+int scenario_burst(const Driver& d, int argc, char** argv) {
+  require("burst", d.memFree);
+  const long n = arg_long(argc, argv, 2, 20000);
+  const CUdeviceptr a = alloc_1mib_on_device0(d, "burst");
+  std::printf("ready %d\n", static_cast<int>(getpid()));
+  std::fflush(stdout);
+  char line[64];
+  if (!std::fgets(line, sizeof line, stdin)) {
+    std::fprintf(stderr, "ct: burst: no go line on stdin\n");
+    return 3;
+  }
+  for (long i = 0; i < n; ++i) check(d.memFree(alloc(d, 4096, "alloc 4 KiB")), "free 4 KiB");
+  check(d.memFree(a), "free 1 MiB");
+  return 0;
+}
+
 struct Scenario {
   const char* name;
   int (*run)(const Driver&, int, char**);
 };
 
 constexpr Scenario kScenarios[] = {
-    {"basic", scenario_basic}, {"vmm", scenario_vmm},         {"vmm_refs", scenario_vmm_refs},
-    {"host", scenario_host},   {"managed", scenario_managed}, {"pitch", scenario_pitch},
-    {"oom", scenario_oom},     {"badfree", scenario_badfree}, {"threads", scenario_threads},
-    {"fork", scenario_fork},   {"exec", scenario_exec},       {"kill", scenario_kill},
-    {"abort", scenario_abort}, {"segv", scenario_segv},       {"exit", scenario_exit},
-    {"spin", scenario_spin},   {"marks", scenario_marks},     {"nvtx", scenario_nvtx},
+    {"basic", scenario_basic},
+    {"vmm", scenario_vmm},
+    {"vmm_refs", scenario_vmm_refs},
+    {"host", scenario_host},
+    {"managed", scenario_managed},
+    {"pitch", scenario_pitch},
+    {"oom", scenario_oom},
+    {"badfree", scenario_badfree},
+    {"threads", scenario_threads},
+    {"fork", scenario_fork},
+    {"exec", scenario_exec},
+    {"kill", scenario_kill},
+    {"abort", scenario_abort},
+    {"segv", scenario_segv},
+    {"exit", scenario_exit},
+    {"spin", scenario_spin},
+    {"marks", scenario_marks},
+    {"nvtx", scenario_nvtx},
     {"steps", scenario_steps},
+    // Process lifecycle and back-pressure (issue 7).
+    {"spawn", scenario_spawn},
+    {"setsid", scenario_setsid},
+    {"closefds", scenario_closefds},
+    {"forkloop", scenario_forkloop},
+    {"forkstart", scenario_forkstart},
+    {"burst", scenario_burst},
 };
 
 }  // namespace

@@ -79,6 +79,36 @@
 //  steps N LEAK  dev 0: N times: mark "step" (cumemtrace.h); t = alloc 1 MiB; if LEAK > 0,
 //           alloc LEAK bytes (never freed); free t. Exit 0: N*LEAK bytes live, 2N (or N)
 //           allocations, N frees.
+//  spawn    dev 0: alloc 1 MiB (leaked); vfork() + execv("<dir of this program>/ct_static_like",
+//           "exit", "5"), which must exit 5; posix_spawn of ct_static_like "basic", which must
+//           exit 0 (else exit 3); then alloc 2 MiB (leaked); exit 0.
+//           parent: 2 allocs, 3 MiB live; the children: exactly `exit 5` and `basic`.
+//  setsid   dev 0: alloc 1 MiB (leaked); fork(). Child: p = alloc 2 MiB; setsid() (must return
+//           its pid, else _exit(4)); alloc 3 MiB; free p; exit(0). Parent waits (child must exit
+//           0, else exit 3); exit 0.
+//           parent: 1 alloc, 1 MiB live; child: 2 allocs, 1 free, 3 MiB live, peak 5 MiB.
+//  closefds [SECONDS]  dev 0: a = alloc 1 MiB; close every descriptor >= 3 (close_range); open
+//           /dev/null 16 times (reusing those numbers); sleep SECONDS (default 0.5); alloc 2 MiB
+//           (leaked); free a; fork(): the child checks that the 16 descriptors are still open
+//           (else _exit(4)), allocs 3 MiB and _exit(0)s; the parent waits (child must exit 0,
+//           else exit 3); c = alloc 4 MiB; free c; exit 0.
+//           parent: 3 allocs, 2 frees, 2 MiB live, peak 6 MiB; child: 1 alloc, 3 MiB live.
+//  forkloop [N]  dev 0 current on the main thread; a second thread (dev 0) repeats alloc 4096 +
+//           free until stopped. Once it has done one round, the main thread forks N children
+//           (default 50) one after another while it runs; each child allocs 2 MiB and _exit(0)s
+//           (3 if the allocation failed); the parent waits for each (must exit 0). Then stops the
+//           thread, prints "rounds K" (its completed rounds) and exits 0 (3 on any failure).
+//           parent: K allocs of 4096, K frees, live 0; each child: 1 alloc, 2 MiB live.
+//  forkstart DIR  dev 0 current on the main thread; a second thread makes the process's first
+//           allocation (1 MiB, leaked). When DIR/collector-started exists (the test's collector
+//           wrapper creates it while that allocation is starting the tracing session, and holds
+//           it until DIR/release exists), the main thread forks; the child allocs 2 MiB and
+//           _exit(0)s (3 on failure); the parent creates DIR/release, waits for the child (must
+//           exit 0) and the thread; exit 0 (3 on any failure or after 20 s without the file).
+//           parent: 1 alloc, 1 MiB live; child: 1 alloc, 2 MiB live.
+//  burst [N]  dev 0: a = alloc 1 MiB; prints "ready PID" (flushed); reads one line from stdin;
+//           N times (default 20000) alloc 4096 + free; free a; exit 0.
+//           2N + 2 allocation events (N + 1 allocs, N + 1 frees), live 0.
 #pragma once
 
 #include <cuda.h>
