@@ -12,15 +12,24 @@ namespace cumemtrace::preload {
 namespace {
 
 // Executable ranges of the modules the collector knows, sorted, double-buffered: a rescan builds
-// the next table in the idle buffer and publishes (buffer, count) with one atomic store, so the
-// lookup on the hot path is a lock-free binary search. A module beyond kMaxRanges is still sent;
-// it is only re-checked by a rescan each time one of its frames is seen.
+// the next table in the idle buffer and publishes (generation, count) with one atomic store, so
+// the lookup on the hot path is a lock-free binary search. A reader that is slow enough to span
+// two rescans could see its buffer rewritten under it: every rescan first announces the
+// generation it is writing (g_writing, ordered before its range stores by their release), and a
+// lookup that finds that generation two ahead of its own treats the answer as a miss. A module
+// beyond kMaxRanges is still sent; it is only re-checked by a rescan each time one of its frames
+// is seen.
 constexpr unsigned kMaxRanges = 2048;
 struct Range {
   uint64_t lo, hi;
 };
-Range g_buf[2][kMaxRanges];
-std::atomic<uint64_t> g_published{0};  // (buffer index << 32) | count
+struct SharedRange {
+  std::atomic<uint64_t> lo, hi;
+};
+SharedRange g_buf[2][kMaxRanges];
+Range g_scratch[kMaxRanges];           // the table being built; only under g_lock
+std::atomic<uint64_t> g_published{0};  // (generation << 32) | count; buffer = generation & 1
+std::atomic<uint32_t> g_writing{0};    // generation a rescan is writing (or last wrote)
 std::atomic_flag g_lock = ATOMIC_FLAG_INIT;
 // Pages of return addresses that belong to no module (JIT code, trampolines): remembered so that
 // they do not trigger a rescan on every event.
@@ -39,23 +48,30 @@ bool is_stray(uint64_t ip) noexcept {
 struct Scan {
   Range* next;
   unsigned count;
-  const Range* old;
-  unsigned old_count;
+  uint64_t old;  // the published (generation, count) the scan started from
 };
 
-bool contains(const Range* r, unsigned n, uint64_t ip) noexcept {
-  unsigned lo = 0, hi = n;
+// Acquire loads: a range written by a newer rescan makes that rescan's g_writing visible.
+bool contains(uint64_t pub, uint64_t ip) noexcept {
+  const SharedRange* r = g_buf[(pub >> 32) & 1];
+  unsigned lo = 0, hi = static_cast<unsigned>(pub & 0xffffffffu);
   while (lo < hi) {
     const unsigned mid = (lo + hi) / 2;
-    if (ip < r[mid].lo) {
+    if (ip < r[mid].lo.load(std::memory_order_acquire)) {
       hi = mid;
-    } else if (ip >= r[mid].hi) {
+    } else if (ip >= r[mid].hi.load(std::memory_order_acquire)) {
       lo = mid + 1;
     } else {
       return true;
     }
   }
   return false;
+}
+
+// A lookup whose buffer may have been rewritten while it ran is a miss (the caller rescans).
+bool contains_stable(uint64_t pub, uint64_t ip) noexcept {
+  const bool hit = contains(pub, ip);
+  return hit && g_writing.load(std::memory_order_relaxed) < static_cast<uint32_t>(pub >> 32) + 2;
 }
 
 int visit(dl_phdr_info* info, size_t, void* arg) {
@@ -69,7 +85,7 @@ int visit(dl_phdr_info* info, size_t, void* arg) {
     hi = std::max(hi, a + ph.p_memsz);
   }
   if (hi == 0) return 0;
-  if (contains(s->old, s->old_count, lo)) {
+  if (contains(s->old, lo)) {
     if (s->count < kMaxRanges) s->next[s->count++] = Range{lo, hi};
     return 0;
   }
@@ -79,39 +95,46 @@ int visit(dl_phdr_info* info, size_t, void* arg) {
   return 0;
 }
 
-void rescan() noexcept {
+// Rebuilds and publishes the table; returns whether ip lies in a module of the new table.
+bool rescan(uint64_t ip) noexcept {
   while (g_lock.test_and_set(std::memory_order_acquire)) {
   }
-  const uint64_t pub = g_published.load(std::memory_order_acquire);
-  const unsigned idx = static_cast<unsigned>(pub >> 32);
-  Scan s{g_buf[idx ^ 1], 0, g_buf[idx], static_cast<unsigned>(pub & 0xffffffffu)};
+  const uint64_t pub = g_published.load(std::memory_order_relaxed);
+  const uint32_t gen = static_cast<uint32_t>(pub >> 32) + 1;
+  Scan s{g_scratch, 0, pub};
   dl_iterate_phdr(visit, &s);
   std::sort(s.next, s.next + s.count, [](const Range& a, const Range& b) { return a.lo < b.lo; });
-  g_published.store((uint64_t{idx ^ 1u} << 32) | s.count, std::memory_order_release);
+  g_writing.store(gen, std::memory_order_relaxed);
+  SharedRange* out = g_buf[gen & 1];
+  bool hit = false;
+  for (unsigned i = 0; i < s.count; ++i) {
+    out[i].lo.store(s.next[i].lo, std::memory_order_release);
+    out[i].hi.store(s.next[i].hi, std::memory_order_release);
+    hit |= ip >= s.next[i].lo && ip < s.next[i].hi;
+  }
+  g_published.store((uint64_t{gen} << 32) | s.count, std::memory_order_release);
   g_lock.clear(std::memory_order_release);
+  return hit;
 }
 
 }  // namespace
 
 void modules_reset() noexcept {
   g_published.store(0, std::memory_order_relaxed);
+  g_writing.store(0, std::memory_order_relaxed);
   // In a forked child the thread that held the lock (in a rescan) does not exist.
   g_lock.clear(std::memory_order_relaxed);
 }
 
 void modules_send_all() noexcept {
-  rescan();
+  rescan(0);
 }
 
 void modules_note_frames(const uint64_t* frames, unsigned n) noexcept {
   const uint64_t pub = g_published.load(std::memory_order_acquire);
-  const Range* r = g_buf[pub >> 32];
-  const unsigned count = static_cast<unsigned>(pub & 0xffffffffu);
   for (unsigned i = 0; i < n; ++i) {
-    if (contains(r, count, frames[i]) || is_stray(frames[i])) continue;
-    rescan();
-    const uint64_t now = g_published.load(std::memory_order_acquire);
-    if (!contains(g_buf[now >> 32], static_cast<unsigned>(now & 0xffffffffu), frames[i])) {
+    if (contains_stable(pub, frames[i]) || is_stray(frames[i])) continue;
+    if (!rescan(frames[i])) {
       const unsigned slot = g_stray_next.fetch_add(1, std::memory_order_relaxed) % kMaxStrayPages;
       g_stray[slot].store((frames[i] >> 12) + 1, std::memory_order_relaxed);
     }

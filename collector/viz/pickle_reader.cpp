@@ -1,8 +1,8 @@
 #include "viz/pickle_reader.h"
 
 #include <bit>
+#include <cstdint>
 #include <cstring>
-#include <memory>
 #include <stdexcept>
 #include <unordered_map>
 #include <vector>
@@ -14,9 +14,10 @@ namespace {
 using nlohmann::json;
 
 // Pickle objects are shared by reference (a memoized list is filled after it is memoized and
-// fetched again later), so they are built as a graph first and copied into JSON at the end.
-struct Node;
-using Ref = std::shared_ptr<Node>;
+// fetched again later), so they are built as a graph first and copied into JSON at the end. The
+// nodes live in one arena and refer to each other by index: a pickle that makes a list contain
+// itself, or nests a million lists, costs no leaked cycle and no recursive destruction.
+using Ref = uint32_t;
 struct Node {
   json scalar;  // used unless list or dict
   bool is_list = false;
@@ -25,25 +26,11 @@ struct Node {
   std::vector<std::pair<std::string, Ref>> entries;
 };
 
-Ref make_scalar(json v) {
-  auto n = std::make_shared<Node>();
-  n->scalar = std::move(v);
-  return n;
-}
-Ref make_list() {
-  auto n = std::make_shared<Node>();
-  n->is_list = true;
-  return n;
-}
-Ref make_dict() {
-  auto n = std::make_shared<Node>();
-  n->is_dict = true;
-  return n;
-}
-
 class Unpickler {
  public:
-  explicit Unpickler(std::string_view b) : b_(b) {}
+  // Copying shared objects may multiply the input (PyTorch's own pickles stay under one JSON
+  // element per byte); a pickle that shares objects exponentially is refused, not expanded.
+  explicit Unpickler(std::string_view b) : b_(b), budget_(16 * b.size() + (1u << 20)) {}
 
   json run() {
     while (true) {
@@ -60,7 +47,7 @@ class Unpickler {
           break;     // FRAME: framing is only a read-ahead hint
         case '.': {  // STOP
           if (stack_.size() != 1 || !marks_.empty()) fail(at, "STOP with an unbalanced stack");
-          return to_json(at, *stack_.back(), 0);
+          return to_json(at, stack_.back(), 0);
         }
         case '(':
           marks_.push_back(stack_.size());
@@ -132,7 +119,7 @@ class Unpickler {
         case 's': {  // SETITEM
           need(at, 3);
           Ref v = pop(), k = pop();
-          set_item(at, *stack_.back(), k, v);
+          set_item(at, stack_.back(), k, v);
           break;
         }
         case 'u': {  // SETITEMS
@@ -140,34 +127,34 @@ class Unpickler {
           if (items.size() % 2) fail(at, "SETITEMS with an odd item count");
           need(at, 1);
           for (size_t i = 0; i < items.size(); i += 2)
-            set_item(at, *stack_.back(), items[i], items[i + 1]);
+            set_item(at, stack_.back(), items[i], items[i + 1]);
           break;
         }
         case 'd': {  // DICT
           auto items = pop_mark(at);
           if (items.size() % 2) fail(at, "DICT with an odd item count");
           Ref d = make_dict();
-          for (size_t i = 0; i < items.size(); i += 2) set_item(at, *d, items[i], items[i + 1]);
+          for (size_t i = 0; i < items.size(); i += 2) set_item(at, d, items[i], items[i + 1]);
           stack_.push_back(d);
           break;
         }
         case 'a': {  // APPEND
           need(at, 2);
           Ref v = pop();
-          append(at, *stack_.back(), v);
+          append(at, stack_.back(), v);
           break;
         }
         case 'e': {  // APPENDS
           auto items = pop_mark(at);
           need(at, 1);
-          for (auto& v : items) append(at, *stack_.back(), v);
+          for (Ref v : items) append(at, stack_.back(), v);
           break;
         }
         case 'l':    // LIST
         case 't': {  // TUPLE
           auto items = pop_mark(at);
           Ref l = make_list();
-          l->items = std::move(items);
+          nodes_[l].items = std::move(items);
           stack_.push_back(l);
           break;
         }
@@ -177,7 +164,7 @@ class Unpickler {
           const size_t n = op - 0x84u;
           need(at, n);
           Ref t = make_list();
-          t->items.assign(stack_.end() - static_cast<ptrdiff_t>(n), stack_.end());
+          nodes_[t].items.assign(stack_.end() - static_cast<ptrdiff_t>(n), stack_.end());
           stack_.resize(stack_.size() - n);
           stack_.push_back(t);
           break;
@@ -191,6 +178,27 @@ class Unpickler {
 
  private:
   static constexpr size_t kMaxStack = 1 << 20;
+
+  Ref add(Node n) {
+    if (nodes_.size() >= UINT32_MAX) fail(pos_, "too many objects");
+    nodes_.push_back(std::move(n));
+    return static_cast<Ref>(nodes_.size() - 1);
+  }
+  Ref make_scalar(json v) {
+    Node n;
+    n.scalar = std::move(v);
+    return add(std::move(n));
+  }
+  Ref make_list() {
+    Node n;
+    n.is_list = true;
+    return add(std::move(n));
+  }
+  Ref make_dict() {
+    Node n;
+    n.is_dict = true;
+    return add(std::move(n));
+  }
 
   [[noreturn]] void fail(size_t at, const std::string& what) const {
     throw std::runtime_error("pickle offset " + std::to_string(at) + ": " + what);
@@ -243,7 +251,7 @@ class Unpickler {
     if (stack_.size() < floor + n) fail(at, "stack underflow");
   }
   Ref pop() {
-    Ref v = std::move(stack_.back());
+    const Ref v = stack_.back();
     stack_.pop_back();
     return v;
   }
@@ -255,26 +263,33 @@ class Unpickler {
     stack_.resize(m);
     return items;
   }
-  void set_item(size_t at, Node& d, const Ref& k, const Ref& v) {
-    if (!d.is_dict) fail(at, "SETITEM on a non-dict");
-    if (k->is_list || k->is_dict || !k->scalar.is_string()) fail(at, "dict key is not a string");
-    d.entries.emplace_back(k->scalar.get<std::string>(), v);
+  void set_item(size_t at, Ref d, Ref k, Ref v) {
+    const Node& key = nodes_[k];
+    if (!nodes_[d].is_dict) fail(at, "SETITEM on a non-dict");
+    if (key.is_list || key.is_dict || !key.scalar.is_string()) fail(at, "dict key is not a string");
+    std::string name = key.scalar.get<std::string>();
+    nodes_[d].entries.emplace_back(std::move(name), v);
   }
-  void append(size_t at, Node& l, const Ref& v) {
-    if (!l.is_list) fail(at, "APPEND on a non-list");
-    l.items.push_back(v);
+  void append(size_t at, Ref l, Ref v) {
+    if (!nodes_[l].is_list) fail(at, "APPEND on a non-list");
+    nodes_[l].items.push_back(v);
   }
   // Depth-limited, so a self-referencing pickle is an error instead of endless recursion.
-  json to_json(size_t at, const Node& n, int depth) const {
+  json to_json(size_t at, Ref r, int depth) {
     if (depth > 64) fail(at, "objects nested deeper than 64 (a cycle?)");
+    const Node& n = nodes_[r];
+    const size_t text = n.scalar.is_string() ? n.scalar.get_ref<const std::string&>().size() : 0;
+    const size_t cost = 1 + text / 64;
+    if (cost > budget_) fail(at, "shared objects expand to more than 16 times the pickle's size");
+    budget_ -= cost;
     if (n.is_list) {
       json a = json::array();
-      for (const auto& i : n.items) a.push_back(to_json(at, *i, depth + 1));
+      for (const Ref i : n.items) a.push_back(to_json(at, i, depth + 1));
       return a;
     }
     if (n.is_dict) {
       json o = json::object();
-      for (const auto& [k, v] : n.entries) o[k] = to_json(at, *v, depth + 1);
+      for (const auto& [k, v] : n.entries) o[k] = to_json(at, v, depth + 1);
       return o;
     }
     return n.scalar;
@@ -282,6 +297,8 @@ class Unpickler {
 
   std::string_view b_;
   size_t pos_ = 0;
+  size_t budget_;
+  std::vector<Node> nodes_;
   std::vector<Ref> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Ref> memo_;

@@ -15,6 +15,21 @@ PRELOAD = os.path.join(BUILD, "lib", "libcumemtrace.so")
 FAKE_DIR = os.path.join(BUILD, "fake")
 MiB = 1 << 20
 
+
+def _sanitizer():
+    """The build's CUMEMTRACE_SANITIZE (scripts/sanitize.sh), empty for a plain build."""
+    try:
+        with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("CUMEMTRACE_SANITIZE:"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+SANITIZER = _sanitizer()
+
 with open(os.path.join(SOURCE, "schemas", "snapshot.schema.json")) as f:
     SCHEMA = json.load(f)
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import (CT, MiB, PRELOAD, actions, base_env, device_summary, load, marker_line, prog,
+from conftest import (CT, MiB, PRELOAD, SANITIZER, actions, base_env, device_summary, load, marker_line, prog,
                       run_preloaded, run_traced, trace)
 
 SA, A, FR, FC, SF = "segment_alloc", "alloc", "free_requested", "free_completed", "segment_free"
@@ -334,10 +334,13 @@ def test_preload_exports_only_its_hooks():
 
 def test_preload_and_cli_need_only_libc():
     allowed = ("linux-vdso", "libc.so", "libm.so", "ld-linux", "libdl.so", "libpthread.so")
-    for path in (PRELOAD, CT):
+    # A sanitizer build's CLI needs its sanitizer runtime; the preload never does.
+    cli_allowed = allowed + (("libasan", "libubsan", "libtsan", "libstdc++", "libgcc_s")
+                             if SANITIZER else ())
+    for path, ok in ((PRELOAD, allowed), (CT, cli_allowed)):
         out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
         deps = [line.split()[0] for line in out.splitlines() if line.strip()]
-        assert all(d.startswith(allowed) or d.startswith("/lib") for d in deps), (path, deps)
+        assert all(d.startswith(ok) or d.startswith("/lib") for d in deps), (path, deps)
 
 
 def test_dlsym_passthrough_is_a_tail_call():
