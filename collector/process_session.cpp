@@ -135,8 +135,14 @@ void ProcessSession::on_record(const Record& r) {
     // A device just named: its driver figure can now be attributed to it.
     if (r.ev.kind == wire::Kind::kDevice) sample_driver();
   } catch (const std::exception& e) {
-    error_ = e.what();
+    report_write_failure(e);
   }
+}
+
+// A snapshot that cannot be written (a full disk) is reported, and reading goes on: the final
+// snapshot may still find room, and the ring must keep draining so the program never waits.
+void ProcessSession::report_write_failure(const std::exception& e) {
+  fmt::print(stderr, "cumemtrace: {}\n", e.what());
 }
 
 size_t ProcessSession::drain() {
@@ -146,7 +152,12 @@ size_t ProcessSession::drain() {
     n = ring_->drain([this](const Record& r) { on_record(r); }, kDrainBatch);
   } catch (const CorruptRing& e) {
     error_ = fmt::format("corrupt ring from pid {}: {}", info_.pid, e.what());
+  } catch (const std::exception& e) {
+    error_ = fmt::format("cannot process a record from pid {}: {}", info_.pid, e.what());
   }
+  // Nothing more is read from this ring: its producers count their records as dropped at once
+  // instead of waiting for space that will never come.
+  if (!error_.empty()) ring_->mark_collector(0, wire::kCollectorGone);
   // A SIGUSR2 since the last look: the state now, after what the process recorded before it.
   const uint32_t requests = ring_->header().snapshot_requests.load(std::memory_order_acquire);
   if (requests != requests_seen_ && error_.empty()) {
@@ -154,7 +165,7 @@ size_t ProcessSession::drain() {
     try {
       write_running("request", fmt::format("request-{}", ++requests_written_));
     } catch (const std::exception& e) {
-      error_ = e.what();
+      report_write_failure(e);
     }
   }
   return n;
@@ -176,7 +187,7 @@ void ProcessSession::periodic(std::chrono::steady_clock::time_point now) {
   try {
     write_running("periodic", fmt::format("periodic-{}", ++periodic_written_));
   } catch (const std::exception& e) {
-    error_ = e.what();
+    report_write_failure(e);
   }
 }
 
@@ -292,6 +303,7 @@ snap::Snapshot ProcessSession::snapshot(const std::string& reason,
   snap::Snapshot s = model_.build(info_, symbolizer_);
   s.tool->reason = reason;
   s.tool->events_dropped = ring_->dropped();
+  s.tool->ring_error = error_;
   s.tool->driver_memory = driver_samples_;
   if (ended) s.tool->ended = *ended;
   return s;

@@ -48,6 +48,8 @@ class ProcessSession {
   int live_fd() const { return live_fd_; }
   const ProcessInfo& info() const { return info_; }
   bool open() const { return live_fd_ >= 0 || followed_; }
+  // Why reading this process's ring stopped early (a corrupt record); empty while reading goes
+  // on. The snapshot carries it as `ring_error`.
   const std::string& error() const { return error_; }
 
   // Reads published records, at most kDrainBatch; returns how many. Writes the OOM, tagged and
@@ -83,6 +85,8 @@ class ProcessSession {
   std::vector<std::string> take_new_files();
 
  private:
+  void report_write_failure(const std::exception& e);
+
   std::unique_ptr<RingReader> ring_;
   int live_fd_;
   ProcessInfo info_;

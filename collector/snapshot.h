@@ -155,6 +155,9 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   Ended ended;
   uint64_t events_total = 0;
   uint64_t events_dropped = 0;
+  // Why the collector stopped reading the process's ring before its end (a corrupt record):
+  // everything after it is missing. Empty when the ring was read to the end.
+  std::string ring_error;
   uint64_t trace_entries_dropped = 0;  // oldest trace entries discarded by --max-trace-events
   std::vector<DeviceSummary> devices;
   std::vector<VmmHandle> vmm_handles;

@@ -161,6 +161,10 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
   put_num(b, t.events_total);
   put(b, ",\"events_dropped\":");
   put_num(b, t.events_dropped);
+  if (!t.ring_error.empty()) {
+    put(b, ",\"ring_error\":");
+    put_string(b, t.ring_error);
+  }
   put(b, ",\"trace_entries_dropped\":");
   put_num(b, t.trace_entries_dropped);
   put(b, ",\"devices\":[");

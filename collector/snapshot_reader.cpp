@@ -136,9 +136,11 @@ const Keys kToolKeys = {"schema_version",
                         "trace_entries_dropped",
                         "driver_memory",
                         "tag",
-                        "imported_mappings"};
-constexpr int kToolTag = 21;       // optional: request/periodic snapshots only
-constexpr int kToolImported = 22;  // optional: absent before cumemtrace 0.1's VMM import support
+                        "imported_mappings",
+                        "ring_error"};
+constexpr int kToolTag = 21;        // optional: request/periodic snapshots only
+constexpr int kToolImported = 22;   // optional: absent before cumemtrace 0.1's VMM import support
+constexpr int kToolRingError = 23;  // optional: only when the ring could not be read to the end
 const Keys kEndedKeys = {"how", "code", "signal"};
 const Keys kDeviceKeys = {"device",     "peak_bytes",  "peak_time_us",
                           "live_bytes", "allocations", "frees"};
@@ -203,7 +205,8 @@ uint32_t required_of(C c) {
     case C::kEntry:
       return bits({0, 2});
     case C::kTool:
-      return all_bits(kToolKeys) & ~(uint32_t{1} << kToolTag) & ~(uint32_t{1} << kToolImported);
+      return all_bits(kToolKeys) & ~(uint32_t{1} << kToolTag) & ~(uint32_t{1} << kToolImported) &
+             ~(uint32_t{1} << kToolRingError);
     case C::kFrame:
     case C::kAnnotation:
     case C::kDriver:
@@ -667,6 +670,9 @@ class Handler {
             return;
           case kToolTag:
             t.tag = str(v);
+            return;
+          case kToolRingError:
+            t.ring_error = str(v);
             return;
           case 11:
           case 18:

@@ -67,6 +67,7 @@ std::string summarize(const snap::Snapshot& s) {
   }
   if (!seen.empty()) out += "; driver-visible at last sample " + seen;
   if (t.events_dropped) out += " [INCOMPLETE: events were dropped]";
+  if (!t.ring_error.empty()) out += " [INCOMPLETE: " + t.ring_error + "]";
   return out + ".\n";
 }
 

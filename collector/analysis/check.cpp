@@ -92,7 +92,14 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
   if (s.tool) {
     Finding f = base("complete", -1);
     f.value = s.tool->events_dropped;
-    if (s.tool->events_dropped == 0) {
+    if (!s.tool->ring_error.empty()) {
+      // Not a count that can be allowed: the state after the bad record is unknown.
+      f.severity = Severity::kError;
+      f.message = fmt::format(
+          "incomplete: {}; the {} events before it were recorded, later ones "
+          "are missing",
+          s.tool->ring_error, s.tool->events_total);
+    } else if (s.tool->events_dropped == 0) {
       f.message = fmt::format("all {} events recorded", s.tool->events_total);
     } else if (o.allow_drops) {
       f.severity = Severity::kWarning;

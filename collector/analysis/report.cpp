@@ -109,6 +109,9 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
                        ended, t.reason);
     out << fmt::format("  events: {} recorded, {} dropped{}\n", t.events_total, t.events_dropped,
                        t.events_dropped ? " (INCOMPLETE: numbers below undercount)" : "");
+    if (!t.ring_error.empty()) {
+      out << fmt::format("  INCOMPLETE: {}; events after it are missing\n", t.ring_error);
+    }
   }
   out << fmt::format("  trace entries: {}\n", r.trace_entries);
 
@@ -211,7 +214,7 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
     j["events_total"] = t.events_total;
     j["events_dropped"] = t.events_dropped;
   }
-  j["complete"] = !s.tool || s.tool->events_dropped == 0;
+  j["complete"] = !s.tool || (s.tool->events_dropped == 0 && s.tool->ring_error.empty());
   json devs = json::array();
   for (const auto& d : r.devices) {
     const Timeline& tl = d.timeline;

@@ -71,6 +71,7 @@ json tool_json(const snap::ToolSection& t) {
           {"ended", {{"how", t.ended.how}, {"code", t.ended.code}, {"signal", t.ended.signal}}},
           {"events_total", t.events_total},
           {"events_dropped", t.events_dropped},
+          {"ring_error", t.ring_error},
           {"anomalies", t.anomalies.size()},
           {"vmm_handles", t.vmm_handles.size()},
           {"host_allocations", t.host_allocations.size()}};

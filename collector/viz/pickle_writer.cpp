@@ -363,8 +363,11 @@ class SnapshotPickler {
   }
 
   void tool(const snap::ToolSection& t) {
-    // Same keys as the JSON writer; `tag` only when set.
-    p_.dict(t.tag.empty() ? 22 : 23, [&](size_t k) {
+    // Same keys as the JSON writer; `tag` and `ring_error` only when set, in that order.
+    const bool tagged = !t.tag.empty();
+    const size_t optional = size_t{tagged} + size_t{!t.ring_error.empty()};
+    p_.dict(22 + optional, [&](size_t k) {
+      if (k == 22 && !tagged) k = 23;
       switch (k) {
         case 0:
           key_int("schema_version", t.schema_version);
@@ -555,6 +558,9 @@ class SnapshotPickler {
           break;
         case 22:
           key_str("tag", t.tag);
+          break;
+        case 23:
+          key_str("ring_error", t.ring_error);
           break;
       }
     });

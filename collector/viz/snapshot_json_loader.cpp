@@ -129,6 +129,7 @@ snap::Snapshot snapshot_from_json(const json& j, const std::string& name) {
                     static_cast<int>(i64(*e, "signal"))};
     tool.events_total = u64(t, "events_total");
     tool.events_dropped = u64(t, "events_dropped");
+    tool.ring_error = str(t, "ring_error");
     for (const auto& a : array(t, "anomalies")) {
       if (!a.is_object()) continue;
       tool.anomalies.push_back({str(a, "kind"), u64(a, "addr"), str(a, "api"),

@@ -302,6 +302,23 @@ TEST_CASE("check: dropped events fail as incomplete unless allowed", "[check][dr
   CHECK(text.find("warning: incomplete: 5 of 7 events dropped") != std::string::npos);
 }
 
+TEST_CASE("check: a ring read to a corrupt record fails as incomplete, even with drops allowed",
+          "[check][drops]") {
+  testing::SnapshotBuilder b;
+  b.alloc(0x1000, 10, b.site("f", "a.cpp", 1));
+  auto s = b.finish();
+  s.tool->ring_error = "corrupt ring from pid 7: record 3 claims 200 continuation slots";
+  CheckOptions o;
+  o.allow_drops = true;
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK(text.find("error: incomplete: corrupt ring from pid 7: record 3 claims 200 continuation "
+                  "slots; the 1 events before it were recorded, later ones are missing") !=
+        std::string::npos);
+  s.tool->ring_error.clear();
+  CHECK(check(s, o, &text) == 0);
+}
+
 TEST_CASE("check: anomalies are warnings", "[check]") {
   testing::SnapshotBuilder b;
   const auto st = b.site("release_twice", "a.cpp", 9);

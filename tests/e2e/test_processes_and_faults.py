@@ -8,6 +8,7 @@ waits for every collector), by lines the program prints, or by process state. Ex
 come from tests/programs/scenarios.h.
 """
 import os
+import pickle
 import select
 import shutil
 import signal
@@ -16,11 +17,13 @@ import time
 
 import pytest
 
-from conftest import CT, MiB, PRELOAD, actions, base_env, device_summary, prog, snapshots, trace
+from conftest import (CT, MiB, PRELOAD, SANITIZER, actions, base_env, device_summary, prog,
+                      snapshots, trace)
 from test_e2e import SA, A, FR, FC, SF, check_basic
 
 MODES = ["run", "preload"]
-DEADLOCK_GUARD_S = 20
+# A sanitized collector writes each of forkloop's 50 child snapshots several times slower.
+DEADLOCK_GUARD_S = 90 if SANITIZER else 20
 
 
 def command(tmp_path, mode, args, run_args=(), **env):
@@ -462,6 +465,42 @@ def test_lookup_error_the_program_cannot_survive_fails_it_the_same_way(tmp_path,
     p, snaps = traced(tmp_path, mode, args, **env)
     assert (p.returncode, p.stdout, p.stderr) == (plain.returncode, plain.stdout, plain.stderr)
     assert snaps == {}
+
+
+# ---- a hostile program scribbles on its ring ------------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_corrupt_ring_ends_reading_with_an_error_in_the_snapshot(tmp_path, mode):
+    """The ring is the target's memory: a record it forges (200 continuation slots, past the
+    limit) stops the collector reading that ring with an error instead of a crash or an overrun.
+    The program runs on unharmed, the snapshot keeps what came before the forgery and says why
+    the rest is missing, and `check` fails it as incomplete even with --allow-drops."""
+    p, snaps = traced(tmp_path, mode, [prog("ct_static_like"), "scribble"])
+    assert p.returncode == 0, p.stderr
+    ticket = int(p.stdout.split()[1])
+    assert p.stdout == f"forged {ticket}\n"
+    error = f"corrupt ring from pid {{}}: record {ticket} claims 200 continuation slots"
+    ((name, snap),) = snaps.items()
+    t = snap["cumemtrace"]
+    assert t["ring_error"] == error.format(t["pid"])
+    assert f"cumemtrace: {error.format(t['pid'])}" in cumemtrace_lines(p.stderr)
+    assert t["ended"] == EXIT_0
+    # The 1 MiB allocation before the forgery, nothing after it.
+    assert (t["events_total"], sizes(snap)) == (1, [MiB])
+    assert [(e["action"], e["size"]) for e in trace(snap, 0)] == [("segment_alloc", MiB),
+                                                                   ("alloc", MiB)]
+    for allow in ([], ["--allow-drops"]):
+        c = subprocess.run([CT, "check", *allow, str(tmp_path / "traces" / name)], capture_output=True,
+                           text=True, timeout=60)
+        assert c.returncode == 1, c.stdout + c.stderr
+        assert f"error: incomplete: {error.format(t['pid'])}; the 1 events before it were " \
+            "recorded, later ones are missing" in c.stdout + c.stderr
+    # The pickle for PyTorch's viewers keeps the same record of it.
+    pk = tmp_path / "s.pickle"
+    subprocess.run([CT, "convert", str(tmp_path / "traces" / name), "--to", "pickle", "-o",
+                    str(pk)], check=True, capture_output=True, timeout=60)
+    with open(pk, "rb") as f:
+        assert pickle.load(f)["cumemtrace"] == t
 
 
 # ---- a full output directory -------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <wchar.h>
 
 #include "cumemtrace.h"
+#include "wire_format.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -663,6 +664,38 @@ int scenario_burst(const Driver& d, int argc, char** argv) {
   return 0;
 }
 
+// The hostile-process case: the ring is in this process's memory, so a buggy or malicious
+// program can write anything there. Forges one published record the collector must reject.
+int scenario_scribble(const Driver& d, int, char**) {
+  require("scribble", d.memAlloc);
+  alloc_1mib_on_device0(d, "scribble");
+  uintptr_t ring = 0;
+  if (FILE* maps = std::fopen("/proc/self/maps", "r")) {
+    char line[512];
+    while (!ring && std::fgets(line, sizeof line, maps)) {
+      if (std::strstr(line, "/memfd:cumemtrace-ring")) ring = std::strtoull(line, nullptr, 16);
+    }
+    std::fclose(maps);
+  }
+  if (!ring) {
+    std::fprintf(stderr, "ct: scribble: no cumemtrace ring mapped\n");
+    return 3;
+  }
+  auto* header = reinterpret_cast<cumemtrace::wire::RingHeader*>(ring);
+  auto* slots = reinterpret_cast<cumemtrace::wire::Slot*>(ring + cumemtrace::wire::kHeaderBytes);
+  const uint64_t ticket = header->head.fetch_add(1);
+  cumemtrace::wire::EventPayload ev{};
+  ev.kind = cumemtrace::wire::Kind::kAlloc;
+  ev.extra_slots = 200;  // more continuation slots than any record may have
+  auto& slot = slots[ticket & (header->capacity - 1)];
+  std::memcpy(slot.payload, &ev, sizeof ev);
+  slot.seq.store(ticket + 1, std::memory_order_release);
+  std::printf("forged %llu\n", static_cast<unsigned long long>(ticket));
+  std::fflush(stdout);
+  alloc(d, 2 * kMiB, "alloc 2 MiB");
+  return 0;
+}
+
 struct Scenario {
   const char* name;
   int (*run)(const Driver&, int, char**);
@@ -695,6 +728,7 @@ constexpr Scenario kScenarios[] = {
     {"forkloop", scenario_forkloop},
     {"forkstart", scenario_forkstart},
     {"burst", scenario_burst},
+    {"scribble", scenario_scribble},
 };
 
 }  // namespace

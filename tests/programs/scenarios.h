@@ -109,6 +109,10 @@
 //  burst [N]  dev 0: a = alloc 1 MiB; prints "ready PID" (flushed); reads one line from stdin;
 //           N times (default 20000) alloc 4096 + free; free a; exit 0.
 //           2N + 2 allocation events (N + 1 allocs, N + 1 frees), live 0.
+//  scribble dev 0: alloc 1 MiB (leaked); then, as a hostile program would, writes into its own
+//           cumemtrace ring (found in /proc/self/maps; exit 3 when there is none): reserves the
+//           next ticket T and publishes a record claiming 200 continuation slots (the limit is
+//           64); prints "forged T"; alloc 2 MiB (leaked); exit 0.
 #pragma once
 
 #include <cuda.h>

@@ -84,6 +84,7 @@
       if (t.ended.how === 'signal') ended += ' ' + t.ended.signal;
       app.append(el('div', { class: 'sub', text: 'ended: ' + ended + '; written on: ' + t.reason + '; ' + plural(t.events_total, 'event') }));
       if (t.events_dropped > 0) app.append(el('div', { class: 'warn', text: t.events_dropped + ' events were dropped: totals may be off.' }));
+      if (t.ring_error) app.append(el('div', { class: 'warn', text: 'Incomplete: ' + t.ring_error + '; events after it are missing.' }));
       if (t.anomalies > 0) app.append(el('div', { class: 'warn', text: t.anomalies + ' anomalies (frees of unknown pointers, double frees...): see `cumemtrace` text reports.' }));
     } else {
       app.append(el('div', { class: 'sub', text: 'PyTorch memory snapshot' }));
