@@ -1,14 +1,22 @@
 """A small training loop for the real-GPU tests: a CNN on random data, N steps.
 
-Usage: torch_train.py STEPS [--history OUT.pickle]
+Usage: torch_train.py STEPS [--history OUT.pickle] [--gpu-trace OUT.json]
 With --history, PyTorch's own _record_memory_history runs in the same process and its snapshot
-is dumped to OUT.pickle, so its segment events can be compared with cumemtrace's.
+is dumped to OUT.pickle, so its segment events can be compared with cumemtrace's. With
+--gpu-trace, PyTorch's GPU-trace hooks (torch.cuda._gpu_trace, what its CUDA sanitizer uses) log
+every device allocation and free its allocator makes, in order, as {"events": [["alloc"|"free",
+ptr], ...], "stats": torch.cuda.memory_stats(), "sentinel_bytes": N}, the stats read just before
+an allocation of N bytes: PyTorch's accounts where its recorder keeps nothing (the hooks under
+PYTORCH_NO_CUDA_MEMORY_CACHING=1, the byte counters under backend:cudaMallocAsync).
 """
 import argparse
+import json
 import time
 
 import torch
 import torch.nn as nn
+
+SENTINEL_BYTES = 1234567
 
 
 class Net(nn.Module):
@@ -36,10 +44,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("steps", type=int)
     ap.add_argument("--history")
+    ap.add_argument("--gpu-trace")
     ap.add_argument("--batch", type=int, default=256)
     args = ap.parse_args()
     if args.history:
         torch.cuda.memory._record_memory_history(max_entries=1000000)
+    hooked = []
+    if args.gpu_trace:
+        from torch.cuda import _gpu_trace
+        # The hooks pass the pointer last (earlier arguments, where a version adds any, are not
+        # needed here).
+        _gpu_trace.register_callback_for_memory_allocation(
+            lambda *a: hooked.append(("alloc", a[-1])))
+        _gpu_trace.register_callback_for_memory_deallocation(
+            lambda *a: hooked.append(("free", a[-1])))
+        torch._C._activate_gpu_trace()
     model = Net().cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for _ in range(3):
@@ -54,6 +73,13 @@ def main():
           f"reserved={torch.cuda.memory_reserved()} max_reserved={torch.cuda.max_memory_reserved()}")
     if args.history:
         torch.cuda.memory._dump_snapshot(args.history)
+    if args.gpu_trace:
+        # The allocator's counters now, then an allocation of a size found nowhere else, so that
+        # the point where they were read can be found in cumemtrace's trace.
+        stats = torch.cuda.memory_stats()
+        sentinel = torch.empty(SENTINEL_BYTES, dtype=torch.uint8, device="cuda")
+        with open(args.gpu_trace, "w") as f:
+            json.dump({"events": hooked, "stats": stats, "sentinel_bytes": sentinel.numel()}, f)
 
 
 if __name__ == "__main__":
