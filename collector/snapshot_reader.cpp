@@ -989,11 +989,14 @@ class Handler {
             push(C::kArgv, kn);
             return true;
           case 7:
-          case 18:
+          case 18: {
             need(true);
+            // push() may reallocate the stack, and `l` with it: read the key first.
+            std::string* name = l.key == 7 ? &rank_name_ : &threads_name_;
             push(C::kStrMap, kn);
-            stack_.back().map_key = l.key == 7 ? &rank_name_ : &threads_name_;
+            stack_.back().map_key = name;
             return true;
+          }
           case 11:
             need(true);
             push(C::kEnded, kn);
