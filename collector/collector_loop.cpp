@@ -13,23 +13,13 @@
 
 #include <fmt/format.h>
 
+#include "control_channel.h"
 #include "control_protocol.h"
 #include "summary.h"
 
 namespace cumemtrace::collect {
 
 namespace {
-
-void send_ack(int fd, int status, const std::string& message) {
-  wire::Ack ack{};
-  ack.magic = wire::kAckMagic;
-  ack.status = status;
-  snprintf(ack.message, sizeof ack.message, "%s", message.c_str());
-  ssize_t r;
-  do {
-    r = send(fd, &ack, sizeof ack, MSG_NOSIGNAL);
-  } while (r < 0 && errno == EINTR);
-}
 
 std::vector<std::string> split_nul(const char* p, size_t n) {
   std::vector<std::string> out;
@@ -64,32 +54,14 @@ void Collector::set_direct_child(pid_t pid) {
 
 void Collector::accept_hello() {
   alignas(8) char buf[wire::kMaxHelloBytes];
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(4 * sizeof(int))];
-  iovec iov{buf, sizeof buf};
-  msghdr mh{};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = cbuf;
-  mh.msg_controllen = sizeof cbuf;
-  ssize_t n;
-  do {
-    n = recvmsg(control_fd_, &mh, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
+  Received got = recv_with_fds(control_fd_, buf, sizeof buf);
+  const ssize_t n = got.bytes;
   if (n <= 0) {  // EOF: no process can reach us any more
     ::close(control_fd_);
     control_fd_ = -1;
     return;
   }
-  std::vector<int> fds;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      fds.push_back(fd);
-    }
-  }
+  std::vector<int>& fds = got.fds;
   auto reject = [&](const std::string& why) {
     if (fds.size() >= 2) send_ack(fds[1], 1, why);
     for (int fd : fds) ::close(fd);

@@ -96,6 +96,12 @@ snap::Ended observe_from_proc(int pid, const std::vector<std::string>& argv) {
   return e;
 }
 
+// A snapshot that cannot be written (a full disk) is reported, and reading goes on: the final
+// snapshot may still find room, and the ring must keep draining so the program never waits.
+void report_write_failure(const std::exception& e) {
+  fmt::print(stderr, "cumemtrace: {}\n", e.what());
+}
+
 }  // namespace
 
 ProcessSession::ProcessSession(int memfd, int live_fd, ProcessInfo info, SessionOptions opts)
@@ -137,12 +143,6 @@ void ProcessSession::on_record(const Record& r) {
   } catch (const std::exception& e) {
     report_write_failure(e);
   }
-}
-
-// A snapshot that cannot be written (a full disk) is reported, and reading goes on: the final
-// snapshot may still find room, and the ring must keep draining so the program never waits.
-void ProcessSession::report_write_failure(const std::exception& e) {
-  fmt::print(stderr, "cumemtrace: {}\n", e.what());
 }
 
 size_t ProcessSession::drain() {

@@ -85,8 +85,6 @@ class ProcessSession {
   std::vector<std::string> take_new_files();
 
  private:
-  void report_write_failure(const std::exception& e);
-
   std::unique_ptr<RingReader> ring_;
   int live_fd_;
   ProcessInfo info_;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "control_channel.h"
 #include "control_protocol.h"
 #include "recorder.h"
 #include "ring_reader.h"
@@ -29,25 +30,12 @@ namespace {
 // The collector's half of the handshake: Hello with (memfd, liveness socket), answered by Ack.
 std::unique_ptr<collect::RingReader> accept_session(int ctl, int& live) {
   alignas(wire::Hello) char msg[wire::kMaxHelloBytes];
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))];
-  iovec iov{msg, sizeof msg};
-  msghdr mh{};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = cbuf;
-  mh.msg_controllen = sizeof cbuf;
-  if (recvmsg(ctl, &mh, 0) < static_cast<ssize_t>(sizeof(wire::Hello))) return nullptr;
-  cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-  if (!cm || cm->cmsg_type != SCM_RIGHTS) return nullptr;
-  int fds[2];
-  memcpy(fds, CMSG_DATA(cm), sizeof fds);
-  live = fds[1];
-  auto reader = std::make_unique<collect::RingReader>(fds[0]);
+  collect::Received got = collect::recv_with_fds(ctl, msg, sizeof msg);
+  if (got.bytes < static_cast<ssize_t>(sizeof(wire::Hello)) || got.fds.size() != 2) return nullptr;
+  live = got.fds[1];
+  auto reader = std::make_unique<collect::RingReader>(got.fds[0]);
   reader->mark_collector(getpid(), wire::kCollectorAttached);
-  wire::Ack ack{};
-  ack.magic = wire::kAckMagic;
-  if (send(live, &ack, sizeof ack, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof ack))
-    return nullptr;
+  if (!collect::send_ack(live, 0, "")) return nullptr;
   return reader;
 }
 

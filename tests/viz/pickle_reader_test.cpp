@@ -71,6 +71,22 @@ TEST_CASE("malformed pickles are errors, never crashes") {
   REQUIRE_FALSE(looks_like_pickle("{\"segments\": []}"));
 }
 
+namespace {
+
+// An empty list, then `levels` tuples, each holding the one before it twice (memo fetch 'h' of
+// the previous, TUPLE2, memoize): each level doubles the size of the unpickled value.
+std::string doubling_pickle(int levels) {
+  std::string p = "\x80\x04]\x94";
+  for (int i = 0; i < levels; ++i) {
+    p += 'h';
+    p += static_cast<char>(i);
+    p += "\x86\x94";
+  }
+  return p + '.';
+}
+
+}  // namespace
+
 TEST_CASE("hostile pickles: deep nesting and exponential sharing are refused cleanly") {
   // 500,000 lists, each appended into the one before it: refused for depth, and freeing the
   // chain must not recurse 500,000 frames deep.
@@ -80,22 +96,9 @@ TEST_CASE("hostile pickles: deep nesting and exponential sharing are refused cle
   deep += '.';
   REQUIRE_THROWS_WITH(unpickle(deep), Catch::Contains("nested deeper than 64"));
   // Each tuple holds the previous one twice (memo fetches): 40 levels would copy 2^40 nodes.
-  std::string doubling = "\x80\x04]\x94";
-  for (int i = 0; i < 40; ++i) {
-    doubling += 'h';
-    doubling += static_cast<char>(i);
-    doubling += "\x86\x94";
-  }
-  doubling += '.';
-  REQUIRE_THROWS_WITH(unpickle(doubling), Catch::Contains("more than 16 times"));
+  REQUIRE_THROWS_WITH(unpickle(doubling_pickle(40)), Catch::Contains("more than 16 times"));
   // The same shape 10 levels deep (1,023 copies) is data, and comes back whole.
-  std::string small = "\x80\x04]\x94";
-  for (int i = 0; i < 10; ++i) {
-    small += 'h';
-    small += static_cast<char>(i);
-    small += "\x86\x94";
-  }
-  small += '.';
+  const std::string small = doubling_pickle(10);
   json expect = json::array();
   for (int i = 0; i < 10; ++i) expect = json::array({expect, expect});
   REQUIRE(unpickle(small) == expect);
