@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <initializer_list>
 
 #include "cpython_layout.h"
 #include "real_driver.h"
@@ -17,8 +18,9 @@ namespace cumemtrace::preload {
 
 namespace {
 
-// The subset of CPython's C API used by the GIL-held path; all present with these signatures
-// in 3.9 to 3.13.
+// The subset of CPython's C API used by the GIL-held path and the probation check; all present
+// with these signatures in 3.9 to 3.14 except PyGC_Disable/PyGC_Enable (3.10+), without which
+// the GIL-held path is unavailable.
 struct PyApi {
   int (*is_initialized)();
   int (*gil_check)();
@@ -36,18 +38,24 @@ struct PyApi {
 
 // What the GIL-less reader needs besides the layout.
 struct RawApi {
-  const CpythonLayout* layout;
+  CpythonLayout layout;
   uintptr_t code_type;           // &PyCode_Type
   uintptr_t str_type;            // &PyUnicode_Type
+  uintptr_t frame_type;          // &PyFrame_Type (3.9/3.10: frames are objects)
+  uintptr_t bytes_type;          // &PyBytes_Type (3.9/3.10: co_code)
   void* (*this_tstate)();        // PyGILState_GetThisThreadState: a TSS lookup, no GIL needed
   int (*addr2line)(void*, int);  // PyCode_Addr2Line: reads the code's line table only
+  unsigned frame_span;           // bytes of a frame read: every field used lies inside
+  unsigned code_span;            // bytes of a code object read
 };
 
 enum : int { kUnknown = 0, kResolving = 1, kAvailable = 2, kAbsent = 3 };
 std::atomic<int> g_state{kUnknown};
 PyApi g_api;
+bool g_api_gc = false;  // PyGC_Disable/Enable present: the GIL-held path is available
 RawApi g_raw;
 std::atomic<bool> g_raw_on{false};
+const char* g_name_attr = "co_name";  // the GIL-held path's name: co_qualname where it exists
 
 // Frames still to be read through process_vm_readv before plain loads are trusted: enough to
 // have checked the layout on real frames of this process (a few captures).
@@ -58,6 +66,8 @@ std::atomic<int> g_probation{kProbationFrames};
 constexpr unsigned kMaxHops = 256;
 // Characters of a file or function name read at most.
 constexpr size_t kMaxChars = 256;
+// Bytes of a frame and of a code object read at most (the spans of every supported layout).
+constexpr unsigned kMaxFrameSpan = 256, kMaxCodeSpan = 512;
 
 // Announced code objects: code address -> signature of the (file, name) last announced for it.
 // Open addressing, lock-free: a slot is claimed once by CAS on `code`; `sig` is stored after
@@ -75,10 +85,76 @@ SeenSlot g_seen[kSeenSlots];
 // address is never reused. Raw signatures are odd, so they never equal it.
 constexpr uint64_t kPinned = 2;
 
+unsigned span(std::initializer_list<unsigned> ends) noexcept {
+  unsigned m = 0;
+  for (unsigned e : ends) m = e > m ? e : m;
+  return m;
+}
+
+// The running interpreter's version: Py_Version (3.11+), else parsed from Py_GetVersion().
+unsigned long python_version(void* (*get)(const char*)) noexcept {
+  if (const auto* v = static_cast<const unsigned long*>(get("Py_Version"))) return *v;
+  const auto text = reinterpret_cast<const char* (*)()>(get("Py_GetVersion"));
+  return text ? parse_python_version(text()) : 0;
+}
+
+// Finds the interpreter's layout; false (after one line) for an interpreter whose frames this
+// reader must not guess: an unknown version or a free-threaded build.
+bool resolve_layout(void* (*get)(const char*)) noexcept {
+  const unsigned long version = python_version(get);
+  CpythonLayout& L = g_raw.layout;
+  switch (cpython_layout(version, get("_PyRuntime"), &L)) {
+    case LayoutVerdict::kKnown:
+      break;
+    case LayoutVerdict::kFreeThreaded:
+      print_line("no Python frames: free-threaded CPython builds are not supported");
+      return false;
+    case LayoutVerdict::kBadDebugOffsets:
+      print_line("no Python frames: this CPython's _Py_DebugOffsets are missing or unexpected");
+      return false;
+    case LayoutVerdict::kUnknownVersion: {
+      // "3.15 (supported: 3.9 to 3.14 releases)", without snprintf (no locale, no heap).
+      char v[64] = "of unknown version";
+      if (version) {
+        char* p = v;
+        const unsigned parts[2] = {static_cast<unsigned>(version >> 24 & 0xff),
+                                   static_cast<unsigned>(version >> 16 & 0xff)};
+        for (int i = 0; i < 2; ++i) {
+          if (i) *p++ = '.';
+          if (parts[i] >= 100) *p++ = static_cast<char>('0' + parts[i] / 100);
+          if (parts[i] >= 10) *p++ = static_cast<char>('0' + parts[i] / 10 % 10);
+          *p++ = static_cast<char>('0' + parts[i] % 10);
+        }
+        const char* tail = (version >> 4 & 0xf) < 0xc ? " pre-release" : "";
+        while (*tail) *p++ = *tail++;
+        *p = '\0';
+      }
+      std::strncat(v, " (supported: 3.9 to 3.14 releases)", sizeof v - std::strlen(v) - 1);
+      print_line("no Python frames: unsupported CPython ", v);
+      return false;
+    }
+  }
+  const bool object_frames = L.model == FrameModel::kFrameObject;
+  g_raw.frame_span =
+      span({L.frame_code + 8u, L.frame_previous + 8u, L.frame_instr + (object_frames ? 4u : 8u),
+            L.frame_owner == kNoField ? 0u : L.frame_owner + 1u});
+  g_raw.code_span = span({kObSize + 8u, L.code_filename + 8u, L.code_name + 8u,
+                          L.code_firsttraceable == kNoField ? 0u : L.code_firsttraceable + 4u,
+                          object_frames ? L.code_bytecode + 8u : L.code_bytecode});
+  if (g_raw.frame_span > kMaxFrameSpan || g_raw.code_span > kMaxCodeSpan) {
+    print_line("no Python frames: this CPython's frame or code layout is larger than expected");
+    return false;
+  }
+  g_name_attr = L.minor >= 11 ? "co_qualname" : "co_name";
+  return true;
+}
+
 bool resolve() noexcept {
   DlsymFn dl = real_dlsym();
   if (!dl) return false;
-  auto get = [&](const char* name) { return dl(RTLD_DEFAULT, name); };
+  static DlsymFn s_dl;
+  s_dl = dl;
+  auto get = [](const char* name) { return s_dl(RTLD_DEFAULT, name); };
   void* p[12] = {get("Py_IsInitialized"),
                  get("PyGILState_Check"),
                  get("PyEval_GetFrame"),
@@ -91,22 +167,24 @@ bool resolve() noexcept {
                  get("PyUnicode_AsUTF8AndSize"),
                  get("PyGC_Disable"),
                  get("PyGC_Enable")};
-  for (void* f : p) {
-    if (!f) return false;
+  for (int i = 0; i < 10; ++i) {
+    if (!p[i]) return false;  // no CPython in this process (or one older than 3.9)
   }
   static_assert(sizeof(PyApi) == sizeof p);
   std::memcpy(&g_api, p, sizeof p);
+  g_api_gc = p[10] && p[11];
+  if (!resolve_layout(get)) return false;
 
-  // Py_Version (3.11+) is the runtime's PY_VERSION_HEX; older interpreters lack it.
-  const auto* version = static_cast<const unsigned long*>(get("Py_Version"));
-  g_raw.layout = version ? cpython_layout(*version) : nullptr;
   g_raw.code_type = reinterpret_cast<uintptr_t>(get("PyCode_Type"));
   g_raw.str_type = reinterpret_cast<uintptr_t>(get("PyUnicode_Type"));
+  g_raw.frame_type = reinterpret_cast<uintptr_t>(get("PyFrame_Type"));
+  g_raw.bytes_type = reinterpret_cast<uintptr_t>(get("PyBytes_Type"));
   g_raw.this_tstate = reinterpret_cast<void* (*)()>(get("PyGILState_GetThisThreadState"));
   g_raw.addr2line = reinterpret_cast<int (*)(void*, int)>(get("PyCode_Addr2Line"));
-  g_raw_on.store(
-      g_raw.layout && g_raw.code_type && g_raw.str_type && g_raw.this_tstate && g_raw.addr2line,
-      std::memory_order_relaxed);
+  const bool object_frames = g_raw.layout.model == FrameModel::kFrameObject;
+  g_raw_on.store(g_raw.code_type && g_raw.str_type && g_raw.this_tstate && g_raw.addr2line &&
+                     (!object_frames || (g_raw.frame_type && g_raw.bytes_type)),
+                 std::memory_order_relaxed);
   return true;
 }
 
@@ -137,7 +215,7 @@ void mark_announced(SeenSlot* s, uint64_t sig) noexcept {
 void announce_pinned(void* code) noexcept {
   char buf[1024];
   size_t n = 0;
-  for (const char* attr : {"co_filename", "co_name"}) {
+  for (const char* attr : {"co_filename", g_name_attr}) {
     void* s = g_api.get_attr(code, attr);
     long len = 0;
     const char* text = s ? g_api.utf8(s, &len) : nullptr;
@@ -250,7 +328,7 @@ bool read_str(uintptr_t s, char* out, size_t room, size_t* len, bool checked) no
   const size_t chars =
       static_cast<size_t>(h.length) < kMaxChars ? static_cast<size_t>(h.length) : kMaxChars;
   unsigned char data[kMaxChars * 4];
-  const uintptr_t at = s + (ascii ? g_raw.layout->ascii_size : g_raw.layout->compact_size);
+  const uintptr_t at = s + (ascii ? g_raw.layout.ascii_size : g_raw.layout.compact_size);
   if (chars && !fetch(data, at, chars * kind, checked)) return false;
   for (size_t i = 0; i < chars; ++i) {
     uint32_t c = kind == 1   ? data[i]
@@ -294,7 +372,7 @@ bool str_key(uintptr_t s, uint64_t* key, bool checked) noexcept {
       static_cast<size_t>(h.length) < kMaxChars ? static_cast<size_t>(h.length) : kMaxChars;
   unsigned char text[kMaxChars * 4];
   if ((h.state & kStrCompact) && (h.state & kStrAscii)) {
-    const uintptr_t data = s + g_raw.layout->ascii_size;
+    const uintptr_t data = s + g_raw.layout.ascii_size;
     if (!checked) {
       *key = hash_bytes(reinterpret_cast<const unsigned char*>(data), chars);
       return true;
@@ -320,53 +398,89 @@ bool announce_raw(uintptr_t code, uintptr_t filename, uintptr_t name, bool check
   return true;
 }
 
+// The frame the calling thread runs now (0: none), from its thread state.
+bool current_frame(uintptr_t ts, uintptr_t* frame, bool checked) noexcept {
+  const CpythonLayout& L = g_raw.layout;
+  unsigned char b[8];
+  if (!fetch(b, ts + L.tstate_frame, 8, checked)) return false;
+  *frame = field<uintptr_t>(b, 0);
+  if (L.model != FrameModel::kCFrame || *frame == 0) return true;
+  const uintptr_t cframe = *frame;  // the _PyCFrame of the innermost evaluation loop
+  if (!plausible_object(cframe) || !fetch(b, cframe + L.cframe_current_frame, 8, checked)) {
+    return false;
+  }
+  *frame = field<uintptr_t>(b, 0);
+  return true;
+}
+
+// The length of a code object's bytecode in code units (3.9: bytes, its instructions' unit).
+bool code_units(const unsigned char* cb, int64_t* units, bool checked) noexcept {
+  const CpythonLayout& L = g_raw.layout;
+  if (L.model != FrameModel::kFrameObject) {
+    *units = field<int64_t>(cb, kObSize);  // PyCodeObject is a PyVarObject of code units
+  } else {
+    unsigned char bb[kObSize + 8];  // co_code: an exact bytes object
+    const uintptr_t bytes = field<uintptr_t>(cb, L.code_bytecode);
+    if (!plausible_object(bytes) || !fetch(bb, bytes, sizeof bb, checked)) return false;
+    if (field<uintptr_t>(bb, kObType) != g_raw.bytes_type) return false;
+    *units = field<int64_t>(bb, kObSize);
+    if (L.minor >= 10) *units /= kCodeUnitBytes;
+  }
+  return *units > 0 && *units <= (int64_t{1} << 30);
+}
+
 // Walks the calling thread's frames from its thread state. Returns the number of pairs, or -1
 // when something did not look like the layout says (the caller turns the reader off).
 int raw_capture(uint64_t* out, unsigned max) noexcept {
-  const CpythonLayout& L = *g_raw.layout;
+  const CpythonLayout& L = g_raw.layout;
+  const bool object_frames = L.model == FrameModel::kFrameObject;
   const bool checked = g_probation.load(std::memory_order_relaxed) > 0;
   const auto ts = reinterpret_cast<uintptr_t>(g_raw.this_tstate());
   if (ts == 0) return 0;  // no thread state: a thread that never ran Python
-  uintptr_t cframe = 0, frame = 0;
-  unsigned char b[8];
-  if (!fetch(b, ts + L.tstate_cframe, 8, checked)) return -1;
-  cframe = field<uintptr_t>(b, 0);
-  if (cframe == 0) return 0;
-  if (!plausible_object(cframe) || !fetch(b, cframe + L.cframe_current_frame, 8, checked)) {
-    return -1;
-  }
-  frame = field<uintptr_t>(b, 0);
+  uintptr_t frame = 0;
+  if (!current_frame(ts, &frame, checked)) return -1;
   int n = 0;
   for (unsigned hops = 0; frame && static_cast<unsigned>(n) < max && hops < kMaxHops; ++hops) {
-    unsigned char fb[96];
-    static_assert(sizeof fb > 70);
-    if (!plausible_object(frame) || !fetch(fb, frame, L.frame_owner + 1u, checked)) return -1;
-    const uintptr_t code = field<uintptr_t>(fb, L.frame_code);
-    const uintptr_t previous = field<uintptr_t>(fb, L.frame_previous);
-    const uintptr_t prev_instr = field<uintptr_t>(fb, L.frame_prev_instr);
-    const int owner = static_cast<signed char>(fb[L.frame_owner]);
-    if (owner < 0 || owner > kMaxOwner) return -1;
-    frame = previous;
-    if (owner == L.owner_cstack) continue;  // an evaluation loop's entry shim, not Python code
-
-    unsigned char cb[256];
-    static_assert(sizeof cb >= 192);
-    if (!plausible_object(code) || !fetch(cb, code, L.code_adaptive, checked)) return -1;
-    if (field<uintptr_t>(cb, kObType) != g_raw.code_type) return -1;
-    const int64_t units = field<int64_t>(cb, kObSize);
-    const int first_traceable = field<int>(cb, L.code_firsttraceable);
-    if (units <= 0 || units > (int64_t{1} << 30) || first_traceable < 0 ||
-        first_traceable > units) {
-      return -1;
+    unsigned char fb[kMaxFrameSpan];
+    if (!plausible_object(frame) || !fetch(fb, frame, g_raw.frame_span, checked)) return -1;
+    if (object_frames && field<uintptr_t>(fb, kObType) != g_raw.frame_type) return -1;
+    uintptr_t code = field<uintptr_t>(fb, L.frame_code);
+    if (L.executable_tagged) code &= ~uintptr_t{3};  // _PyStackRef: reference-kind tag bits
+    frame = field<uintptr_t>(fb, L.frame_previous);
+    bool generator = false;
+    if (L.frame_owner != kNoField) {
+      const int owner = static_cast<signed char>(fb[L.frame_owner]);
+      if (owner < 0 || owner > L.max_owner) return -1;
+      // An evaluation loop's entry frame (3.12+: f_code/f_executable is no code object).
+      if (L.owner_not_python >= 0 && owner >= L.owner_not_python) continue;
+      generator = owner == kOwnedByGenerator;
     }
-    // prev_instr is the code unit before the next instruction (code - 1 in a new frame);
-    // PyFrame_GetLineNumber asks PyCode_Addr2Line for (prev_instr - code) * sizeof(unit).
-    const auto delta = static_cast<int64_t>(prev_instr - (code + L.code_adaptive));
-    if (delta % static_cast<int64_t>(kCodeUnitBytes) != 0) return -1;
-    const int64_t lasti = delta / static_cast<int64_t>(kCodeUnitBytes);
-    if (lasti < -1 || lasti >= units) return -1;
-    // Incomplete frames (still before their first RESUME) are skipped, as sys._getframe does.
-    if (owner != kOwnedByGenerator && lasti < first_traceable) continue;
+
+    unsigned char cb[kMaxCodeSpan];
+    if (!plausible_object(code) || !fetch(cb, code, g_raw.code_span, checked)) return -1;
+    if (field<uintptr_t>(cb, kObType) != g_raw.code_type) return -1;
+    int64_t units = 0;
+    if (!code_units(cb, &units, checked)) return -1;
+    // The current instruction, in code units from the start (-1: not started yet).
+    int64_t lasti = 0;
+    if (object_frames) {
+      lasti = field<int>(fb, L.frame_instr);  // 3.9: bytes, 3.10: units; -1 before the first
+    } else {
+      const auto delta =
+          static_cast<int64_t>(field<uintptr_t>(fb, L.frame_instr) - (code + L.code_bytecode));
+      if (delta % static_cast<int64_t>(kCodeUnitBytes) != 0) return -1;
+      lasti = delta / static_cast<int64_t>(kCodeUnitBytes);
+    }
+    if (lasti < (L.model == FrameModel::kCurrentFrame ? 0 : -1) || lasti >= units) return -1;
+    // Incomplete frames (still before their first RESUME) are skipped, as sys._getframe does
+    // (3.11/3.12; 3.13+ does not publish where that is: such a frame reads as its first line).
+    if (L.code_firsttraceable != kNoField && !generator &&
+        lasti < field<int>(cb, L.code_firsttraceable)) {
+      continue;
+    }
+    // PyFrame_GetLineNumber asks PyCode_Addr2Line for the byte offset of the instruction
+    // (3.11/3.12: of prev_instr, which is what lasti counts here).
+    const int64_t addrq = L.minor == 9 ? lasti : lasti * kCodeUnitBytes;
 
     const uintptr_t filename = field<uintptr_t>(cb, L.code_filename);
     const uintptr_t name = field<uintptr_t>(cb, L.code_name);
@@ -380,7 +494,7 @@ int raw_capture(uint64_t* out, unsigned max) noexcept {
     }
     out[2 * n] = code;
     out[2 * n + 1] = static_cast<uint64_t>(
-        g_raw.addr2line(reinterpret_cast<void*>(code), static_cast<int>(lasti * kCodeUnitBytes)));
+        g_raw.addr2line(reinterpret_cast<void*>(code), static_cast<int>(addrq)));
     ++n;
   }
   if (checked) g_probation.fetch_sub(n + 1, std::memory_order_relaxed);
@@ -459,7 +573,7 @@ unsigned capture_python_stack(uint64_t* out, unsigned max) noexcept {
     if (n >= 0 && (!probation || agrees_with_api(out, n))) return static_cast<unsigned>(n);
     raw_off("a frame did not match the CPython layout");
   }
-  return api_capture(out, max);
+  return g_api_gc ? api_capture(out, max) : 0;
 }
 
 }  // namespace cumemtrace::preload

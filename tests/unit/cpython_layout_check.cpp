@@ -1,7 +1,8 @@
 // Checks preload/cpython_layout.cpp's table against the CPython headers this test is built
 // with (python3-dev, including the internal headers): every offset the GIL-less frame reader
-// uses, by offsetof. Exit 77 (skipped) for versions outside the table (3.11 and 3.12), whose
-// headers name these fields differently or not at all.
+// uses, by offsetof. Exit 77 (skipped) for versions other than 3.11 and 3.12, whose headers
+// name these fields differently (3.9/3.10 tables and 3.13+ debug offsets are checked against
+// real interpreters by tests/pythons).
 #define Py_BUILD_CORE 1
 #include <Python.h>
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
@@ -45,35 +46,36 @@ int main() {
   std::printf("SKIP: CPython %s is not 3.11 or 3.12\n", PY_VERSION);
   return 77;
 #else
-  const CpythonLayout* L = cpython_layout(PY_VERSION_HEX);
-  if (!L) {
+  CpythonLayout layout{};
+  const CpythonLayout* L = &layout;
+  if (cpython_layout(PY_VERSION_HEX, nullptr, &layout) != LayoutVerdict::kKnown) {
     std::printf("SKIP: no layout for CPython %s in the table\n", PY_VERSION);
     return 77;
   }
   std::printf("CPython %s headers\n", PY_VERSION);
   expect("minor", L->minor, PY_MINOR_VERSION);
-  expect("PyThreadState.cframe", L->tstate_cframe, offsetof(PyThreadState, cframe));
+  expect("PyThreadState.cframe", L->tstate_frame, offsetof(PyThreadState, cframe));
   expect("_PyCFrame.current_frame", L->cframe_current_frame, offsetof(_PyCFrame, current_frame));
   expect("_PyInterpreterFrame.f_code", L->frame_code, offsetof(_PyInterpreterFrame, f_code));
   expect("_PyInterpreterFrame.previous", L->frame_previous,
          offsetof(_PyInterpreterFrame, previous));
-  expect("_PyInterpreterFrame.prev_instr", L->frame_prev_instr,
+  expect("_PyInterpreterFrame.prev_instr", L->frame_instr,
          offsetof(_PyInterpreterFrame, prev_instr));
   expect("_PyInterpreterFrame.owner", L->frame_owner, offsetof(_PyInterpreterFrame, owner));
   expect("sizeof owner", 1, sizeof(_PyInterpreterFrame::owner));
 #if PY_VERSION_HEX >= 0x030C0000
-  expect("FRAME_OWNED_BY_CSTACK", static_cast<size_t>(L->owner_cstack), FRAME_OWNED_BY_CSTACK);
+  expect("FRAME_OWNED_BY_CSTACK", static_cast<size_t>(L->owner_not_python), FRAME_OWNED_BY_CSTACK);
+  expect("max owner", static_cast<size_t>(L->max_owner), FRAME_OWNED_BY_CSTACK);
 #else
-  expect("no FRAME_OWNED_BY_CSTACK (-1)", static_cast<size_t>(L->owner_cstack + 1), 0);
+  expect("no FRAME_OWNED_BY_CSTACK (-1)", static_cast<size_t>(L->owner_not_python + 1), 0);
+  expect("max owner", static_cast<size_t>(L->max_owner), FRAME_OWNED_BY_FRAME_OBJECT);
 #endif
   expect("FRAME_OWNED_BY_GENERATOR", kOwnedByGenerator, FRAME_OWNED_BY_GENERATOR);
-  expect("PyCodeObject.co_firstlineno", L->code_firstlineno,
-         offsetof(PyCodeObject, co_firstlineno));
   expect("PyCodeObject.co_filename", L->code_filename, offsetof(PyCodeObject, co_filename));
-  expect("PyCodeObject.co_name", L->code_name, offsetof(PyCodeObject, co_name));
+  expect("PyCodeObject.co_qualname", L->code_name, offsetof(PyCodeObject, co_qualname));
   expect("PyCodeObject._co_firsttraceable", L->code_firsttraceable,
          offsetof(PyCodeObject, _co_firsttraceable));
-  expect("PyCodeObject.co_code_adaptive", L->code_adaptive,
+  expect("PyCodeObject.co_code_adaptive", L->code_bytecode,
          offsetof(PyCodeObject, co_code_adaptive));
   expect("sizeof(_Py_CODEUNIT)", kCodeUnitBytes, sizeof(_Py_CODEUNIT));
   expect("sizeof(PyASCIIObject)", L->ascii_size, sizeof(PyASCIIObject));
