@@ -1,0 +1,185 @@
+"""Python frames on real CPython interpreters: the host's python3 (Debian bookworm: 3.11) and the
+python3 of Debian chroots (scripts/python_chroots.sh: bullseye 3.9, trixie 3.13, sid 3.14),
+each running frames_script.py under `cumemtrace run` against the fake driver, with the GIL
+released around the driver calls (as PyTorch does) and held. Every allocation must carry exactly
+the script's frames (names, lines) expected from its source, the same on every interpreter
+(except that 3.9 and 3.10 have no qualified names).
+
+The collector runs on the host; only the traced interpreter runs in the chroot, in a private
+mount namespace (unshare) where the build tree, this folder and /proc are bind-mounted at the
+same paths, so nothing stays mounted afterwards. A chroot's glibc must be at least the one the
+preload and the fake driver were built against: bullseye (2.31) needs a build for that floor
+($CT_PORTABLE_BUILD); without it the 3.9 table is still checked against bullseye's interpreter
+by layout_probe.py.
+"""
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.realpath(os.environ.get("CT_SOURCE", os.path.join(HERE, "..", "..")))
+BUILD = os.path.realpath(os.environ.get("CT_BUILD", os.path.join(SOURCE, "build")))
+SCRIPT = os.path.join(HERE, "frames_script.py")
+PROBE = os.path.join(HERE, "layout_probe.py")
+CHROOTS = os.environ.get("CUMEMTRACE_CHROOTS") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cumemtrace", "chroots")
+SUITES = {"bullseye": (3, 9), "trixie": (3, 13), "sid": (3, 14)}
+MiB = 1 << 20
+
+
+def line_of(marker):
+    with open(SCRIPT) as f:
+        return next(i for i, line in enumerate(f, 1) if f"# {marker}" in line)
+
+
+def expected(version):
+    """Per allocation size (MiB): the script's frames, innermost first, as (name, line)."""
+    def q(qualname):  # co_qualname exists from 3.11 on
+        return qualname if version >= (3, 11) else qualname.rsplit(".", 1)[-1]
+    alloc = ("alloc", line_of("L_ALLOC"))
+    nested = [alloc, ("inner", line_of("L_INNER")), ("outer", line_of("L_OUTER"))]
+    return {
+        1: nested + [("<module>", line_of("L_MODULE_OUTER"))],
+        2: [alloc, (q("Model.forward"), line_of("L_FORWARD")),
+            ("<module>", line_of("L_MODULE_FORWARD"))],
+        3: [alloc, ("produce", line_of("L_PRODUCE")), ("consume", line_of("L_CONSUME")),
+            ("<module>", line_of("L_MODULE_CONSUME"))],
+        4: nested + [("worker", line_of("L_WORKER"))],
+        5: [alloc, ("compare", line_of("L_COMPARE")), ("run_qsort", line_of("L_QSORT")),
+            ("<module>", line_of("L_MODULE_QSORT"))],
+        6: [alloc, ("by_size", line_of("L_BY_SIZE")), ("sort_with_key", line_of("L_SORT")),
+            ("<module>", line_of("L_MODULE_SORT"))],
+    }
+
+
+@pytest.fixture(scope="session")
+def chroots():
+    """Builds the chroots once (cached); skips, saying why, where that cannot happen here."""
+    if os.geteuid() != 0:
+        pytest.skip("tests/pythons need root (debootstrap, chroot, mount)")
+    if not shutil.which("unshare"):
+        pytest.skip("tests/pythons need unshare (util-linux)")
+    p = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"tests/pythons cannot create a mount namespace here: {p.stderr.strip()}")
+    p = subprocess.run([os.path.join(SOURCE, "scripts", "python_chroots.sh"), *SUITES],
+                       capture_output=True, text=True, timeout=3600,
+                       env=dict(os.environ, CUMEMTRACE_CHROOTS=CHROOTS))
+    print(p.stderr, end="")
+    if p.returncode == 3:
+        pytest.skip("debootstrap cannot run here: " + p.stderr.strip())
+    assert p.returncode == 0, p.stderr
+    return {s: os.path.join(CHROOTS, s) for s in SUITES}
+
+
+def glibc_needed(build):
+    """The newest GLIBC_x.y symbol version the preload and the fake driver of `build` need."""
+    need = (0, 0)
+    for lib in (os.path.join(build, "lib", "libcumemtrace.so"),
+                os.path.join(build, "fake", "libcuda.so.1")):
+        out = subprocess.run(["objdump", "-T", lib], capture_output=True, text=True,
+                             check=True).stdout
+        for major, minor in re.findall(r"GLIBC_(\d+)\.(\d+)", out):
+            need = max(need, (int(major), int(minor)))
+    return need
+
+
+def glibc_of(root):
+    libc = glob.glob(os.path.join(root, "usr/lib/x86_64-linux-gnu/libc.so.6")) + glob.glob(
+        os.path.join(root, "lib/x86_64-linux-gnu/libc.so.6"))
+    out = subprocess.run(["strings", libc[0]], capture_output=True, text=True).stdout
+    m = re.search(r"GNU C Library \([^)]*\) (?:stable )?release version (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2)))
+
+
+def run_in(root, build, args, out):
+    """`cumemtrace run -o out -- [chroot root] args` with the fake driver; root None: the host."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CUMEMTRACE_", "FAKE_CUDA_")) and k != "LD_PRELOAD"}
+    env["LD_LIBRARY_PATH"] = os.path.join(build, "fake") + ":" + os.path.join(build, "lib")
+    env["CUMEMTRACE_DEBUG"] = "1"
+    ct = [os.path.join(build, "bin", "cumemtrace"), "run", "-o", str(out), "--"]
+    if root is None:
+        cmd = ct + args
+    else:
+        mounts = "".join(f'mkdir -p "{root}{d}" && mount --bind "{d}" "{root}{d}" && '
+                         for d in (build, HERE))
+        script = f'set -e; {mounts}mount -t proc proc "{root}/proc"; exec "$@"'
+        cmd = ["unshare", "-m", "sh", "-c", script, "sh"] + ct + ["chroot", root] + args
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def frames_by_size(out):
+    (path,) = glob.glob(os.path.join(str(out), "*.json"))
+    with open(path) as f:
+        snap = json.load(f)
+    got = {}
+    for e in snap["device_traces"][0]:
+        if e["action"] != "alloc":
+            continue
+        frames = [(f["name"], f["line"]) for f in e["frames"] if f["filename"] == SCRIPT]
+        got.setdefault(e["size"] // MiB, []).append(frames)
+    return snap, got
+
+
+def check_frames(p, out, version):
+    assert p.returncode == 0, p.stderr
+    assert "no Python frames" not in p.stderr, p.stderr
+    assert "are off for this process" not in p.stderr, p.stderr  # the layout held throughout
+    _, got = frames_by_size(out)
+    want = expected(version)
+    assert sorted(got) == sorted(want)
+    for mib, frames in want.items():
+        assert got[mib] == [frames] * 4, f"{mib} MiB"
+
+
+def python_version(root):
+    cmd = ([] if root is None else ["chroot", root]) + [
+        "/usr/bin/python3", "-c", "import sys; print(*sys.version_info[:2])"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return tuple(int(x) for x in out.split())
+
+
+@pytest.mark.parametrize("mode", ["nogil", "gil"])
+def test_host_python(tmp_path, mode):
+    version = python_version(None)
+    p = run_in(None, BUILD, ["/usr/bin/python3", SCRIPT, mode], tmp_path / "out")
+    check_frames(p, tmp_path / "out", version)
+
+
+@pytest.mark.parametrize("mode", ["nogil", "gil"])
+@pytest.mark.parametrize("suite", list(SUITES))
+def test_chroot_python(chroots, tmp_path, suite, mode):
+    root = chroots[suite]
+    version = python_version(root)
+    assert version == SUITES[suite]
+    build = BUILD
+    if glibc_needed(build) > glibc_of(root):
+        portable = os.environ.get("CT_PORTABLE_BUILD")
+        if not portable:
+            pytest.skip(f"{suite} has glibc {glibc_of(root)}, this build needs "
+                        f"{glibc_needed(build)}: set CT_PORTABLE_BUILD to a build for that floor "
+                        f"(CPython {version} is still checked by test_layout_probe)")
+        build = os.path.realpath(portable)
+    p = run_in(root, build, ["/usr/bin/python3", SCRIPT, mode], tmp_path / "out")
+    check_frames(p, tmp_path / "out", version)
+
+
+@pytest.mark.parametrize("suite", list(SUITES))
+def test_layout_probe(chroots, suite):
+    """The built-in table of the chroot's CPython (preload/cpython_layout.cpp) read against the
+    live interpreter with ctypes: frames, code objects and strings at the table's offsets."""
+    root = chroots[suite]
+    p = subprocess.run(
+        ["unshare", "-m", "sh", "-c",
+         f'set -e; mkdir -p "{root}{SOURCE}"; mount --bind "{SOURCE}" "{root}{SOURCE}"; '
+         f'exec chroot "{root}" /usr/bin/python3 "{PROBE}" "{SOURCE}"'],
+        capture_output=True, text=True, timeout=60)
+    print(p.stdout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "FAIL" not in p.stdout
