@@ -3,17 +3,20 @@
 // happens in a process without an initialized interpreter. Frames come innermost first, as
 // (code object address, line) pairs.
 //
-// CPython 3.11 and 3.12 on x86-64: the frames are read from the interpreter's memory, with or
-// without the GIL (PyTorch releases it around every op, so its allocations happen without it).
-// This is sound because the calling thread is blocked in our hook: its own frame chain cannot
-// change and each frame holds a strong reference to its code object. The reader only reads:
-// no Python call except PyGILState_GetThisThreadState and PyCode_Addr2Line (both documented
-// to be pure lookups), no reference counting, no frame objects. The layout (cpython_layout.h)
-// is validated as it is used (object types, bounds); the first frames of a process are read
+// CPython 3.9 to 3.14 on x86-64 (GIL builds; cpython_layout.h): the frames are read from the
+// interpreter's memory, with or without the GIL (PyTorch releases it around every op, so its
+// allocations happen without it). This is sound because the calling thread is blocked in our
+// hook: its own frame chain cannot change and each frame holds a strong reference to its code
+// object. The reader only reads: no Python call except PyGILState_GetThisThreadState and
+// PyCode_Addr2Line (both pure lookups), no reference counting, no frame objects. The layout is
+// validated as it is used (object types, bounds); the first frames of a process are read
 // through process_vm_readv, which reports bad addresses instead of faulting, and any mismatch
 // turns the reader off for the process (one "cumemtrace:" line under CUMEMTRACE_DEBUG).
-// Other versions, or after such a mismatch: frames only when the calling thread holds the GIL,
-// through the public frame API, with the garbage collector paused meanwhile.
+// After such a mismatch: frames only when the calling thread holds the GIL, through the public
+// frame API, with the garbage collector paused meanwhile (3.10+: PyGC_Disable).
+// Another version (before 3.9, after 3.14, a pre-release) or a free-threaded build: one
+// "cumemtrace:" line and no Python frames at all, rather than frames from a guessed layout.
+// Names are qualified (co_qualname) where the version has them (3.11+), else co_name.
 //
 // A code object is announced to the collector (wire::Kind::kPyCode: file and function name)
 // the first time its address is seen with its current (file, name), keyed by a signature of
