@@ -167,13 +167,14 @@ bool resolve() noexcept {
                  get("PyUnicode_AsUTF8AndSize"),
                  get("PyGC_Disable"),
                  get("PyGC_Enable")};
-  for (int i = 0; i < 10; ++i) {
-    if (!p[i]) return false;  // no CPython in this process (or one older than 3.9)
+  if (!p[0]) return false;  // no CPython in this process
+  if (!resolve_layout(get)) return false;
+  for (int i = 1; i < 10; ++i) {
+    if (!p[i]) return false;  // not a full CPython (versions without a layout stop above)
   }
   static_assert(sizeof(PyApi) == sizeof p);
   std::memcpy(&g_api, p, sizeof p);
   g_api_gc = p[10] && p[11];
-  if (!resolve_layout(get)) return false;
 
   g_raw.code_type = reinterpret_cast<uintptr_t>(get("PyCode_Type"));
   g_raw.str_type = reinterpret_cast<uintptr_t>(get("PyUnicode_Type"));
