@@ -1,6 +1,8 @@
 """Python frames on real CPython interpreters: the host's python3 (Debian bookworm: 3.11) and the
 python3 of Debian chroots (scripts/python_chroots.sh: bullseye 3.9, trixie 3.13, sid 3.14),
-each running frames_script.py under `cumemtrace run` against the fake driver, with the GIL
+and other interpreters of this machine (pyenv's python.org builds, 3.9 to 3.13, where present;
+3.6 to 3.8 must be refused with one line), each running frames_script.py under
+`cumemtrace run` against the fake driver, with the GIL
 released around the driver calls (as PyTorch does) and held. Every allocation must carry exactly
 the script's frames (names, lines) expected from its source, the same on every interpreter
 (except that 3.9 and 3.10 have no qualified names).
@@ -143,6 +145,50 @@ def python_version(root):
         "/usr/bin/python3", "-c", "import sys; print(*sys.version_info[:2])"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return tuple(int(x) for x in out.split())
+
+
+def other_pythons():
+    """Further interpreters of this machine that run here without a chroot: $CT_EXTRA_PYTHONS
+    (colon-separated), else pyenv's (python.org builds of 3.6 to 3.13 where installed)."""
+    paths = os.environ.get("CT_EXTRA_PYTHONS")
+    if paths:
+        return paths.split(":")
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    return sorted(glob.glob(os.path.join(pyenv, "versions", "*", "bin", "python3")))
+
+
+def version_of(python):
+    out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                         capture_output=True, text=True).stdout.split()
+    return tuple(int(x) for x in out) if len(out) == 2 else None
+
+
+OTHERS = [(p, version_of(p)) for p in other_pythons()]
+SUPPORTED = [(p, v) for p, v in OTHERS if v and (3, 9) <= v <= (3, 14)]
+# frames_script.py needs 3.6 (f-strings); older Python 3s are refused the same way.
+UNSUPPORTED = [(p, v) for p, v in OTHERS if v and (3, 6) <= v < (3, 9)]
+
+
+@pytest.mark.parametrize("mode", ["nogil", "gil"])
+@pytest.mark.parametrize("python,version", SUPPORTED, ids=[p for p, _ in SUPPORTED])
+def test_other_python(tmp_path, python, version, mode):
+    p = run_in(None, BUILD, [python, SCRIPT, mode], tmp_path / "out")
+    check_frames(p, tmp_path / "out", version)
+
+
+@pytest.mark.parametrize("python,version", UNSUPPORTED, ids=[p for p, _ in UNSUPPORTED])
+def test_unsupported_python(tmp_path, python, version):
+    """One line, no Python frames, the program runs on traced (native frames only)."""
+    p = run_in(None, BUILD, [python, SCRIPT], tmp_path / "out")
+    assert p.returncode == 0, p.stderr
+    line = (f"cumemtrace: no Python frames: unsupported CPython {version[0]}.{version[1]} "
+            "(supported: 3.9 to 3.14 releases)")
+    assert [ln for ln in p.stderr.splitlines() if "Python frames" in ln] == [line]
+    snap, got = frames_by_size(tmp_path / "out")
+    assert sorted(got) == [1, 2, 3, 4, 5, 6]
+    assert all(frames == [] for stacks in got.values() for frames in stacks)
+    e = next(e for e in snap["device_traces"][0] if e["action"] == "alloc")
+    assert e["frames"], "native frames are still recorded"
 
 
 @pytest.mark.parametrize("mode", ["nogil", "gil"])
