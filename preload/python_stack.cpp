@@ -475,9 +475,10 @@ int raw_capture(uint64_t* out, unsigned max) noexcept {
     if (lasti < (L.model == FrameModel::kCurrentFrame ? 0 : -1) || lasti >= units) return -1;
     // Incomplete frames (still before their first RESUME) are skipped, as sys._getframe does
     // (3.11/3.12; 3.13+ does not publish where that is: such a frame reads as its first line).
-    if (L.code_firsttraceable != kNoField && !generator &&
-        lasti < field<int>(cb, L.code_firsttraceable)) {
-      continue;
+    if (L.code_firsttraceable != kNoField) {
+      const int first_traceable = field<int>(cb, L.code_firsttraceable);
+      if (first_traceable < 0 || first_traceable > units) return -1;
+      if (!generator && lasti < first_traceable) continue;
     }
     // PyFrame_GetLineNumber asks PyCode_Addr2Line for the byte offset of the instruction
     // (3.11/3.12: of prev_instr, which is what lasti counts here).
