@@ -1,6 +1,6 @@
 // The CPython layout selection (preload/cpython_layout.cpp): which versions get a layout, how
 // version strings parse, and the 3.13+ layouts taken from _Py_DebugOffsets, here as Debian's
-// 3.13.5 and 3.14.0 publish them (words dumped from their _PyRuntime), then damaged.
+// 3.13.5 and 3.14.10 publish them (words dumped from their _PyRuntime), then damaged.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <map>
@@ -23,7 +23,7 @@ std::vector<unsigned char> debug_offsets(unsigned long version,
   return b;
 }
 
-// Debian trixie's 3.13.5 and sid's 3.14.0: the words the reader uses.
+// Debian trixie's 3.13.5 and sid's 3.14.10: the words the reader uses.
 const std::map<unsigned, uint64_t> k313Words{{184, 72},  {224, 80}, {232, 8},   {240, 0},
                                              {248, 56},  {264, 70}, {272, 208}, {280, 112},
                                              {296, 128}, {344, 200}};
@@ -75,8 +75,8 @@ TEST_CASE("3.13 and 3.14 layouts come from _Py_DebugOffsets") {
   REQUIRE(L.max_owner == 3);
   REQUIRE_FALSE(L.executable_tagged);
 
-  auto b314 = debug_offsets(0x030e00f0, k314Words);
-  REQUIRE(cpython_layout(0x030e00f0, b314.data(), &L) == LayoutVerdict::kKnown);
+  auto b314 = debug_offsets(0x030e0af0, k314Words);
+  REQUIRE(cpython_layout(0x030e0af0, b314.data(), &L) == LayoutVerdict::kKnown);
   REQUIRE(L.frame_owner == 74);
   REQUIRE(L.code_bytecode == 208);
   REQUIRE(L.max_owner == 4);
@@ -86,19 +86,19 @@ TEST_CASE("3.13 and 3.14 layouts come from _Py_DebugOffsets") {
 
 TEST_CASE("3.13+ without sound _Py_DebugOffsets, or free-threaded, gets no layout") {
   CpythonLayout L{};
-  REQUIRE(cpython_layout(0x030e00f0, nullptr, &L) == LayoutVerdict::kBadDebugOffsets);
-  auto b = debug_offsets(0x030e00f0, k314Words);
-  REQUIRE(cpython_layout(0x030e01f0, b.data(), &L) == LayoutVerdict::kBadDebugOffsets);  // version
+  REQUIRE(cpython_layout(0x030e0af0, nullptr, &L) == LayoutVerdict::kBadDebugOffsets);
+  auto b = debug_offsets(0x030e0af0, k314Words);
+  REQUIRE(cpython_layout(0x030e0bf0, b.data(), &L) == LayoutVerdict::kBadDebugOffsets);  // version
   auto ft = b;
   ft[16] = 1;  // free_threaded
-  REQUIRE(cpython_layout(0x030e00f0, ft.data(), &L) == LayoutVerdict::kFreeThreaded);
+  REQUIRE(cpython_layout(0x030e0af0, ft.data(), &L) == LayoutVerdict::kFreeThreaded);
   auto cookie = b;
   cookie[0] = 'y';
-  REQUIRE(cpython_layout(0x030e00f0, cookie.data(), &L) == LayoutVerdict::kBadDebugOffsets);
+  REQUIRE(cpython_layout(0x030e0af0, cookie.data(), &L) == LayoutVerdict::kBadDebugOffsets);
   auto outside = b;
   outside[288] = 90;  // owner beyond sizeof(_PyInterpreterFrame)
-  REQUIRE(cpython_layout(0x030e00f0, outside.data(), &L) == LayoutVerdict::kBadDebugOffsets);
+  REQUIRE(cpython_layout(0x030e0af0, outside.data(), &L) == LayoutVerdict::kBadDebugOffsets);
   // 3.14's positions on a 3.13 image: its sizes read as 0, so nothing fits.
-  auto b313 = debug_offsets(0x030e00f0, k313Words);
-  REQUIRE(cpython_layout(0x030e00f0, b313.data(), &L) == LayoutVerdict::kBadDebugOffsets);
+  auto b313 = debug_offsets(0x030e0af0, k313Words);
+  REQUIRE(cpython_layout(0x030e0af0, b313.data(), &L) == LayoutVerdict::kBadDebugOffsets);
 }
