@@ -140,13 +140,6 @@ def check_frames(p, out, version):
         assert got[mib] == [frames] * 4, f"{mib} MiB"
 
 
-def python_version(root):
-    cmd = ([] if root is None else ["chroot", root]) + [
-        "/usr/bin/python3", "-c", "import sys; print(*sys.version_info[:2])"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return tuple(int(x) for x in out.split())
-
-
 def other_pythons():
     """Further interpreters of this machine that run here without a chroot: $CT_EXTRA_PYTHONS
     (colon-separated), else pyenv's (python.org builds of 3.6 to 3.13 where installed)."""
@@ -157,9 +150,11 @@ def other_pythons():
     return sorted(glob.glob(os.path.join(pyenv, "versions", "*", "bin", "python3")))
 
 
-def version_of(python):
-    out = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
-                         capture_output=True, text=True).stdout.split()
+def version_of(python, root=None):
+    """(major, minor) of `python` (in chroot `root`), None when it does not run."""
+    cmd = ([] if root is None else ["chroot", root]) + [
+        python, "-c", "import sys; print(*sys.version_info[:2])"]
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout.split()
     return tuple(int(x) for x in out) if len(out) == 2 else None
 
 
@@ -193,7 +188,7 @@ def test_unsupported_python(tmp_path, python, version):
 
 @pytest.mark.parametrize("mode", ["nogil", "gil"])
 def test_host_python(tmp_path, mode):
-    version = python_version(None)
+    version = version_of("/usr/bin/python3")
     p = run_in(None, BUILD, ["/usr/bin/python3", SCRIPT, mode], tmp_path / "out")
     check_frames(p, tmp_path / "out", version)
 
@@ -202,7 +197,7 @@ def test_host_python(tmp_path, mode):
 @pytest.mark.parametrize("suite", list(SUITES))
 def test_chroot_python(chroots, tmp_path, suite, mode):
     root = chroots[suite]
-    version = python_version(root)
+    version = version_of("/usr/bin/python3", root)
     assert version == SUITES[suite]
     build = BUILD
     if glibc_needed(build) > glibc_of(root):
