@@ -5,6 +5,7 @@
 # Usage: scripts/python_chroots.sh [SUITE...]   (default: bullseye trixie sid)
 # A chroot is reused when present (marked complete); a build interrupted half-way is started
 # again. Needs root and debootstrap (installed here from Debian's packages when missing).
+# Exit status: 0 built or cached, 3 cannot be built here (not root, mirror unreachable), 1 failed.
 # Cache: $CUMEMTRACE_CHROOTS, else ${XDG_CACHE_HOME:-$HOME/.cache}/cumemtrace/chroots.
 # Mirror: $CUMEMTRACE_DEBIAN_MIRROR, else http://deb.debian.org/debian.
 set -euo pipefail
@@ -34,6 +35,12 @@ for suite in "${SUITES[@]}"; do
   echo "python_chroots: $suite: debootstrap into $dir (once; minutes)" >&2
   if ! debootstrap --variant=minbase --include=python3 "$suite" "$dir.partial" "$MIRROR" \
       >"$CACHE/$suite.log" 2>&1; then
+    # Exit 3 where the mirror cannot be reached (no network): the tests then skip, saying so.
+    if grep -q "Failed getting release file\|Temporary failure resolving\|Could not resolve" \
+        "$CACHE/$suite.log"; then
+      echo "python_chroots: $suite: cannot reach $MIRROR (log: $CACHE/$suite.log)" >&2
+      exit 3
+    fi
     echo "python_chroots: $suite: debootstrap failed; its log: $CACHE/$suite.log" >&2
     tail -5 "$CACHE/$suite.log" >&2
     exit 1
