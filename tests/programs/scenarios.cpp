@@ -422,6 +422,7 @@ int scenario_bytes(const Driver& d, int, char**) {
   cumemtrace_range_push("range \xc3");
   std::thread([&d] {
     pthread_setname_np(pthread_self(), "w\xe9rker\xff");
+    check(d.setDevice(0), "set device 0 on the thread");
     const CUdeviceptr p = alloc(d, kMiB, "alloc 1 MiB on a thread with a non-UTF-8 name");
     check(d.memFree(p), "free");
   }).join();
