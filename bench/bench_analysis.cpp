@@ -16,7 +16,7 @@
 #include "analysis/check.h"
 #include "analysis/report.h"
 #include "snapshot_json_writer.h"
-#include "snapshot_reader.h"
+#include "snapshot_input.h"
 
 using namespace cumemtrace;
 
@@ -149,14 +149,14 @@ void set_counters(benchmark::State& state) {
 void BM_Read(benchmark::State& state) {
   const auto& f = fixture();
   for (auto _ : state) {
-    auto s = snap::read_snapshot_file(f.path);
+    auto s = snap::read_snapshot_any(f.path);
     benchmark::DoNotOptimize(s.device_traces.data());
   }
   set_counters(state);
 }
 
 void BM_Report(benchmark::State& state) {
-  const auto s = snap::read_snapshot_file(fixture().path);
+  const auto s = snap::read_snapshot_any(fixture().path);
   NullBuf buf;
   std::ostream null(&buf);
   for (auto _ : state) {
@@ -169,7 +169,7 @@ void BM_Report(benchmark::State& state) {
 
 void BM_Check(benchmark::State& state) {
   std::vector<analysis::LoadedSnapshot> snaps{
-      {"bench.json", snap::read_snapshot_file(fixture().path)}};
+      {"bench.json", snap::read_snapshot_any(fixture().path)}};
   NullBuf buf;
   std::ostream null(&buf);
   const auto o = check_options();
@@ -184,7 +184,7 @@ void BM_ReadReportCheck(benchmark::State& state) {
   const auto o = check_options();
   for (auto _ : state) {
     std::vector<analysis::LoadedSnapshot> snaps{
-        {"bench.json", snap::read_snapshot_file(fixture().path)}};
+        {"bench.json", snap::read_snapshot_any(fixture().path)}};
     const auto& s = snaps[0].snapshot;
     const analysis::SiteTable sites(s);
     analysis::print_report_text(analysis::build_report(s, sites, "bench.json"), s, sites, {}, null);

@@ -5,7 +5,7 @@
 
 #include "analysis/check.h"
 #include "commands.h"
-#include "snapshot_reader.h"
+#include "snapshot_input.h"
 
 namespace cumemtrace::cli {
 
@@ -25,7 +25,7 @@ void add_check_command(CLI::App& app, int& exit_code) {
       std::vector<analysis::LoadedSnapshot> snaps;
       for (const auto& f : o->files) {
         try {
-          snaps.push_back({f, snap::read_snapshot_file(f)});
+          snaps.push_back({f, snap::read_snapshot_any(f)});
         } catch (const snap::ReadError& e) {
           std::cerr << "cumemtrace check: " << e.what() << '\n';
           exit_code = 2;

@@ -1,16 +1,19 @@
-// `cumemtrace convert FILE --to pickle|perfetto|collapsed [-o OUT]`: exports a snapshot to the
-// established viewers (see viz/pickle_writer.h, viz/perfetto_writer.h, viz/collapsed_writer.h).
+// `cumemtrace convert FILE --to json|pickle|perfetto|collapsed [-o OUT]`: exports a snapshot to
+// the established viewers (see viz/pickle_writer.h, viz/perfetto_writer.h,
+// viz/collapsed_writer.h), or rewrites any snapshot (a PyTorch pickle, say) as cumemtrace's JSON
+// through the one JSON writer (snapshot_json_writer.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <map>
 
 #include "commands.h"
+#include "snapshot_input.h"
+#include "snapshot_json_writer.h"
 #include "viz/collapsed_writer.h"
 #include "viz/output_file.h"
 #include "viz/perfetto_writer.h"
 #include "viz/pickle_writer.h"
-#include "viz/snapshot_input.h"
 
 namespace cumemtrace::cli {
 
@@ -24,18 +27,19 @@ void add_convert_command(CLI::App& app, int& exit_code) {
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
-      "convert", "export a snapshot to pickle (PyTorch viewers), Perfetto or folded stacks");
+      "convert", "export a snapshot to JSON, pickle (PyTorch viewers), Perfetto or folded stacks");
   cmd->add_option("FILE", opt->input, "Snapshot: cumemtrace or PyTorch JSON, or a PyTorch pickle")
       ->required();
   cmd->add_option("--to", opt->to,
+                  "json: snapshot JSON (what cumemtrace writes; reads anywhere); "
                   "pickle: protocol-4 pickle for python -m torch.cuda._memory_viz and "
                   "pytorch.org/memory_viz; perfetto: Chrome trace-event JSON for ui.perfetto.dev "
                   "and chrome://tracing; collapsed: folded stacks for flamegraph.pl and speedscope")
       ->required()
-      ->check(CLI::IsMember({"pickle", "perfetto", "collapsed"}));
+      ->check(CLI::IsMember({"json", "pickle", "perfetto", "collapsed"}));
   cmd->add_option("-o,--output", opt->output,
-                  "Output file, - for stdout (default: FILE less .json, plus .pickle, "
-                  ".perfetto.json or .folded)");
+                  "Output file, - for stdout (default: FILE less .json/.pickle, plus .json, "
+                  ".pickle, .perfetto.json or .folded)");
   cmd->add_option("--at", opt->at,
                   "collapsed: weigh stacks by bytes live at each device's peak or at exit")
       ->check(CLI::IsMember({"peak", "exit"}));
@@ -47,14 +51,16 @@ void add_convert_command(CLI::App& app, int& exit_code) {
   cmd->callback([opt, &exit_code] {
     snap::Snapshot s;
     try {
-      s = viz::read_input_snapshot(opt->input);
-    } catch (const viz::InputError& e) {
+      s = snap::read_snapshot_any(opt->input);
+    } catch (const snap::ReadError& e) {
       std::fprintf(stderr, "cumemtrace convert: %s\n", e.what());
       exit_code = 2;
       return;
     }
-    static const std::map<std::string, std::string> kSuffix = {
-        {"pickle", ".pickle"}, {"perfetto", ".perfetto.json"}, {"collapsed", ".folded"}};
+    static const std::map<std::string, std::string> kSuffix = {{"json", ".json"},
+                                                               {"pickle", ".pickle"},
+                                                               {"perfetto", ".perfetto.json"},
+                                                               {"collapsed", ".folded"}};
     const std::string out = opt->output.empty()
                                 ? viz::default_output_path(opt->input, kSuffix.at(opt->to))
                                 : opt->output;
@@ -65,7 +71,9 @@ void add_convert_command(CLI::App& app, int& exit_code) {
     }
     try {
       const uint64_t bytes = viz::write_output(out, [&](std::ostream& o) {
-        if (opt->to == "pickle") {
+        if (opt->to == "json") {
+          snap::write_json(s, o);
+        } else if (opt->to == "pickle") {
           viz::write_pickle(s, o);
         } else if (opt->to == "perfetto") {
           viz::write_perfetto(s, o, {opt->stack_frames});

@@ -5,7 +5,7 @@
 
 #include "analysis/diff.h"
 #include "commands.h"
-#include "snapshot_reader.h"
+#include "snapshot_input.h"
 
 namespace cumemtrace::cli {
 
@@ -31,8 +31,8 @@ void add_diff_command(CLI::App& app, int& exit_code) {
     try {
       snap::Snapshot a, b;
       try {
-        a = snap::read_snapshot_file(o->base);
-        b = snap::read_snapshot_file(o->now);
+        a = snap::read_snapshot_any(o->base);
+        b = snap::read_snapshot_any(o->now);
       } catch (const snap::ReadError& e) {
         std::cerr << "cumemtrace diff: " << e.what() << '\n';
         exit_code = 2;

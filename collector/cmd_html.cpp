@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "viz/html_report.h"
 #include "viz/output_file.h"
-#include "viz/snapshot_input.h"
+#include "snapshot_input.h"
 
 namespace cumemtrace::cli {
 
@@ -33,8 +33,8 @@ void add_html_command(CLI::App& app, int& exit_code) {
     const auto start = std::chrono::steady_clock::now();
     snap::Snapshot s;
     try {
-      s = viz::read_input_snapshot(opt->input);
-    } catch (const viz::InputError& e) {
+      s = snap::read_snapshot_any(opt->input);
+    } catch (const snap::ReadError& e) {
       std::fprintf(stderr, "cumemtrace html: %s\n", e.what());
       exit_code = 2;
       return;

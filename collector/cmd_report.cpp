@@ -5,7 +5,7 @@
 
 #include "analysis/report.h"
 #include "commands.h"
-#include "snapshot_reader.h"
+#include "snapshot_input.h"
 
 namespace cumemtrace::cli {
 
@@ -34,7 +34,7 @@ void add_report_command(CLI::App& app, int& exit_code) {
     try {
       snap::Snapshot s;
       try {
-        s = snap::read_snapshot_file(o->file);
+        s = snap::read_snapshot_any(o->file);
       } catch (const snap::ReadError& e) {
         std::cerr << "cumemtrace report: " << e.what() << '\n';
         exit_code = 2;

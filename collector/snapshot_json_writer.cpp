@@ -6,9 +6,12 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "viz/utf8.h"
 
 namespace cumemtrace::snap {
 
@@ -37,7 +40,17 @@ void put(Buf& b, std::string_view s) {
   b.append(s.data(), s.data() + s.size());
 }
 
-void put_string(Buf& b, std::string_view s) {
+// Text is whatever bytes the program had (argv, thread and mark names, file paths, symbols), but
+// JSON carries UTF-8 only: each byte that is not part of a valid UTF-8 sequence is written as
+// U+FFFD, so every reader (ours, Python's, memory_viz's) opens the file, and reading it back and
+// writing again gives the same bytes.
+void put_string(Buf& b, std::string_view raw) {
+  std::string fixed;
+  std::string_view s = raw;
+  if (!viz::valid_utf8(raw)) {
+    fixed = viz::to_valid_utf8(raw);
+    s = fixed;
+  }
   b.push_back('"');
   for (unsigned char c : s) {
     switch (c) {
@@ -226,11 +239,29 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
     fmt::format_to(fmt::appender(b.mem), "{{\"time_us\":{},\"device\":{},\"used_bytes\":{}}}",
                    m.time_us, m.device, m.used_bytes);
   }
-  put(b, "]}");
+  put(b, "]");
+  if (t.pytorch) {
+    const PytorchInfo& p = *t.pytorch;
+    put(b, ",\"pytorch\":{\"version\":");
+    put_string(b, p.version);
+    put(b, ",\"backend\":");
+    put_string(b, p.backend);
+    put(b, ",\"expandable_segments\":");
+    put(b, p.expandable_segments ? "true" : "false");
+    put(b, ",\"capture\":");
+    put_string(b, p.capture);
+    put(b, ",\"why\":");
+    put_string(b, p.why);
+    b.push_back('}');
+  }
+  b.push_back('}');
 }
 
 void put_snapshot(Buf& b, const Snapshot& s) {
   const auto rendered = render_stacks(s);
+  // "source" is written only in cumemtrace's files: in PyTorch's own (no tool section) every
+  // entry and segment is PyTorch's, and the readers say so.
+  const bool explicit_source = s.tool.has_value();
   put(b, "{\"segments\":[");
   for (size_t i = 0; i < s.segments.size(); ++i) {
     const auto& g = s.segments[i];
@@ -243,6 +274,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
     put_string(b, g.segment_type);
     put(b, ",\"segment_pool_id\":[0,0],\"is_expandable\":");
     put(b, g.is_expandable ? "true" : "false");
+    if (explicit_source && g.source == Source::kPytorch) put(b, ",\"source\":\"pytorch\"");
     put_frames(b, rendered, g.stack);
     put(b, ",\"blocks\":[");
     for (size_t j = 0; j < g.blocks.size(); ++j) {
@@ -278,6 +310,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
       fmt::format_to(fmt::appender(b.mem), ",\"time_us\":{}", e.time_us);
       if (e.tid) fmt::format_to(fmt::appender(b.mem), ",\"tid\":{}", e.tid);
       if (e.stream_per_thread) put(b, ",\"stream_per_thread\":true");
+      if (explicit_source && e.source == Source::kPytorch) put(b, ",\"source\":\"pytorch\"");
       // PyTorch records frames with segment_map too; for VMM users (NCCL) it is the only entry
       // that says who asked for the memory.
       if (e.action == Action::kAlloc || e.action == Action::kOom || e.action == Action::kSegmentMap)
@@ -313,6 +346,13 @@ std::string to_json(const Snapshot& s) {
   Buf b;
   put_snapshot(b, s);
   return std::string(b.data(), b.size());
+}
+
+void write_json(const Snapshot& s, std::ostream& out) {
+  Buf b;
+  b.sink = [&](const char* p, size_t n) { out.write(p, static_cast<std::streamsize>(n)); };
+  put_snapshot(b, s);
+  b.flush();
 }
 
 std::string write_snapshot_file(const Snapshot& s, const std::string& path) {

@@ -1,10 +1,5 @@
 #include "snapshot_reader.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -98,62 +93,68 @@ enum class C : uint8_t {
   kAnom,
   kDrivers,
   kDriver,
+  kPytorch,
   kSkip,
 };
 
 using Keys = std::vector<std::string_view>;
 
-// Key tables: the position of a key is its id and its bit in Level::seen.
-const Keys kRootKeys = {"segments", "device_traces", "allocator_settings", "external_annotations",
-                        "cumemtrace"};
-const Keys kSegmentKeys = {"device",          "address",        "total_size", "allocated_size",
-                           "active_size",     "requested_size", "stream",     "segment_type",
-                           "segment_pool_id", "is_expandable",  "frames",     "blocks"};
-const Keys kBlockKeys = {"address", "size", "requested_size", "state", "frames"};
-const Keys kFrameKeys = {"filename", "line", "name"};
-const Keys kEntryKeys = {"action", "addr",   "size",        "stream",           "time_us",
-                         "tid",    "frames", "device_free", "stream_per_thread"};
-const Keys kAnnotationKeys = {"name", "stage", "device", "time_us"};
-const Keys kToolKeys = {"schema_version",
-                        "tool_version",
-                        "pid",
-                        "ppid",
-                        "exe",
-                        "argv",
-                        "hostname",
-                        "rank",
-                        "start_time_us",
-                        "end_time_us",
-                        "reason",
-                        "ended",
-                        "events_total",
-                        "events_dropped",
-                        "devices",
-                        "vmm_handles",
-                        "host_allocations",
-                        "anomalies",
-                        "threads",
-                        "trace_entries_dropped",
-                        "driver_memory",
-                        "tag",
-                        "imported_mappings",
-                        "ring_error"};
-constexpr int kToolTag = 21;        // optional: request/periodic snapshots only
-constexpr int kToolImported = 22;   // optional: absent before cumemtrace 0.1's VMM import support
-constexpr int kToolRingError = 23;  // optional: only when the ring could not be read to the end
-const Keys kEndedKeys = {"how", "code", "signal"};
-const Keys kDeviceKeys = {"device",     "peak_bytes",  "peak_time_us",
-                          "live_bytes", "allocations", "frees"};
-const Keys kVmmKeys = {"handle", "size", "device", "time_us", "frames"};
-const Keys kImpKeys = {"addr", "size", "device", "handle", "time_us", "frames"};
-const Keys kHostKeys = {"addr", "size", "api", "time_us", "frames"};
-const Keys kAnomKeys = {"kind", "addr", "api", "time_us", "tid", "frames"};
-const Keys kDriverKeys = {"time_us", "device", "used_bytes"};
+// Key tables, one X-list per object kind: the list gives both the enum the dispatch below
+// switches on (by name) and the table the handler looks keys up in (a key's id is its bit in
+// Level::seen), so the two cannot drift apart.
+#define CT_ENUM(k) k,
+#define CT_NAME(k) #k,
+#define ROOT_KEYS(X) \
+  X(segments) X(device_traces) X(allocator_settings) X(external_annotations) X(cumemtrace)
+#define SEGMENT_KEYS(X)                                                                 \
+  X(device)                                                                             \
+  X(address) X(total_size) X(allocated_size) X(active_size) X(requested_size) X(stream) \
+      X(segment_type) X(segment_pool_id) X(is_expandable) X(frames) X(blocks) X(source)
+#define BLOCK_KEYS(X) X(address) X(size) X(requested_size) X(state) X(frames)
+#define FRAME_KEYS(X) X(filename) X(line) X(name)
+#define ENTRY_KEYS(X)                                                                       \
+  X(action)                                                                                 \
+  X(addr) X(size) X(stream) X(time_us) X(tid) X(frames) X(device_free) X(stream_per_thread) \
+      X(source)
+#define ANNOTATION_KEYS(X) X(name) X(stage) X(device) X(time_us)
+#define TOOL_KEYS(X)                                                                          \
+  X(schema_version)                                                                           \
+  X(tool_version) X(pid) X(ppid) X(exe) X(argv) X(hostname) X(rank) X(start_time_us)          \
+      X(end_time_us) X(reason) X(ended) X(events_total) X(events_dropped) X(devices)          \
+          X(vmm_handles) X(host_allocations) X(anomalies) X(threads) X(trace_entries_dropped) \
+              X(driver_memory) X(tag) X(imported_mappings) X(ring_error) X(pytorch)
+#define ENDED_KEYS(X) X(how) X(code) X(signal)
+#define DEVICE_KEYS(X) X(device) X(peak_bytes) X(peak_time_us) X(live_bytes) X(allocations) X(frees)
+#define VMM_KEYS(X) X(handle) X(size) X(device) X(time_us) X(frames)
+#define IMP_KEYS(X) X(addr) X(size) X(device) X(handle) X(time_us) X(frames)
+#define HOST_KEYS(X) X(addr) X(size) X(api) X(time_us) X(frames)
+#define ANOM_KEYS(X) X(kind) X(addr) X(api) X(time_us) X(tid) X(frames)
+#define DRIVER_KEYS(X) X(time_us) X(device) X(used_bytes)
+#define PYTORCH_KEYS(X) X(version) X(backend) X(expandable_segments) X(capture) X(why)
 
-uint32_t bits(std::initializer_list<int> ids) {
-  uint32_t m = 0;
-  for (int i : ids) m |= 1u << i;
-  return m;
+#define CT_KEYS(Enum, table, LIST)         \
+  enum class Enum : int { LIST(CT_ENUM) }; \
+  const Keys table = {LIST(CT_NAME)};
+
+CT_KEYS(RootKey, kRootKeys, ROOT_KEYS)
+CT_KEYS(SegKey, kSegmentKeys, SEGMENT_KEYS)
+CT_KEYS(BlockKey, kBlockKeys, BLOCK_KEYS)
+CT_KEYS(FrameKey, kFrameKeys, FRAME_KEYS)
+CT_KEYS(EntryKey, kEntryKeys, ENTRY_KEYS)
+CT_KEYS(AnnKey, kAnnotationKeys, ANNOTATION_KEYS)
+CT_KEYS(ToolKey, kToolKeys, TOOL_KEYS)
+CT_KEYS(EndedKey, kEndedKeys, ENDED_KEYS)
+CT_KEYS(DeviceKey, kDeviceKeys, DEVICE_KEYS)
+CT_KEYS(VmmKey, kVmmKeys, VMM_KEYS)
+CT_KEYS(ImpKey, kImpKeys, IMP_KEYS)
+CT_KEYS(HostKey, kHostKeys, HOST_KEYS)
+CT_KEYS(AnomKey, kAnomKeys, ANOM_KEYS)
+CT_KEYS(DriverKey, kDriverKeys, DRIVER_KEYS)
+CT_KEYS(PytorchKey, kPytorchKeys, PYTORCH_KEYS)
+
+template <typename... E>
+uint32_t bits(E... keys) {
+  return ((1u << static_cast<int>(keys)) | ... | 0u);
 }
 uint32_t all_bits(const Keys& k) {
   return k.size() >= 32 ? ~0u : (1u << k.size()) - 1;
@@ -189,6 +190,8 @@ const Keys* keys_of(C c) {
       return &kAnomKeys;
     case C::kDriver:
       return &kDriverKeys;
+    case C::kPytorch:
+      return &kPytorchKeys;
     default:
       return nullptr;
   }
@@ -197,16 +200,19 @@ const Keys* keys_of(C c) {
 uint32_t required_of(C c) {
   switch (c) {
     case C::kRoot:
-      return bits({0, 1});
+      return bits(RootKey::segments, RootKey::device_traces);
     case C::kSegment:
-      return bits({0, 1, 2, 11});
+      return bits(SegKey::device, SegKey::address, SegKey::total_size, SegKey::blocks);
     case C::kBlock:
-      return bits({0, 1, 3});
+      return bits(BlockKey::address, BlockKey::size, BlockKey::state);
     case C::kEntry:
-      return bits({0, 2});
+      return bits(EntryKey::action, EntryKey::size);
     case C::kTool:
-      return all_bits(kToolKeys) & ~(uint32_t{1} << kToolTag) & ~(uint32_t{1} << kToolImported) &
-             ~(uint32_t{1} << kToolRingError);
+      // Optional: tag (request/periodic snapshots), imported_mappings (absent before VMM import
+      // support), ring_error (only when the ring was not read to its end), pytorch (only when
+      // the target imported torch).
+      return all_bits(kToolKeys) &
+             ~bits(ToolKey::tag, ToolKey::imported_mappings, ToolKey::ring_error, ToolKey::pytorch);
     case C::kFrame:
     case C::kAnnotation:
     case C::kDriver:
@@ -216,6 +222,7 @@ uint32_t required_of(C c) {
     case C::kImp:
     case C::kHost:
     case C::kAnom:
+    case C::kPytorch:
       return all_bits(*keys_of(c));
     default:
       return 0;
@@ -236,7 +243,21 @@ class Handler {
   Handler(const std::string& name, const char* begin) : name_(name), begin_(begin), pos_(begin) {}
 
   const char** pos_slot() { return &pos_; }
-  Snapshot take() { return std::move(snap_); }
+  Snapshot take() {
+    // PyTorch's own files (no tool section) hold nothing but PyTorch's view.
+    if (!snap_.tool) {
+      for (auto& g : snap_.segments) g.source = Source::kPytorch;
+      for (auto& tr : snap_.device_traces)
+        for (auto& e : tr) e.source = Source::kPytorch;
+    }
+    return std::move(snap_);
+  }
+
+  // For event sources that are not JSON text (SnapshotBuilder): where errors are reported, and
+  // frame lists the source knows to be the same object as one read before.
+  void set_offset(uint64_t off) { base_ = off; }
+  void use_stack(int32_t idx) { assign_stack(stack_.back().c, idx); }
+  int32_t last_stack() const { return last_stack_; }
 
   // --- nlohmann SAX interface -------------------------------------------------------------
   bool null() { return scalar(Val{Val::kNull}); }
@@ -371,11 +392,13 @@ class Handler {
     return p.empty() ? "top level" : p;
   }
 
+  uint64_t offset() const { return base_ + static_cast<uint64_t>(pos_ - begin_); }
+
   [[noreturn]] void fail(std::string_view expected) const {
-    throw ReadError(fmt::format("{}:offset {}: {} at {}", name_, pos_ - begin_, expected, where()));
+    throw ReadError(fmt::format("{}:offset {}: {} at {}", name_, offset(), expected, where()));
   }
   [[noreturn]] void fail_plain(std::string_view msg) const {
-    throw ReadError(fmt::format("{}:offset {}: {}", name_, pos_ - begin_, msg));
+    throw ReadError(fmt::format("{}:offset {}: {}", name_, offset(), msg));
   }
 
   uint64_t u64(const Val& v) const {
@@ -404,6 +427,11 @@ class Handler {
     if (i < std::numeric_limits<int>::min() || i > std::numeric_limits<int>::max())
       fail("expected a 32-bit integer");
     return static_cast<int>(i);
+  }
+  uint32_t tid(const Val& v) const {
+    const uint64_t t = u64(v);
+    if (t > std::numeric_limits<uint32_t>::max()) fail("expected a thread id below 2^32");
+    return static_cast<uint32_t>(t);
   }
   std::string str(const Val& v) const {
     if (v.kind != Val::kString) fail("expected a string");
@@ -498,136 +526,154 @@ class Handler {
     }
   }
 
+  Source source_of(const Val& v) const {
+    if (v.kind != Val::kString) fail("expected a string");
+    if (*v.s == "pytorch") return Source::kPytorch;
+    if (*v.s == "driver") return Source::kDriver;
+    fail("expected source \"pytorch\" or \"driver\"");
+  }
+
   void field(Level& l, const Val& v) {
     switch (l.c) {
       case C::kRoot:
-        fail(l.key == 2 ? "expected an object" : "expected an array");
+        fail(static_cast<RootKey>(l.key) == RootKey::allocator_settings ||
+                     static_cast<RootKey>(l.key) == RootKey::cumemtrace
+                 ? "expected an object"
+                 : "expected an array");
       case C::kSegment:
-        switch (l.key) {
-          case 0:
+        switch (static_cast<SegKey>(l.key)) {
+          case SegKey::device:
             seg_.device = device(v);
             return;
-          case 1:
+          case SegKey::address:
             seg_.address = u64(v);
             return;
-          case 2:
+          case SegKey::total_size:
             seg_.total_size = u64(v);
             return;
-          case 3:
+          case SegKey::allocated_size:
             seg_.allocated_size = u64(v);
             return;
-          case 4:
+          case SegKey::active_size:
             seg_.active_size = u64(v);
             return;
-          case 5:
+          case SegKey::requested_size:
             seg_.requested_size = u64(v);
             return;
-          case 6:
+          case SegKey::stream:
             seg_.stream = u64(v);
             return;
-          case 7:
+          case SegKey::segment_type:
             seg_.segment_type = str(v);
             return;
-          case 9:
+          case SegKey::is_expandable:
             seg_.is_expandable = boolean_of(v);
             return;
-          default:
+          case SegKey::source:
+            seg_.source = source_of(v);
+            return;
+          case SegKey::segment_pool_id:
+          case SegKey::frames:
+          case SegKey::blocks:
             fail("expected an array");
         }
+        return;
       case C::kBlock:
-        switch (l.key) {
-          case 0:
+        switch (static_cast<BlockKey>(l.key)) {
+          case BlockKey::address:
             block_.address = u64(v);
             return;
-          case 1:
+          case BlockKey::size:
             block_.size = u64(v);
             return;
-          case 2:
+          case BlockKey::requested_size:
             block_.requested_size = u64(v);
             return;
-          case 3:
+          case BlockKey::state:
             block_.state = str(v);
             if (block_.state != "active_allocated" && block_.state != "active_pending_free" &&
                 block_.state != "inactive")
               fail("expected state active_allocated, active_pending_free or inactive");
             return;
-          default:
+          case BlockKey::frames:
             fail("expected an array");
         }
+        return;
       case C::kFrame:
-        switch (l.key) {
-          case 0:
+        switch (static_cast<FrameKey>(l.key)) {
+          case FrameKey::filename:
             if (v.kind != Val::kString) fail("expected a string");
             frames_[nframes_].filename.assign(*v.s);
             return;
-          case 1:
+          case FrameKey::line:
             frames_[nframes_].line = i64(v);
             if (frames_[nframes_].line < 0) fail("expected a non-negative line number");
             return;
-          case 2:
+          case FrameKey::name:
             if (v.kind != Val::kString) fail("expected a string");
             frames_[nframes_].name.assign(*v.s);
             return;
         }
         return;
       case C::kEntry:
-        switch (l.key) {
-          case 0: {
+        switch (static_cast<EntryKey>(l.key)) {
+          case EntryKey::action: {
             if (v.kind != Val::kString) fail("expected a string");
             auto a = parse_action(*v.s);
             if (!a) fail(fmt::format("expected a known action, not \"{}\"", printable(*v.s)));
             entry_.action = *a;
             return;
           }
-          case 1:
+          case EntryKey::addr:
             entry_.addr = u64(v);
             return;
-          case 2:
+          case EntryKey::size:
             entry_.size = u64(v);
             return;
-          case 3:
+          case EntryKey::stream:
             entry_.stream = u64(v);
             return;
-          case 4:
+          case EntryKey::time_us:
             entry_.time_us = static_cast<int64_t>(u64(v));
             return;
-          case 5: {
-            uint64_t t = u64(v);
-            if (t > std::numeric_limits<uint32_t>::max()) fail("expected a thread id below 2^32");
-            entry_.tid = static_cast<uint32_t>(t);
+          case EntryKey::tid:
+            entry_.tid = tid(v);
             return;
-          }
-          case 7:
+          case EntryKey::device_free:
             entry_.device_free = u64(v);
             return;
-          case 8:
+          case EntryKey::stream_per_thread:
             entry_.stream_per_thread = boolean_of(v);
             return;
-          default:
+          case EntryKey::source:
+            entry_.source = source_of(v);
+            return;
+          case EntryKey::frames:
             fail("expected an array");
         }
+        return;
       case C::kAnnotation:
-        switch (l.key) {
-          case 0:
+        switch (static_cast<AnnKey>(l.key)) {
+          case AnnKey::name:
             ann_.name = str(v);
             return;
-          case 1:
+          case AnnKey::stage:
             ann_.stage = str(v);
             if (ann_.stage != "START" && ann_.stage != "END" && ann_.stage != "MARK")
               fail("expected stage START, END or MARK");
             return;
-          case 2:
+          case AnnKey::device:
             ann_.device = device(v);
             return;
-          case 3:
+          case AnnKey::time_us:
             ann_.time_us = static_cast<int64_t>(u64(v));
             return;
         }
         return;
       case C::kTool: {
         ToolSection& t = *snap_.tool;
-        switch (l.key) {
-          case 0: {
+        switch (static_cast<ToolKey>(l.key)) {
+          case ToolKey::schema_version: {
             uint64_t ver = u64(v);
             if (ver != static_cast<uint64_t>(kSchemaVersion))
               fail_plain(fmt::format("unsupported schema_version {} (this cumemtrace reads {})",
@@ -635,92 +681,129 @@ class Handler {
             t.schema_version = kSchemaVersion;
             return;
           }
-          case 1:
+          case ToolKey::tool_version:
             t.tool_version = str(v);
             return;
-          case 2:
+          case ToolKey::pid:
             t.pid = small_int(v);
             return;
-          case 3:
+          case ToolKey::ppid:
             t.ppid = small_int(v);
             return;
-          case 4:
+          case ToolKey::exe:
             t.exe = str(v);
             return;
-          case 6:
+          case ToolKey::hostname:
             t.hostname = str(v);
             return;
-          case 8:
+          case ToolKey::start_time_us:
             t.start_time_us = static_cast<int64_t>(u64(v));
             return;
-          case 9:
+          case ToolKey::end_time_us:
             t.end_time_us = static_cast<int64_t>(u64(v));
             return;
-          case 10:
+          case ToolKey::reason:
             t.reason = str(v);
             return;
-          case 12:
+          case ToolKey::events_total:
             t.events_total = u64(v);
             return;
-          case 13:
+          case ToolKey::events_dropped:
             t.events_dropped = u64(v);
             return;
-          case 19:
+          case ToolKey::trace_entries_dropped:
             t.trace_entries_dropped = u64(v);
             return;
-          case kToolTag:
+          case ToolKey::tag:
             t.tag = str(v);
             return;
-          case kToolRingError:
+          case ToolKey::ring_error:
             t.ring_error = str(v);
             return;
-          case 11:
-          case 18:
-          case 7:
+          case ToolKey::rank:
+          case ToolKey::ended:
+          case ToolKey::threads:
+          case ToolKey::pytorch:
             fail("expected an object");
-          default:
+          case ToolKey::argv:
+          case ToolKey::devices:
+          case ToolKey::vmm_handles:
+          case ToolKey::host_allocations:
+          case ToolKey::anomalies:
+          case ToolKey::driver_memory:
+          case ToolKey::imported_mappings:
             fail("expected an array");
         }
+        return;
       }
       case C::kEnded:
-        switch (l.key) {
-          case 0:
+        switch (static_cast<EndedKey>(l.key)) {
+          case EndedKey::how:
             snap_.tool->ended.how = str(v);
             return;
-          case 1:
+          case EndedKey::code:
             snap_.tool->ended.code = small_int(v);
             return;
-          case 2:
+          case EndedKey::signal:
             snap_.tool->ended.signal = small_int(v);
             return;
         }
         return;
+      case C::kPytorch: {
+        PytorchInfo& p = *snap_.tool->pytorch;
+        switch (static_cast<PytorchKey>(l.key)) {
+          case PytorchKey::version:
+            p.version = str(v);
+            return;
+          case PytorchKey::backend:
+            p.backend = str(v);
+            return;
+          case PytorchKey::expandable_segments:
+            p.expandable_segments = boolean_of(v);
+            return;
+          case PytorchKey::capture:
+            p.capture = str(v);
+            return;
+          case PytorchKey::why:
+            p.why = str(v);
+            return;
+        }
+        return;
+      }
       case C::kDriver: {
         DriverMemorySample& m = snap_.tool->driver_memory.back();
-        if (l.key == 0) m.time_us = static_cast<int64_t>(u64(v));
-        if (l.key == 1) m.device = device(v);
-        if (l.key == 2) m.used_bytes = u64(v);
+        switch (static_cast<DriverKey>(l.key)) {
+          case DriverKey::time_us:
+            m.time_us = static_cast<int64_t>(u64(v));
+            return;
+          case DriverKey::device:
+            m.device = device(v);
+            return;
+          case DriverKey::used_bytes:
+            m.used_bytes = u64(v);
+            return;
+        }
         return;
       }
       case C::kDevice: {
         DeviceSummary& d = snap_.tool->devices.back();
-        switch (l.key) {
-          case 0:
+        switch (static_cast<DeviceKey>(l.key)) {
+          case DeviceKey::device:
             d.device = device(v);
             return;
-          case 1:
+          case DeviceKey::peak_bytes:
             d.peak_bytes = u64(v);
             return;
-          case 2:
+          case DeviceKey::peak_time_us:
             d.peak_time_us = static_cast<int64_t>(u64(v));
             return;
-          case 3:
+          case DeviceKey::live_bytes:
             d.live_bytes = u64(v);
             return;
-          case 4:
+          case DeviceKey::allocations:
             d.allocations = u64(v);
             return;
-          case 5:
+          case DeviceKey::frees:
             d.frees = u64(v);
             return;
         }
@@ -728,88 +811,89 @@ class Handler {
       }
       case C::kVmm: {
         VmmHandle& h = snap_.tool->vmm_handles.back();
-        switch (l.key) {
-          case 0:
+        switch (static_cast<VmmKey>(l.key)) {
+          case VmmKey::handle:
             h.handle = u64(v);
             return;
-          case 1:
+          case VmmKey::size:
             h.size = u64(v);
             return;
-          case 2:
+          case VmmKey::device:
             h.device = device(v);
             return;
-          case 3:
+          case VmmKey::time_us:
             h.time_us = static_cast<int64_t>(u64(v));
             return;
-          default:
+          case VmmKey::frames:
             fail("expected an array");
         }
+        return;
       }
       case C::kImp: {
         ImportedMapping& m = snap_.tool->imported_mappings.back();
-        switch (l.key) {
-          case 0:
+        switch (static_cast<ImpKey>(l.key)) {
+          case ImpKey::addr:
             m.addr = u64(v);
             return;
-          case 1:
+          case ImpKey::size:
             m.size = u64(v);
             return;
-          case 2:
+          case ImpKey::device:
             m.device = device(v);
             return;
-          case 3:
+          case ImpKey::handle:
             m.handle = u64(v);
             return;
-          case 4:
+          case ImpKey::time_us:
             m.time_us = static_cast<int64_t>(u64(v));
             return;
-          default:
+          case ImpKey::frames:
             fail("expected an array");
         }
+        return;
       }
       case C::kHost: {
         HostAllocation& h = snap_.tool->host_allocations.back();
-        switch (l.key) {
-          case 0:
+        switch (static_cast<HostKey>(l.key)) {
+          case HostKey::addr:
             h.addr = u64(v);
             return;
-          case 1:
+          case HostKey::size:
             h.size = u64(v);
             return;
-          case 2:
+          case HostKey::api:
             h.api = str(v);
             return;
-          case 3:
+          case HostKey::time_us:
             h.time_us = static_cast<int64_t>(u64(v));
             return;
-          default:
+          case HostKey::frames:
             fail("expected an array");
         }
+        return;
       }
       case C::kAnom: {
         Anomaly& a = snap_.tool->anomalies.back();
-        switch (l.key) {
-          case 0:
+        switch (static_cast<AnomKey>(l.key)) {
+          case AnomKey::kind:
             a.kind = str(v);
             return;
-          case 1:
+          case AnomKey::addr:
             a.addr = u64(v);
             return;
-          case 2:
+          case AnomKey::api:
             a.api = str(v);
             return;
-          case 3:
+          case AnomKey::time_us:
             a.time_us = static_cast<int64_t>(u64(v));
             return;
-          case 4: {
-            uint64_t t = u64(v);
-            if (t > std::numeric_limits<uint32_t>::max()) fail("expected a thread id below 2^32");
-            a.tid = static_cast<uint32_t>(t);
+          case AnomKey::tid:
+            a.tid = tid(v);
             return;
-          }
-          default:
+          case AnomKey::frames:
             fail("expected an array");
         }
+        return;
       }
       default:
         return;
@@ -944,25 +1028,25 @@ class Handler {
     }
     switch (l.c) {
       case C::kRoot:
-        switch (l.key) {
-          case 0:
+        switch (static_cast<RootKey>(l.key)) {
+          case RootKey::segments:
             need(false);
             push(C::kSegments, kn);
             return true;
-          case 1:
+          case RootKey::device_traces:
             need(false);
             snap_.device_traces.clear();
             push(C::kTraces, kn);
             return true;
-          case 2:
+          case RootKey::allocator_settings:
             need(true);
             push(C::kSettings, kn);
             return true;
-          case 3:
+          case RootKey::external_annotations:
             need(false);
             push(C::kAnnotations, kn);
             return true;
-          case 4:
+          case RootKey::cumemtrace:
             need(true);
             snap_.tool.emplace();
             push(C::kTool, kn);
@@ -970,67 +1054,79 @@ class Handler {
         }
         break;
       case C::kSegment:
-        if (l.key == 8) {
+        if (static_cast<SegKey>(l.key) == SegKey::segment_pool_id) {
           need(false);
           push(C::kPoolId, kn);
           return true;
         }
-        if (l.key == 11) {
+        if (static_cast<SegKey>(l.key) == SegKey::blocks) {
           need(false);
           push(C::kBlocks, kn);
           return true;
         }
         break;
       case C::kTool:
-        switch (l.key) {
-          case 5:
+        switch (static_cast<ToolKey>(l.key)) {
+          case ToolKey::argv:
             need(false);
             snap_.tool->argv.clear();
             push(C::kArgv, kn);
             return true;
-          case 7:
-          case 18: {
+          case ToolKey::rank:
+          case ToolKey::threads: {
             need(true);
             // push() may reallocate the stack, and `l` with it: read the key first.
-            std::string* name = l.key == 7 ? &rank_name_ : &threads_name_;
+            std::string* name =
+                static_cast<ToolKey>(l.key) == ToolKey::rank ? &rank_name_ : &threads_name_;
             push(C::kStrMap, kn);
             stack_.back().map_key = name;
             return true;
           }
-          case 11:
+          case ToolKey::ended:
             need(true);
             push(C::kEnded, kn);
             return true;
-          case 14:
+          case ToolKey::pytorch:
+            need(true);
+            snap_.tool->pytorch.emplace();
+            push(C::kPytorch, kn);
+            return true;
+          case ToolKey::devices:
             need(false);
             push(C::kDevices, kn);
             return true;
-          case 15:
+          case ToolKey::vmm_handles:
             need(false);
             push(C::kVmms, kn);
             return true;
-          case 16:
+          case ToolKey::host_allocations:
             need(false);
             push(C::kHosts, kn);
             return true;
-          case kToolImported:
+          case ToolKey::imported_mappings:
             need(false);
             push(C::kImps, kn);
             return true;
-          case 17:
+          case ToolKey::anomalies:
             need(false);
             push(C::kAnoms, kn);
             return true;
-          case 20:
+          case ToolKey::driver_memory:
             need(false);
             push(C::kDrivers, kn);
             return true;
+          default:
+            break;
         }
         break;
       default:
         break;
     }
-    fail(l.c == C::kSegment && l.key == 7 ? "expected a string" : "expected a number or string");
+    const bool string_key =
+        (l.c == C::kSegment && (static_cast<SegKey>(l.key) == SegKey::segment_type ||
+                                static_cast<SegKey>(l.key) == SegKey::source)) ||
+        (l.c == C::kEntry && static_cast<EntryKey>(l.key) == EntryKey::source);
+    fail(string_key ? "expected a string" : "expected a number or string");
   }
 
   // Identical frame lists share one Snapshot::stacks entry: hash -> first index, chained
@@ -1112,6 +1208,7 @@ class Handler {
         break;
       case C::kFrames: {
         const int32_t idx = intern();
+        last_stack_ = idx;
         assign_stack(parent.c, idx);
         // Remember the raw text only when the parse consumed exactly what the bracket scan saw.
         if (!pending_raw_.empty() && pos_ == pending_raw_.data() + pending_raw_.size())
@@ -1127,8 +1224,9 @@ class Handler {
         break;
       case C::kEntry:
         if (entry_.action == Action::kOom) {
-          if (!(l.seen & bits({7}))) fail("expected key \"device_free\" on an oom entry");
-        } else if (!(l.seen & bits({1}))) {
+          if (!(l.seen & bits(EntryKey::device_free)))
+            fail("expected key \"device_free\" on an oom entry");
+        } else if (!(l.seen & bits(EntryKey::addr))) {
           fail("expected key \"addr\"");
         }
         snap_.device_traces.back().push_back(entry_);
@@ -1149,6 +1247,8 @@ class Handler {
   const std::string& name_;
   const char* begin_;
   const char* pos_;
+  uint64_t base_ = 0;
+  int32_t last_stack_ = kNoStack;
   Snapshot snap_;
   std::vector<Level> stack_;
   Segment seg_;
@@ -1582,33 +1682,71 @@ Snapshot read_snapshot_reference(std::string_view text, const std::string& name)
   return h.take();
 }
 
-Snapshot read_snapshot_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw ReadError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw ReadError(fmt::format("{}: expected a regular file", path));
+struct SnapshotBuilder::Impl {
+  explicit Impl(std::string n) : name(std::move(n)), h(name, nullptr) {}
+  std::string name;
+  Handler h;
+  std::string scratch;  // the handler takes strings it may move from
+};
+
+SnapshotBuilder::SnapshotBuilder(std::string name)
+    : impl_(std::make_unique<Impl>(std::move(name))) {}
+SnapshotBuilder::~SnapshotBuilder() = default;
+
+void SnapshotBuilder::at(uint64_t offset) {
+  impl_->h.set_offset(offset);
+}
+void SnapshotBuilder::null() {
+  impl_->h.null();
+}
+void SnapshotBuilder::boolean(bool b) {
+  impl_->h.boolean(b);
+}
+void SnapshotBuilder::integer(int64_t i) {
+  if (i >= 0) {
+    impl_->h.number_unsigned(static_cast<uint64_t>(i));
+  } else {
+    impl_->h.number_integer(i);
   }
-  const auto size = static_cast<size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    throw ReadError(fmt::format("{}:offset 0: expected JSON, found an empty file", path));
-  }
-  // Mapped, not copied: a 1 GB snapshot costs no second gigabyte and no copy.
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (map == MAP_FAILED) {
-    throw ReadError(fmt::format("{}: cannot map: {}", path, std::strerror(map_errno)));
-  }
-  ::madvise(map, size, MADV_SEQUENTIAL);
-  struct Unmap {
-    void* p;
-    size_t n;
-    ~Unmap() { ::munmap(p, n); }
-  } unmap{map, size};
-  return read_snapshot(std::string_view(static_cast<const char*>(map), size), path);
+}
+void SnapshotBuilder::unsigned_integer(uint64_t u) {
+  impl_->h.number_unsigned(u);
+}
+void SnapshotBuilder::floating(double d) {
+  impl_->scratch = fmt::format("{}", d);
+  impl_->h.number_float(d, impl_->scratch);
+}
+void SnapshotBuilder::string(std::string_view s) {
+  impl_->scratch.assign(s);
+  impl_->h.string(impl_->scratch);
+}
+void SnapshotBuilder::start_object() {
+  impl_->h.start_object(std::size_t(-1));
+}
+void SnapshotBuilder::key(std::string_view k) {
+  impl_->scratch.assign(k);
+  impl_->h.key(impl_->scratch);
+}
+void SnapshotBuilder::end_object() {
+  impl_->h.end_object();
+}
+void SnapshotBuilder::start_array() {
+  impl_->h.start_array(std::size_t(-1));
+}
+void SnapshotBuilder::end_array() {
+  impl_->h.end_array();
+}
+bool SnapshotBuilder::frames_next() const {
+  return impl_->h.frames_next();
+}
+void SnapshotBuilder::reuse_stack(int32_t stack) {
+  impl_->h.use_stack(stack);
+}
+int32_t SnapshotBuilder::last_stack() const {
+  return impl_->h.last_stack();
+}
+Snapshot SnapshotBuilder::finish() {
+  return impl_->h.take();
 }
 
 }  // namespace cumemtrace::snap

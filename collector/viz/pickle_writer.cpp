@@ -130,15 +130,21 @@ class Pickler {
     }
   }
 
-  // A dict whose n entries item(i) writes as key then value.
+  // A dict: body() writes its entries, each as key then value followed by item(); batches of
+  // kPickleBatch entries per MARK...SETITEMS.
   template <typename F>
-  void dict(size_t n, F&& item) {
+  void dict(F&& body) {
     op(kEmptyDict);
-    for (size_t start = 0; start < n; start += kPickleBatch) {
-      const size_t end = std::min(n, start + kPickleBatch);
-      op(kMark);
-      for (size_t i = start; i < end; ++i) item(i);
+    op(kMark);
+    dict_items_.push_back(0);
+    body();
+    dict_items_.pop_back();
+    op(kSetItems);
+  }
+  void item() {
+    if (++dict_items_.back() % kPickleBatch == 0) {
       op(kSetItems);
+      op(kMark);
     }
   }
 
@@ -155,41 +161,37 @@ class Pickler {
   std::string buf_;
   std::unordered_map<std::string, uint32_t> strings_;
   uint32_t next_memo_ = 0;
+  std::vector<size_t> dict_items_;  // entries written so far, per open dict
 };
 
-// Writes objects in the JSON writer's layout, key for key.
+// Writes objects in the JSON writer's layout, key for key (the same keys, order and optional keys
+// as snapshot_json_writer.cpp, so the two files hold the same document).
 class SnapshotPickler {
  public:
   SnapshotPickler(const snap::Snapshot& s, Pickler& p)
-      : s_(s), p_(p), stack_memo_(s.stacks.size()) {}
+      : s_(s), p_(p), stack_memo_(s.stacks.size()), explicit_source_(s.tool.has_value()) {}
 
   void snapshot() {
-    const size_t keys = 4 + (s_.tool ? 1 : 0);
-    p_.dict(keys, [&](size_t i) {
-      switch (i) {
-        case 0:
-          p_.string("segments");
-          p_.list(s_.segments.size(), [&](size_t j) { segment(s_.segments[j]); });
-          break;
-        case 1:
-          p_.string("device_traces");
-          p_.list(s_.device_traces.size(), [&](size_t d) {
-            const auto& tr = s_.device_traces[d];
-            p_.list(tr.size(), [&](size_t j) { entry(tr[j]); });
-          });
-          break;
-        case 2:
-          p_.string("allocator_settings");
-          string_map(s_.allocator_settings);
-          break;
-        case 3:
-          p_.string("external_annotations");
-          p_.list(s_.annotations.size(), [&](size_t j) { annotation(s_.annotations[j]); });
-          break;
-        case 4:
-          p_.string("cumemtrace");
-          tool(*s_.tool);
-          break;
+    p_.dict([&] {
+      p_.string("segments");
+      p_.list(s_.segments.size(), [&](size_t j) { segment(s_.segments[j]); });
+      p_.item();
+      p_.string("device_traces");
+      p_.list(s_.device_traces.size(), [&](size_t d) {
+        const auto& tr = s_.device_traces[d];
+        p_.list(tr.size(), [&](size_t j) { entry(tr[j]); });
+      });
+      p_.item();
+      p_.string("allocator_settings");
+      string_map(s_.allocator_settings);
+      p_.item();
+      p_.string("external_annotations");
+      p_.list(s_.annotations.size(), [&](size_t j) { annotation(s_.annotations[j]); });
+      p_.item();
+      if (s_.tool) {
+        p_.string("cumemtrace");
+        tool(*s_.tool);
+        p_.item();
       }
     });
   }
@@ -198,370 +200,211 @@ class SnapshotPickler {
   void key_int(std::string_view k, int64_t v) {
     p_.string(k);
     p_.integer(v);
+    p_.item();
   }
   void key_uint(std::string_view k, uint64_t v) {
     p_.string(k);
     p_.unsigned_integer(v);
+    p_.item();
   }
   void key_str(std::string_view k, std::string_view v) {
     p_.string(k);
     p_.string(v);
+    p_.item();
+  }
+  void key_bool(std::string_view k, bool v) {
+    p_.string(k);
+    p_.boolean(v);
+    p_.item();
+  }
+  void source(snap::Source s) {
+    if (explicit_source_ && s == snap::Source::kPytorch) key_str("source", "pytorch");
   }
 
   void frames(int32_t stack) {
     p_.string("frames");
     if (stack < 0 || static_cast<size_t>(stack) >= s_.stacks.size()) {
       p_.list(0, [](size_t) {});
-      return;
+    } else if (auto& memo = stack_memo_[stack]) {
+      p_.get(*memo);
+    } else {
+      const auto& st = s_.stacks[stack];
+      p_.list(
+          st.size(),
+          [&](size_t i) {
+            p_.dict([&] {
+              key_str("filename", st[i].filename);
+              key_int("line", st[i].line);
+              key_str("name", st[i].name);
+            });
+          },
+          &memo);
     }
-    auto& memo = stack_memo_[stack];
-    if (memo) return p_.get(*memo);
-    const auto& st = s_.stacks[stack];
-    p_.list(
-        st.size(),
-        [&](size_t i) {
-          p_.dict(3, [&](size_t k) {
-            if (k == 0) key_str("filename", st[i].filename);
-            if (k == 1) key_int("line", st[i].line);
-            if (k == 2) key_str("name", st[i].name);
-          });
-        },
-        &memo);
+    p_.item();
   }
 
   void string_map(const std::map<std::string, std::string>& m) {
-    auto it = m.begin();
-    p_.dict(m.size(), [&](size_t) {
-      key_str(it->first, it->second);
-      ++it;
+    p_.dict([&] {
+      for (const auto& [k, v] : m) key_str(k, v);
     });
   }
 
   void segment(const snap::Segment& g) {
-    p_.dict(12, [&](size_t k) {
-      switch (k) {
-        case 0:
-          key_int("device", g.device);
-          break;
-        case 1:
-          key_uint("address", g.address);
-          break;
-        case 2:
-          key_uint("total_size", g.total_size);
-          break;
-        case 3:
-          key_uint("allocated_size", g.allocated_size);
-          break;
-        case 4:
-          key_uint("active_size", g.active_size);
-          break;
-        case 5:
-          key_uint("requested_size", g.requested_size);
-          break;
-        case 6:
-          key_uint("stream", g.stream);
-          break;
-        case 7:
-          key_str("segment_type", g.segment_type);
-          break;
-        case 8:
-          p_.string("segment_pool_id");
-          p_.integer(0);
-          p_.integer(0);
-          p_.op(kTuple2);
-          break;
-        case 9:
-          p_.string("is_expandable");
-          p_.boolean(g.is_expandable);
-          break;
-        case 10:
-          frames(g.stack);
-          break;
-        case 11:
-          p_.string("blocks");
-          p_.list(g.blocks.size(), [&](size_t j) { block(g.blocks[j]); });
-          break;
-      }
+    p_.dict([&] {
+      key_int("device", g.device);
+      key_uint("address", g.address);
+      key_uint("total_size", g.total_size);
+      key_uint("allocated_size", g.allocated_size);
+      key_uint("active_size", g.active_size);
+      key_uint("requested_size", g.requested_size);
+      key_uint("stream", g.stream);
+      key_str("segment_type", g.segment_type);
+      p_.string("segment_pool_id");
+      p_.integer(0);
+      p_.integer(0);
+      p_.op(kTuple2);
+      p_.item();
+      key_bool("is_expandable", g.is_expandable);
+      source(g.source);
+      frames(g.stack);
+      p_.string("blocks");
+      p_.list(g.blocks.size(), [&](size_t j) { block(g.blocks[j]); });
+      p_.item();
     });
   }
 
   void block(const snap::Block& b) {
-    p_.dict(5, [&](size_t k) {
-      switch (k) {
-        case 0:
-          key_uint("address", b.address);
-          break;
-        case 1:
-          key_uint("size", b.size);
-          break;
-        case 2:
-          key_uint("requested_size", b.requested_size);
-          break;
-        case 3:
-          key_str("state", b.state);
-          break;
-        case 4:
-          frames(b.stack);
-          break;
-      }
+    p_.dict([&] {
+      key_uint("address", b.address);
+      key_uint("size", b.size);
+      key_uint("requested_size", b.requested_size);
+      key_str("state", b.state);
+      frames(b.stack);
     });
   }
 
   void entry(const snap::TraceEntry& e) {
     const bool oom = e.action == snap::Action::kOom;
-    const bool with_frames =
-        e.action == snap::Action::kAlloc || oom || e.action == snap::Action::kSegmentMap;
-    const size_t n = 5 + (e.tid ? 1 : 0) + (with_frames ? 1 : 0);
-    p_.dict(n, [&](size_t k) {
-      switch (k) {
-        case 0:
-          key_str("action", snap::action_name(e.action));
-          break;
-        case 1:
-          oom ? key_uint("device_free", e.device_free) : key_uint("addr", e.addr);
-          break;
-        case 2:
-          key_uint("size", e.size);
-          break;
-        case 3:
-          key_uint("stream", e.stream);
-          break;
-        case 4:
-          key_int("time_us", e.time_us);
-          break;
-        case 5:
-          if (e.tid) {
-            key_uint("tid", e.tid);
-          } else {
-            frames(e.stack);
-          }
-          break;
-        case 6:
-          frames(e.stack);
-          break;
+    p_.dict([&] {
+      key_str("action", snap::action_name(e.action));
+      if (oom) {
+        key_uint("device_free", e.device_free);
+      } else {
+        key_uint("addr", e.addr);
       }
+      key_uint("size", e.size);
+      key_uint("stream", e.stream);
+      key_int("time_us", e.time_us);
+      if (e.tid) key_uint("tid", e.tid);
+      if (e.stream_per_thread) key_bool("stream_per_thread", true);
+      source(e.source);
+      if (e.action == snap::Action::kAlloc || oom || e.action == snap::Action::kSegmentMap)
+        frames(e.stack);
     });
   }
 
   void annotation(const snap::Annotation& a) {
-    p_.dict(4, [&](size_t k) {
-      switch (k) {
-        case 0:
-          key_str("name", a.name);
-          break;
-        case 1:
-          key_str("stage", a.stage);
-          break;
-        case 2:
-          key_int("device", a.device);
-          break;
-        case 3:
-          key_int("time_us", a.time_us);
-          break;
-      }
+    p_.dict([&] {
+      key_str("name", a.name);
+      key_str("stage", a.stage);
+      key_int("device", a.device);
+      key_int("time_us", a.time_us);
     });
   }
 
+  template <typename T, typename F>
+  void list_of_dicts(std::string_view key, const std::vector<T>& v, F&& body) {
+    p_.string(key);
+    p_.list(v.size(), [&](size_t i) { p_.dict([&] { body(v[i]); }); });
+    p_.item();
+  }
+
   void tool(const snap::ToolSection& t) {
-    // Same keys as the JSON writer; `tag` and `ring_error` only when set, in that order.
-    const bool tagged = !t.tag.empty();
-    const size_t optional = size_t{tagged} + size_t{!t.ring_error.empty()};
-    p_.dict(22 + optional, [&](size_t k) {
-      if (k == 22 && !tagged) k = 23;
-      switch (k) {
-        case 0:
-          key_int("schema_version", t.schema_version);
-          break;
-        case 1:
-          key_str("tool_version", t.tool_version);
-          break;
-        case 2:
-          key_int("pid", t.pid);
-          break;
-        case 3:
-          key_int("ppid", t.ppid);
-          break;
-        case 4:
-          key_str("exe", t.exe);
-          break;
-        case 5:
-          p_.string("argv");
-          p_.list(t.argv.size(), [&](size_t i) { p_.string(t.argv[i]); });
-          break;
-        case 6:
-          key_str("hostname", t.hostname);
-          break;
-        case 7:
-          p_.string("rank");
-          string_map(t.rank);
-          break;
-        case 8:
-          key_int("start_time_us", t.start_time_us);
-          break;
-        case 9:
-          key_int("end_time_us", t.end_time_us);
-          break;
-        case 10:
-          key_str("reason", t.reason);
-          break;
-        case 11:
-          p_.string("ended");
-          p_.dict(3, [&](size_t j) {
-            if (j == 0) key_str("how", t.ended.how);
-            if (j == 1) key_int("code", t.ended.code);
-            if (j == 2) key_int("signal", t.ended.signal);
-          });
-          break;
-        case 12:
-          key_uint("events_total", t.events_total);
-          break;
-        case 13:
-          key_uint("events_dropped", t.events_dropped);
-          break;
-        case 14:
-          p_.string("devices");
-          p_.list(t.devices.size(), [&](size_t i) {
-            const auto& d = t.devices[i];
-            p_.dict(6, [&](size_t j) {
-              switch (j) {
-                case 0:
-                  key_int("device", d.device);
-                  break;
-                case 1:
-                  key_uint("peak_bytes", d.peak_bytes);
-                  break;
-                case 2:
-                  key_int("peak_time_us", d.peak_time_us);
-                  break;
-                case 3:
-                  key_uint("live_bytes", d.live_bytes);
-                  break;
-                case 4:
-                  key_uint("allocations", d.allocations);
-                  break;
-                case 5:
-                  key_uint("frees", d.frees);
-                  break;
-              }
-            });
-          });
-          break;
-        case 15:
-          p_.string("vmm_handles");
-          p_.list(t.vmm_handles.size(), [&](size_t i) {
-            const auto& h = t.vmm_handles[i];
-            p_.dict(5, [&](size_t j) {
-              switch (j) {
-                case 0:
-                  key_uint("handle", h.handle);
-                  break;
-                case 1:
-                  key_uint("size", h.size);
-                  break;
-                case 2:
-                  key_int("device", h.device);
-                  break;
-                case 3:
-                  key_int("time_us", h.time_us);
-                  break;
-                case 4:
-                  frames(h.stack);
-                  break;
-              }
-            });
-          });
-          break;
-        case 16:
-          p_.string("host_allocations");
-          p_.list(t.host_allocations.size(), [&](size_t i) {
-            const auto& h = t.host_allocations[i];
-            p_.dict(5, [&](size_t j) {
-              switch (j) {
-                case 0:
-                  key_uint("addr", h.addr);
-                  break;
-                case 1:
-                  key_uint("size", h.size);
-                  break;
-                case 2:
-                  key_int("time_us", h.time_us);
-                  break;
-                case 3:
-                  key_str("api", h.api);
-                  break;
-                case 4:
-                  frames(h.stack);
-                  break;
-              }
-            });
-          });
-          break;
-        case 17:
-          p_.string("anomalies");
-          p_.list(t.anomalies.size(), [&](size_t i) {
-            const auto& a = t.anomalies[i];
-            p_.dict(6, [&](size_t j) {
-              switch (j) {
-                case 0:
-                  key_str("kind", a.kind);
-                  break;
-                case 1:
-                  key_uint("addr", a.addr);
-                  break;
-                case 2:
-                  key_int("time_us", a.time_us);
-                  break;
-                case 3:
-                  key_uint("tid", a.tid);
-                  break;
-                case 4:
-                  key_str("api", a.api);
-                  break;
-                case 5:
-                  frames(a.stack);
-                  break;
-              }
-            });
-          });
-          break;
-        case 18:
-          p_.string("threads");
-          string_map(t.threads);
-          break;
-        case 19:
-          key_uint("trace_entries_dropped", t.trace_entries_dropped);
-          break;
-        case 20:
-          p_.string("driver_memory");
-          p_.list(t.driver_memory.size(), [&](size_t i) {
-            const auto& m = t.driver_memory[i];
-            p_.dict(3, [&](size_t j) {
-              if (j == 0) key_int("time_us", m.time_us);
-              if (j == 1) key_int("device", m.device);
-              if (j == 2) key_uint("used_bytes", m.used_bytes);
-            });
-          });
-          break;
-        case 21:
-          p_.string("imported_mappings");
-          p_.list(t.imported_mappings.size(), [&](size_t i) {
-            const auto& m = t.imported_mappings[i];
-            p_.dict(6, [&](size_t j) {
-              if (j == 0) key_uint("addr", m.addr);
-              if (j == 1) key_uint("size", m.size);
-              if (j == 2) key_int("device", m.device);
-              if (j == 3) key_uint("handle", m.handle);
-              if (j == 4) key_int("time_us", m.time_us);
-              if (j == 5) frames(m.stack);
-            });
-          });
-          break;
-        case 22:
-          key_str("tag", t.tag);
-          break;
-        case 23:
-          key_str("ring_error", t.ring_error);
-          break;
+    p_.dict([&] {
+      key_int("schema_version", t.schema_version);
+      key_str("tool_version", t.tool_version);
+      key_int("pid", t.pid);
+      key_int("ppid", t.ppid);
+      key_str("exe", t.exe);
+      p_.string("argv");
+      p_.list(t.argv.size(), [&](size_t i) { p_.string(t.argv[i]); });
+      p_.item();
+      key_str("hostname", t.hostname);
+      p_.string("rank");
+      string_map(t.rank);
+      p_.item();
+      key_int("start_time_us", t.start_time_us);
+      key_int("end_time_us", t.end_time_us);
+      key_str("reason", t.reason);
+      if (!t.tag.empty()) key_str("tag", t.tag);
+      p_.string("ended");
+      p_.dict([&] {
+        key_str("how", t.ended.how);
+        key_int("code", t.ended.code);
+        key_int("signal", t.ended.signal);
+      });
+      p_.item();
+      key_uint("events_total", t.events_total);
+      key_uint("events_dropped", t.events_dropped);
+      if (!t.ring_error.empty()) key_str("ring_error", t.ring_error);
+      key_uint("trace_entries_dropped", t.trace_entries_dropped);
+      list_of_dicts("devices", t.devices, [&](const snap::DeviceSummary& d) {
+        key_int("device", d.device);
+        key_uint("peak_bytes", d.peak_bytes);
+        key_int("peak_time_us", d.peak_time_us);
+        key_uint("live_bytes", d.live_bytes);
+        key_uint("allocations", d.allocations);
+        key_uint("frees", d.frees);
+      });
+      list_of_dicts("vmm_handles", t.vmm_handles, [&](const snap::VmmHandle& h) {
+        key_uint("handle", h.handle);
+        key_uint("size", h.size);
+        key_int("device", h.device);
+        key_int("time_us", h.time_us);
+        frames(h.stack);
+      });
+      list_of_dicts("imported_mappings", t.imported_mappings, [&](const snap::ImportedMapping& m) {
+        key_uint("addr", m.addr);
+        key_uint("size", m.size);
+        key_int("device", m.device);
+        key_uint("handle", m.handle);
+        key_int("time_us", m.time_us);
+        frames(m.stack);
+      });
+      list_of_dicts("host_allocations", t.host_allocations, [&](const snap::HostAllocation& h) {
+        key_uint("addr", h.addr);
+        key_uint("size", h.size);
+        key_int("time_us", h.time_us);
+        key_str("api", h.api);
+        frames(h.stack);
+      });
+      list_of_dicts("anomalies", t.anomalies, [&](const snap::Anomaly& a) {
+        key_str("kind", a.kind);
+        key_uint("addr", a.addr);
+        key_int("time_us", a.time_us);
+        key_uint("tid", a.tid);
+        key_str("api", a.api);
+        frames(a.stack);
+      });
+      p_.string("threads");
+      string_map(t.threads);
+      p_.item();
+      list_of_dicts("driver_memory", t.driver_memory, [&](const snap::DriverMemorySample& m) {
+        key_int("time_us", m.time_us);
+        key_int("device", m.device);
+        key_uint("used_bytes", m.used_bytes);
+      });
+      if (t.pytorch) {
+        const snap::PytorchInfo& py = *t.pytorch;
+        p_.string("pytorch");
+        p_.dict([&] {
+          key_str("version", py.version);
+          key_str("backend", py.backend);
+          key_bool("expandable_segments", py.expandable_segments);
+          key_str("capture", py.capture);
+          key_str("why", py.why);
+        });
+        p_.item();
       }
     });
   }
@@ -569,6 +412,7 @@ class SnapshotPickler {
   const snap::Snapshot& s_;
   Pickler& p_;
   std::vector<std::optional<uint32_t>> stack_memo_;
+  bool explicit_source_;
 };
 
 }  // namespace

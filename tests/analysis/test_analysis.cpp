@@ -18,7 +18,7 @@
 #include "analysis/report.h"
 #include "analysis/suppressions.h"
 #include "snapshot_builder.h"
-#include "snapshot_reader.h"
+#include "snapshot_input.h"
 
 using namespace cumemtrace;
 using namespace cumemtrace::analysis;
@@ -122,7 +122,7 @@ TEST_CASE("PyTorch fixture: allocated vs reserved, active blocks only", "[model]
     WARN("skipped: fixture " << kFixture << " is absent");
     return;
   }
-  const auto s = snap::read_snapshot_file(kFixture);
+  const auto s = snap::read_snapshot_any(kFixture);
   CHECK(flavor_of(s) == Flavor::kTorch);
   uint64_t active = 0, reserved = 0;
   for (const auto& g : s.segments) {

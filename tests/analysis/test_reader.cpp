@@ -8,7 +8,7 @@
 
 #include "snapshot_builder.h"
 #include "snapshot_json_writer.h"
-#include "snapshot_reader.h"
+#include "snapshot_input.h"
 
 using namespace cumemtrace;
 
@@ -91,7 +91,7 @@ TEST_CASE("reads PyTorch's own snapshot", "[reader][torch]") {
     WARN("skipped: fixture " << kFixture << " is absent");
     return;
   }
-  const auto s = snap::read_snapshot_file(kFixture);
+  const auto s = snap::read_snapshot_any(kFixture);
   CHECK_FALSE(s.tool);
   CHECK(s.segments.size() == 8);
   REQUIRE(s.device_traces.size() == 1);
@@ -196,16 +196,16 @@ TEST_CASE("every truncation of a valid snapshot is rejected without crashing", "
 TEST_CASE("file errors name the file", "[reader]") {
   const auto dir = std::filesystem::temp_directory_path();
   try {
-    snap::read_snapshot_file((dir / "does-not-exist.json").string());
+    snap::read_snapshot_any((dir / "does-not-exist.json").string());
     FAIL("no error");
   } catch (const snap::ReadError& e) {
     CHECK(std::string(e.what()).find("does-not-exist.json: cannot open") != std::string::npos);
   }
-  CHECK_THROWS_WITH(snap::read_snapshot_file(dir.string()),
+  CHECK_THROWS_WITH(snap::read_snapshot_any(dir.string()),
                     Catch::Contains("expected a regular file"));
   const auto empty = dir / "cumemtrace-empty-test.json";
   { std::ofstream(empty.string()); }
-  CHECK_THROWS_WITH(snap::read_snapshot_file(empty.string()), Catch::Contains("offset 0"));
+  CHECK_THROWS_WITH(snap::read_snapshot_any(empty.string()), Catch::Contains("offset 0"));
   std::filesystem::remove(empty);
 }
 

@@ -9,6 +9,7 @@
 #include "wire_format.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -412,6 +413,25 @@ int scenario_marks(const Driver& d, int, char**) {
   return 0;
 }
 
+// Text that is not UTF-8 everywhere the snapshot carries text: argv (the test passes some), a
+// thread name, mark and range names. Frees everything, so `check` has nothing to fail on.
+int scenario_bytes(const Driver& d, int, char**) {
+  require("bytes", d.init, d.setDevice, d.memAlloc, d.memFree);
+  start_on_device0(d);
+  cumemtrace_mark("caf\xe9 \xff\xfe");
+  cumemtrace_range_push("range \xc3");
+  std::thread([&d] {
+    pthread_setname_np(pthread_self(), "w\xe9rker\xff");
+    check(d.setDevice(0), "set device 0 on the thread");
+    const CUdeviceptr p = alloc(d, kMiB, "alloc 1 MiB on a thread with a non-UTF-8 name");
+    check(d.memFree(p), "free");
+  }).join();
+  cumemtrace_range_pop();
+  const CUdeviceptr q = alloc(d, 2 * kMiB, "alloc 2 MiB");
+  check(d.memFree(q), "free");
+  return 0;
+}
+
 int scenario_nvtx(const Driver& d, int, char**) {
   require("nvtx", d.init, d.setDevice, d.memAlloc);
   start_on_device0(d);
@@ -719,6 +739,7 @@ constexpr Scenario kScenarios[] = {
     {"exit", scenario_exit},
     {"spin", scenario_spin},
     {"marks", scenario_marks},
+    {"bytes", scenario_bytes},
     {"nvtx", scenario_nvtx},
     {"steps", scenario_steps},
     // Process lifecycle and back-pressure (issue 7).

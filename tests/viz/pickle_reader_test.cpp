@@ -4,6 +4,7 @@
 
 #include "sample_snapshots.h"
 #include "snapshot_json_writer.h"
+#include "snapshot_reader.h"
 #include "viz/pickle_reader.h"
 #include "viz/pickle_writer.h"
 
@@ -49,7 +50,7 @@ TEST_CASE("malformed pickles are errors, never crashes") {
   const std::string good = to_pickle(testing::leak_snapshot());
   // Every truncation fails cleanly.
   for (size_t n = 0; n < good.size(); ++n)
-    REQUIRE_THROWS_AS(unpickle(good.substr(0, n)), std::runtime_error);
+    REQUIRE_THROWS_AS(unpickle(good.substr(0, n)), snap::ReadError);
   // Every single-byte corruption either still parses or fails cleanly.
   size_t failures = 0;
   for (size_t i = 2; i < good.size(); i += 3) {
@@ -57,7 +58,7 @@ TEST_CASE("malformed pickles are errors, never crashes") {
     bad[i] = static_cast<char>(bad[i] ^ 0x5a);
     try {
       unpickle(bad);
-    } catch (const std::runtime_error&) {
+    } catch (const snap::ReadError&) {
       ++failures;
     }
   }
