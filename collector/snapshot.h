@@ -38,6 +38,10 @@ enum class Action : uint8_t {
   kOom,
 };
 
+// Where an entry or segment comes from: cumemtrace's driver hooks, or PyTorch's caching allocator
+// (its TraceEntry actions with PyTorch's meaning; JSON key "source": "pytorch", absent = driver).
+enum class Source : uint8_t { kDriver, kPytorch };
+
 std::string_view action_name(Action a);
 std::optional<Action> parse_action(std::string_view s);
 
@@ -51,6 +55,7 @@ struct TraceEntry {
   uint64_t device_free = 0;        // oom only
   uint32_t tid = 0;                // 0 when unknown (PyTorch files)
   bool stream_per_thread = false;  // stream 0 meant the per-thread default stream (_ptsz API)
+  Source source = Source::kDriver;
 };
 
 struct Block {
@@ -73,6 +78,7 @@ struct Segment {
   bool is_expandable = false;
   int32_t stack = kNoStack;
   std::vector<Block> blocks;
+  Source source = Source::kDriver;
 };
 
 struct Annotation {  // PyTorch's external_annotations entry
@@ -137,6 +143,12 @@ struct DriverMemorySample {  // per-process device memory as the driver (NVML) r
   uint64_t used_bytes = 0;
 };
 
+struct PytorchInfo {  // what the capture of PyTorch's allocator found (the tool section's
+                      // "pytorch")
+  std::string version, backend, capture, why;  // capture: "blocks" | "driver" | "off"
+  bool expandable_segments = false;
+};
+
 struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapshots
   int schema_version = kSchemaVersion;
   std::string tool_version;
@@ -166,6 +178,7 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   std::vector<Anomaly> anomalies;
   std::map<std::string, std::string> threads;     // tid -> name
   std::vector<DriverMemorySample> driver_memory;  // empty without NVML
+  std::optional<PytorchInfo> pytorch;             // present when the target imported torch
 };
 
 struct Snapshot {

@@ -226,7 +226,22 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
     fmt::format_to(fmt::appender(b.mem), "{{\"time_us\":{},\"device\":{},\"used_bytes\":{}}}",
                    m.time_us, m.device, m.used_bytes);
   }
-  put(b, "]}");
+  put(b, "]");
+  if (t.pytorch) {
+    const auto& p = *t.pytorch;
+    put(b, ",\"pytorch\":{\"version\":");
+    put_string(b, p.version);
+    put(b, ",\"backend\":");
+    put_string(b, p.backend);
+    put(b, ",\"expandable_segments\":");
+    put(b, p.expandable_segments ? "true" : "false");
+    put(b, ",\"capture\":");
+    put_string(b, p.capture);
+    put(b, ",\"why\":");
+    put_string(b, p.why);
+    b.push_back('}');
+  }
+  b.push_back('}');
 }
 
 void put_snapshot(Buf& b, const Snapshot& s) {
@@ -243,6 +258,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
     put_string(b, g.segment_type);
     put(b, ",\"segment_pool_id\":[0,0],\"is_expandable\":");
     put(b, g.is_expandable ? "true" : "false");
+    if (g.source == snap::Source::kPytorch) put(b, ",\"source\":\"pytorch\"");
     put_frames(b, rendered, g.stack);
     put(b, ",\"blocks\":[");
     for (size_t j = 0; j < g.blocks.size(); ++j) {
@@ -278,9 +294,12 @@ void put_snapshot(Buf& b, const Snapshot& s) {
       fmt::format_to(fmt::appender(b.mem), ",\"time_us\":{}", e.time_us);
       if (e.tid) fmt::format_to(fmt::appender(b.mem), ",\"tid\":{}", e.tid);
       if (e.stream_per_thread) put(b, ",\"stream_per_thread\":true");
+      const bool pytorch = e.source == snap::Source::kPytorch;
+      if (pytorch) put(b, ",\"source\":\"pytorch\"");
       // PyTorch records frames with segment_map too; for VMM users (NCCL) it is the only entry
-      // that says who asked for the memory.
-      if (e.action == Action::kAlloc || e.action == Action::kOom || e.action == Action::kSegmentMap)
+      // that says who asked for the memory. PyTorch's own entries carry frames of every action.
+      if (pytorch || e.action == Action::kAlloc || e.action == Action::kOom ||
+          e.action == Action::kSegmentMap)
         put_frames(b, rendered, e.stack);
       b.push_back('}');
       b.boundary();
