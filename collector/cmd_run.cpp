@@ -4,7 +4,8 @@
 // tracing cannot work (no preload library, unwritable output directory) it says so in one line and
 // runs CMD untraced. It also makes the preload CMD's NVTX injection library
 // (NVTX_INJECTION64_PATH), unless the caller already chose one, so that NVTX ranges and marks
-// become snapshot annotations.
+// become snapshot annotations, and puts cumemtrace's sitecustomize first on PYTHONPATH so that a
+// Python program's PyTorch caching-allocator events are captured too.
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -68,6 +69,19 @@ int exit_code_of(int status) {
   return 1;
 }
 
+// PyTorch's allocator events: our sitecustomize (lib/cumemtrace/python, next to the preload)
+// goes first on PYTHONPATH; it chain-loads any other sitecustomize and attaches to PyTorch's
+// caching allocator once the program imports torch (docs/pytorch.md). Not there: nothing to do.
+void prepend_python_path(const std::string& preload) {
+  const std::filesystem::path dir =
+      std::filesystem::path(preload).parent_path() / "cumemtrace" / "python";
+  std::error_code ec;
+  if (!std::filesystem::exists(dir / "sitecustomize.py", ec)) return;
+  const char* old = getenv("PYTHONPATH");
+  const std::string path = old && *old ? dir.string() + ":" + old : dir.string();
+  setenv("PYTHONPATH", path.c_str(), 1);
+}
+
 [[noreturn]] void exec_child(const RunArgs& a, const std::string& preload, int ctl_fd,
                              const sigset_t& old_mask) {
   signal(SIGINT, SIG_DFL);
@@ -84,6 +98,7 @@ int exit_code_of(int status) {
     setenv("CUMEMTRACE_STACK_DEPTH", std::to_string(a.stack_depth).c_str(), 1);
     setenv("CUMEMTRACE_BUFFER_MB", std::to_string(a.buffer_mb).c_str(), 1);
     setenv("NVTX_INJECTION64_PATH", preload.c_str(), 0);
+    prepend_python_path(preload);
     if (a.no_follow) {
       setenv("CUMEMTRACE_FOLLOW", "0", 1);
       setenv("CUMEMTRACE_ROOT_PID", std::to_string(getpid()).c_str(), 1);

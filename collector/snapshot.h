@@ -38,6 +38,10 @@ enum class Action : uint8_t {
   kOom,
 };
 
+// Where an entry or segment comes from: cumemtrace's driver hooks, or PyTorch's caching allocator
+// (its TraceEntry actions with PyTorch's meaning; JSON key "source": "pytorch", absent = driver).
+enum class Source : uint8_t { kDriver, kPytorch };
+
 std::string_view action_name(Action a);
 std::optional<Action> parse_action(std::string_view s);
 
@@ -141,8 +145,9 @@ struct DriverMemorySample {  // per-process device memory as the driver (NVML) r
   uint64_t used_bytes = 0;
 };
 
-struct PytorchInfo {
-  std::string version, backend, capture, why;
+struct PytorchInfo {  // what the capture of PyTorch's allocator found (the tool section's
+                      // "pytorch")
+  std::string version, backend, capture, why;  // capture: "blocks" | "driver" | "off"
   bool expandable_segments = false;
 };
 
@@ -175,7 +180,7 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   std::vector<Anomaly> anomalies;
   std::map<std::string, std::string> threads;     // tid -> name
   std::vector<DriverMemorySample> driver_memory;  // empty without NVML
-  std::optional<PytorchInfo> pytorch;
+  std::optional<PytorchInfo> pytorch;             // present when the target imported torch
 };
 
 struct Snapshot {

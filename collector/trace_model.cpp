@@ -204,6 +204,9 @@ void TraceModel::add(const Record& r) {
     case Kind::kSnapshot:
       snapshot_pending_ = r.text;
       return;
+    case Kind::kTorchInfo:
+      on_torch_info(r.text);
+      return;
     case Kind::kDevice:
       if (ev.aux < static_cast<uint64_t>(kMaxDevices))
         device_pci_[static_cast<int>(ev.aux)] = r.text;
@@ -244,6 +247,9 @@ void TraceModel::add(const Record& r) {
     case Kind::kOom:
       push(Action::kOom, ev.device, 0, ev.size, ev.stream, t, stack, ev.tid, ev.aux);
       oom_pending_ = true;
+      break;
+    case Kind::kTorchBlock:
+      on_torch(r, t, stack);
       break;
     case Kind::kAllocFailed:
     default:
@@ -363,9 +369,12 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
       live_.erase(it);
       shrink(l.device, l.size);
       const bool pt = ev.flags & wire::kFlagPerThreadStream;
-      push(Action::kFreeRequested, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
-      push(Action::kFreeCompleted, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
-      push(Action::kSegmentFree, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
+      if (!l.torch_owned) {
+        push(Action::kFreeRequested, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
+        push(Action::kFreeCompleted, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
+        push(Action::kSegmentFree, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
+      }
+      l.torch_owned = false;
       l.undoable = true;
       freed_[ev.addr] = l;
       break;
@@ -405,7 +414,8 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
       }
       while (it != mapped_.end() && it->first < ev.addr + ev.size) {
         const Mapping& m = it->second;
-        if (m.owned) push(Action::kSegmentUnmap, m.l.device, it->first, m.l.size, 0, t, -1, ev.tid);
+        if (m.owned && !m.l.torch_owned)
+          push(Action::kSegmentUnmap, m.l.device, it->first, m.l.size, 0, t, -1, ev.tid);
         auto h = handles_.find(m.handle);
         if (h != handles_.end() && h->second.maps > 0) {
           --h->second.maps;
@@ -491,6 +501,205 @@ void TraceModel::on_free_failed(const Record& r, int64_t t) {
   }
 }
 
+// --- PyTorch's caching allocator ------------------------------------------------------------
+
+namespace {
+
+constexpr uint64_t kTorchMinBlock = 512;         // PyTorch's kMinBlockSize
+constexpr uint64_t kTorchSmallSize = 1 << 20;    // kSmallSize: larger requests use the large pool
+constexpr uint64_t kTorchSmallBuffer = 2 << 20;  // kSmallBuffer: small-pool segments and pages
+// How far back the driver entries of memory PyTorch adopts are looked for: they were recorded
+// just before PyTorch's own entry, at most a few other threads' events apart.
+constexpr size_t kAdoptWindow = 4096;
+
+uint64_t torch_round(uint64_t size) {
+  return size < kTorchMinBlock ? kTorchMinBlock
+                               : (size + kTorchMinBlock - 1) / kTorchMinBlock * kTorchMinBlock;
+}
+
+}  // namespace
+
+void TraceModel::unpush_driver(Action a, uint64_t addr) {
+  const size_t stop = trace_.size() > kAdoptWindow ? trace_.size() - kAdoptWindow : 0;
+  for (size_t i = trace_.size(); i-- > stop;) {
+    const Entry& e = trace_[i];
+    if (!e.pytorch && e.action == a && e.addr == addr) {
+      trace_.erase(trace_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
+}
+
+void TraceModel::on_torch(const Record& r, int64_t t, StackId stack) {
+  const auto& ev = r.ev;
+  const int device = sane_device(ev.device);
+  const uint64_t addr = ev.addr, size = ev.size;
+  auto entry = [&](Action a, uint64_t entry_addr, uint64_t device_free = 0) {
+    push(a, device, entry_addr, size, ev.stream, t, stack, ev.tid, device_free);
+    trace_.back().pytorch = true;
+  };
+  switch (static_cast<wire::TorchAction>(ev.aux)) {
+    case wire::TorchAction::kAlloc:
+      torch_blocks_[addr] = TorchBlock{size, ev.stream, stack, false};
+      entry(Action::kAlloc, addr);
+      break;
+    case wire::TorchAction::kFreeRequested:
+      if (auto it = torch_blocks_.find(addr); it != torch_blocks_.end()) {
+        it->second.pending_free = true;
+      }
+      entry(Action::kFreeRequested, addr);
+      break;
+    case wire::TorchAction::kFreeCompleted:
+      torch_blocks_.erase(addr);
+      entry(Action::kFreeCompleted, addr);
+      break;
+    case wire::TorchAction::kSegmentAlloc: {
+      if (auto it = live_.find(addr); it != live_.end() && !it->second.torch_owned) {
+        it->second.torch_owned = true;
+        unpush_driver(Action::kAlloc, addr);
+        unpush_driver(Action::kSegmentAlloc, addr);
+      }
+      torch_segments_[addr] =
+          TorchSegment{size, device, ev.stream, stack, size == kTorchSmallBuffer};
+      entry(Action::kSegmentAlloc, addr);
+      break;
+    }
+    case wire::TorchAction::kSegmentFree:
+      torch_segments_.erase(addr);
+      entry(Action::kSegmentFree, addr);
+      break;
+    case wire::TorchAction::kSegmentMap: {
+      // The pages PyTorch just mapped (one cuMemMap each): small-pool pages are 2 MiB.
+      bool small = size == kTorchSmallBuffer, any = false;
+      for (auto it = mapped_.lower_bound(addr); it != mapped_.end() && it->first < addr + size;
+           ++it) {
+        Mapping& m = it->second;
+        if (!m.owned || m.l.torch_owned) continue;
+        m.l.torch_owned = true;
+        unpush_driver(Action::kSegmentMap, it->first);
+        small = any ? small && m.l.size == kTorchSmallBuffer : m.l.size == kTorchSmallBuffer;
+        any = true;
+      }
+      torch_mapped_[addr] = TorchSegment{size, device, ev.stream, stack, small};
+      entry(Action::kSegmentMap, addr);
+      break;
+    }
+    case wire::TorchAction::kSegmentUnmap: {
+      // Subtract [addr, addr + size) from the mapped pieces (an unmap may cut a piece).
+      const uint64_t end = addr + size;
+      auto it = torch_mapped_.upper_bound(addr);
+      if (it != torch_mapped_.begin()) --it;
+      while (it != torch_mapped_.end() && it->first < end) {
+        const uint64_t b = it->first, e = b + it->second.size;
+        if (e <= addr) {
+          ++it;
+          continue;
+        }
+        TorchSegment piece = it->second;
+        it = torch_mapped_.erase(it);
+        if (b < addr) {
+          TorchSegment head = piece;
+          head.size = addr - b;
+          torch_mapped_[b] = head;
+        }
+        if (e > end) {
+          TorchSegment tail = piece;
+          tail.size = e - end;
+          it = torch_mapped_.emplace(end, tail).first;
+          break;
+        }
+      }
+      entry(Action::kSegmentUnmap, addr);
+      break;
+    }
+    case wire::TorchAction::kOom:  // addr is the device's free bytes, size the request
+      entry(Action::kOom, 0, addr);
+      oom_pending_ = true;
+      break;
+    case wire::TorchAction::kSnapshot:
+    default:
+      break;
+  }
+}
+
+void TraceModel::on_torch_info(const std::string& text) {
+  snap::PytorchInfo info;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    if (key == "version") info.version = value;
+    if (key == "backend") info.backend = value;
+    if (key == "capture") info.capture = value;
+    if (key == "why") info.why = value;
+    if (key == "expandable_segments") info.expandable_segments = value == "1";
+  }
+  if (info.capture != "blocks" && info.capture != "driver") info.capture = "off";
+  pytorch_ = std::move(info);
+}
+
+// PyTorch's segments with their blocks, as torch.cuda.memory_snapshot() lays them out.
+void TraceModel::torch_segments(snap::Snapshot& s) const {
+  auto add = [&](uint64_t addr, const TorchSegment& g, uint64_t total, bool expandable) {
+    snap::Segment seg;
+    seg.source = snap::Source::kPytorch;
+    seg.device = g.device;
+    seg.address = addr;
+    seg.total_size = total;
+    seg.stream = g.stream;
+    seg.segment_type = g.small ? "small" : "large";
+    seg.is_expandable = expandable;
+    seg.stack = g.stack;
+    const uint64_t seg_end = addr + total;
+    uint64_t cursor = addr;
+    auto inactive = [&](uint64_t from, uint64_t to) {
+      if (to > from) seg.blocks.push_back(snap::Block{from, to - from, 0, "inactive", -1});
+    };
+    for (auto it = torch_blocks_.lower_bound(addr);
+         it != torch_blocks_.end() && it->first < seg_end; ++it) {
+      const uint64_t a = it->first;
+      if (a < cursor) continue;  // overlaps the previous block: inconsistent input, skip it
+      inactive(cursor, a);
+      const auto next_it = std::next(it);
+      const uint64_t next =
+          next_it != torch_blocks_.end() && next_it->first < seg_end ? next_it->first : seg_end;
+      uint64_t end = std::min(a + torch_round(it->second.requested), next);
+      // In the large pool every block is larger than 1 MiB, so a smaller remainder was not split.
+      if (!g.small && next - end <= kTorchSmallSize) end = next;
+      const TorchBlock& k = it->second;
+      seg.blocks.push_back(snap::Block{a, end - a, k.requested,
+                                       k.pending_free ? "active_pending_free" : "active_allocated",
+                                       k.stack});
+      seg.active_size += end - a;
+      if (!k.pending_free) {
+        seg.allocated_size += end - a;
+        seg.requested_size += k.requested;
+      }
+      cursor = end;
+    }
+    inactive(cursor, seg_end);
+    s.segments.push_back(std::move(seg));
+  };
+  for (const auto& [addr, g] : torch_segments_) add(addr, g, g.size, false);
+  // Maximal runs of mapped pieces are the segments of expandable segments.
+  for (auto it = torch_mapped_.begin(); it != torch_mapped_.end();) {
+    const uint64_t start = it->first;
+    const TorchSegment& first = it->second;
+    uint64_t end = start + first.size;
+    for (++it; it != torch_mapped_.end() && it->first == end && it->second.device == first.device &&
+               it->second.small == first.small;
+         ++it) {
+      end += it->second.size;
+    }
+    add(start, first, end - start, true);
+  }
+}
+
 snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const {
   snap::Snapshot s;
   sym.set_main_exe(info.exe);
@@ -510,6 +719,7 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
     te.device_free = e.device_free;
     te.tid = e.tid;
     te.stream_per_thread = e.per_thread;
+    te.source = e.pytorch ? snap::Source::kPytorch : snap::Source::kDriver;
     s.device_traces[static_cast<size_t>(e.device)].push_back(te);
   }
 
@@ -528,13 +738,19 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
   std::transform(live_.begin(), live_.end(), live.begin(),
                  [](const auto& kv) { return std::make_pair(kv.first, &kv.second); });
   std::sort(live.begin(), live.end());
-  for (const auto& [addr, l] : live) s.segments.push_back(segment(l->device, addr, *l, false));
-  for (const auto& [addr, m] : mapped_) {
-    if (m.owned) s.segments.push_back(segment(m.l.device, addr, m.l, true));
+  for (const auto& [addr, l] : live) {
+    if (!l->torch_owned) s.segments.push_back(segment(l->device, addr, *l, false));
   }
+  for (const auto& [addr, m] : mapped_) {
+    if (m.owned && !m.l.torch_owned) s.segments.push_back(segment(m.l.device, addr, m.l, true));
+  }
+  torch_segments(s);
 
-  s.allocator_settings = {{"tool", "cumemtrace"},
-                          {"mode", "CUDA driver interposition (segment level)"}};
+  const bool blocks = pytorch_ && pytorch_->capture == "blocks";
+  s.allocator_settings = {
+      {"tool", "cumemtrace"},
+      {"mode", blocks ? "CUDA driver interposition + PyTorch caching allocator (block level)"
+                      : "CUDA driver interposition (segment level)"}};
   if (max_trace_events_) {
     s.allocator_settings["max_trace_events"] = std::to_string(max_trace_events_);
   }
@@ -576,6 +792,7 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
   std::sort(tool.host_allocations.begin(), tool.host_allocations.end(),
             [](const auto& a, const auto& b) { return a.addr < b.addr; });
   tool.anomalies = anomalies_;
+  tool.pytorch = pytorch_;
   tool.threads = threads_;
   if (exited_) {
     tool.ended.how = "exit";

@@ -13,6 +13,16 @@
 // unmapped; mappings only make handles visible and add nothing. Mappings of imported handles
 // (another process's memory, cuMemImportFromShareableHandle) are no segments of this process:
 // they are listed apart (imported_mappings) and count no bytes.
+// PyTorch's caching allocator (kTorchBlock records, PyTorch's TraceEntry actions) is merged in:
+// its entries go into the trace in ring order with source = pytorch. Driver memory PyTorch owns
+// (a pytorch segment_alloc at the address of a live device allocation; driver mappings inside a
+// pytorch segment_map range) is adopted: its driver-level entries are taken out of the trace
+// (the driver records before PyTorch does, so they are among the newest entries) and its later
+// driver free/unmap writes none, so every byte of reserved memory is counted once; the live and
+// peak device bytes stay the driver's. At snapshot time PyTorch's segments (cudaMalloc'd ones,
+// and maximal mapped runs of expandable segments) are tiled with the live blocks: allocated and
+// pending-free blocks at their addresses with PyTorch's rounding (512 B; in the large pool a
+// remainder of at most 1 MiB stays in the block), the gaps between them inactive.
 // Marks become external_annotations in ring order: MARK, START (a push or a start/end range),
 // END (a pop takes the name of the thread's innermost open push, an end the name of its range's
 // start; an END that matches nothing is dropped). Their device is that of the marking thread's
@@ -72,7 +82,8 @@ class TraceModel {
     int64_t time_us = 0;
     uint8_t api = 0;
     bool per_thread = false;
-    bool undoable = false;  // in freed_: the latest free of this address removed it
+    bool undoable = false;     // in freed_: the latest free of this address removed it
+    bool torch_owned = false;  // adopted by a PyTorch segment: its driver entries are not written
   };
   struct Entry {  // one trace entry before symbolization
     snap::Action action;
@@ -85,6 +96,7 @@ class TraceModel {
     uint64_t device_free;
     uint32_t tid;
     bool per_thread;
+    bool pytorch = false;
   };
   struct DeviceState {
     uint64_t live = 0;
@@ -158,6 +170,29 @@ class TraceModel {
   int64_t last_time_us_ = 0;
   bool oom_pending_ = false;
   std::optional<std::string> snapshot_pending_;
+
+  // PyTorch's caching allocator (see the contract above).
+  struct TorchBlock {  // a live block: allocated, or free requested and not yet completed
+    uint64_t requested = 0;
+    uint64_t stream = 0;
+    StackId stack = -1;
+    bool pending_free = false;
+  };
+  struct TorchSegment {  // a cudaMalloc'd segment, or one mapped piece of an expandable segment
+    uint64_t size = 0;
+    int device = 0;
+    uint64_t stream = 0;
+    StackId stack = -1;
+    bool small = false;  // small pool (2 MiB segments or pages)
+  };
+  void on_torch(const Record& r, int64_t t, StackId stack);
+  void on_torch_info(const std::string& text);
+  void unpush_driver(snap::Action a, uint64_t addr);
+  void torch_segments(snap::Snapshot& s) const;
+  std::map<uint64_t, TorchBlock> torch_blocks_;
+  std::map<uint64_t, TorchSegment> torch_segments_;  // cudaMalloc'd, by address
+  std::map<uint64_t, TorchSegment> torch_mapped_;    // expandable pieces, by address
+  std::optional<snap::PytorchInfo> pytorch_;
 
   void on_mark(const Record& r, int64_t t);
   std::vector<snap::Annotation> annotations_;

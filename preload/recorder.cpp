@@ -114,7 +114,9 @@ void record(const EventArgs& a) noexcept {
   uint64_t ticket = 0;
   if (ring().publish(ev, frames, (n + 2 * npy) * static_cast<uint32_t>(sizeof(uint64_t)),
                      &ticket) &&
-      a.kind == wire::Kind::kOom) {
+      (a.kind == wire::Kind::kOom || (a.kind == wire::Kind::kTorchBlock &&
+                                      a.aux == static_cast<uint64_t>(wire::TorchAction::kOom)))) {
+    // The OOM snapshot is written before the program goes on (and maybe exits).
     ring().wait_consumed(ticket, 5'000'000'000ull);
   }
 }

@@ -24,7 +24,7 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 4;
+inline constexpr uint32_t kWireVersion = 5;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
@@ -65,6 +65,24 @@ enum class Kind : uint8_t {
   kRetain = 21,       // cuMemRetainAllocationHandle: addr = handle (one more reference), aux = va
   kImport = 22,       // cuMemImportFromShareableHandle: addr = handle of memory another process
                       // (or allocation) owns, device = its location
+  kTorchBlock = 23,   // one of PyTorch's caching-allocator TraceEntry records, with the stack of
+                      // the thread that caused it: aux = TorchAction, addr, size, device, stream
+                      // as PyTorch's TraceEntry has them (OOM: addr = free bytes, size = request)
+  kTorchInfo = 24,    // what the capture of PyTorch's allocator found: extra slots = lines of
+                      // "key=value" (version, backend, capture, expandable_segments, why)
+};
+
+// PyTorch's TraceEntry::Action (c10/core/CachingDeviceAllocator.h, torch >= 2.1).
+enum class TorchAction : uint8_t {
+  kAlloc = 0,
+  kFreeRequested = 1,
+  kFreeCompleted = 2,
+  kSegmentAlloc = 3,
+  kSegmentFree = 4,
+  kSegmentMap = 5,
+  kSegmentUnmap = 6,
+  kSnapshot = 7,
+  kOom = 8,
 };
 
 enum class Api : uint8_t {

@@ -1,0 +1,211 @@
+"""Attaches cumemtrace's tracker to PyTorch's caching allocator (loaded by our sitecustomize).
+
+Why this way (docs/pytorch.md): PyTorch's allocator trace trackers see every block event
+(alloc, free_requested, free_completed, segment_*, oom) even with its own history off, but only
+from C++: attachAllocatorTraceTracker is a virtual method of the allocator object, whose only
+exported anchor is the data symbol c10::cuda::CUDACachingAllocator::allocator of libc10_cuda.so.
+The method and the NativeCachingAllocator vtable are LOCAL symbols of that library's .symtab, read
+here with a small ELF reader. Before anything is called we check: the torch version has a
+TraceEntry layout we know, the backend is the native caching allocator (cudaMallocAsync: the
+driver events already are the tensors), caching is on, the live allocator's vtable pointer is
+NativeCachingAllocator's, and the method is one of that vtable's slots. Then the preload's
+cumemtrace_torch_attach builds the std::function and calls it. This runs in Python right after
+CUDA's lazy initialisation (torch.cuda._lazy_call), never inside a driver hook.
+
+What was found is reported to the collector (cumemtrace_torch_info) for the snapshot's tool
+section; a torch we cannot handle gives one `cumemtrace:` line and the driver-level view.
+"""
+import ctypes
+import os
+import struct
+import sys
+
+# torch "major.minor" -> the preload's TraceEntry layout number (preload/torch_tracker.cpp).
+SUPPORTED = {"2.11": 1}
+
+ALLOCATOR = b"_ZN3c104cuda20CUDACachingAllocator9allocatorE"
+VTABLE = b"_ZTVN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocatorE"
+ATTACH = (
+    b"_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator27attachAllocatorTrace"
+    b"TrackerESt8functionIFvRKNS_22CachingDeviceAllocator10TraceEntryEEE"
+)
+
+_installed = False
+_attached = False
+
+
+def _preload():
+    """The preloaded libcumemtrace.so's entry points, or None when not traced."""
+    try:
+        lib = ctypes.CDLL(None)
+        attach = lib.cumemtrace_torch_attach
+        info = lib.cumemtrace_torch_info
+    except (AttributeError, OSError):
+        return None
+    attach.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    attach.restype = ctypes.c_int
+    info.argtypes = [ctypes.c_char_p]
+    info.restype = None
+    return attach, info
+
+
+def elf_symbols(path, names):
+    """{name: (st_value, st_size)} of the wanted names in the ELF64 file's .symtab and .dynsym."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError("%s is not a 64-bit little-endian ELF file" % path)
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    found = {}
+    for sh in sections:
+        if sh[1] not in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
+            continue
+        strtab = sections[sh[6]]
+        strings = data[strtab[4]:strtab[4] + strtab[5]]
+        offsets = {}
+        for name in names:
+            at = strings.find(b"\0" + name + b"\0")
+            if at >= 0:
+                offsets[at + 1] = name
+        if not offsets:
+            continue
+        symbols = data[sh[4]:sh[4] + sh[5]]
+        for st_name, _info, _other, shndx, value, size in struct.iter_unpack("<IBBHQQ", symbols):
+            if st_name in offsets and shndx != 0:
+                found[offsets[st_name]] = (value, size)
+    return found
+
+
+def _loaded_library(basename):
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and os.path.basename(parts[5].strip()) == basename:
+                return parts[5].strip()
+    return None
+
+
+def _find_tracker_method():
+    """(allocator object, method address), or raise ValueError saying why not."""
+    path = _loaded_library("libc10_cuda.so")
+    if path is None:
+        raise ValueError("libc10_cuda.so is not loaded")
+    syms = elf_symbols(path, [ALLOCATOR, VTABLE, ATTACH])
+    for name in (ALLOCATOR, VTABLE, ATTACH):
+        if name not in syms:
+            raise ValueError("%s has no symbol %s (stripped?)" % (path, name.decode()))
+    anchor = ctypes.addressof(ctypes.c_void_p.in_dll(ctypes.CDLL(path), ALLOCATOR.decode()))
+    base = anchor - syms[ALLOCATOR][0]
+    obj = ctypes.c_void_p.from_address(anchor).value
+    if not obj:
+        raise ValueError("PyTorch's CUDA allocator is not initialised")
+    vtable, vtable_size = syms[VTABLE]
+    vptr = ctypes.c_void_p.from_address(obj).value
+    if vptr != base + vtable + 16:
+        raise ValueError("the CUDA allocator is not PyTorch's NativeCachingAllocator")
+    method = base + syms[ATTACH][0]
+    slots = (vtable_size - 16) // 8
+    if method not in [ctypes.c_void_p.from_address(vptr + 8 * i).value for i in range(slots)]:
+        raise ValueError("attachAllocatorTraceTracker is not a slot of the allocator's vtable")
+    return obj, method
+
+
+def _expandable_segments():
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        conf = os.environ.get(var, "").replace(" ", "").lower()
+        if "expandable_segments:true" in conf:
+            return True
+    return False
+
+
+def attach():
+    """Runs after CUDA's lazy initialisation; never raises."""
+    global _attached
+    if _attached:
+        return
+    entry = _preload()
+    if entry is None:
+        return
+    _attached = True
+    attach_fn, info_fn = entry
+    report = {"version": "", "backend": "native", "capture": "driver", "why": "",
+              "expandable_segments": "1" if _expandable_segments() else "0"}
+    warn = None
+    try:
+        import torch
+
+        version = str(torch.__version__)
+        report["version"] = version
+        try:
+            report["backend"] = torch.cuda.memory.get_allocator_backend()
+        except Exception:
+            pass
+        major_minor = ".".join(version.split("+")[0].split(".")[:2])
+        layout = SUPPORTED.get(major_minor)
+        if report["backend"] == "cudaMallocAsync":
+            report["why"] = "backend cudaMallocAsync: every tensor is one driver allocation"
+        elif os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("", "0"):
+            report["why"] = "PYTORCH_NO_CUDA_MEMORY_CACHING: every tensor is one driver allocation"
+        elif layout is None:
+            report["why"] = "torch %s is not supported for block capture (supported: %s)" % (
+                version, ", ".join(sorted(SUPPORTED)))
+            warn = report["why"]
+        else:
+            obj, method = _find_tracker_method()
+            rc = attach_fn(obj, method, layout)
+            if rc == 0:
+                report["capture"] = "blocks"
+            else:
+                report["why"] = "attaching the allocator tracker failed (%d)" % rc
+                warn = report["why"]
+    except Exception as e:
+        report["why"] = str(e) or type(e).__name__
+        warn = report["why"]
+    if warn:
+        sys.stderr.write("cumemtrace: PyTorch blocks not captured (%s); tracing continues at "
+                         "driver level\n" % warn)
+    text = "\n".join("%s=%s" % (k, str(v).replace("\n", " ")) for k, v in report.items())
+    info_fn(text.encode("utf-8", "replace"))
+
+
+def _on_torch_imported(torch):
+    try:
+        torch.cuda._lazy_call(attach)
+    except Exception as e:
+        sys.stderr.write("cumemtrace: PyTorch blocks not captured (%s); tracing continues at "
+                         "driver level\n" % (str(e) or type(e).__name__))
+
+
+class _TorchImportWatcher:
+    """A meta-path finder that lets `torch` import normally, then runs _on_torch_imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)  # one torch import; the lookup below must not find us again
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _on_torch_imported(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def install():
+    global _installed
+    if _installed or os.environ.get("CUMEMTRACE_TORCH", "1") == "0" or _preload() is None:
+        return
+    _installed = True
+    if "torch" in sys.modules:
+        _on_torch_imported(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _TorchImportWatcher())

@@ -1,0 +1,112 @@
+// PyTorch's caching-allocator events in the ring, without a change to the user's script.
+//
+// The Python side (preload/python/cumemtrace_torch.py, loaded by our sitecustomize) finds, after
+// CUDA's lazy initialisation and with every check done in Python, the live allocator object and
+// the address of NativeCachingAllocator::attachAllocatorTraceTracker (a LOCAL symbol of
+// libc10_cuda.so's .symtab, confirmed as a slot of the object's own vtable), and calls
+// cumemtrace_torch_attach through ctypes. We build the std::function PyTorch expects
+// (std::function<void(const TraceEntry&)>; libstdc++'s layout of it is part of the C++ ABI), and
+// call the method the way a virtual call would: `this` first, the by-value std::function as a
+// pointer to a temporary the caller owns (Itanium C++ ABI, non-trivial class argument).
+//
+// The tracker runs on PyTorch's allocating or freeing thread WITH its per-device allocator mutex
+// held: it reads the entry's scalar fields at the offsets of the layout the Python side named
+// (checked there against the installed torch's version), and records one kTorchBlock through the
+// ordinary recorder (lock-free ring, the caller's native + Python stack, no heap, never the GIL).
+//
+// This file alone is compiled with -fexceptions: the call into PyTorch could throw (bad_alloc
+// while it copies the std::function), and nothing may escape into Python's ctypes frame.
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+#include "recorder.h"
+#include "wire_format.h"
+
+#define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace cumemtrace::preload {
+namespace {
+
+// PyTorch's TraceEntry, never defined here: only read at the offsets below.
+struct TorchTraceEntry;
+using TraceTracker = std::function<void(const TorchTraceEntry&)>;
+
+struct EntryLayout {  // byte offsets of the fields we read
+  size_t action, device, addr, stream, size;
+};
+// Layout 1: torch 2.11 on x86-64 (c10::CachingDeviceAllocator::TraceEntry): Action action_ (int),
+// DeviceIndex device_ (int8), size_t addr_, shared_ptr context_, void* stream_, size_t size_.
+constexpr EntryLayout kLayouts[] = {{0, 4, 8, 32, 40}};
+constexpr int kLayoutCount = sizeof kLayouts / sizeof kLayouts[0];
+
+std::atomic<int> g_layout{0};  // 1-based index into kLayouts once attached; 0 before
+std::atomic<bool> g_attach_tried{false};
+
+template <typename T>
+T field(const unsigned char* p, size_t offset) noexcept {
+  T v;
+  std::memcpy(&v, p + offset, sizeof v);
+  return v;
+}
+
+void on_trace(const TorchTraceEntry& entry) noexcept {
+  const int layout = g_layout.load(std::memory_order_acquire);
+  if (layout <= 0) return;
+  const EntryLayout& l = kLayouts[layout - 1];
+  const auto* p = reinterpret_cast<const unsigned char*>(&entry);
+  const auto action = field<int32_t>(p, l.action);
+  const auto device = field<int8_t>(p, l.device);
+  // SNAPSHOT entries are PyTorch's own markers of a memory_snapshot() call; anything out of range
+  // means the layout is not what we were told: record nothing rather than nonsense.
+  if (action < 0 || action > static_cast<int32_t>(wire::TorchAction::kOom) ||
+      action == static_cast<int32_t>(wire::TorchAction::kSnapshot) || device < 0) {
+    return;
+  }
+  ReentryGuard guard;
+  if (!guard.outer || !tracing_possible()) return;
+  EventArgs a{};
+  a.kind = wire::Kind::kTorchBlock;
+  a.addr = field<uint64_t>(p, l.addr);
+  a.size = field<uint64_t>(p, l.size);
+  a.stream = field<uint64_t>(p, l.stream);
+  a.device = device;
+  a.aux = static_cast<uint64_t>(action);
+  record(a);
+}
+
+}  // namespace
+}  // namespace cumemtrace::preload
+
+using cumemtrace::preload::g_attach_tried;
+using cumemtrace::preload::g_layout;
+using cumemtrace::preload::kLayoutCount;
+using cumemtrace::preload::TraceTracker;
+
+// Attaches our tracker to PyTorch's native caching allocator. `allocator` is the CUDAAllocator*
+// held by c10::cuda::CUDACachingAllocator::allocator, `method` the address of its
+// attachAllocatorTraceTracker override, `layout` the 1-based TraceEntry layout. Returns 0 when
+// attached, -1 for an unknown layout or a null argument, -2 when called before (PyTorch has no
+// detach: a second tracker would double every event), -3 when PyTorch threw.
+CUMEMTRACE_EXPORT int cumemtrace_torch_attach(void* allocator, void* method, int layout) noexcept {
+  if (!allocator || !method || layout < 1 || layout > kLayoutCount) return -1;
+  if (g_attach_tried.exchange(true)) return -2;
+  g_layout.store(layout, std::memory_order_release);
+  using AttachFn = void (*)(void* self, TraceTracker* tracker);
+  try {
+    TraceTracker tracker(&cumemtrace::preload::on_trace);
+    reinterpret_cast<AttachFn>(method)(allocator, &tracker);
+  } catch (...) {
+    g_layout.store(0, std::memory_order_release);
+    return -3;
+  }
+  return 0;
+}
+
+// Records what the capture found (lines of key=value) for the snapshot's tool section.
+CUMEMTRACE_EXPORT void cumemtrace_torch_info(const char* text) noexcept {
+  cumemtrace::preload::ReentryGuard guard;
+  if (!guard.outer || !text || !cumemtrace::preload::tracing_possible()) return;
+  cumemtrace::preload::record_string(cumemtrace::wire::Kind::kTorchInfo, 0, text);
+}

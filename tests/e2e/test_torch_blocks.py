@@ -1,0 +1,206 @@
+"""PyTorch's caching-allocator events through the real path: cumemtrace's sitecustomize, the
+attach through the ELF symbols of a libc10_cuda.so, the preload's tracker, the ring and the
+collector's merge. The fake torch (tests/fake_torch) follows PyTorch's caching rules; the numbers
+below are what those rules give for tests/e2e/torch_blocks.py."""
+import os
+import subprocess
+import sys
+
+from conftest import BUILD, CT, MiB, SOURCE, base_env, run_preloaded, snapshots
+
+SCRIPT = os.path.join(SOURCE, "tests", "e2e", "torch_blocks.py")
+FAKE_TORCH = os.path.join(SOURCE, "tests", "fake_torch")
+FAKE_LIB = os.path.join(BUILD, "fake_torch", "libc10_cuda.so")
+OUR_PY = os.path.join(BUILD, "lib", "cumemtrace", "python")
+
+
+def torch_env(**extra):
+    return dict(PYTHONPATH=FAKE_TORCH, FAKE_TORCH_LIB=FAKE_LIB, **extra)
+
+
+def run(tmp_path, scenario, **env):
+    out = tmp_path / "traces"
+    cmd = [CT, "run", "-o", str(out), "--", sys.executable, SCRIPT, scenario]
+    p = subprocess.run(cmd, env=base_env(**torch_env(**env)), capture_output=True, text=True,
+                       timeout=120)
+    return p, snapshots(out)
+
+
+def refusals(p):
+    """The `cumemtrace:` lines other than the run's own (file written, process summary)."""
+    return [ln for ln in p.stderr.splitlines() if ln.startswith("cumemtrace:")
+            and not ln.startswith("cumemtrace: wrote ") and " (pid " not in ln]
+
+
+def final(snaps):
+    (name,) = [n for n in snaps if not n.endswith(".oom.json")]
+    return snaps[name]
+
+
+def entries(snap, source="pytorch"):
+    tr = snap["device_traces"][0]
+    return [(e["action"], e.get("addr"), e["size"]) for e in tr
+            if (e.get("source") == "pytorch") == (source == "pytorch")]
+
+
+def line_of(tag):
+    with open(SCRIPT) as f:
+        for i, line in enumerate(f, 1):
+            if "# LINE " + tag in line:
+                return i
+    raise AssertionError(tag)
+
+
+def has_python_frame(frames, line):
+    return any(f["filename"].endswith("torch_blocks.py") and f["line"] == line for f in frames)
+
+
+def blocks(seg):
+    return [(b["address"] - seg["address"], b["size"], b["state"], b["requested_size"])
+            for b in seg["blocks"]]
+
+
+def test_default_allocator_blocks_one_to_one(tmp_path):
+    p, snaps = run(tmp_path, "basic")
+    assert p.returncode == 0, p.stderr
+    assert refusals(p) == []
+    snap = final(snaps)
+    tool = snap["cumemtrace"]
+    assert tool["pytorch"] == {"version": "2.11.0", "backend": "native",
+                               "expandable_segments": False, "capture": "blocks", "why": ""}
+    got = entries(snap)
+    s1, l1 = got[0][1], got[2][1]
+    l2 = got[9][1]
+    assert got == [
+        ("segment_alloc", s1, 2 * MiB), ("alloc", s1, 1000),
+        ("segment_alloc", l1, 20 * MiB), ("alloc", l1, 3 * MiB),
+        ("alloc", l1 + 3 * MiB, 5 * MiB + 100), ("alloc", l1 + 8 * MiB + 512, 11 * MiB),
+        ("free_requested", s1, 1000), ("free_requested", l1, 3 * MiB),
+        ("free_completed", l1, 3 * MiB),
+        ("segment_alloc", l2, 30 * MiB), ("alloc", l2, 30 * MiB),
+        ("free_requested", l2, 30 * MiB), ("free_completed", l2, 30 * MiB),
+        ("segment_free", l2, 30 * MiB),
+    ]
+    # No double counting: the driver allocations behind PyTorch's segments wrote nothing.
+    assert entries(snap, "driver") == []
+    alloc_a = snap["device_traces"][0][1]
+    assert has_python_frame(alloc_a["frames"], line_of("basic-a"))
+    segs = sorted(snap["segments"], key=lambda g: g["address"])
+    assert [g.get("source") for g in segs] == ["pytorch", "pytorch"]
+    by_addr = {g["address"]: g for g in segs}
+    small, large = by_addr[s1], by_addr[l1]
+    assert (small["segment_type"], small["total_size"]) == ("small", 2 * MiB)
+    assert blocks(small) == [(0, 1024, "active_pending_free", 1000),
+                             (1024, 2 * MiB - 1024, "inactive", 0)]
+    assert (large["segment_type"], large["total_size"]) == ("large", 20 * MiB)
+    # d (11 MiB) keeps the unsplit remainder of 1 MiB - 512 B, as PyTorch's large pool does.
+    assert blocks(large) == [(0, 3 * MiB, "inactive", 0),
+                             (3 * MiB, 5 * MiB + 512, "active_allocated", 5 * MiB + 100),
+                             (8 * MiB + 512, 12 * MiB - 512, "active_allocated", 11 * MiB)]
+    assert large["allocated_size"] == 17 * MiB and large["requested_size"] == 16 * MiB + 100
+    assert small["active_size"] == 1024 and small["allocated_size"] == 0
+    # Reserved = the driver's live total: every byte counted once.
+    assert tool["devices"][0]["live_bytes"] == 22 * MiB == sum(g["total_size"] for g in segs)
+    assert tool["devices"][0]["peak_bytes"] == 52 * MiB
+    assert "block level" in snap["allocator_settings"]["mode"]
+
+
+def test_expandable_segments_blocks(tmp_path):
+    p, snaps = run(tmp_path, "expandable", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    assert p.returncode == 0, p.stderr
+    snap = final(snaps)
+    assert snap["cumemtrace"]["pytorch"]["expandable_segments"] is True
+    assert snap["cumemtrace"]["pytorch"]["capture"] == "blocks"
+    got = entries(snap)
+    s, l = got[0][1], got[2][1]
+    assert got == [
+        ("segment_map", s, 2 * MiB), ("alloc", s, 1000),
+        ("segment_map", l, 20 * MiB), ("alloc", l, 3 * MiB),
+        ("segment_map", l + 20 * MiB, 20 * MiB), ("alloc", l + 3 * MiB, 25 * MiB),
+        ("free_requested", l + 3 * MiB, 25 * MiB), ("free_completed", l + 3 * MiB, 25 * MiB),
+        ("segment_unmap", l + 20 * MiB, 20 * MiB),
+    ]
+    assert entries(snap, "driver") == []  # the driver's cuMemMap/cuMemUnmap entries: adopted
+    segs = {g["address"]: g for g in snap["segments"]}
+    assert set(segs) == {s, l}
+    assert segs[s]["is_expandable"] and segs[s]["segment_type"] == "small"
+    assert blocks(segs[s]) == [(0, 1024, "active_allocated", 1000),
+                               (1024, 2 * MiB - 1024, "inactive", 0)]
+    assert segs[l]["is_expandable"] and segs[l]["segment_type"] == "large"
+    assert blocks(segs[l]) == [(0, 3 * MiB, "active_allocated", 3 * MiB),
+                               (3 * MiB, 17 * MiB, "inactive", 0)]
+    assert snap["cumemtrace"]["devices"][0]["live_bytes"] == 22 * MiB
+
+
+def test_allocator_oom_writes_oom_snapshot_with_python_line(tmp_path):
+    p, snaps = run(tmp_path, "oom")
+    assert p.returncode == 0, p.stderr
+    assert "caught: CUDA out of memory" in p.stdout
+    (oom_name,) = [n for n in snaps if n.endswith(".oom.json")]
+    oom = snaps[oom_name]
+    assert oom["cumemtrace"]["reason"] == "oom"
+    (e,) = [e for e in oom["device_traces"][0] if e["action"] == "oom"]
+    assert e["source"] == "pytorch" and e["size"] == 30 * MiB and e["device_free"] > 0
+    assert has_python_frame(e["frames"], line_of("oom-request"))
+    (seg,) = oom["segments"]
+    assert blocks(seg) == [(0, 3 * MiB, "active_allocated", 3 * MiB),
+                           (3 * MiB, 17 * MiB, "inactive", 0)]
+
+
+def test_sigkill_keeps_block_events(tmp_path):
+    p, snaps = run(tmp_path, "kill")
+    assert p.returncode == 128 + 9
+    snap = final(snaps)
+    assert snap["cumemtrace"]["ended"]["how"] == "signal"
+    assert [a for a, _, _ in entries(snap)] == ["segment_alloc", "alloc", "segment_alloc", "alloc"]
+    assert len(snap["segments"]) == 2
+
+
+def test_unsupported_version_degrades_with_one_line(tmp_path):
+    p, snaps = run(tmp_path, "basic", FAKE_TORCH_VERSION="2.5.0")
+    assert p.returncode == 0, p.stderr
+    lines = refusals(p)
+    assert len(lines) == 1 and "2.5.0 is not supported" in lines[0], p.stderr
+    snap = final(snaps)
+    info = snap["cumemtrace"]["pytorch"]
+    assert info["capture"] == "driver" and info["version"] == "2.5.0"
+    assert entries(snap) == []
+    # Today's driver view: 3 segments allocated, one freed by empty_cache.
+    assert [a for a, _, _ in entries(snap, "driver")].count("segment_alloc") == 3
+    assert all("source" not in g for g in snap["segments"]) and len(snap["segments"]) == 2
+
+
+def test_cuda_malloc_async_backend_is_driver_capture(tmp_path):
+    p, snaps = run(tmp_path, "basic", PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    assert p.returncode == 0, p.stderr
+    assert refusals(p) == []
+    info = final(snaps)["cumemtrace"]["pytorch"]
+    assert (info["backend"], info["capture"]) == ("cudaMallocAsync", "driver")
+
+
+def test_plain_preload_with_documented_pythonpath(tmp_path):
+    env = torch_env()
+    env["PYTHONPATH"] = OUR_PY + ":" + FAKE_TORCH
+    p, files = run_preloaded(tmp_path, [sys.executable, SCRIPT, "basic"], **env)
+    assert p.returncode == 0, p.stderr
+    (snap,) = files.values()
+    assert snap["cumemtrace"]["pytorch"]["capture"] == "blocks"
+    assert len(entries(snap)) == 14 and entries(snap, "driver") == []
+
+
+def test_existing_sitecustomize_still_runs(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITE'] = 'ran'\n")
+    script = tmp_path / "probe.py"
+    script.write_text("import os, torch\nprint(os.environ.get('OTHER_SITE'))\n"
+                      "torch.cuda.alloc(1000)\n")
+    out = tmp_path / "traces"
+    cmd = [CT, "run", "-o", str(out), "--", sys.executable, str(script)]
+    env = base_env(**torch_env())
+    env["PYTHONPATH"] = str(other) + ":" + FAKE_TORCH
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "ran"
+    snap = final(snapshots(out))
+    assert [a for a, _, _ in entries(snap)] == ["segment_alloc", "alloc"]

@@ -1,0 +1,76 @@
+"""torch.cuda of the fake torch: lazy initialisation, _lazy_call, and block allocation ops."""
+import ctypes
+import os
+
+from . import memory  # noqa: F401
+
+_lib = ctypes.CDLL(os.environ["FAKE_TORCH_LIB"])
+_lib.fake_torch_malloc.restype = ctypes.c_void_p
+_lib.fake_torch_malloc.argtypes = [ctypes.c_size_t]
+_lib.fake_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_int]
+_lib.fake_torch_set_limit.argtypes = [ctypes.c_size_t]
+_lib.fake_torch_reserved.restype = ctypes.c_size_t
+
+_initialized = False
+_queued = []
+
+
+class OutOfMemoryError(RuntimeError):
+    pass
+
+
+def is_initialized():
+    return _initialized
+
+
+def _lazy_call(fn):
+    """As PyTorch's: run fn now if CUDA is initialised, else right after initialisation."""
+    if _initialized:
+        fn()
+    else:
+        _queued.append(fn)
+
+
+def _lazy_init():
+    global _initialized
+    if _initialized:
+        return
+    if _lib.fake_torch_cuda_init(1 if memory._expandable() else 0) != 0:
+        raise RuntimeError("fake CUDA initialisation failed")
+    _initialized = True
+    for fn in _queued:
+        fn()
+    del _queued[:]
+
+
+def alloc(nbytes):
+    """A block of nbytes from the caching allocator: its address."""
+    _lazy_init()
+    p = _lib.fake_torch_malloc(nbytes)
+    if not p:
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % nbytes)
+    return p
+
+
+def free(ptr, deferred=False):
+    """Frees a block; deferred leaves it pending (a record_stream'd block)."""
+    _lib.fake_torch_free(ptr, 1 if deferred else 0)
+
+
+def synchronize():
+    """Completes pending frees."""
+    _lib.fake_torch_complete_pending()
+
+
+def empty_cache():
+    _lib.fake_torch_empty_cache()
+
+
+def set_memory_limit(nbytes):
+    """Stands in for set_per_process_memory_fraction: the allocator's limit in bytes."""
+    _lazy_init()
+    _lib.fake_torch_set_limit(nbytes)
+
+
+def memory_reserved():
+    return _lib.fake_torch_reserved()
