@@ -45,8 +45,6 @@ enum class Source : uint8_t { kDriver, kPytorch };
 std::string_view action_name(Action a);
 std::optional<Action> parse_action(std::string_view s);
 
-enum class Source : uint8_t { kDriver, kPytorch };
-
 struct TraceEntry {
   Action action = Action::kAlloc;
   uint64_t addr = 0;
