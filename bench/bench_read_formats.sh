@@ -2,12 +2,12 @@
 # Reads the same snapshot as JSON and as a PyTorch-style pickle (written by Python's own pickler,
 # protocol 5, as `torch.cuda.memory._dump_snapshot` does) and prints wall time and peak memory of
 # each read (build/bin/read_snapshot_timed under /usr/bin/time -v).
-# Usage: bench/bench_read_formats.sh [build-dir] [events]   (default 2,000,000 events: a ~100 MB
+# Usage: bench/bench_read_formats.sh [build-dir] [events]   (default 1,200,000 events: a ~100 MB
 # pickle)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-EVENTS=${2:-2000000}
+EVENTS=${2:-1200000}
 cmake --build "$BUILD" --target read_snapshot_timed -j"${JOBS:-1}" >/dev/null
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -125,12 +125,12 @@ void put_frames(Buf& b, const std::vector<std::string>& rendered, int32_t stack)
 void put_string_map(Buf& b, const std::map<std::string, std::string>& m) {
   b.push_back('{');
   bool first = true;
-  for (const auto& [k, v] : m) {
+  viz::for_each_distinct_key(m, [&](const std::string& k, const std::string& v) {
     if (!first) b.push_back(',');
     first = false;
     put_key(b, k);
     put_string(b, v);
-  }
+  });
   b.push_back('}');
 }
 

@@ -104,33 +104,34 @@ using Keys = std::vector<std::string_view>;
 // Level::seen), so the two cannot drift apart.
 #define CT_ENUM(k) k,
 #define CT_NAME(k) #k,
+// clang-format off
 #define ROOT_KEYS(X) \
   X(segments) X(device_traces) X(allocator_settings) X(external_annotations) X(cumemtrace)
-#define SEGMENT_KEYS(X)                                                                 \
-  X(device)                                                                             \
-  X(address) X(total_size) X(allocated_size) X(active_size) X(requested_size) X(stream) \
-      X(segment_type) X(segment_pool_id) X(is_expandable) X(frames) X(blocks) X(source)
+#define SEGMENT_KEYS(X) \
+  X(device) X(address) X(total_size) X(allocated_size) X(active_size) X(requested_size) \
+  X(stream) X(segment_type) X(segment_pool_id) X(is_expandable) X(frames) X(blocks) X(source)
 #define BLOCK_KEYS(X) X(address) X(size) X(requested_size) X(state) X(frames)
 #define FRAME_KEYS(X) X(filename) X(line) X(name)
-#define ENTRY_KEYS(X)                                                                       \
-  X(action)                                                                                 \
-  X(addr) X(size) X(stream) X(time_us) X(tid) X(frames) X(device_free) X(stream_per_thread) \
-      X(source)
+#define ENTRY_KEYS(X) \
+  X(action) X(addr) X(size) X(stream) X(time_us) X(tid) X(frames) X(device_free) \
+  X(stream_per_thread) X(source)
 #define ANNOTATION_KEYS(X) X(name) X(stage) X(device) X(time_us)
-#define TOOL_KEYS(X)                                                                          \
-  X(schema_version)                                                                           \
-  X(tool_version) X(pid) X(ppid) X(exe) X(argv) X(hostname) X(rank) X(start_time_us)          \
-      X(end_time_us) X(reason) X(ended) X(events_total) X(events_dropped) X(devices)          \
-          X(vmm_handles) X(host_allocations) X(anomalies) X(threads) X(trace_entries_dropped) \
-              X(driver_memory) X(tag) X(imported_mappings) X(ring_error) X(pytorch)
+#define TOOL_KEYS(X) \
+  X(schema_version) X(tool_version) X(pid) X(ppid) X(exe) X(argv) X(hostname) X(rank) \
+  X(start_time_us) X(end_time_us) X(reason) X(ended) X(events_total) X(events_dropped) \
+  X(devices) X(vmm_handles) X(host_allocations) X(anomalies) X(threads) \
+  X(trace_entries_dropped) X(driver_memory) X(tag) X(imported_mappings) X(ring_error) \
+  X(pytorch)
 #define ENDED_KEYS(X) X(how) X(code) X(signal)
-#define DEVICE_KEYS(X) X(device) X(peak_bytes) X(peak_time_us) X(live_bytes) X(allocations) X(frees)
+#define DEVICE_KEYS(X) \
+  X(device) X(peak_bytes) X(peak_time_us) X(live_bytes) X(allocations) X(frees)
 #define VMM_KEYS(X) X(handle) X(size) X(device) X(time_us) X(frames)
 #define IMP_KEYS(X) X(addr) X(size) X(device) X(handle) X(time_us) X(frames)
 #define HOST_KEYS(X) X(addr) X(size) X(api) X(time_us) X(frames)
 #define ANOM_KEYS(X) X(kind) X(addr) X(api) X(time_us) X(tid) X(frames)
 #define DRIVER_KEYS(X) X(time_us) X(device) X(used_bytes)
 #define PYTORCH_KEYS(X) X(version) X(backend) X(expandable_segments) X(capture) X(why)
+// clang-format on
 
 #define CT_KEYS(Enum, table, LIST)         \
   enum class Enum : int { LIST(CT_ENUM) }; \
@@ -314,7 +315,7 @@ class Handler {
     Level& l = stack_.back();
     if (l.c == C::kCapture) {
       capture_sep();
-      capture_ += json(k).dump();
+      capture_ += json_text(k);
       capture_ += ':';
       capture_comma_ = false;
       return true;
@@ -357,6 +358,12 @@ class Handler {
     uint64_t u = 0;
     std::string* s = nullptr;
   };
+
+  // A string as JSON text. The scanner only passes valid UTF-8, but the pickle reader passes
+  // whatever bytes the pickle held: those become U+FFFD, as the writer does, instead of throwing.
+  static std::string json_text(const std::string& s) {
+    return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+  }
 
   static std::string printable(std::string_view s) {
     std::string out;
@@ -495,7 +502,7 @@ class Handler {
       case Val::kFloat:
         return *v.s;
       case Val::kString:
-        return as_json ? json(*v.s).dump() : *v.s;
+        return as_json ? json_text(*v.s) : *v.s;
     }
     return {};
   }

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <unordered_map>
 #include <vector>
@@ -17,26 +18,57 @@ namespace {
 
 using nlohmann::json;
 
-// One unpickled value. Scalars are held inline; strings are views into the input (which outlives
-// the decode); lists and dicts are indices into one arena, so a memoized object fetched again is
-// the same object, a pickle that makes a list contain itself leaks nothing, and a million nested
-// lists free without recursion.
-struct Value {
-  enum Kind : uint8_t { kUnset, kNone, kBool, kInt, kUint, kFloat, kStr, kList, kDict };
-  Kind kind = kUnset;
-  uint32_t idx = 0;  // kStr: strings_; kList/kDict: containers_; kBool: 0 or 1
+// One unpickled value in 8 bytes: a 3-bit tag and a 61-bit payload. Small integers are held
+// inline; wider numbers and floats in a side table; strings are views into the input (which
+// outlives the decode); lists and dicts are container indices, so a memoized object fetched again
+// is the same object, a pickle that makes a list contain itself leaks nothing, and a million
+// nested lists free without recursion. A real snapshot is mostly small dicts of small integers,
+// so this is most of the memory a pickle costs.
+class Value {
+ public:
+  enum Tag : uint8_t { kUnset, kNone, kBool, kInt, kWide, kStr, kList, kDict };
+  Value() = default;
+  static Value make(Tag t, uint64_t payload) {
+    Value v;
+    v.bits_ = payload << 3 | t;
+    return v;
+  }
+  static bool fits(int64_t i) { return i >= -(int64_t{1} << 60) && i < (int64_t{1} << 60); }
+  static Value small(int64_t i) {
+    Value v;
+    v.bits_ = static_cast<uint64_t>(i) << 3 | kInt;
+    return v;
+  }
+  Tag tag() const { return static_cast<Tag>(bits_ & 7); }
+  uint64_t payload() const { return bits_ >> 3; }
+  int64_t small_int() const { return static_cast<int64_t>(bits_) >> 3; }
+
+ private:
+  uint64_t bits_ = 0;
+};
+static_assert(sizeof(Value) == 8);
+
+struct Wide {  // a number that does not fit a Value
+  enum Kind : uint8_t { kInt, kUint, kFloat } kind;
   union {
     int64_t i;
     uint64_t u;
     double d;
   };
-  Value() : u(0) {}
 };
-static_assert(sizeof(Value) == 16);
 
+// A list's or dict's items (dicts: key, value, key, value...) are runs of one shared arena: each
+// APPENDS/SETITEMS batch is one run (or extends the last one), so a small dict costs its items
+// and 32 bytes, with no allocation of its own.
+constexpr uint32_t kNoRun = UINT32_MAX;
 struct Container {
-  std::vector<Value> items;  // dicts: key, value, key, value...
-  uint64_t offset = 0;       // where the pickle built it, for messages
+  uint64_t offset = 0;  // where the pickle built it, for messages
+  uint32_t first = kNoRun, last = kNoRun;
+};
+struct Run {
+  uint64_t start = 0;
+  uint32_t count = 0;
+  uint32_t next = kNoRun;
 };
 
 class Unpickler {
@@ -74,15 +106,12 @@ class Unpickler {
           stack_.push_back(make_container(Value::kList, at));
           break;
         case 'N':
-          stack_.push_back(scalar(Value::kNone));
+          stack_.push_back(Value::make(Value::kNone, 0));
           break;
         case 0x88:
-        case 0x89: {
-          Value v = scalar(Value::kBool);
-          v.idx = op == 0x88;
-          stack_.push_back(v);
+        case 0x89:
+          stack_.push_back(Value::make(Value::kBool, op == 0x88));
           break;
-        }
         case 'K':
           push_int(static_cast<int64_t>(le(take(1))));
           break;
@@ -102,9 +131,9 @@ class Unpickler {
           const auto raw = take(8);  // big endian on the wire, unlike every other number
           uint64_t bits = 0;
           for (char c : raw) bits = (bits << 8) | static_cast<unsigned char>(c);
-          Value v = scalar(Value::kFloat);
-          v.d = std::bit_cast<double>(bits);
-          stack_.push_back(v);
+          Wide w{Wide::kFloat, {}};
+          w.d = std::bit_cast<double>(bits);
+          push_wide(w);
           break;
         }
         case 0x8c:
@@ -117,13 +146,13 @@ class Unpickler {
           str(take(le(take(8))));
           break;
         case 0x94:
-          put(at, memo_count_, top(at));
+          put(memo_count_, top(at));
           break;
         case 'q':
-          put(at, le(take(1)), top(at));
+          put(le(take(1)), top(at));
           break;
         case 'r':
-          put(at, le(take(4)), top(at));
+          put(le(take(4)), top(at));
           break;
         case 'h':
           get(at, le(take(1)));
@@ -131,50 +160,40 @@ class Unpickler {
         case 'j':
           get(at, le(take(4)));
           break;
-        case 's': {  // SETITEM
+        case 's':  // SETITEM
           need(at, 3);
-          Value v = pop(), k = pop();
-          set_item(at, stack_.back(), k, v);
+          set_items(at, stack_[stack_.size() - 3], stack_.size() - 2);
           break;
-        }
         case 'u': {  // SETITEMS
           const size_t m = pop_mark(at);
           if ((stack_.size() - m) % 2) fail(at, "SETITEMS with an odd item count");
           if (m == 0 || (!marks_.empty() && m - 1 < marks_.back())) fail(at, "stack underflow");
-          const Value d = stack_[m - 1];
-          for (size_t i = m; i < stack_.size(); i += 2) set_item(at, d, stack_[i], stack_[i + 1]);
-          stack_.resize(m);
+          set_items(at, stack_[m - 1], m);
           break;
         }
         case 'd': {  // DICT
           const size_t m = pop_mark(at);
           if ((stack_.size() - m) % 2) fail(at, "DICT with an odd item count");
           const Value d = make_container(Value::kDict, at);
-          for (size_t i = m; i < stack_.size(); i += 2) set_item(at, d, stack_[i], stack_[i + 1]);
-          stack_.resize(m);
+          set_items(at, d, m);
           stack_.push_back(d);
           break;
         }
-        case 'a': {  // APPEND
+        case 'a':  // APPEND
           need(at, 2);
-          Value v = pop();
-          append(at, stack_.back(), v);
+          append(at, stack_[stack_.size() - 2], stack_.size() - 1);
           break;
-        }
         case 'e': {  // APPENDS
           const size_t m = pop_mark(at);
           if (m == 0 || (!marks_.empty() && m - 1 < marks_.back())) fail(at, "stack underflow");
-          const Value l = stack_[m - 1];
-          for (size_t i = m; i < stack_.size(); ++i) append(at, l, stack_[i]);
-          stack_.resize(m);
+          append(at, stack_[m - 1], m);
           break;
         }
         case 'l':    // LIST
         case 't': {  // TUPLE
           const size_t m = pop_mark(at);
           const Value l = make_container(Value::kList, at);
-          containers_[l.idx].items.assign(stack_.begin() + static_cast<ptrdiff_t>(m), stack_.end());
-          stack_.resize(m);
+          append(at, l, m);
           stack_.push_back(l);
           break;
         }
@@ -184,8 +203,7 @@ class Unpickler {
           const size_t n = op - 0x84u;
           need(at, n);
           const Value t = make_container(Value::kList, at);
-          containers_[t.idx].items.assign(stack_.end() - static_cast<ptrdiff_t>(n), stack_.end());
-          stack_.resize(stack_.size() - n);
+          append(at, t, stack_.size() - n);
           stack_.push_back(t);
           break;
         }
@@ -199,49 +217,60 @@ class Unpickler {
 
   // Streams `v` into a sink with the SnapshotBuilder's event interface.
   template <typename Sink>
-  void emit(Sink& sink, const Value& v, int depth) {
+  void emit(Sink& sink, Value v, int depth) {
     if (depth > 64) fail(stop_, "objects nested deeper than 64 (a cycle?)");
-    const size_t cost = 1 + (v.kind == Value::kStr ? strings_[v.idx].size() / 64 : 0);
+    const size_t cost = 1 + (v.tag() == Value::kStr ? strings_[v.payload()].size() / 64 : 0);
     if (cost > budget_)
       fail(stop_, "shared objects expand to more than 16 times the pickle's size");
     budget_ -= cost;
-    switch (v.kind) {
+    switch (v.tag()) {
       case Value::kUnset:
       case Value::kNone:
         return sink.null();
       case Value::kBool:
-        return sink.boolean(v.idx != 0);
+        return sink.boolean(v.payload() != 0);
       case Value::kInt:
-        return sink.integer(v.i);
-      case Value::kUint:
-        return sink.unsigned_integer(v.u);
-      case Value::kFloat:
-        return sink.floating(v.d);
+        return sink.integer(v.small_int());
+      case Value::kWide: {
+        const Wide& w = wide_[v.payload()];
+        if (w.kind == Wide::kInt) return sink.integer(w.i);
+        if (w.kind == Wide::kUint) return sink.unsigned_integer(w.u);
+        return sink.floating(w.d);
+      }
       case Value::kStr:
-        return sink.string(strings_[v.idx]);
+        return sink.string(strings_[v.payload()]);
       case Value::kList: {
-        const Container& c = containers_[v.idx];
+        const auto idx = static_cast<uint32_t>(v.payload());
+        const Container& c = containers_[idx];
         const bool frames = sink.frames_next();
         if (frames) {
-          if (auto it = frames_.find(v.idx); it != frames_.end())
-            return sink.reuse_stack(it->second);
+          if (auto it = frames_.find(idx); it != frames_.end()) return sink.reuse_stack(it->second);
         }
         sink.at(c.offset);
         sink.start_array();
-        for (size_t i = 0; i < c.items.size(); ++i) emit(sink, c.items[i], depth + 1);
+        for (uint32_t r = c.first; r != kNoRun; r = runs_[r].next)
+          for (uint64_t i = runs_[r].start; i < runs_[r].start + runs_[r].count; ++i)
+            emit(sink, item(i), depth + 1);
         sink.at(c.offset);
         sink.end_array();
-        if (frames) frames_.emplace(v.idx, sink.last_stack());
+        if (frames) frames_.emplace(idx, sink.last_stack());
         return;
       }
       case Value::kDict: {
-        const Container& c = containers_[v.idx];
+        const Container& c = containers_[v.payload()];
         sink.at(c.offset);
         sink.start_object();
-        for (size_t i = 0; i + 1 < c.items.size(); i += 2) {
-          sink.at(c.offset);
-          sink.key(strings_[c.items[i].idx]);
-          emit(sink, c.items[i + 1], depth + 1);
+        bool is_key = true;
+        for (uint32_t r = c.first; r != kNoRun; r = runs_[r].next) {
+          for (uint64_t i = runs_[r].start; i < runs_[r].start + runs_[r].count; ++i) {
+            if (is_key) {
+              sink.at(c.offset);
+              sink.key(strings_[item(i).payload()]);
+            } else {
+              emit(sink, item(i), depth + 1);
+            }
+            is_key = !is_key;
+          }
         }
         sink.at(c.offset);
         sink.end_object();
@@ -256,24 +285,47 @@ class Unpickler {
 
  private:
   static constexpr size_t kMaxStack = 1 << 20;
+  static constexpr unsigned kChunkBits = 20;  // arena chunks of 1 Mi values (8 MiB)
+  static constexpr uint64_t kChunk = uint64_t{1} << kChunkBits;
 
-  static Value scalar(Value::Kind k) {
-    Value v;
-    v.kind = k;
-    return v;
-  }
-  Value make_container(Value::Kind k, size_t at) {
-    if (containers_.size() >= UINT32_MAX) fail(at, "too many objects");
-    containers_.emplace_back();
-    containers_.back().offset = at;
-    Value v = scalar(k);
-    v.idx = static_cast<uint32_t>(containers_.size() - 1);
-    return v;
+  Value make_container(Value::Tag t, size_t at) {
+    if (containers_.size() >= UINT32_MAX - 1) fail(at, "too many objects");
+    containers_.push_back(Container{at, kNoRun, kNoRun});
+    return Value::make(t, containers_.size() - 1);
   }
   void push_int(int64_t i) {
-    Value v = scalar(Value::kInt);
-    v.i = i;
-    stack_.push_back(v);
+    if (Value::fits(i)) return stack_.push_back(Value::small(i));
+    Wide w{Wide::kInt, {}};
+    w.i = i;
+    push_wide(w);
+  }
+  void push_wide(const Wide& w) {
+    wide_.push_back(w);
+    stack_.push_back(Value::make(Value::kWide, wide_.size() - 1));
+  }
+  Value item(uint64_t i) const { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
+  // Moves stack_[from...] to the end of container c's items (extending its last run when that
+  // ends where the arena does) and pops them.
+  void add_items(size_t at, Container& c, size_t from) {
+    for (size_t k = from; k < stack_.size(); ++k) {
+      if (c.last == kNoRun || runs_[c.last].start + runs_[c.last].count != size_ ||
+          runs_[c.last].count == UINT32_MAX) {
+        if (runs_.size() >= UINT32_MAX - 1) fail(at, "too many objects");
+        runs_.push_back(Run{size_, 0, kNoRun});
+        const auto r = static_cast<uint32_t>(runs_.size() - 1);
+        if (c.last == kNoRun) {
+          c.first = r;
+        } else {
+          runs_[c.last].next = r;
+        }
+        c.last = r;
+      }
+      if (size_ == chunks_.size() * kChunk) chunks_.push_back(std::make_unique<Value[]>(kChunk));
+      chunks_[size_ >> kChunkBits][size_ & (kChunk - 1)] = stack_[k];
+      ++size_;
+      ++runs_[c.last].count;
+    }
+    stack_.resize(from);
   }
 
   std::string_view take(uint64_t n) {
@@ -301,54 +353,43 @@ class Unpickler {
       if (n < 8) v |= ~uint64_t{0} << (8 * n);
       push_int(static_cast<int64_t>(v));
     } else if (v > static_cast<uint64_t>(INT64_MAX)) {
-      Value u = scalar(Value::kUint);
-      u.u = v;
-      stack_.push_back(u);
+      Wide w{Wide::kUint, {}};
+      w.u = v;
+      push_wide(w);
     } else {
       push_int(static_cast<int64_t>(v));
     }
   }
   void str(std::string_view s) {
-    if (strings_.size() >= UINT32_MAX) fail(pos_, "too many objects");
-    Value v = scalar(Value::kStr);
-    v.idx = static_cast<uint32_t>(strings_.size());
     strings_.push_back(s);
-    stack_.push_back(v);
+    stack_.push_back(Value::make(Value::kStr, strings_.size() - 1));
   }
-  const Value& top(size_t at) {
+  Value top(size_t at) const {
     if (stack_.empty()) fail(at, "memo of an empty stack");
     return stack_.back();
   }
-  // Python numbers memo entries densely from 0 (MEMOIZE uses the count so far); explicit ids
-  // elsewhere go to a map, so a hostile id costs no huge vector.
-  void put(size_t at, uint64_t id, const Value& v) {
-    (void)at;
+  // Python numbers memo entries densely from 0 (MEMOIZE uses the count so far); other ids go to
+  // a map, so a hostile id costs no huge vector.
+  void put(uint64_t id, Value v) {
     if (id < memo_.size()) {
-      if (memo_[id].kind == Value::kUnset) ++memo_count_;
+      if (memo_[id].tag() == Value::kUnset) ++memo_count_;
       memo_[id] = v;
     } else if (id == memo_.size() && !memo_sparse_.count(id)) {
       memo_.push_back(v);
       ++memo_count_;
-    } else {
-      auto [it, inserted] = memo_sparse_.insert_or_assign(id, v);
-      (void)it;
-      if (inserted) ++memo_count_;
+    } else if (memo_sparse_.insert_or_assign(id, v).second) {
+      ++memo_count_;
     }
   }
   void get(size_t at, uint64_t id) {
-    if (id < memo_.size() && memo_[id].kind != Value::kUnset) return stack_.push_back(memo_[id]);
+    if (id < memo_.size() && memo_[id].tag() != Value::kUnset) return stack_.push_back(memo_[id]);
     auto it = memo_sparse_.find(id);
     if (it == memo_sparse_.end()) fail(at, "memo " + std::to_string(id) + " unset");
     stack_.push_back(it->second);
   }
-  void need(size_t at, size_t n) {
+  void need(size_t at, size_t n) const {
     const size_t floor = marks_.empty() ? 0 : marks_.back();
     if (stack_.size() < floor + n) fail(at, "stack underflow");
-  }
-  Value pop() {
-    const Value v = stack_.back();
-    stack_.pop_back();
-    return v;
   }
   // Pops the innermost MARK and returns where its items start on the stack.
   size_t pop_mark(size_t at) {
@@ -357,16 +398,16 @@ class Unpickler {
     marks_.pop_back();
     return m;
   }
-  void set_item(size_t at, const Value& d, const Value& k, const Value& v) {
-    if (d.kind != Value::kDict) fail(at, "SETITEM on a non-dict");
-    if (k.kind != Value::kStr) fail(at, "dict key is not a string");
-    auto& items = containers_[d.idx].items;
-    items.push_back(k);
-    items.push_back(v);
+  // stack_[from...] are key, value pairs for dict d; they are moved into it.
+  void set_items(size_t at, Value d, size_t from) {
+    if (d.tag() != Value::kDict) fail(at, "SETITEM on a non-dict");
+    for (size_t k = from; k < stack_.size(); k += 2)
+      if (stack_[k].tag() != Value::kStr) fail(at, "dict key is not a string");
+    add_items(at, containers_[d.payload()], from);
   }
-  void append(size_t at, const Value& l, const Value& v) {
-    if (l.kind != Value::kList) fail(at, "APPEND on a non-list");
-    containers_[l.idx].items.push_back(v);
+  void append(size_t at, Value l, size_t from) {
+    if (l.tag() != Value::kList) fail(at, "APPEND on a non-list");
+    add_items(at, containers_[l.payload()], from);
   }
 
   std::string_view b_;
@@ -375,7 +416,11 @@ class Unpickler {
   size_t stop_ = 0;
   size_t budget_;
   std::vector<std::string_view> strings_;
+  std::vector<Wide> wide_;
   std::vector<Container> containers_;
+  std::vector<Run> runs_;
+  std::vector<std::unique_ptr<Value[]>> chunks_;  // the items arena
+  uint64_t size_ = 0;                             // values in the arena
   std::vector<Value> stack_;
   std::vector<size_t> marks_;
   std::vector<Value> memo_;
@@ -436,7 +481,7 @@ snap::Snapshot read_pickle_snapshot(std::string_view bytes, const std::string& n
   try {
     Unpickler u(bytes, name);
     const Value top = u.run();
-    if (top.kind != Value::kDict) u.fail(0, "expected a dict at top level (a memory snapshot)");
+    if (top.tag() != Value::kDict) u.fail(0, "expected a dict at top level (a memory snapshot)");
     snap::SnapshotBuilder b(name);
     u.emit(b, top, 0);
     return b.finish();

@@ -245,7 +245,7 @@ class SnapshotPickler {
 
   void string_map(const std::map<std::string, std::string>& m) {
     p_.dict([&] {
-      for (const auto& [k, v] : m) key_str(k, v);
+      for_each_distinct_key(m, [&](const std::string& k, const std::string& v) { key_str(k, v); });
     });
   }
 

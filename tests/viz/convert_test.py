@@ -99,6 +99,19 @@ def main():
         rt = out / "from-torch-pickle.pickle"
         run(a.cumemtrace, "convert", torch_pickle, "--to", "pickle", "-o", rt)
         check_pickle.check_fixture(rt, torch_pickle)
+        # Every offline command takes the pickle as it is, and `convert --to json` gives the
+        # JSON those commands read the same from: report prints the same for both.
+        as_json = out / "from-torch-pickle.json"
+        run(a.cumemtrace, "convert", torch_pickle, "--to", "json", "-o", as_json)
+        assert json.loads(as_json.read_text()) == json.loads(
+            subprocess.run([a.cumemtrace, "convert", rt, "--to", "json", "-o", "-"],
+                           capture_output=True, text=True, check=True).stdout)
+        report_pickle = run(a.cumemtrace, "report", torch_pickle, "--format", "json").stdout
+        report_json = run(a.cumemtrace, "report", as_json, "--format", "json").stdout
+        assert report_pickle == report_json.replace(str(as_json), str(torch_pickle))
+        run(a.cumemtrace, "check", torch_pickle)
+        run(a.cumemtrace, "diff", torch_pickle, as_json)
+        print("ok: report, check, diff and convert --to json read PyTorch's pickle as it is")
     else:
         print(f"note: {torch_pickle} is absent; pickle input not checked")
 
