@@ -41,6 +41,10 @@ enum class Action : uint8_t {
 std::string_view action_name(Action a);
 std::optional<Action> parse_action(std::string_view s);
 
+// Who wrote an entry or segment: cumemtrace's driver interposition, or PyTorch's caching
+// allocator (merged in by the collector; everything in PyTorch's own files).
+enum class Source : uint8_t { kDriver, kPytorch };
+
 struct TraceEntry {
   Action action = Action::kAlloc;
   uint64_t addr = 0;
@@ -51,6 +55,7 @@ struct TraceEntry {
   uint64_t device_free = 0;        // oom only
   uint32_t tid = 0;                // 0 when unknown (PyTorch files)
   bool stream_per_thread = false;  // stream 0 meant the per-thread default stream (_ptsz API)
+  Source source = Source::kDriver;
 };
 
 struct Block {
@@ -73,6 +78,7 @@ struct Segment {
   bool is_expandable = false;
   int32_t stack = kNoStack;
   std::vector<Block> blocks;
+  Source source = Source::kDriver;
 };
 
 struct Annotation {  // PyTorch's external_annotations entry
@@ -137,6 +143,11 @@ struct DriverMemorySample {  // per-process device memory as the driver (NVML) r
   uint64_t used_bytes = 0;
 };
 
+struct PytorchInfo {  // what the PyTorch capture reported, when the target imported torch
+  std::string version, backend, capture, why;
+  bool expandable_segments = false;
+};
+
 struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapshots
   int schema_version = kSchemaVersion;
   std::string tool_version;
@@ -166,6 +177,7 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   std::vector<Anomaly> anomalies;
   std::map<std::string, std::string> threads;     // tid -> name
   std::vector<DriverMemorySample> driver_memory;  // empty without NVML
+  std::optional<PytorchInfo> pytorch;
 };
 
 struct Snapshot {

@@ -1,8 +1,8 @@
 // Contract: what `cumemtrace html` and `convert` accept as FILE: a snapshot in JSON (cumemtrace's
 // or PyTorch's) or a PyTorch pickle as `_dump_snapshot` wrote it (unpickled to JSON first). JSON
-// goes through the project's strict streaming reader (snapshot_reader.h) where the tree has it,
-// else through the lenient DOM loader in viz/snapshot_json_loader.h. Throws InputError, whose
-// what() is one line naming the file, on anything unreadable.
+// goes through the project's strict streaming reader (snapshot_reader.h); a pickle is unpickled
+// and read by the same reader. Throws InputError, whose what() is one line naming the file, on
+// anything unreadable.
 #pragma once
 
 #include <fstream>
@@ -10,13 +10,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "viz/pickle_reader.h"
-#include "viz/snapshot_json_loader.h"
-
-#if __has_include("snapshot_reader.h")
 #include "snapshot_reader.h"
-#define CUMEMTRACE_VIZ_STRICT_READER 1
-#endif
+#include "viz/pickle_reader.h"
 
 namespace cumemtrace::viz {
 
@@ -30,11 +25,7 @@ inline snap::Snapshot read_input_snapshot(const std::string& path) {
     if (!in) throw std::runtime_error("cannot open " + path);
     char head[2] = {0, 0};
     const bool pickle = in.read(head, 2) && looks_like_pickle(std::string_view(head, 2));
-#ifdef CUMEMTRACE_VIZ_STRICT_READER
     if (!pickle) return snap::read_snapshot_file(path);
-#else
-    if (!pickle) return load_snapshot_json_file(path);
-#endif
     std::ostringstream bytes;
     bytes << head[0] << head[1] << in.rdbuf();
     nlohmann::json j;
@@ -43,12 +34,8 @@ inline snap::Snapshot read_input_snapshot(const std::string& path) {
     } catch (const std::exception& e) {
       throw std::runtime_error(path + ": " + e.what());
     }
-#ifdef CUMEMTRACE_VIZ_STRICT_READER
     return snap::read_snapshot(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                                path);
-#else
-    return snapshot_from_json(j, path);
-#endif
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {
