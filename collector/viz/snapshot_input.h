@@ -22,7 +22,7 @@ struct InputError : std::runtime_error {
 inline snap::Snapshot read_input_snapshot(const std::string& path) {
   try {
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot open " + path);
+    if (!in) throw std::runtime_error(path + ": cannot open");
     char head[2] = {0, 0};
     const bool pickle = in.read(head, 2) && looks_like_pickle(std::string_view(head, 2));
     if (!pickle) return snap::read_snapshot_file(path);

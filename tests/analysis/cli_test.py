@@ -124,7 +124,7 @@ def test_growth_and_suppressions():
     expect_rc(["check", "--max-growth", "0", "--mark", "step", snap("steady.json")], 0)
     expect_rc(["check", "--max-growth", "0", "--mark", "step", snap("growth.json")], 1,
               ["grew by +4.00 MiB between occurrences 2 and 6 of mark 'step'",
-               "+4.00 MiB grew at grow_cache (src/cache.cpp:10)"])
+               "+4.00 MiB grew at grow_cache (cache.cpp:10)"])
     expect_rc(["check", "--max-growth", "1MiB", "--mark", "step", "--warmup", "4", snap("growth.json")], 0)
     supp = write("ci.supp", "# cache is bounded by design\ngrowth:grow_cache\nleak:^src/cache.cpp$\n")
     expect_rc(["check", "--max-growth", "0", "--mark", "step", "--max-leaked-bytes", "0",
@@ -167,11 +167,11 @@ def test_formats():
 
 def test_diff():
     out, _ = expect_rc(["diff", snap("steady.json"), snap("growth.json")], 0,
-                       ["live at exit: 0 B -> 5.00 MiB  +5.00 MiB", "grow_cache (src/cache.cpp:10)"])
+                       ["live at exit: 0 B -> 5.00 MiB  +5.00 MiB", "grow_cache (cache.cpp:10)"])
     out, _ = expect_rc(["diff", "--format", "json", snap("steady.json"), snap("growth.json")], 0)
     j = json.loads(out)
     expect(j["devices"][0]["live_change_bytes"] == 5 << 20, "diff json live change")
-    expect(j["sites"][0]["site"] == "grow_cache (src/cache.cpp:10)", "diff json site")
+    expect(j["sites"][0]["site"] == "grow_cache (cache.cpp:10)", "diff json site")
     expect_rc(["diff", snap("steady.json")], 2)
 
 
