@@ -190,6 +190,33 @@ def test_torch_fixture():
     expect_rc(["check", "--max-leaked-bytes", "0", fixture], 1, ["leaked on device 0 by 38 allocations"])
     expect_rc(["check", "--max-growth", "16MiB", "--mark", "Optimizer.zero_grad#Adam.zero_grad", fixture], 0)
     expect_rc(["diff", fixture, fixture], 0, ["Changed allocation sites", "none"])
+    # --range: the last START..END pair of that name; the JSON verdict format is check's own.
+    zero_grad = "Optimizer.zero_grad#Adam.zero_grad"
+    out, _ = expect_rc(["check", fixture, "--range", zero_grad, "--max-peak-bytes", "1TiB",
+                        "--max-leaked-bytes", "1TiB", "--format", "json"], 0)
+    j = json.loads(out)
+    checks = {c["check"]: c for c in j["files"][0]["checks"]}
+    expect(f"within range '{zero_grad}'" in checks["peak-bytes"]["message"], "range peak message")
+    expect(0 < checks["peak-bytes"]["value"], "range peak measured")
+    expect_rc(["check", fixture, "--range", "no-such-range", "--max-peak-bytes", "1TiB"], 2,
+              ["no range named 'no-such-range'"], stream="err")
+    out, _ = expect_rc(["report", "--format", "json", "--range", zero_grad, fixture], 0)
+    expect(json.loads(out)["devices"][0]["range"]["name"] == zero_grad, "report --range json")
+    # The PyTorch breakdown at snapshot time (contract section 6), from the pickle.
+    pickle = os.path.join(ARGS.fixtures, "torch-2.11", "snapshot.pickle")
+    if os.path.exists(pickle):
+        expect_rc(["report", pickle], 0, ["device 0: reserved 218 MiB = allocated 198 MiB + cached "
+                                          "19.9 MiB free, largest free block 11 MiB"])
+        out, _ = expect_rc(["report", "--format", "json", pickle], 0)
+        exit_layer = json.loads(out)["devices"][0]["layers"][-1]
+        expect(exit_layer["moment"] == "exit", "exit layer last")
+        expect(exit_layer["pytorch"]["reserved_bytes"] == 228589568, "reserved bytes")
+        expect(exit_layer["pytorch"]["allocated_bytes"] == 207703552, "allocated bytes")
+        expect(exit_layer["pytorch"]["cached_free_bytes"] == 20886016, "cached free bytes")
+        expect(exit_layer["pytorch"]["largest_free_block_bytes"] == 11534336, "largest free block")
+        out, _ = expect_rc(["report", pickle], 0)
+        # Folded names: the longest line is a site in a compiler-generated file (was 1,038 chars).
+        expect(max(len(l) for l in out.splitlines()) <= 200, "report lines stay short")
 
 
 def test_real_collector_output():
