@@ -18,7 +18,7 @@ void add_report_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "report", "Summarize a snapshot: peaks, memory live at exit, top allocation sites, sizes");
-  cmd->add_option("FILE", o->file, "Snapshot (cumemtrace JSON, or PyTorch's converted to JSON)")
+  cmd->add_option("FILE", o->file, "Snapshot (cumemtrace JSON, or PyTorch's JSON or pickle)")
       ->required();
   cmd->add_option("--format", o->format, "Output format")
       ->capture_default_str()
@@ -29,6 +29,13 @@ void add_report_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--frames", o->report.frames, "Program frames shown per stack")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--full-names", o->report.full_names,
+                "Show C++ function names as recorded (default: argument and template lists "
+                "folded to (...) and <...>)");
+  cmd->add_option("--range", o->report.range,
+                  "Also evaluate the window of the START..END annotation pair NAME (its last "
+                  "occurrence): peak and allocations still live at END")
+      ->type_name("NAME");
   cmd->callback([o, &exit_code] {
     // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.
     try {
@@ -40,8 +47,15 @@ void add_report_command(CLI::App& app, int& exit_code) {
         exit_code = 2;
         return;
       }
-      const analysis::SiteTable sites(s);
-      const auto r = analysis::build_report(s, sites, o->file);
+      const analysis::SiteTable sites(s, o->report.full_names);
+      analysis::Report r;
+      try {
+        r = analysis::build_report(s, sites, o->file, o->report.range);
+      } catch (const analysis::RangeNotFound& e) {
+        std::cerr << "cumemtrace report: " << o->file << ": " << e.what() << '\n';
+        exit_code = 2;
+        return;
+      }
       if (o->format == "json") {
         analysis::print_report_json(r, s, sites, o->report, std::cout);
       } else {

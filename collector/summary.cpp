@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "analysis/breakdown_format.h"
+#include "analysis/frames.h"
+#include "analysis/model.h"
 #include "size_format.h"
 
 namespace cumemtrace::collect {
@@ -24,25 +27,41 @@ std::string summarize(const snap::Snapshot& s) {
   } else {
     ended = "is still running";
   }
-  std::string peaks, live;
+  // Every number here comes from the analysis engine, so it is the number `report`, `check` and
+  // the viewers show for the same file.
+  const analysis::SiteTable sites(s);
+  std::string peaks, live, layers;
   uint64_t live_total = 0;
-  for (const auto& d : t.devices) {
-    peaks += fmt::format("{}device {} {}", peaks.empty() ? "" : ", ", d.device,
-                         snap::format_bytes(d.peak_bytes));
-    if (d.live_bytes) {
-      live += fmt::format("{}device {} {}", live.empty() ? "" : ", ", d.device,
-                          snap::format_bytes(d.live_bytes));
+  std::map<int, uint64_t> live_by_device;
+  const auto held = analysis::live_at_exit(s);
+  for (const auto& a : held) live_by_device[a.device] += a.size;
+  const int n = analysis::device_count(s);
+  for (int d = 0; d < n; ++d) {
+    const analysis::DeviceReplay rp(s, d);
+    const auto& tl = rp.timeline();
+    const uint64_t held_d = live_by_device.count(d) ? live_by_device[d] : 0;
+    if (!tl.peak_bytes && !held_d && !tl.has_driver && !tl.has_reserved) continue;
+    peaks += fmt::format("{}device {} {}", peaks.empty() ? "" : ", ", d,
+                         snap::format_bytes(tl.peak_bytes));
+    if (held_d) {
+      live +=
+          fmt::format("{}device {} {}", live.empty() ? "" : ", ", d, snap::format_bytes(held_d));
     }
-    live_total += d.live_bytes;
+    live_total += held_d;
+    const auto exit = rp.breakdown_at_exit(sites);
+    for (const std::string& part :
+         {analysis::pytorch_layers_text(exit), analysis::driver_layers_text(exit)}) {
+      if (!part.empty()) layers += fmt::format("; device {} at exit: {}", d, part);
+    }
   }
-  size_t live_allocs = 0;
-  for (const auto& g : s.segments) live_allocs += g.blocks.size();
+  const size_t live_allocs = held.size();
   std::string out = fmt::format(
       "cumemtrace: {} (pid {}) {}: {} events, {} dropped; peak {}; live at exit {} in {} "
       "allocation{}{}",
       exe, t.pid, ended, t.events_total, t.events_dropped, peaks.empty() ? "none" : peaks,
       snap::format_bytes(live_total), live_allocs, live_allocs == 1 ? "" : "s",
       live.empty() ? "" : " (" + live + ")");
+  out += layers;
   if (!t.vmm_handles.empty()) out += fmt::format("; {} VMM handles held", t.vmm_handles.size());
   if (!t.host_allocations.empty()) {
     out += fmt::format("; {} pinned host allocations held", t.host_allocations.size());
@@ -52,20 +71,6 @@ std::string summarize(const snap::Snapshot& s) {
     out += fmt::format("; oldest {} trace entries discarded (--max-trace-events)",
                        t.trace_entries_dropped);
   }
-  // The driver's latest figure per device next to the tracked bytes: the difference is what
-  // the CUDA context, modules and untracked libraries hold.
-  std::map<int, uint64_t> driver;
-  for (const auto& m : t.driver_memory) driver[m.device] = m.used_bytes;
-  std::string seen;
-  for (const auto& [device, used] : driver) {
-    uint64_t tracked = 0;
-    for (const auto& d : t.devices) {
-      if (d.device == device) tracked = d.live_bytes;
-    }
-    seen += fmt::format("{}device {} {} ({} tracked)", seen.empty() ? "" : ", ", device,
-                        snap::format_bytes(used), snap::format_bytes(tracked));
-  }
-  if (!seen.empty()) out += "; driver-visible at last sample " + seen;
   if (t.events_dropped) out += " [INCOMPLETE: events were dropped]";
   if (!t.ring_error.empty()) out += " [INCOMPLETE: " + t.ring_error + "]";
   return out + ".\n";

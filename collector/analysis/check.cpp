@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <unordered_map>
 
@@ -14,6 +15,7 @@
 #include "analysis/grouping.h"
 #include "analysis/junit.h"
 #include "analysis/model.h"
+#include "analysis/range.h"
 #include "analysis/report.h"
 #include "analysis/suppressions.h"
 #include "size_format.h"
@@ -126,11 +128,26 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
     return *p;
   };
 
+  std::optional<RangeWindow> window;
+  std::string in_range;
+  if (!o.range.empty()) {
+    std::string why;
+    window = find_range(s, o.range, &why);
+    if (!window) throw RangeNotFound(ls.path + ": " + why);
+    in_range = fmt::format(" within range '{}'", o.range);
+  }
+  std::vector<std::optional<RangeResult>> ranges(devices.size());
+  auto range_of = [&](int d) -> const RangeResult& {
+    auto& p = ranges[static_cast<size_t>(d)];
+    if (!p) p = evaluate_range(replay(d), *window);
+    return *p;
+  };
+
   if (o.max_leaked_bytes) {
     const auto live = live_at_exit(s);
     for (int d : devices) {
       std::vector<Allocation> leaked;
-      for (const auto& a : live) {
+      for (const auto& a : window ? range_of(d).leaked : live) {
         if (a.device != d) continue;
         if (const Suppression* sup = find_suppression(rules, SuppressionType::kLeak, s, a.stack)) {
           ++sup->hits;
@@ -142,8 +159,8 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
       Finding f = base("leaked-bytes", d);
       f.value = total_bytes(leaked);
       f.limit = *o.max_leaked_bytes;
-      f.message = fmt::format("{} leaked on device {} by {} (limit {})", format_bytes(f.value), d,
-                              plural(leaked.size(), "allocation"), format_bytes(f.limit));
+      f.message = fmt::format("{} leaked on device {}{} by {} (limit {})", format_bytes(f.value), d,
+                              in_range, plural(leaked.size(), "allocation"), format_bytes(f.limit));
       if (f.value > f.limit) {
         f.severity = Severity::kError;
         attach_groups(f, by_stack(leaked), sites, o);
@@ -157,13 +174,15 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
       const auto& rp = replay(d);
       const Timeline& tl = rp.timeline();
       Finding f = base("peak-bytes", d);
-      f.value = tl.peak_bytes;
+      f.value = window ? range_of(d).peak_bytes : tl.peak_bytes;
+      const int64_t when = window ? range_of(d).peak_time_us : tl.peak_time_us;
+      const std::ptrdiff_t index = window ? range_of(d).peak_index : tl.peak_index;
       f.limit = *o.max_peak_bytes;
-      f.message = fmt::format("peak {} on device {} at {} (limit {})", format_bytes(f.value), d,
-                              format_time(tl.peak_time_us, time_origin(s)), format_bytes(f.limit));
+      f.message = fmt::format("peak {} on device {}{} at {} (limit {})", format_bytes(f.value), d,
+                              in_range, format_time(when, time_origin(s)), format_bytes(f.limit));
       if (f.value > f.limit) {
         f.severity = Severity::kError;
-        auto at_peak = by_site(rp.live_after(tl.peak_index), sites);
+        auto at_peak = by_site(rp.live_after(index), sites);
         for (size_t i = 0; i < at_peak.size() && i < o.stacks; ++i) {
           const auto& st = at_peak[i];
           f.stacks.push_back(note_for(sites, st.stack, st.site == kBeforeTraceSite,
@@ -173,6 +192,59 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
         }
         if (at_peak.size() > o.stacks) f.stacks_omitted = at_peak.size() - o.stacks;
       }
+      r.findings.push_back(std::move(f));
+    }
+  }
+
+  // Peaks of one layer (model.h), over the whole run or within the range.
+  struct Layer {
+    const std::optional<uint64_t>& limit;
+    const char* check;
+    const char* what;
+  };
+  for (const Layer& layer : {Layer{o.max_allocated_peak, "allocated-peak", "PyTorch allocated"},
+                             Layer{o.max_reserved_peak, "reserved-peak", "PyTorch reserved"},
+                             Layer{o.max_driver_peak, "driver-peak", "driver-visible"}}) {
+    if (!layer.limit) continue;
+    const bool driver = std::string_view(layer.check) == "driver-peak";
+    const bool allocated = std::string_view(layer.check) == "allocated-peak";
+    for (int d : devices) {
+      const auto& rp = replay(d);
+      const Timeline& tl = rp.timeline();
+      Finding f = base(layer.check, d);
+      f.limit = *layer.limit;
+      if (driver ? !tl.has_driver : !tl.has_reserved) {
+        f.severity = Severity::kWarning;
+        f.message = fmt::format("no {} data on device {}: limit not evaluated",
+                                driver ? "driver-visible (NVML)" : "PyTorch", d);
+        r.findings.push_back(std::move(f));
+        continue;
+      }
+      int64_t t0 = std::numeric_limits<int64_t>::min(), t1 = std::numeric_limits<int64_t>::max();
+      if (window) t0 = window->start_us, t1 = window->end_us;
+      uint64_t peak = 0;
+      int64_t when = 0;
+      if (driver) {
+        // The sample in force at t0 counts too: it held when the window opened.
+        if (auto v = rp.driver_at(t0)) peak = *v, when = t0;
+        for (const auto& m : s.tool->driver_memory) {
+          if (m.device == d && m.time_us >= t0 && m.time_us <= t1 && m.used_bytes > peak)
+            peak = m.used_bytes, when = m.time_us;
+        }
+      } else {
+        const std::ptrdiff_t first = window ? rp.index_at_time(t0) : -1;
+        const std::ptrdiff_t last =
+            window ? rp.index_at_time(t1) : static_cast<std::ptrdiff_t>(rp.trace().size()) - 1;
+        for (std::ptrdiff_t i = first; i <= last; ++i) {
+          const uint64_t v = allocated ? rp.allocated_after(i) : rp.reserved_after(i);
+          if (v > peak || i == first) peak = v, when = rp.time_after(i);
+        }
+      }
+      f.value = peak;
+      f.message =
+          fmt::format("peak {} {} on device {}{} at {} (limit {})", layer.what, format_bytes(peak),
+                      d, in_range, format_time(when, time_origin(s)), format_bytes(f.limit));
+      if (peak > f.limit) f.severity = Severity::kError;
       r.findings.push_back(std::move(f));
     }
   }
@@ -276,6 +348,16 @@ void add_check_options(CLI::App* app, CheckOptions& o) {
                   "Fail when more than SIZE bytes are live at exit on a device");
   add_size_option(app, "--max-peak-bytes", o.max_peak_bytes,
                   "Fail when a device's peak exceeds SIZE bytes");
+  add_size_option(app, "--max-allocated-peak", o.max_allocated_peak,
+                  "Fail when PyTorch's allocated bytes on a device peak above SIZE");
+  add_size_option(
+      app, "--max-reserved-peak", o.max_reserved_peak,
+      "Fail when PyTorch's reserved bytes (cache included) on a device peak above SIZE");
+  add_size_option(app, "--max-driver-peak", o.max_driver_peak,
+                  "Fail when the driver-visible (NVML) memory of a device peaks above SIZE");
+  app->add_option("--range", o.range,
+                  "Evaluate the limits within the last START..END annotation pair NAME")
+      ->type_name("NAME");
   add_size_option(app, "--max-growth", o.max_growth,
                   "Fail when live bytes grow by more than SIZE between occurrences of --mark");
   app->add_option("--mark", o.mark, "Mark (annotation name) that --max-growth measures between");
@@ -390,6 +472,9 @@ int run_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o, s
   try {
     r = evaluate_check(snaps, o);
   } catch (const SuppressionError& e) {
+    err << "cumemtrace check: " << e.what() << '\n';
+    return 2;
+  } catch (const RangeNotFound& e) {
     err << "cumemtrace check: " << e.what() << '\n';
     return 2;
   }

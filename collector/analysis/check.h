@@ -12,6 +12,12 @@
 //  - --max-growth N --mark NAME [--warmup K]: per device, live bytes at the occurrences of mark
 //    NAME (stage START or MARK) after skipping the first K must not grow by more than N from the
 //    first counted occurrence to the last; growth suppressions exclude matching allocations.
+//  - --max-allocated-peak / --max-reserved-peak N: per device, the peak of PyTorch's allocated /
+//    reserved bytes (model.h's layers); --max-driver-peak N: the highest driver-visible (NVML)
+//    sample. A device without that data gets a warning, not a pass or a failure.
+//  - --range NAME: every limit above is evaluated within the last START..END pair named NAME
+//    (range.h): peaks within the window, leaked = allocated within it and live at its END. A
+//    snapshot without a completed pair of that name is bad usage (exit 2).
 // Anomalies (double free, free of an unknown pointer...) are reported as warnings.
 #pragma once
 
@@ -33,6 +39,10 @@ namespace cumemtrace::analysis {
 struct CheckOptions {
   std::optional<uint64_t> max_leaked_bytes;
   std::optional<uint64_t> max_peak_bytes;
+  std::optional<uint64_t> max_allocated_peak;  // PyTorch allocated
+  std::optional<uint64_t> max_reserved_peak;   // PyTorch reserved
+  std::optional<uint64_t> max_driver_peak;     // driver-visible (NVML)
+  std::string range;                           // evaluate within this annotation pair
   std::optional<uint64_t> max_growth;
   std::string mark;
   int warmup = 1;
@@ -51,7 +61,8 @@ struct LoadedSnapshot {
   snap::Snapshot snapshot;
 };
 
-// Evaluates without printing; throws SuppressionError for a bad suppressions file.
+// Evaluates without printing; throws SuppressionError for a bad suppressions file and
+// RangeNotFound (report.h) for a --range the snapshot lacks.
 CheckResult evaluate_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o);
 
 int run_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o, std::ostream& out,

@@ -9,31 +9,76 @@ namespace cumemtrace::analysis {
 
 namespace {
 
-// Substrings of a frame's file name or function name that mark allocator/runtime plumbing.
-// Keep this the only list: report, check, diff and suppressions all agree through it.
-constexpr std::array<std::string_view, 22> kRuntimeFramePatterns = {
+bool contains(std::string_view s, std::string_view part) {
+  return s.find(part) != std::string_view::npos;
+}
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Substrings of a frame's file or function name that mark allocator/runtime plumbing.
+constexpr std::array<std::string_view, 16> kRuntimeParts = {
     "libcuda.so",
     "libcudart",
     "libcumemtrace",
+    "libc10_cuda",
     "cumemtrace::",
     "preload/hooks_",
-    "c10::cuda::CUDACachingAllocator",
-    "c10::cuda::",
-    "CUDACachingAllocator.cpp",
+    "CUDACachingAllocator",
+    "memory_snapshot.cpp",
     "torch::unwind",
     "torch::CapturedTraceback",
-    "torch::cuda::(anonymous namespace)::gather",
-    "memory_snapshot.cpp",
-    "c10::Storage",
-    "c10::TensorImpl",
-    "c10::intrusive_ptr",
-    "at::detail::empty",
-    "at::TensorBase::",
     "CUDAHooks",
     "cudaMalloc",
     "cuMemAlloc",
     "cuMemCreate",
-    "libc10_cuda",
+    "cuMemMap",
+    "gather_with_cpp",
+};
+
+// Function-name prefixes of PyTorch's allocation plumbing: the caching allocator and storage
+// (c10::), tensor factories and dispatcher glue (at::detail, at::empty*, at::native::empty*,
+// at::_ops, generated Register*.cpp wrappers in anonymous namespaces), the CUDA runtime's
+// internals, and the standard library (a std::vector's growth is its owner's allocation).
+constexpr std::array<std::string_view, 13> kRuntimePrefixes = {
+    "c10::",
+    "at::detail::",
+    "at::(anonymous namespace)::",
+    "at::_ops::",
+    "at::meta::",
+    "at::empty",
+    "at::native::empty",
+    "at::TensorBase::",
+    "torch::cuda::",
+    "__cuda",
+    "std::",
+    "_Py",
+    "Py",
+};
+
+// The lists PyTorch's MemoryViz.js frameFilter hides, so both viewers show the same stacks. Its
+// bare "_start" substring test would also hide user functions such as "on_start"; we match it
+// exactly.
+constexpr std::array<std::string_view, 7> kHiddenNameParts = {
+    "unwind::unwind",  "CapturedTraceback::gather",
+    "gather_with_cpp", "__libc_start_main",
+    "PyEval_",         "PyObject_",
+    "PyFunction_",
+};
+constexpr std::array<std::string_view, 10> kHiddenFileParts = {
+    "core/boxing",
+    "/Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "pycore_ceval.h",
+    "ceval.c",
+    "cpython/abstract.h",
 };
 
 // Process and thread start-up frames, matched by exact function name: never anyone's site.
@@ -41,39 +86,122 @@ constexpr std::array<std::string_view, 6> kStartupFrames = {
     "_start", "__libc_start_main", "__libc_start_call_main", "start_thread", "__clone", "clone3",
 };
 
+std::string_view base_name(std::string_view path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+bool is_python(const snap::Frame& f) {
+  return ends_with(f.filename, ".py");
+}
+
+// Position just past the bracket that closes the one opened at `i` (same kind), or npos.
+size_t matching(std::string_view s, size_t i, char open, char close) {
+  int depth = 0;
+  for (size_t j = i; j < s.size(); ++j) {
+    if (s[j] == open) ++depth;
+    if (s[j] == close && --depth == 0) return j + 1;
+  }
+  return std::string_view::npos;
+}
+
 }  // namespace
 
 bool is_runtime_frame(const snap::Frame& f) {
-  for (std::string_view p : kStartupFrames) {
+  for (std::string_view p : kStartupFrames)
     if (f.name == p) return true;
-  }
-  for (std::string_view p : kRuntimeFramePatterns) {
-    if (f.name.find(p) != std::string::npos || f.filename.find(p) != std::string::npos) return true;
-  }
+  for (std::string_view p : kRuntimeParts)
+    if (contains(f.name, p) || contains(f.filename, p)) return true;
+  for (std::string_view p : kRuntimePrefixes)
+    if (starts_with(f.name, p)) return true;
+  return is_hidden_frame(f);
+}
+
+bool is_hidden_frame(const snap::Frame& f) {
+  if (f.name == "_start") return true;
+  for (auto p : kHiddenNameParts)
+    if (contains(f.name, p)) return true;
+  for (auto p : kHiddenFileParts)
+    if (contains(f.filename, p)) return true;
   return false;
 }
 
-std::string format_frame(const snap::Frame& f) {
-  const std::string name = f.name.empty() ? "??" : f.name;
-  if (f.filename.empty() || f.filename == "??") return name;
-  if (f.line <= 0) return fmt::format("{} ({})", name, f.filename);
-  return fmt::format("{} ({}:{})", name, f.filename, f.line);
+std::vector<const snap::Frame*> visible_frames(const snap::Stack& s) {
+  std::vector<const snap::Frame*> out;
+  for (const auto& f : s)
+    if (!is_hidden_frame(f)) out.push_back(&f);
+  if (out.empty() && !s.empty()) out.push_back(&s.front());
+  return out;
 }
 
-SiteTable::SiteTable(const snap::Snapshot& s) : s_(s) {
+int site_frame_index(const snap::Stack& s) {
+  if (s.empty()) return -1;
+  for (size_t j = 0; j < s.size(); ++j)
+    if (is_python(s[j])) return static_cast<int>(j);
+  for (size_t j = 0; j < s.size(); ++j)
+    if (!is_runtime_frame(s[j])) return static_cast<int>(j);
+  return 0;
+}
+
+std::string short_function_name(const std::string& name) {
+  const std::string_view n(name);
+  std::string out;
+  out.reserve(n.size());
+  // A leading '<' is a name such as "<lambda>" or "<module>", not template arguments.
+  size_t i = n.substr(0, 1) == "<" ? n.find('>') : 0;
+  if (i == std::string_view::npos) return name;
+  if (i) out.append(n.substr(0, i));
+  while (i < n.size()) {
+    const char c = n[i];
+    const bool after_operator = ends_with(out, "operator");
+    if (c == '(' && n.substr(i, 21) == "(anonymous namespace)") {
+      out.append("(anonymous namespace)");
+      i += 21;
+    } else if (after_operator && (c == '(' || c == '<' || c == '-' || c == '>')) {
+      // operator(), operator<, operator<<, operator<=, operator->: the brackets are the name.
+      size_t j = i;
+      if (n.substr(i, 2) == "()") {
+        j = i + 2;
+      } else {
+        while (j < n.size() && (n[j] == '<' || n[j] == '>' || n[j] == '=' || n[j] == '-')) ++j;
+      }
+      out.append(n.substr(i, j - i));
+      i = j;
+    } else if (c == '(' || c == '<') {
+      const size_t end = matching(n, i, c, c == '(' ? ')' : '>');
+      if (end == std::string_view::npos) {  // unbalanced: keep the rest as it is
+        out.append(n.substr(i));
+        break;
+      }
+      const bool empty = end == i + 2;
+      out.append(c == '(' ? (empty ? "()" : "(...)") : (empty ? "<>" : "<...>"));
+      i = end;
+    } else {
+      out.push_back(c);
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string format_frame(const snap::Frame& f, bool full) {
+  // Python names ("<module>", "<lambda>") are short already and their brackets are the name.
+  std::string name =
+      f.name.empty() ? "??" : (full || is_python(f) ? f.name : short_function_name(f.name));
+  if (f.filename.empty() || f.filename == "??") return name;
+  const std::string_view file = full ? std::string_view(f.filename) : base_name(f.filename);
+  if (f.line <= 0) return fmt::format("{} ({})", name, file);
+  return fmt::format("{} ({}:{})", name, file, f.line);
+}
+
+SiteTable::SiteTable(const snap::Snapshot& s, bool full_names) : s_(s), full_(full_names) {
   site_frame_.resize(s.stacks.size(), -1);
   label_.resize(s.stacks.size());
   for (size_t i = 0; i < s.stacks.size(); ++i) {
-    const auto& st = s.stacks[i];
-    int site = st.empty() ? -1 : 0;
-    for (size_t j = 0; j < st.size(); ++j) {
-      if (!is_runtime_frame(st[j])) {
-        site = static_cast<int>(j);
-        break;
-      }
-    }
+    const int site = site_frame_index(s.stacks[i]);
     site_frame_[i] = site;
-    label_[i] = site < 0 ? no_stack_ : format_frame(st[static_cast<size_t>(site)]);
+    label_[i] =
+        site < 0 ? no_stack_ : format_frame(s.stacks[i][static_cast<size_t>(site)], full_names);
   }
 }
 
@@ -87,14 +215,24 @@ const std::string& SiteTable::site(int32_t stack) const {
   return label_[static_cast<size_t>(stack)];
 }
 
+std::string SiteTable::library(int32_t stack) const {
+  const int j = site_frame(stack);
+  if (j < 0) return "(unknown)";
+  const auto& f = s_.stacks[static_cast<size_t>(stack)][static_cast<size_t>(j)];
+  if (f.filename.empty() || f.filename == "??") return "(unknown)";
+  return std::string(base_name(f.filename));
+}
+
 std::vector<const snap::Frame*> SiteTable::program_frames(int32_t stack, size_t max) const {
   std::vector<const snap::Frame*> out;
-  int first = site_frame(stack);
+  const int first = site_frame(stack);
   if (first < 0) return out;
   const auto& st = s_.stacks[static_cast<size_t>(stack)];
   const bool all_runtime = is_runtime_frame(st[static_cast<size_t>(first)]);
   for (size_t j = static_cast<size_t>(first); j < st.size() && out.size() < max; ++j) {
-    if (all_runtime || !is_runtime_frame(st[j])) out.push_back(&st[j]);
+    if (all_runtime ? !is_hidden_frame(st[j]) || j == static_cast<size_t>(first)
+                    : !is_runtime_frame(st[j]))
+      out.push_back(&st[j]);
   }
   return out;
 }
@@ -102,8 +240,13 @@ std::vector<const snap::Frame*> SiteTable::program_frames(int32_t stack, size_t 
 std::vector<std::string> stack_lines(const SiteTable& sites, int32_t stack, bool before_trace,
                                      size_t max) {
   std::vector<std::string> out;
-  for (const snap::Frame* f : sites.program_frames(stack, max))
-    out.push_back("at " + format_frame(*f));
+  for (const snap::Frame* f : sites.program_frames(stack, max)) {
+    // Compiler-style lines keep the path as recorded (editors and CI annotations open it); the
+    // name is folded unless full names were asked for.
+    snap::Frame shown = *f;
+    if (!sites.full_names() && !is_python(shown)) shown.name = short_function_name(shown.name);
+    out.push_back("at " + format_frame(shown, true));
+  }
   if (out.empty())
     out.push_back(std::string("at ") + (before_trace ? kBeforeTraceSite : kNoStackSite));
   return out;

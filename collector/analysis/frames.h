@@ -1,7 +1,15 @@
-// Contract: which frames of a stack belong to the program and which to the allocator/runtime
-// plumbing, decided in one place (kRuntimeFramePatterns in frames.cpp). The allocation site of a
-// stack is its innermost program frame, shown as "function (file:line)". SiteTable caches the
-// answer per interned stack so the analysis never re-scans a stack shared by many events.
+// Contract: the one allocation-site rule every view uses (report, check, diff, suppressions, the
+// HTML report, Perfetto and folded stacks). A stack (innermost first) has frames that only say
+// "memory was requested" — libcuda, libcudart, cumemtrace's hooks, PyTorch's caching allocator,
+// tensor factories (at::native::empty*, at::detail::...), the stack capture itself, interpreter
+// glue — listed once in frames.cpp. The allocation site of a stack is the innermost frame the user
+// wrote: the innermost Python frame when the stack has one (that is where a user reads their
+// model), else the innermost frame that is not machinery, else (all machinery) the innermost frame.
+// Labels are "function (file:line)" with the file's base name and the C++ name folded
+// (short_function_name): argument lists become "(...)", template arguments "<...>", as
+// heaptrack_print does, so a PyTorch site never prints as a 1,000-character line. The full name
+// (and full path) stays available: SiteTable(s, /*full_names=*/true), and JSON carries raw frames.
+// SiteTable caches the answer per interned stack so no stack shared by many events is re-scanned.
 #pragma once
 
 #include <cstdint>
@@ -12,30 +20,53 @@
 
 namespace cumemtrace::analysis {
 
-// True for frames of libcuda, libcudart, cumemtrace itself, PyTorch's caching allocator and
-// unwinder, Python's C glue... — frames that say how memory was obtained, not who wanted it.
+// True for frames that say how memory was obtained, not who wanted it (allocator, runtime, stack
+// capture, interpreter and process start-up glue).
 bool is_runtime_frame(const snap::Frame& f);
 
-// "function (file:line)", "function (file)" when line is 0, or "function" without a file.
-std::string format_frame(const snap::Frame& f);
+// Frames PyTorch's own viewer hides (stack capture, interpreter glue, dispatcher registration):
+// never shown in stacks of the HTML report, Perfetto or folded output.
+bool is_hidden_frame(const snap::Frame& f);
+
+// Frames of a stack minus hidden ones; keeps the innermost frame when every frame is hidden, so
+// no stack becomes empty.
+std::vector<const snap::Frame*> visible_frames(const snap::Stack& s);
+
+// Index into `s` of its site frame (the rule above); -1 for an empty stack.
+int site_frame_index(const snap::Stack& s);
+
+// "at::native::empty_strided_cuda(c10::ArrayRef<long>, ...)" ->
+// "at::native::empty_strided_cuda(...)", "std::vector<int>::push_back(int const&)" ->
+// "std::vector<...>::push_back(...)";
+// "(anonymous namespace)", "operator()" and "operator<" keep their own brackets.
+std::string short_function_name(const std::string& name);
+
+// "function (file:line)", "function (file)" when line is 0, or "function" without a file. Short
+// form: folded name and the file's base name; full form: both as recorded.
+std::string format_frame(const snap::Frame& f, bool full = false);
 
 inline constexpr const char* kNoStackSite = "(no stack recorded)";
 inline constexpr const char* kBeforeTraceSite = "(allocated before the trace window)";
 
 class SiteTable {
  public:
-  explicit SiteTable(const snap::Snapshot& s);
+  explicit SiteTable(const snap::Snapshot& s, bool full_names = false);
   // Index into the stack of its site frame, -1 when the stack has no frames.
   int site_frame(int32_t stack) const;
   // The site label of a stack; kNoStackSite for kNoStack.
   const std::string& site(int32_t stack) const;
-  // Program frames of a stack from the site outwards (at most `max`); all frames when the whole
-  // stack is runtime frames.
+  // Where the site's code lives: the base name of the site frame's file (a shared library such
+  // as libcublasLt.so.12, or a source file), "(unknown)" without one.
+  std::string library(int32_t stack) const;
+  // Frames of a stack from the site outwards (at most `max`), machinery skipped; all frames
+  // from the innermost when the whole stack is machinery.
   std::vector<const snap::Frame*> program_frames(int32_t stack, size_t max) const;
+  bool full_names() const { return full_; }
   const snap::Snapshot& snapshot() const { return s_; }
 
  private:
   const snap::Snapshot& s_;
+  bool full_;
   std::vector<int> site_frame_;
   std::vector<std::string> label_;
   std::string no_stack_ = kNoStackSite;

@@ -64,9 +64,10 @@ std::vector<SiteStat> trace_alloc_sites(const snap::Snapshot& s, const SiteTable
                                         bool by_count) {
   // Aggregate per stack first (cheap integer keys), then fold stacks into sites.
   std::unordered_map<int32_t, std::pair<uint64_t, uint64_t>> per_stack;
+  const Flavor f = flavor_of(s);
   for (const auto& tr : s.device_traces) {
     for (const auto& e : tr) {
-      if (e.action != snap::Action::kAlloc) continue;
+      if (!is_request(f, e)) continue;
       auto& p = per_stack[e.stack];
       ++p.first;
       p.second += e.size;
@@ -91,9 +92,10 @@ std::vector<SizeBucket> size_histogram(const snap::Snapshot& s) {
     b[i].low = i == 0 ? 0 : uint64_t{1} << (i - 1);
     b[i].high = i == 0 ? 1 : (i == 64 ? 0 : uint64_t{1} << i);
   }
+  const Flavor f = flavor_of(s);
   for (const auto& tr : s.device_traces) {
     for (const auto& e : tr) {
-      if (e.action != snap::Action::kAlloc) continue;
+      if (!is_request(f, e)) continue;
       const size_t i = e.size == 0 ? 0 : static_cast<size_t>(std::bit_width(e.size));
       ++b[i].count;
       b[i].bytes += e.size;

@@ -32,8 +32,8 @@ const std::string& site_label(const Allocation& a, const SiteTable& sites);
 std::vector<SiteStat> by_site(const std::vector<Allocation>& allocs, const SiteTable& sites);
 std::vector<StackGroup> by_stack(const std::vector<Allocation>& allocs);
 
-// Every `alloc` entry of every device trace, by site; sorted by bytes, or by count when
-// `by_count`.
+// Every request (model.h is_request) of every device trace, by site; sorted by bytes, or by count
+// when `by_count`.
 std::vector<SiteStat> trace_alloc_sites(const snap::Snapshot& s, const SiteTable& sites,
                                         bool by_count);
 
@@ -43,7 +43,7 @@ struct SizeBucket {
   uint64_t count = 0;
   uint64_t bytes = 0;
 };
-// Power-of-two buckets over `alloc` entries; only non-empty buckets are returned.
+// Power-of-two buckets over requests (model.h is_request); only non-empty buckets are returned.
 std::vector<SizeBucket> size_histogram(const snap::Snapshot& s);
 
 uint64_t total_bytes(const std::vector<Allocation>& allocs);

@@ -1,19 +1,28 @@
-// Contract: the questions every analysis command asks of a snapshot, answered the same way for
-// cumemtrace and PyTorch files.
-//  - live_at_exit: allocations still held when the snapshot was written. cumemtrace: every
-//    allocation segment (one block each) plus the cuMemCreate handles still held (VMM mappings,
-//    written as expandable segments, are skipped: their memory is the handles'); PyTorch:
-//    `active_allocated` blocks only, so what the caching allocator keeps cached is no leak.
-//  - DeviceReplay: the bytes-over-time of one device, replayed from the trace. cumemtrace files
-//    count segment_alloc/segment_map (+) and segment_free/segment_unmap (-); PyTorch files count
-//    alloc (+) and free_completed (-) as "allocated" and segment_* as "reserved". The replay
-//    starts from what was live before the first entry: the end state minus what the trace made,
-//    plus what the trace frees without having allocated it (PyTorch's ring keeps only the last
-//    entries, so such frees are normal, not anomalies).
+// Contract: the one engine every view of a snapshot uses (report, check, diff, the HTML report,
+// Perfetto, folded stacks and `run`'s summary line). It answers, per device and at any moment:
+//  - units: the allocations a user made, each with its site stack. cumemtrace files: every
+//    segment (driver allocations one block each, VMM mappings, PyTorch segments merged in by the
+//    collector): segment_alloc/segment_map add, segment_free/segment_unmap remove (a ranged unmap
+//    removes what it covers). PyTorch's own files: tensors, alloc adds and free_completed removes.
+//    The unit bytes are the headline "peak"/"live" of every view.
+//  - layers (contract "merged snapshot" section 6): tracked = all segment_* entries of both
+//    sources (cumemtrace files: the units themselves), pytorch reserved = segment_* of
+//    PyTorch-sourced entries, pytorch allocated = PyTorch-sourced alloc (+) / free_completed (-),
+//    driver-visible = the nearest NVML sample at or before the moment.
+//  - the Breakdown of those layers at the peak, at each OOM and at snapshot time (then exact, from
+//    the segments' blocks: allocated = active blocks, cached free = inactive blocks).
+// A trace can start after the process did (PyTorch's ring keeps the last entries), so each series
+// starts from what was live before the first entry: the end state minus what the trace made,
+// plus what the trace frees without having allocated it. live_at_exit is what the snapshot says is
+// held at its end (cumemtrace: allocation segments plus cuMemCreate handles still held, VMM
+// mappings counted through their handles; PyTorch: active_allocated blocks, not the cache).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +30,8 @@
 #include "snapshot.h"
 
 namespace cumemtrace::analysis {
+
+class SiteTable;
 
 // Byte arithmetic on sums of untrusted sizes: wraps instead of overflowing (undefined behaviour
 // for signed integers). Real snapshots never get near 2^63 bytes; corrupt ones must not crash.
@@ -35,12 +46,17 @@ enum class Flavor { kCumemtrace, kTorch };
 Flavor flavor_of(const snap::Snapshot& s);
 std::string_view flavor_name(Flavor f);
 
+// True when the snapshot has PyTorch's caching-allocator view (its own file, or merged in).
+bool has_pytorch(const snap::Snapshot& s);
+
 struct Allocation {
   int device = 0;
   uint64_t addr = 0;
   uint64_t size = 0;
   int32_t stack = snap::kNoStack;
   bool before_trace = false;  // allocated before the trace window and its stack is unknown
+  bool pytorch = false;       // a PyTorch segment or tensor, not a driver-level allocation
+  int64_t time_us = 0;        // when allocated; 0 when before the trace
 };
 
 std::vector<Allocation> live_at_exit(const snap::Snapshot& s);
@@ -52,23 +68,64 @@ int64_t time_origin(const snap::Snapshot& s);
 // Number of devices the snapshot talks about (traces, segments, tool summary, annotations).
 int device_count(const snap::Snapshot& s);
 
+// Entries that are a request for memory by the program (what the size histogram and the "top
+// allocation sites" count): `alloc` entries, and cumemtrace's VMM segment_map entries.
+bool is_request(Flavor f, const snap::TraceEntry& e);
+
 struct Timeline {
   int device = 0;
   uint64_t start_bytes = 0;  // live before the first trace entry
   uint64_t peak_bytes = 0;
   int64_t peak_time_us = 0;
   std::ptrdiff_t peak_index = -1;  // entry after which the peak holds; -1 = before the trace
-  // cumemtrace files: the collector's summary (all events) knew a higher peak than the trace
-  // replay; peak_index then still points at the trace's own highest point.
+  // cumemtrace files: the collector's summary (all events, cuMemCreate handles included) knew a
+  // higher peak than the trace replay; peak_index then still points at the trace's own highest
+  // point.
   bool peak_from_summary = false;
   uint64_t trace_peak_bytes = 0;  // the replay's own highest point
   uint64_t end_bytes = 0;
-  uint64_t allocations = 0;   // entries that added memory
-  uint64_t frees = 0;         // entries that removed memory
-  bool has_reserved = false;  // PyTorch: cudaMalloc'd segments, cache included
+  uint64_t allocations = 0;  // entries that added memory
+  uint64_t frees = 0;        // entries that removed memory
+  // PyTorch's caching allocator (its own files, or merged in): reserved = its segments (cache
+  // included), allocated = its tensors.
+  bool has_reserved = false;
   uint64_t reserved_peak_bytes = 0;
   int64_t reserved_peak_time_us = 0;
+  std::ptrdiff_t reserved_peak_index = -1;
   uint64_t reserved_end_bytes = 0;
+  uint64_t allocated_peak_bytes = 0;
+  int64_t allocated_peak_time_us = 0;
+  // Tracked (all segments): the moment the breakdown "at the peak" describes.
+  uint64_t tracked_peak_bytes = 0;
+  std::ptrdiff_t tracked_peak_index = -1;
+  // NVML samples of this device, when the collector had them.
+  bool has_driver = false;
+  uint64_t driver_peak_bytes = 0;
+  int64_t driver_peak_time_us = 0;
+};
+
+// The layers of a device's memory at one moment (contract section 6).
+struct Breakdown {
+  std::string moment;  // "peak", "oom" or "exit"
+  int64_t time_us = 0;
+  uint64_t tracked = 0;
+  bool has_pytorch = false;
+  uint64_t pytorch_reserved = 0;
+  uint64_t pytorch_allocated = 0;
+  uint64_t cached_free = 0;                    // reserved - allocated
+  std::optional<uint64_t> largest_free_block;  // snapshot time only (needs the blocks)
+  double free_share = 0;                       // cached_free / reserved
+  uint64_t other_libraries = 0;                // tracked - pytorch reserved
+  std::vector<std::pair<std::string, uint64_t>> by_library;  // largest first
+  std::optional<uint64_t> driver_visible;                    // nearest NVML sample at or before
+  int64_t untracked = 0;       // driver_visible - tracked (when known)
+  uint64_t oom_requested = 0;  // moment "oom": the request that failed
+};
+
+// One change to the live units, as a replay step reports it (a re-stack is a remove + add).
+struct UnitChange {
+  Allocation unit;
+  bool added = false;
 };
 
 class DeviceReplay {
@@ -76,22 +133,80 @@ class DeviceReplay {
   DeviceReplay(const snap::Snapshot& s, int device);
 
   const Timeline& timeline() const { return tl_; }
-  // Bytes live after entry `index` (-1: before the first entry).
+  const std::vector<snap::TraceEntry>& trace() const { return *trace_; }
+  int device() const { return tl_.device; }
+  Flavor flavor() const { return flavor_; }
+  // Unit bytes after entry `index` (-1: before the first entry).
   uint64_t bytes_after(std::ptrdiff_t index) const;
+  uint64_t tracked_after(std::ptrdiff_t index) const;
+  uint64_t reserved_after(std::ptrdiff_t index) const;   // PyTorch reserved
+  uint64_t allocated_after(std::ptrdiff_t index) const;  // PyTorch allocated
+  // The NVML sample at or before `time_us` on this device.
+  std::optional<uint64_t> driver_at(int64_t time_us) const;
   // Allocations live after entry `index` (-1: before the first entry).
   std::vector<Allocation> live_after(std::ptrdiff_t index) const;
+  // Units live before the first entry.
+  const std::vector<Allocation>& start_live() const { return start_live_; }
   // The last entry whose time is at or before `time_us`; -1 when none is.
   std::ptrdiff_t index_at_time(int64_t time_us) const;
+  // Time of entry `index` (-1: of the first entry, 0 without entries).
+  int64_t time_after(std::ptrdiff_t index) const;
+
+  // The highest unit bytes within [t0, t1] (the state at t0 included), first such moment.
+  struct WindowPeak {
+    uint64_t bytes = 0;
+    int64_t time_us = 0;
+    std::ptrdiff_t index = -1;
+  };
+  WindowPeak peak_between(int64_t t0, int64_t t1) const;
+
+  // The breakdown after entry `index`; `moment` names it.
+  Breakdown breakdown_after(std::ptrdiff_t index, const SiteTable& sites, std::string moment) const;
+  // At snapshot time: exact, from the segments and their blocks.
+  Breakdown breakdown_at_exit(const SiteTable& sites) const;
+  // Peak, each OOM (in order) and exit.
+  std::vector<Breakdown> breakdowns(const SiteTable& sites) const;
+
+  // Steps through the trace in order, reporting unit changes: what the HTML report's stacked
+  // series, Perfetto's counters and the live tables are made of.
+  class Cursor {
+   public:
+    explicit Cursor(const DeviceReplay& r);
+    ~Cursor();
+    Cursor(const Cursor&) = delete;
+    Cursor& operator=(const Cursor&) = delete;
+    // Applies the next entry; false at the end of the trace.
+    bool step();
+    std::ptrdiff_t index() const { return index_; }  // last entry applied, -1 before any
+    const std::vector<UnitChange>& changes() const { return changes_; }
+    uint64_t bytes() const;
+    std::vector<Allocation> live() const;
+
+   private:
+    const DeviceReplay& r_;
+    struct State;
+    State* st_;
+    std::ptrdiff_t index_ = -1;
+    std::vector<UnitChange> changes_;
+  };
 
  private:
+  void fill_layers();
+  Breakdown breakdown_with(std::ptrdiff_t index, const std::vector<Allocation>& live,
+                           const SiteTable& sites, std::string moment) const;
+
   const snap::Snapshot& s_;
   const std::vector<snap::TraceEntry>* trace_;
   Flavor flavor_;
   Timeline tl_;
   std::vector<Allocation> start_live_;
-  std::vector<int64_t> rel_;  // bytes after each entry relative to start_bytes
+  std::vector<int64_t> rel_;      // unit bytes after each entry relative to start_bytes
+  std::vector<int64_t> res_rel_;  // PyTorch reserved, relative to reserved_start_
+  std::vector<int64_t> alc_rel_;  // PyTorch allocated, relative to allocated_start_
+  uint64_t reserved_start_ = 0, allocated_start_ = 0;
+  std::vector<snap::DriverMemorySample> driver_;  // this device's samples by time
   // Stacks of the allocations live at exit, by address: fills in stacks the trace entries lack
-  // (cumemtrace writes frames on `alloc` entries only, not on segment_map).
+  // (cumemtrace writes frames on `alloc` entries only, not on segment_alloc).
   std::unordered_map<uint64_t, std::pair<uint64_t, int32_t>> end_stacks_;
   bool sorted_ = true;
 };

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/breakdown_format.h"
 #include "size_format.h"
 
 namespace cumemtrace::analysis {
@@ -55,6 +56,76 @@ std::string hex(uint64_t v) {
   return fmt::format("{:#x}", v);
 }
 
+std::string layers_moment(const Breakdown& b, size_t oom_number, int64_t origin);
+
+void print_layers(std::ostream& out, const DeviceReport& d, int64_t origin) {
+  size_t ooms = 0;
+  // Exit first: it is exact (from the blocks); then the peak and the OOMs.
+  std::vector<const Breakdown*> order;
+  for (const auto& b : d.layers)
+    if (b.moment == "exit") order.push_back(&b);
+  for (const auto& b : d.layers)
+    if (b.moment != "exit") order.push_back(&b);
+  for (const Breakdown* b : order) {
+    const std::string pt = pytorch_layers_text(*b);
+    const std::string drv = driver_layers_text(*b);
+    if (b->moment == "oom") ++ooms;
+    if (pt.empty() && drv.empty()) continue;
+    out << fmt::format("  memory layers {}:\n", layers_moment(*b, ooms, origin));
+    if (!pt.empty()) {
+      out << fmt::format("    device {}: {}", d.timeline.device, pt);
+      if (b->pytorch_reserved)
+        out << fmt::format(" ({:.1f}% of reserved free)", 100.0 * b->free_share);
+      out << '\n';
+    }
+    if (!drv.empty()) out << fmt::format("    device {}: {}\n", d.timeline.device, drv);
+  }
+}
+
+std::string layers_moment(const Breakdown& b, size_t oom_number, int64_t origin) {
+  if (b.moment == "exit") return fmt::format("at exit ({})", format_time(b.time_us, origin));
+  if (b.moment == "peak") return fmt::format("at the peak ({})", format_time(b.time_us, origin));
+  return fmt::format("at OOM {} ({}, {} requested)", oom_number, format_time(b.time_us, origin),
+                     compact_bytes(b.oom_requested));
+}
+
+void print_range(std::ostream& out, const RangeWindow& w, const RangeResult& rr,
+                 const SiteTable& sites, int64_t origin, const ReportOptions& o) {
+  out << fmt::format("  range '{}' ({} .. {}{}):\n", w.name, format_time(w.start_us, origin),
+                     format_time(w.end_us, origin),
+                     w.completed > 1 ? fmt::format(", the last of {}", w.completed) : "");
+  out << fmt::format("    peak {} at {}; {} at START, {} at END\n", format_bytes(rr.peak_bytes),
+                     format_time(rr.peak_time_us, origin), format_bytes(rr.start_bytes),
+                     format_bytes(rr.end_bytes));
+  out << fmt::format("    allocated within and live at END: {} in {}\n",
+                     format_bytes(rr.leaked_bytes), plural(rr.leaked.size(), "allocation"));
+  print_sites(out, by_site(rr.leaked, sites), o.top);
+}
+
+nlohmann::json layers_json(const std::vector<Breakdown>& layers) {
+  using nlohmann::json;
+  json a = json::array();
+  for (const auto& b : layers) {
+    json j = {{"moment", b.moment}, {"time_us", b.time_us}, {"tracked_bytes", b.tracked}};
+    if (b.moment == "oom") j["oom_requested_bytes"] = b.oom_requested;
+    if (b.has_pytorch) {
+      j["pytorch"] = {{"reserved_bytes", b.pytorch_reserved},
+                      {"allocated_bytes", b.pytorch_allocated},
+                      {"cached_free_bytes", b.cached_free},
+                      {"largest_free_block_bytes",
+                       b.largest_free_block ? json(*b.largest_free_block) : json(nullptr)},
+                      {"free_share", b.free_share}};
+    }
+    json libs = json::object();
+    for (const auto& [lib, bytes] : b.by_library) libs[lib] = bytes;
+    j["other_libraries"] = {{"bytes", b.other_libraries}, {"by_library", std::move(libs)}};
+    j["driver_visible_bytes"] = b.driver_visible ? json(*b.driver_visible) : json(nullptr);
+    j["untracked_bytes"] = b.driver_visible ? json(b.untracked) : json(nullptr);
+    a.push_back(std::move(j));
+  }
+  return a;
+}
+
 }  // namespace
 
 std::string format_time(int64_t time_us, int64_t origin_us) {
@@ -63,9 +134,15 @@ std::string format_time(int64_t time_us, int64_t origin_us) {
   return fmt::format("{}{}.{:06d} s", d < 0 ? "-" : "+", a / 1000000, a % 1000000);
 }
 
-Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file) {
+Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file,
+                    const std::string& range) {
   Report r;
   r.file = file;
+  if (!range.empty()) {
+    std::string why;
+    r.range = find_range(s, range, &why);
+    if (!r.range) throw RangeNotFound(why);
+  }
   r.flavor = flavor_of(s);
   for (const auto& tr : s.device_traces) r.trace_entries += tr.size();
   r.time_origin_us = time_origin(s);
@@ -78,7 +155,8 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
     for (const auto& a : live) {
       if (a.device == d) live_d.push_back(a);
     }
-    if (tl.peak_bytes == 0 && live_d.empty() && tl.allocations == 0 && !tl.reserved_peak_bytes)
+    if (tl.peak_bytes == 0 && live_d.empty() && tl.allocations == 0 && !tl.reserved_peak_bytes &&
+        !tl.has_driver)
       continue;
     DeviceReport dr;
     dr.timeline = tl;
@@ -86,6 +164,8 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
     dr.live_at_exit = by_stack(live_d);
     dr.live_at_exit_bytes = total_bytes(live_d);
     dr.live_at_exit_count = live_d.size();
+    dr.layers = replay.breakdowns(sites);
+    if (r.range) dr.range = evaluate_range(replay, *r.range);
     r.devices.push_back(std::move(dr));
   }
   r.top_by_bytes = trace_alloc_sites(s, sites, false);
@@ -132,6 +212,16 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
                          format_bytes(tl.reserved_peak_bytes),
                          format_time(tl.reserved_peak_time_us, r.time_origin_us));
       out << fmt::format("  reserved at exit: {}\n", format_bytes(tl.reserved_end_bytes));
+      if (r.flavor == Flavor::kCumemtrace) {
+        out << fmt::format("  peak allocated (PyTorch tensors): {} at {}\n",
+                           format_bytes(tl.allocated_peak_bytes),
+                           format_time(tl.allocated_peak_time_us, r.time_origin_us));
+      }
+    }
+    if (tl.has_driver) {
+      out << fmt::format("  peak driver-visible (NVML): {} at {}\n",
+                         format_bytes(tl.driver_peak_bytes),
+                         format_time(tl.driver_peak_time_us, r.time_origin_us));
     }
     if (tl.start_bytes) {
       out << fmt::format("  live before the first trace entry: {}\n", format_bytes(tl.start_bytes));
@@ -139,6 +229,8 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
     out << fmt::format("  allocations: {}, frees: {}\n", tl.allocations, tl.frees);
     out << fmt::format("  live at exit: {} in {}\n", format_bytes(d.live_at_exit_bytes),
                        plural(d.live_at_exit_count, "allocation"));
+    print_layers(out, d, r.time_origin_us);
+    if (d.range) print_range(out, *r.range, *d.range, sites, r.time_origin_us, o);
     out << "  live at the peak, by allocation site:\n";
     out << fmt::format("    {:>12} {:>9}  {}\n", "bytes", "count", "site");
     print_sites(out, d.at_peak, o.top);
@@ -243,6 +335,25 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
            {"frames", frames_json(sites, g.stack, o.frames)}});
     }
     jd["live_at_exit"] = std::move(stacks);
+    jd["layers"] = layers_json(d.layers);
+    if (tl.has_reserved) jd["allocated_peak_bytes"] = tl.allocated_peak_bytes;
+    if (tl.has_driver) {
+      jd["driver_peak_bytes"] = tl.driver_peak_bytes;
+      jd["driver_peak_time_us"] = tl.driver_peak_time_us;
+    }
+    if (d.range) {
+      jd["range"] = {
+          {"name", r.range->name},
+          {"start_time_us", r.range->start_us},
+          {"end_time_us", r.range->end_us},
+          {"peak_bytes", d.range->peak_bytes},
+          {"peak_time_us", d.range->peak_time_us},
+          {"start_bytes", d.range->start_bytes},
+          {"end_bytes", d.range->end_bytes},
+          {"leaked_bytes", d.range->leaked_bytes},
+          {"leaked_count", d.range->leaked.size()},
+          {"leaked", sites_json(by_site(d.range->leaked, sites), sites, o.top, o.frames)}};
+    }
     devs.push_back(std::move(jd));
   }
   j["devices"] = std::move(devs);

@@ -1,18 +1,24 @@
 // Contract: `cumemtrace report` — what a snapshot says about memory, for people (text) and
-// machines (json): per device peak (bytes, time, what was live at the peak by allocation site),
-// bytes live at exit by call stack, top allocation sites by bytes and by count, the allocation
-// size histogram, events and drops, anomalies, and VMM/pinned-host memory still held. Building
-// and printing are separate so tests and `diff` can use the numbers directly.
+// machines (json): per device peak, the memory layers (PyTorch reserved = allocated + cached
+// free; driver-visible = untracked + other libraries + PyTorch reserved) at the peak, at each OOM
+// and at exit, an optional --range window (peak and leaks within it), (bytes, time, what was live
+// at the peak by allocation site), bytes live at exit by call stack, top allocation sites by bytes
+// and by count, the allocation size histogram, events and drops, anomalies, and VMM/pinned-host
+// memory still held. Building and printing are separate so tests and `diff` can use the numbers
+// directly.
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
 #include "analysis/model.h"
+#include "analysis/range.h"
 
 namespace cumemtrace::analysis {
 
@@ -22,6 +28,8 @@ struct DeviceReport {
   std::vector<StackGroup> live_at_exit;  // by stack
   uint64_t live_at_exit_bytes = 0;
   uint64_t live_at_exit_count = 0;
+  std::vector<Breakdown> layers;     // at the peak, at each OOM, at exit (model.h)
+  std::optional<RangeResult> range;  // with --range
 };
 
 struct Report {
@@ -33,13 +41,23 @@ struct Report {
   std::vector<SiteStat> top_by_bytes;
   std::vector<SiteStat> top_by_count;
   std::vector<SizeBucket> histogram;
+  std::optional<RangeWindow> range;
 };
 
-Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file);
+struct RangeNotFound : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// `range`: the name of a START..END annotation pair (range.h) to evaluate too; RangeNotFound
+// when the snapshot has no completed pair of that name.
+Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file,
+                    const std::string& range = {});
 
 struct ReportOptions {
-  size_t top = 10;    // rows per table
-  size_t frames = 6;  // program frames shown per stack
+  size_t top = 10;          // rows per table
+  size_t frames = 6;        // program frames shown per stack
+  bool full_names = false;  // C++ names as recorded instead of folded (frames.h)
+  std::string range;        // annotation pair to evaluate (range.h); empty = none
 };
 
 void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable& sites,

@@ -3,15 +3,15 @@
 #include <map>
 #include <sstream>
 
-#include "viz/allocation_site.h"
-#include "viz/live_replay.h"
+#include "analysis/frames.h"
+#include "analysis/model.h"
 
 namespace cumemtrace::viz {
 
 namespace {
 
 std::string folded_frame(const snap::Frame& f) {
-  std::string label = frame_label(f);
+  std::string label = analysis::format_frame(f);
   for (char& c : label)
     if (c == ';' || c == '\n' || c == '\r') c = c == ';' ? ':' : ' ';
   return label;
@@ -22,22 +22,31 @@ std::string folded_frame(const snap::Frame& f) {
 void write_collapsed(const snap::Snapshot& s, CollapsedMoment when, std::ostream& out) {
   std::vector<std::string> folded(s.stacks.size());
   std::map<std::string, uint64_t> lines;
-  for (int device : devices_of(s)) {
-    const size_t moment =
-        when == CollapsedMoment::kPeak ? find_peak(s, device).entries_applied : SIZE_MAX;
+  const auto held = when == CollapsedMoment::kExit ? analysis::live_at_exit(s)
+                                                   : std::vector<analysis::Allocation>{};
+  const int n = analysis::device_count(s);
+  for (int device = 0; device < n; ++device) {
+    std::vector<analysis::Allocation> live;
+    if (when == CollapsedMoment::kPeak) {
+      const analysis::DeviceReplay rp(s, device);
+      live = rp.live_after(rp.timeline().peak_index);
+    } else {
+      for (const auto& a : held)
+        if (a.device == device) live.push_back(a);
+    }
     const std::string root = "cuda:" + std::to_string(device);
-    for (const auto& b : live_after(s, device, moment)) {
+    for (const auto& b : live) {
       if (b.size == 0) continue;
       std::string key = root;
       if (b.stack >= 0 && static_cast<size_t>(b.stack) < s.stacks.size()) {
-        std::string& f = folded[b.stack];
+        std::string& f = folded[static_cast<size_t>(b.stack)];
         if (f.empty()) {
-          const auto frames = visible_frames(s.stacks[b.stack]);
+          const auto frames = analysis::visible_frames(s.stacks[static_cast<size_t>(b.stack)]);
           for (auto it = frames.rbegin(); it != frames.rend(); ++it) f += ";" + folded_frame(**it);
         }
         key += f;
       }
-      if (key == root) key += ";<no stack>";
+      if (key == root) key += b.before_trace ? ";<before the trace>" : ";<no stack>";
       lines[key] += b.size;
     }
   }

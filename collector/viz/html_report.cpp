@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/breakdown_format.h"
 #include "viz/report_assets.h"
 #include "viz/utf8.h"
 
@@ -26,13 +27,41 @@ json table_json(const LiveTable& t) {
           {"rest_groups", t.rest_groups}};
 }
 
+json layers_json(const std::vector<analysis::Breakdown>& layers) {
+  json out = json::array();
+  for (const auto& b : layers) {
+    json j = {{"moment", b.moment},
+              {"time_us", b.time_us},
+              {"tracked", b.tracked},
+              {"pytorch_text", analysis::pytorch_layers_text(b)},
+              {"driver_text", analysis::driver_layers_text(b)}};
+    if (b.moment == "oom") j["requested"] = b.oom_requested;
+    if (b.has_pytorch) {
+      j["reserved"] = b.pytorch_reserved;
+      j["allocated"] = b.pytorch_allocated;
+      j["cached_free"] = b.cached_free;
+      j["largest_free_block"] = b.largest_free_block ? json(*b.largest_free_block) : json(nullptr);
+    }
+    if (b.driver_visible) {
+      j["driver_visible"] = *b.driver_visible;
+      j["untracked"] = b.untracked;
+    }
+    j["other_libraries"] = b.other_libraries;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 json device_json(const ReportDevice& d) {
   json xs = json::array(), totals = json::array(), reserved = json::array();
+  json allocated = json::array(), driver = json::array();
   std::vector<json> columns(d.series.size(), json::array());
   for (const auto& p : d.points) {
     xs.push_back(p.x);
     totals.push_back(p.total);
     reserved.push_back(p.reserved);
+    if (d.allocated_line) allocated.push_back(p.allocated);
+    if (d.driver_line) driver.push_back(p.driver);
     for (size_t i = 0; i < columns.size() && i < p.series.size(); ++i)
       columns[i].push_back(p.series[i]);
   }
@@ -49,8 +78,20 @@ json device_json(const ReportDevice& d) {
           {"allocations", d.allocations},
           {"frees", d.frees},
           {"series", d.series},
-          {"points", {{"x", xs}, {"total", totals}, {"reserved", reserved}, {"v", columns}}},
-          {"peak", {{"bytes", d.peak_bytes}, {"x", d.peak_x}, {"reserved", d.peak_reserved}}},
+          {"points",
+           {{"x", xs},
+            {"total", totals},
+            {"reserved", reserved},
+            {"allocated", d.allocated_line ? allocated : json(nullptr)},
+            {"driver", d.driver_line ? driver : json(nullptr)},
+            {"v", columns}}},
+          {"peak",
+           {{"bytes", d.peak_bytes},
+            {"x", d.peak_x},
+            {"reserved", d.peak_reserved},
+            {"allocated", d.peak_allocated},
+            {"driver", d.peak_driver}}},
+          {"layers", layers_json(d.layers)},
           {"ooms", ooms},
           {"oom_count", d.oom_count},
           {"bands", bands},

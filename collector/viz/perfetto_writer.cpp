@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "viz/allocation_site.h"
-#include "viz/live_replay.h"
+#include "analysis/frames.h"
+#include "analysis/model.h"
 #include "viz/utf8.h"
 
 namespace cumemtrace::viz {
@@ -52,12 +52,12 @@ class StackFrames {
   // Node id of the innermost visible frame of `stack`, -1 for no stack.
   int64_t leaf(int32_t stack) {
     if (stack < 0 || static_cast<size_t>(stack) >= s_.stacks.size()) return -1;
-    int64_t& cached = leaf_[stack];
+    int64_t& cached = leaf_[static_cast<size_t>(stack)];
     if (cached >= 0) return cached;
-    const auto frames = visible_frames(s_.stacks[stack]);
+    const auto frames = analysis::visible_frames(s_.stacks[static_cast<size_t>(stack)]);
     int64_t parent = -1;
     for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
-      const std::string label = frame_label(**it);
+      const std::string label = analysis::format_frame(**it);
       auto [pos, inserted] =
           index_.try_emplace({parent, label}, static_cast<int64_t>(nodes_.size()));
       if (inserted) nodes_.push_back({parent, label});
@@ -134,14 +134,7 @@ void marks(TraceOut& t, const snap::Snapshot& s, int device, int pid, int64_t en
 void write_perfetto(const snap::Snapshot& s, std::ostream& out, const PerfettoOptions& opt) {
   TraceOut t(out);
   StackFrames frames(s);
-  std::vector<std::string> site_names(s.stacks.size());
-  const std::string no_stack = site_label(s, snap::kNoStack);
-  auto site_name = [&](int32_t stack) -> const std::string& {
-    if (stack < 0 || static_cast<size_t>(stack) >= s.stacks.size()) return no_stack;
-    if (site_names[stack].empty()) site_names[stack] = site_label(s, stack);
-    return site_names[stack];
-  };
-  static const std::vector<snap::TraceEntry> kNoTrace;
+  const analysis::SiteTable sites(s);
   std::vector<std::string> stack_text(opt.stack_frames ? s.stacks.size() : 0);
 
   t.raw().append("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"cumemtrace\"");
@@ -152,34 +145,52 @@ void write_perfetto(const snap::Snapshot& s, std::ostream& out, const PerfettoOp
   }
   t.raw().append("},\n\"traceEvents\":[");
 
-  for (int device : devices_of(s)) {
+  auto counter = [&](std::string_view name, int64_t ts, int pid, uint64_t bytes) {
+    fmt::format_to(std::back_inserter(t.begin()),
+                   "\"ph\":\"C\",\"name\":\"{}\",\"ts\":{},\"pid\":{},\"args\":{{\"bytes\":{}}}",
+                   name, ts, pid, bytes);
+    t.end();
+  };
+  const int n = analysis::device_count(s);
+  for (int device = 0; device < n; ++device) {
+    const analysis::DeviceReplay rp(s, device);
+    const auto& tl = rp.timeline();
+    const auto& tr = rp.trace();
+    bool has_segments = false;
+    for (const auto& g : s.segments) has_segments = has_segments || g.device == device;
+    if (tr.empty() && !has_segments && !tl.has_driver) continue;
     const int pid = device + 1;
     metadata(t, pid, 0, "process_name", fmt::format("cuda:{}", device));
     metadata(t, pid, kAllocThread, "thread_name", "allocations");
     metadata(t, pid, kMarkThread, "thread_name", "marks");
-    const auto& tr =
-        static_cast<size_t>(device) < s.device_traces.size() ? s.device_traces[device] : kNoTrace;
-    LiveTracker live(preexisting_blocks(s, device));
-    bool any_segments = false;
-    for (const auto& e : tr) {
-      const uint64_t before_live = live.live_bytes();
-      const uint64_t before_reserved = live.reserved_bytes();
-      live.apply(e);
-      if (e.action == snap::Action::kAlloc) {
+    const bool allocated_line = tl.has_reserved && rp.flavor() == analysis::Flavor::kCumemtrace;
+    // The state before the first entry, so a trace that starts with memory live shows it.
+    if (!tr.empty()) {
+      const int64_t t0 = tr.front().time_us;
+      if (rp.bytes_after(-1)) counter("live", t0, pid, rp.bytes_after(-1));
+      if (tl.has_reserved && rp.reserved_after(-1))
+        counter("reserved", t0, pid, rp.reserved_after(-1));
+      if (allocated_line && rp.allocated_after(-1))
+        counter("allocated", t0, pid, rp.allocated_after(-1));
+    }
+    for (size_t i = 0; i < tr.size(); ++i) {
+      const auto& e = tr[i];
+      const auto idx = static_cast<std::ptrdiff_t>(i);
+      if (analysis::is_request(rp.flavor(), e)) {
         auto& b = t.begin();
         b.append("\"ph\":\"i\",\"s\":\"t\",\"cat\":\"alloc\",\"name\":");
-        append_json_string(b, site_name(e.stack));
+        append_json_string(b, sites.site(e.stack));
         fmt::format_to(
             std::back_inserter(b),
             ",\"ts\":{},\"pid\":{},\"tid\":{},\"args\":{{\"bytes\":{},\"addr\":\"0x{:x}\"",
             e.time_us, pid, kAllocThread, e.size, e.addr);
         if (e.stack >= 0 && static_cast<size_t>(e.stack) < stack_text.size()) {
-          std::string& text = stack_text[e.stack];
+          std::string& text = stack_text[static_cast<size_t>(e.stack)];
           if (text.empty()) {
-            const auto visible = visible_frames(s.stacks[e.stack]);
-            for (size_t i = 0; i < visible.size() && i < opt.stack_frames; ++i) {
-              if (i) text.push_back('\n');
-              text += frame_label(*visible[i]);
+            const auto visible = analysis::visible_frames(s.stacks[static_cast<size_t>(e.stack)]);
+            for (size_t k = 0; k < visible.size() && k < opt.stack_frames; ++k) {
+              if (k) text.push_back('\n');
+              text += analysis::format_frame(*visible[k]);
             }
             if (visible.size() > opt.stack_frames)
               text += "\n(" + std::to_string(visible.size() - opt.stack_frames) + " more)";
@@ -201,21 +212,16 @@ void write_perfetto(const snap::Snapshot& s, std::ostream& out, const PerfettoOp
           fmt::format_to(std::back_inserter(b), ",\"sf\":\"{}\"", sf);
         t.end();
       }
-      if (live.live_bytes() != before_live) {
-        fmt::format_to(
-            std::back_inserter(t.begin()),
-            "\"ph\":\"C\",\"name\":\"live\",\"ts\":{},\"pid\":{},\"args\":{{\"bytes\":{}}}",
-            e.time_us, pid, live.live_bytes());
-        t.end();
-      }
-      if (live.reserved_bytes() != before_reserved || (!any_segments && live.reserved_bytes())) {
-        any_segments = true;
-        fmt::format_to(
-            std::back_inserter(t.begin()),
-            "\"ph\":\"C\",\"name\":\"reserved\",\"ts\":{},\"pid\":{},\"args\":{{\"bytes\":{}}}",
-            e.time_us, pid, live.reserved_bytes());
-        t.end();
-      }
+      if (rp.bytes_after(idx) != rp.bytes_after(idx - 1))
+        counter("live", e.time_us, pid, rp.bytes_after(idx));
+      if (tl.has_reserved && rp.reserved_after(idx) != rp.reserved_after(idx - 1))
+        counter("reserved", e.time_us, pid, rp.reserved_after(idx));
+      if (allocated_line && rp.allocated_after(idx) != rp.allocated_after(idx - 1))
+        counter("allocated", e.time_us, pid, rp.allocated_after(idx));
+    }
+    if (s.tool) {
+      for (const auto& m : s.tool->driver_memory)
+        if (m.device == device) counter("driver-visible", m.time_us, pid, m.used_bytes);
     }
     marks(t, s, device, pid, tr.empty() ? 0 : tr.back().time_us);
   }

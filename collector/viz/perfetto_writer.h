@@ -1,8 +1,10 @@
 // Contract: writes a Snapshot as Chrome trace-event JSON ({"traceEvents": [...]}) that
 // ui.perfetto.dev and chrome://tracing open. Each device is one process ("cuda:N", pid N+1, as
-// pid 0 is dropped by some importers) with: a counter track "live" (bytes) (ph "C", one sample per
-// allocation or free, exact, not downsampled) and "reserved" when segments are traced; an
-// instant event (ph "i") per allocation on thread 1, named after its site, with size and address
+// pid 0 is dropped by some importers) with counter tracks (ph "C", exact, not downsampled) from
+// the analysis engine (analysis/model.h): "live" (the unit bytes every view calls live/peak, its
+// first sample the state before the trace), "reserved" and "allocated" (PyTorch's layers, when the
+// snapshot has them), "driver-visible" (one sample per NVML sample); an instant event (ph "i") per
+// allocation request on thread 1, named after its site (analysis/frames.h), with size and address
 // in args and its stack as "sf" into the top-level "stackFrames" table (stacks are written once,
 // so a million events stay a few hundred bytes each); OOMs as global instants; marks as complete
 // slices (ph "X") on thread 2: START/END pairs matched by name (innermost first), an END without

@@ -6,20 +6,23 @@
 #include <set>
 #include <unordered_map>
 
-#include "viz/allocation_site.h"
-#include "viz/live_replay.h"
+#include "analysis/frames.h"
 
 namespace cumemtrace::viz {
 
 namespace {
 
-// Site index of every stack, plus one for "no stack"; labels in `labels`.
+using analysis::Allocation;
+
+// Site index of every stack, plus one for "no stack" and one for "before the trace".
 struct SiteIndex {
   std::vector<int> of_stack;
   std::vector<std::string> labels;
   int no_stack = 0;
+  int before_trace = 0;
 
-  explicit SiteIndex(const snap::Snapshot& s) {
+  explicit SiteIndex(const analysis::SiteTable& t) {
+    const auto& s = t.snapshot();
     std::unordered_map<std::string, int> ids;
     auto id = [&](const std::string& label) {
       auto [it, inserted] = ids.try_emplace(label, static_cast<int>(labels.size()));
@@ -28,17 +31,19 @@ struct SiteIndex {
     };
     of_stack.reserve(s.stacks.size());
     for (size_t i = 0; i < s.stacks.size(); ++i)
-      of_stack.push_back(id(site_label(s, static_cast<int32_t>(i))));
-    no_stack = id(site_label(s, snap::kNoStack));
+      of_stack.push_back(id(t.site(static_cast<int32_t>(i))));
+    no_stack = id(analysis::kNoStackSite);
+    before_trace = id(analysis::kBeforeTraceSite);
   }
 
-  int site(int32_t stack) const {
-    if (stack < 0 || static_cast<size_t>(stack) >= of_stack.size()) return no_stack;
-    return of_stack[stack];
+  int site(const Allocation& a) const {
+    if (a.stack < 0 || static_cast<size_t>(a.stack) >= of_stack.size())
+      return a.before_trace ? before_trace : no_stack;
+    return of_stack[static_cast<size_t>(a.stack)];
   }
 };
 
-LiveTable make_table(const std::unordered_map<uint64_t, LiveBlock>& live, const SiteIndex& sites,
+LiveTable make_table(const std::vector<Allocation>& live, const SiteIndex& sites,
                      const ReportOptions& opt) {
   struct Acc {
     uint64_t bytes = 0, count = 0;
@@ -46,8 +51,8 @@ LiveTable make_table(const std::unordered_map<uint64_t, LiveBlock>& live, const 
   };
   std::unordered_map<int, Acc> by_site;
   LiveTable t;
-  for (const auto& [addr, b] : live) {
-    auto& a = by_site[sites.site(b.stack)];
+  for (const auto& b : live) {
+    auto& a = by_site[sites.site(b)];
     a.bytes += b.size;
     a.count += 1;
     auto& st = a.stacks[b.stack];
@@ -120,16 +125,18 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
   }
 }
 
-ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& sites,
+ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::SiteTable& table,
+                          const SiteIndex& sites, const std::vector<Allocation>& held,
                           const std::set<int>& devices, const ReportOptions& opt) {
-  static const std::vector<snap::TraceEntry> kNoTrace;
-  const auto& tr =
-      static_cast<size_t>(device) < s.device_traces.size() ? s.device_traces[device] : kNoTrace;
-  const auto initial = preexisting_blocks(s, device);
+  const analysis::DeviceReplay rp(s, device);
+  const auto& tl = rp.timeline();
+  const auto& tr = rp.trace();
 
   ReportDevice d;
   d.device = device;
   d.entries = tr.size();
+  d.allocations = tl.allocations;
+  d.frees = tl.frees;
   int64_t tmin = INT64_MAX, tmax = INT64_MIN;
   for (const auto& e : tr) {
     tmin = std::min(tmin, e.time_us);
@@ -139,101 +146,112 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& 
   d.x_begin = d.time_axis ? tmin : 0;
   d.x_end = d.time_axis ? tmax : static_cast<int64_t>(tr.size());
   // Clocks of different threads can step back a little; the x axis never does.
-  auto x_of = [&](size_t i) {
-    return d.time_axis ? std::clamp(tr[i].time_us, tmin, tmax) : static_cast<int64_t>(i + 1);
+  auto x_of = [&](std::ptrdiff_t i) {
+    if (i < 0) return d.x_begin;
+    return d.time_axis ? std::clamp(tr[static_cast<size_t>(i)].time_us, tmin, tmax)
+                       : static_cast<int64_t>(i + 1);
   };
+  d.peak_bytes = tl.peak_bytes;
+  d.peak_x = d.time_axis ? std::clamp(tl.peak_time_us, tmin, tmax) : x_of(tl.peak_index);
+  d.peak_reserved = tl.reserved_peak_bytes;
+  d.allocated_line = tl.has_reserved && rp.flavor() == analysis::Flavor::kCumemtrace;
+  d.driver_line = tl.has_driver;
+  d.peak_allocated = tl.allocated_peak_bytes;
+  d.peak_driver = tl.driver_peak_bytes;
+  d.layers = rp.breakdowns(table);
 
-  // Pass 1: byte-time per site, the peak, sizes, OOMs.
+  std::map<int, SizeBucket> sizes;
+  for (const auto& e : tr) {
+    if (e.action == snap::Action::kOom) {
+      // A program retrying after OOMs can log thousands; the first ones tell the story.
+      if (d.ooms.size() < opt.max_bands)
+        d.ooms.push_back({x_of(&e - tr.data()), e.size, e.device_free});
+      d.oom_count += 1;
+    }
+    if (!analysis::is_request(rp.flavor(), e)) continue;
+    const int lg = e.size ? std::bit_width(e.size) - 1 : 0;
+    auto& b = sizes[lg];
+    b.log2 = lg;
+    b.count += 1;
+    b.bytes += e.size;
+  }
+  for (const auto& [lg, b] : sizes) d.sizes.push_back(b);
+
+  // Pass 1: byte-time per site, for choosing the series.
   const size_t nsites = sites.labels.size();
   std::vector<uint64_t> site_live(nsites, 0);
   std::vector<int64_t> site_since(nsites, d.x_begin);
   std::vector<double> site_area(nsites, 0.0);
   std::vector<uint64_t> site_max(nsites, 0);
-  std::map<int, SizeBucket> sizes;
-  LiveTracker t1(initial);
-  for (const auto& b : initial) site_live[sites.site(b.stack)] += b.size;
+  for (const auto& b : rp.start_live()) site_live[static_cast<size_t>(sites.site(b))] += b.size;
   for (size_t i = 0; i < nsites; ++i) site_max[i] = site_live[i];
-  d.peak_bytes = t1.live_bytes();
-  d.peak_x = d.x_begin;
-  size_t peak_applied = 0;
   auto touch = [&](int site, int64_t x, int64_t delta) {
-    site_area[site] +=
-        static_cast<double>(site_live[site]) * static_cast<double>(x - site_since[site]);
-    site_since[site] = x;
-    site_live[site] = static_cast<uint64_t>(static_cast<int64_t>(site_live[site]) + delta);
-    site_max[site] = std::max(site_max[site], site_live[site]);
+    const auto k = static_cast<size_t>(site);
+    site_area[k] += static_cast<double>(site_live[k]) * static_cast<double>(x - site_since[k]);
+    site_since[k] = x;
+    site_live[k] = static_cast<uint64_t>(static_cast<int64_t>(site_live[k]) + delta);
+    site_max[k] = std::max(site_max[k], site_live[k]);
   };
-  for (size_t i = 0; i < tr.size(); ++i) {
-    const auto& e = tr[i];
-    const int64_t x = x_of(i);
-    const auto change = t1.apply(e);
-    if (t1.replaced)
-      touch(sites.site(t1.replaced->stack), x, -static_cast<int64_t>(t1.replaced->size));
-    if (change) {
-      const auto size = static_cast<int64_t>(change->block.size);
-      touch(sites.site(change->block.stack), x, change->added ? size : -size);
-    }
-    if (e.action == snap::Action::kAlloc) {
-      d.allocations += 1;
-      const int lg = e.size ? std::bit_width(e.size) - 1 : 0;
-      auto& b = sizes[lg];
-      b.log2 = lg;
-      b.count += 1;
-      b.bytes += e.size;
-    } else if (e.action == snap::Action::kFreeCompleted) {
-      d.frees += 1;
-    } else if (e.action == snap::Action::kOom) {
-      // A program retrying after OOMs can log thousands; the first ones tell the story.
-      if (d.ooms.size() < opt.max_bands) d.ooms.push_back({x, e.size, e.device_free});
-      d.oom_count += 1;
-    }
-    if (t1.live_bytes() > d.peak_bytes) {
-      d.peak_bytes = t1.live_bytes();
-      d.peak_x = x;
-      peak_applied = i + 1;
+  {
+    analysis::DeviceReplay::Cursor c(rp);
+    while (c.step()) {
+      const int64_t x = x_of(c.index());
+      for (const auto& ch : c.changes()) {
+        const auto size = static_cast<int64_t>(ch.unit.size);
+        touch(sites.site(ch.unit), x, ch.added ? size : -size);
+      }
     }
   }
   for (size_t i = 0; i < nsites; ++i) touch(static_cast<int>(i), d.x_end, 0);
-  for (const auto& [lg, b] : sizes) d.sizes.push_back(b);
 
   // The series: the top sites by byte-time (by their own peak when nothing spans time).
   std::vector<int> ranked;
   for (size_t i = 0; i < nsites; ++i)
     if (site_max[i] > 0) ranked.push_back(static_cast<int>(i));
   std::sort(ranked.begin(), ranked.end(), [&](int a, int b) {
-    if (site_area[a] != site_area[b]) return site_area[a] > site_area[b];
-    if (site_max[a] != site_max[b]) return site_max[a] > site_max[b];
-    return sites.labels[a] < sites.labels[b];
+    const auto ka = static_cast<size_t>(a), kb = static_cast<size_t>(b);
+    if (site_area[ka] != site_area[kb]) return site_area[ka] > site_area[kb];
+    if (site_max[ka] != site_max[kb]) return site_max[ka] > site_max[kb];
+    return sites.labels[ka] < sites.labels[kb];
   });
   const size_t shown = ranked.size() <= opt.top_sites + 1 ? ranked.size() : opt.top_sites;
   std::vector<int> series_of_site(nsites, static_cast<int>(shown));
   for (size_t i = 0; i < shown; ++i) {
-    series_of_site[ranked[i]] = static_cast<int>(i);
-    d.series.push_back(sites.labels[ranked[i]]);
+    series_of_site[static_cast<size_t>(ranked[i])] = static_cast<int>(i);
+    d.series.push_back(sites.labels[static_cast<size_t>(ranked[i])]);
   }
   if (ranked.size() > shown) d.series.push_back("other");
   const size_t nseries = std::max<size_t>(d.series.size(), 1);
-
-  // Pass 2: the downsampled timeline and the live sets at the peak and at exit.
-  LiveTracker t2(initial);
-  std::vector<uint64_t> series_live(nseries, 0);
-  for (const auto& b : initial) series_live[series_of_site[sites.site(b.stack)]] += b.size;
-  auto point = [&](int64_t x) {
-    return TimelinePoint{x, t2.live_bytes(), t2.reserved_bytes(), series_live};
+  auto series = [&](const Allocation& a) {
+    return static_cast<size_t>(series_of_site[static_cast<size_t>(sites.site(a))]);
   };
-  d.points.push_back(point(d.x_begin));
-  if (peak_applied == 0) d.at_peak = make_table(t2.live(), sites, opt);
+
+  // Pass 2: the downsampled timeline and the live set at the peak.
+  std::vector<uint64_t> series_live(nseries, 0);
+  for (const auto& b : rp.start_live()) series_live[series(b)] += b.size;
+  auto point = [&](std::ptrdiff_t i) {
+    TimelinePoint p{x_of(i), rp.bytes_after(i), rp.reserved_after(i), 0, 0, series_live};
+    if (d.allocated_line) p.allocated = rp.allocated_after(i);
+    if (d.driver_line) p.driver = rp.driver_at(rp.time_after(i)).value_or(0);
+    return p;
+  };
+  d.points.push_back(point(-1));
+  if (tl.peak_index < 0) d.at_peak = make_table(rp.start_live(), sites, opt);
   const auto span = static_cast<double>(std::max<int64_t>(1, d.x_end - d.x_begin + 1));
   const size_t buckets = std::max<size_t>(1, opt.max_buckets);
   size_t bucket = SIZE_MAX;
   TimelinePoint best, last;
   bool have_best = false;
+  auto same = [](const TimelinePoint& a, const TimelinePoint& b) {
+    return a.total == b.total && a.reserved == b.reserved && a.allocated == b.allocated &&
+           a.driver == b.driver;
+  };
   // A bucket draws as its highest state from that moment to the bucket's end (so a spike shorter
   // than a pixel still shows), then its last state, which holds through any idle gap after it.
   auto flush = [&]() {
     if (!have_best) return;
     d.points.push_back(best);
-    if (last.total != best.total || last.reserved != best.reserved) {
+    if (!same(last, best)) {
       const auto end = d.x_begin + static_cast<int64_t>(static_cast<double>(bucket + 1) * span /
                                                         static_cast<double>(buckets));
       last.x = std::clamp(end, best.x, d.x_end);
@@ -241,7 +259,9 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& 
     }
     have_best = false;
   };
-  for (size_t i = 0; i < tr.size(); ++i) {
+  analysis::DeviceReplay::Cursor c(rp);
+  while (c.step()) {
+    const std::ptrdiff_t i = c.index();
     const int64_t x = x_of(i);
     const auto b = std::min(buckets - 1, static_cast<size_t>(static_cast<double>(x - d.x_begin) /
                                                              span * static_cast<double>(buckets)));
@@ -249,24 +269,24 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& 
       flush();
       bucket = b;
     }
-    const auto change = t2.apply(tr[i]);
-    if (t2.replaced)
-      series_live[series_of_site[sites.site(t2.replaced->stack)]] -= t2.replaced->size;
-    if (change) {
-      auto& v = series_live[series_of_site[sites.site(change->block.stack)]];
-      v = change->added ? v + change->block.size : v - change->block.size;
+    for (const auto& ch : c.changes()) {
+      auto& v = series_live[series(ch.unit)];
+      v = ch.added ? v + ch.unit.size : v - ch.unit.size;
     }
-    d.peak_reserved = std::max(d.peak_reserved, t2.reserved_bytes());
-    if (!change && !t2.replaced && t2.reserved_bytes() == last.reserved && have_best) continue;
-    last = point(x);
+    if (i == tl.peak_index) d.at_peak = make_table(c.live(), sites, opt);
+    TimelinePoint p = point(i);
+    if (have_best && same(p, last)) continue;
+    last = std::move(p);
     if (!have_best || last.total > best.total) {
       best = last;
       have_best = true;
     }
-    if (i + 1 == peak_applied) d.at_peak = make_table(t2.live(), sites, opt);
   }
   flush();
-  d.at_exit = make_table(t2.live(), sites, opt);
+  std::vector<Allocation> held_here;
+  for (const auto& a : held)
+    if (a.device == device) held_here.push_back(a);
+  d.at_exit = make_table(held_here, sites, opt);
   add_marks(d, s, devices, opt);
   return d;
 }
@@ -274,21 +294,36 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const SiteIndex& 
 }  // namespace
 
 ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt) {
-  const SiteIndex sites(s);
+  const analysis::SiteTable table(s);
+  const SiteIndex sites(table);
+  const auto held = analysis::live_at_exit(s);
   ReportModel m;
-  const auto list = devices_of(s);
-  const std::set<int> devices(list.begin(), list.end());
-  for (int device : list) m.devices.push_back(build_device(s, device, sites, devices, opt));
+  std::set<int> devices;
+  const int n = analysis::device_count(s);
+  for (int d = 0; d < n; ++d) {
+    const bool traced = static_cast<size_t>(d) < s.device_traces.size() &&
+                        !s.device_traces[static_cast<size_t>(d)].empty();
+    bool has = traced;
+    for (const auto& g : s.segments) has = has || g.device == d;
+    for (const auto& a : held) has = has || a.device == d;
+    if (s.tool)
+      for (const auto& x : s.tool->driver_memory) has = has || x.device == d;
+    if (has) devices.insert(d);
+  }
+  for (int device : devices)
+    m.devices.push_back(build_device(s, device, table, sites, held, devices, opt));
   std::set<int32_t> used;
   for (const auto& d : m.devices)
-    for (const auto* table : {&d.at_peak, &d.at_exit})
-      for (const auto& g : table->groups)
+    for (const auto* t : {&d.at_peak, &d.at_exit})
+      for (const auto& g : t->groups)
         for (const auto& st : g.stacks)
           if (st.stack >= 0 && static_cast<size_t>(st.stack) < s.stacks.size())
             used.insert(st.stack);
   for (int32_t id : used) {
     ReportStack rs{id, {}};
-    for (const auto* f : visible_frames(s.stacks[id])) rs.frames.push_back(*f);
+    // Full names: the page shows a stack when asked and searches it; site labels are short.
+    for (const auto* f : analysis::visible_frames(s.stacks[static_cast<size_t>(id)]))
+      rs.frames.push_back(*f);
     m.stacks.push_back(std::move(rs));
   }
   return m;

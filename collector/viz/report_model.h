@@ -1,14 +1,20 @@
 // Contract: everything the HTML report draws, aggregated in C++ so the page stays small and fast
-// whatever the trace length. Per device:
+// whatever the trace length, from the analysis engine (analysis/model.h: one replay, one site
+// rule, the same numbers report/check/summary print). Per device:
 // - a timeline of live bytes stacked by the `top_sites` allocation sites with the most
 //   byte-time (area under their curve) plus "other", downsampled into at most `max_buckets`
 //   time buckets with up to two points each: the moment of the bucket's highest total (so every
 //   local peak, and the device's peak exactly, survives) and the bucket's last state (so a drop
-//   is not hidden behind a long idle gap). Reserved bytes (segments) ride along per point.
-// - the peak (first moment of highest live bytes), OOMs, and marks: START/END annotations
+//   is not hidden behind a long idle gap). The other layers ride along per point: PyTorch
+//   reserved, PyTorch allocated (cumemtrace files with PyTorch merged in; in PyTorch's own files
+//   the stacked tensors are the allocated line) and driver-visible (NVML) bytes.
+// - the peak (the engine's: Timeline::peak_bytes at peak_time_us), OOMs, and marks: START/END
+// annotations
 //   paired by name as bands, MARK annotations as lines (at most `max_bands` of each: the
 //   longest bands, evenly spaced marks, the first OOMs).
-// - what was live at the peak and at exit, grouped by site (largest first, `max_groups`), each
+// - the layers breakdown (analysis::Breakdown) at the peak, at each OOM and at exit.
+// - what was live at the peak and at exit (model.h's live_at_exit), grouped by site (largest first,
+// `max_groups`), each
 //   with its largest `max_stacks` stacks.
 // - a histogram of allocation sizes in power-of-two buckets (count and bytes).
 // The x axis is µs since the Unix epoch, or the event index when the trace has no time span.
@@ -20,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/model.h"
 #include "snapshot.h"
 
 namespace cumemtrace::viz {
@@ -35,7 +42,9 @@ struct ReportOptions {
 struct TimelinePoint {
   int64_t x = 0;
   uint64_t total = 0;
-  uint64_t reserved = 0;
+  uint64_t reserved = 0;         // PyTorch reserved
+  uint64_t allocated = 0;        // PyTorch allocated (cumemtrace files only)
+  uint64_t driver = 0;           // driver-visible; 0 without samples
   std::vector<uint64_t> series;  // one per ReportDevice::series
 };
 
@@ -96,6 +105,11 @@ struct ReportDevice {
   uint64_t peak_bytes = 0;
   int64_t peak_x = 0;
   uint64_t peak_reserved = 0;
+  bool allocated_line = false;  // points carry `allocated`
+  bool driver_line = false;     // points carry `driver`
+  uint64_t peak_allocated = 0;
+  uint64_t peak_driver = 0;
+  std::vector<analysis::Breakdown> layers;
   std::vector<Oom> ooms;  // the first max_bands
   uint64_t oom_count = 0;
   std::vector<Band> bands;

@@ -67,7 +67,7 @@ const std::string kFixture = CUMEMTRACE_FIXTURES "/torch-2.11/snapshot-last1500.
 TEST_CASE("site is the innermost program frame", "[model]") {
   const auto s = leaky();
   const SiteTable sites(s);
-  CHECK(sites.site(0) == "allocate_weights (tests/programs/scenarios.cpp:42)");
+  CHECK(sites.site(0) == "allocate_weights (scenarios.cpp:42)");
   CHECK(sites.site(snap::kNoStack) == kNoStackSite);
   CHECK(is_runtime_frame({"", 0, "c10::cuda::CUDACachingAllocator::Native::malloc"}));
   CHECK_FALSE(is_runtime_frame({"train.py", 3, "step"}));
@@ -250,7 +250,7 @@ TEST_CASE("check: growth between marks", "[check][marks]") {
   CHECK(check(growing(MiB), o, &text) == 1);
   CHECK(text.find("grew by +4.00 MiB between occurrences 2 and 6 of mark 'step'") !=
         std::string::npos);
-  CHECK(text.find("+4.00 MiB grew at grow_cache (src/cache.cpp:10)") != std::string::npos);
+  CHECK(text.find("+4.00 MiB grew at grow_cache (cache.cpp:10)") != std::string::npos);
   CHECK(text.find("step_scratch") == std::string::npos);
   o.max_growth = 4 * MiB;
   CHECK(check(growing(MiB), o) == 0);
@@ -392,8 +392,7 @@ TEST_CASE("report text and json", "[report]") {
   CHECK(text.str().find("events: 3 recorded, 0 dropped") != std::string::npos);
   const auto j = nlohmann::json::parse(js.str());
   CHECK(j["devices"][0]["peak_bytes"] == 3 * MiB);
-  CHECK(j["devices"][0]["live_at_exit"][0]["site"] ==
-        "allocate_weights (tests/programs/scenarios.cpp:42)");
+  CHECK(j["devices"][0]["live_at_exit"][0]["site"] == "allocate_weights (scenarios.cpp:42)");
   CHECK(j["size_histogram"].size() == 2);
   CHECK(j["top_sites_by_bytes"][0]["bytes"] == 2 * MiB);
 }
@@ -406,7 +405,7 @@ TEST_CASE("diff: per device and per site", "[diff]") {
   CHECK(d.devices[0].new_peak == 9 * MiB);
   CHECK(d.devices[0].base_peak == 4 * MiB);
   REQUIRE(!d.sites.empty());
-  CHECK(d.sites[0].site == "grow_cache (src/cache.cpp:10)");
+  CHECK(d.sites[0].site == "grow_cache (cache.cpp:10)");
   CHECK(d.sites[0].new_live == 5 * MiB);
   CHECK(d.sites[0].new_count == 5);
   std::ostringstream text;

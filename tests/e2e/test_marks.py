@@ -317,7 +317,7 @@ def test_driver_memory_from_nvml(tmp_path):
     assert 1 <= len(samples) <= 3
     times = [s["time_us"] for s in samples]
     assert times == sorted(times) and t["start_time_us"] <= times[0]
-    assert "driver-visible at last sample device 0 300 MiB (0 B tracked)." in p.stderr
+    assert "device 0 at exit: driver-visible 300 MiB = untracked 300 MiB + tracked 0 B" in p.stderr
 
 
 def test_driver_devices_map_to_cuda_ordinals_by_pci_address(tmp_path):

@@ -66,7 +66,8 @@ def main():
     actions = [x["action"] for tr in src["device_traces"] for x in tr]
     assert kinds[("i", "alloc")] == actions.count("alloc"), kinds
     live_samples = kinds[("C", "live")]
-    assert 0 < live_samples <= actions.count("alloc") + actions.count("free_completed"), kinds
+    # One sample per change, plus the state before the trace when memory was live then.
+    assert 0 < live_samples <= actions.count("alloc") + actions.count("free_completed") + 1, kinds
     starts = sum(1 for m in src.get("external_annotations", []) if m["stage"] == "START")
     assert kinds.get(("X", "mark"), 0) >= 1 if starts else True, kinds
     for e in events:

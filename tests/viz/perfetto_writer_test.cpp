@@ -31,7 +31,7 @@ TEST_CASE("perfetto trace of the leak snapshot") {
     }
     if (e["ph"] == "C" && e["name"] == "live") live.push_back(e["args"]["bytes"]);
     if (e["ph"] == "X" && e["name"] == "step") step = &e;
-    if (e["ph"] == "i" && e["name"] == "leaky_cache_grow (cache.cpp:42)") leak = &e;
+    if (e["ph"] == "i" && e["name"] == "leaky_cache_grow(...) (cache.cpp:42)") leak = &e;
     if (e["ph"] == "i" && e["name"] == "OOM") oom = &e;
     if (e["ph"] == "i" || e["ph"] == "X") REQUIRE(e.contains("tid"));
   }
@@ -57,7 +57,7 @@ TEST_CASE("perfetto trace of the leak snapshot") {
     id = f["parent"];
   }
   REQUIRE(names ==
-          std::vector<std::string>{"leaky_cache_grow (cache.cpp:42)", "main (main.cpp:6)"});
+          std::vector<std::string>{"leaky_cache_grow(...) (cache.cpp:42)", "main (main.cpp:6)"});
   REQUIRE(ph["C"] == 5 + 5);  // live and reserved samples
 }
 

@@ -20,13 +20,13 @@ TEST_CASE("report model of the leak snapshot") {
   REQUIRE(d.frees == 2);
   REQUIRE(d.at_peak.bytes == 7u << 20);
   REQUIRE(d.at_peak.groups.size() == 3);
-  REQUIRE(d.at_peak.groups[0].site == "leaky_cache_grow (cache.cpp:42)");
+  REQUIRE(d.at_peak.groups[0].site == "leaky_cache_grow(...) (cache.cpp:42)");
   REQUIRE(d.at_exit.bytes == 4u << 20);
   REQUIRE(d.at_exit.groups.size() == 1);
-  REQUIRE(d.at_exit.groups[0].site == "leaky_cache_grow (cache.cpp:42)");
+  REQUIRE(d.at_exit.groups[0].site == "leaky_cache_grow(...) (cache.cpp:42)");
   REQUIRE(d.at_exit.groups[0].stacks.at(0).stack == 1);
   // The leak holds the most byte-time, so it is the bottom series.
-  REQUIRE(d.series.at(0) == "leaky_cache_grow (cache.cpp:42)");
+  REQUIRE(d.series.at(0) == "leaky_cache_grow(...) (cache.cpp:42)");
   REQUIRE(d.series.size() == 3);
   REQUIRE(d.ooms.size() == 1);
   REQUIRE(d.ooms[0].requested == 64u << 20);
@@ -54,10 +54,14 @@ TEST_CASE("a long trace is downsampled but keeps its peak and final state") {
   // One spike in the middle of device 0: it must survive downsampling exactly.
   auto& t = s.device_traces[0];
   const size_t mid = t.size() / 2;
+  // Laid out as the collector writes one allocation and its free (a cumemtrace file's units are
+  // its segments).
   snap::TraceEntry big{snap::Action::kAlloc, 0x1, uint64_t{1} << 40, 0, t[mid].time_us, 3, 0, 0};
-  snap::TraceEntry gone = big;
+  snap::TraceEntry seg = big, gone = big, seg_gone = big;
+  seg.action = snap::Action::kSegmentAlloc;
   gone.action = snap::Action::kFreeCompleted;
-  t.insert(t.begin() + static_cast<ptrdiff_t>(mid), {big, gone});
+  seg_gone.action = snap::Action::kSegmentFree;
+  t.insert(t.begin() + static_cast<ptrdiff_t>(mid), {seg, big, gone, seg_gone});
   ReportOptions opt;
   opt.max_buckets = 500;
   opt.top_sites = 5;
@@ -113,5 +117,6 @@ TEST_CASE("a trace without a time span uses the event index") {
   REQUIRE(d.x_end == 2);
   REQUIRE(d.peak_x == 2);
   REQUIRE(d.marks.empty());
-  REQUIRE(d.at_exit.groups.at(0).site == "<no stack>");
+  REQUIRE(d.at_peak.groups.at(0).site == "(no stack recorded)");
+  REQUIRE(d.at_exit.groups.empty());  // no segments: the file holds nothing at exit
 }

@@ -145,7 +145,7 @@
       let hi = lo;
       while (hi + 1 < n && P.x[hi + 1] <= x1) hi++;
       let ymax = 1;
-      for (let i = lo; i <= hi; i++) ymax = Math.max(ymax, P.total[i], P.reserved[i]);
+      for (let i = lo; i <= hi; i++) ymax = Math.max(ymax, P.total[i], P.reserved[i], P.driver ? P.driver[i] : 0, P.allocated ? P.allocated[i] : 0);
       ymax *= 1.08;
       const X = (x) => m.l + (Math.min(Math.max(x, x0), x1) - x0) / (x1 - x0) * pw;
       const Y = (y) => m.t + ph - y / ymax * ph;
@@ -213,14 +213,19 @@
         const p = sv('path', { class: 'series', d: top + bottom.reverse().join('') + 'Z', fill: color(dev, s), 'data-series': s }, series);
         sv('title', { text: dev.series[s] }, p);
       }
-      if (dev.peak.reserved > 0) {
+      // The layers as lines: PyTorch reserved (dashed), PyTorch allocated under it, the
+      // driver-visible total over everything.
+      const line = (values, cls, title) => {
         let d = '';
         for (let k = 0; k < cols.length; k++) {
-          d += (k === 0 ? 'M' : 'L') + xs[k].toFixed(1) + ',' + Y(P.reserved[cols[k][1]]).toFixed(1) + 'H' + xs[k + 1].toFixed(1);
+          d += (k === 0 ? 'M' : 'L') + xs[k].toFixed(1) + ',' + Y(values[cols[k][1]]).toFixed(1) + 'H' + xs[k + 1].toFixed(1);
         }
-        const r = sv('path', { class: 'reserved', d }, svg);
-        sv('title', { text: 'reserved (segments)' }, r);
-      }
+        const r = sv('path', { class: cls, d }, svg);
+        sv('title', { text: title }, r);
+      };
+      if (dev.peak.reserved > 0) line(P.reserved, 'reserved', 'PyTorch reserved (segments, cache included)');
+      if (P.allocated) line(P.allocated, 'allocated', 'PyTorch allocated (tensors)');
+      if (P.driver) line(P.driver, 'driver', 'driver-visible (NVML)');
       for (const o of dev.ooms) {
         if (o[0] < x0 || o[0] > x1) continue;
         sv('line', { class: 'oom', x1: X(o[0]), x2: X(o[0]), y1: m.t, y2: m.t + ph }, svg);
@@ -277,7 +282,7 @@
       while (a < b) { const mid = (a + b + 1) >> 1; if (P.x[mid] <= at.x) a = mid; else b = mid - 1; }
       chart.cursor.setAttribute('x1', L.X(at.x));
       chart.cursor.setAttribute('x2', L.X(at.x));
-      tip.replaceChildren(el('div', { text: fmtX(dev, Math.round(at.x)) + ': ' + fmtBytes(P.total[a]) + ' live' + (P.reserved[a] ? ', ' + fmtBytes(P.reserved[a]) + ' reserved' : '') }));
+      tip.replaceChildren(el('div', { text: fmtX(dev, Math.round(at.x)) + ': ' + fmtBytes(P.total[a]) + ' live' + (P.allocated ? ', ' + fmtBytes(P.allocated[a]) + ' allocated' : '') + (P.reserved[a] ? ', ' + fmtBytes(P.reserved[a]) + ' reserved' : '') + (P.driver && P.driver[a] ? ', ' + fmtBytes(P.driver[a]) + ' driver-visible' : '') }));
       const rows = dev.series.map((s, i) => [i, P.v[i][a]]).filter((r) => r[1] > 0).sort((p, q) => q[1] - p[1]).slice(0, 8);
       for (const [i, v] of rows) tip.append(el('div', {}, el('span', { style: 'color:' + color(dev, i), text: '\u25A0 ' }), fmtBytes(v) + '  ' + dev.series[i]));
       const r = svg.getBoundingClientRect();
@@ -397,6 +402,23 @@
     document.getElementById('search-status').textContent = query ? shown + ' of ' + total + ' table rows match "' + query + '"' : 'Drag across a chart to zoom; double-click to reset.';
   }
 
+  // ---------- memory layers ----------
+  // The engine's breakdown at exit, at the peak and at each OOM, in the words `report` uses.
+  function layers(dev, parent) {
+    const rows = [];
+    let oom = 0;
+    const order = dev.layers.filter((b) => b.moment === 'exit').concat(dev.layers.filter((b) => b.moment !== 'exit'));
+    for (const b of order) {
+      if (b.moment === 'oom') oom++;
+      if (!b.pytorch_text && !b.driver_text) continue;
+      const when = b.moment === 'exit' ? 'at exit' : b.moment === 'peak' ? 'at the peak' : 'at OOM ' + oom + ' (' + fmtBytes(b.requested) + ' requested)';
+      for (const t of [b.pytorch_text, b.driver_text]) if (t) rows.push(el('li', { class: 'layer', 'data-moment': b.moment, text: when + ': ' + t }));
+    }
+    if (!rows.length) return;
+    parent.append(el('h3', { text: 'Memory layers' }));
+    parent.append(el('ul', { class: 'layers', 'data-device': dev.device }, ...rows));
+  }
+
   // ---------- page ----------
   header();
   if (!data.devices.length) app.append(el('div', { class: 'empty', text: 'This snapshot has no device activity.' }));
@@ -407,10 +429,13 @@
     const note = [];
     if (dev.bands.length || dev.marks.length) note.push('shaded bands and dotted lines are marks (hover for names)');
     if (dev.bands_dropped) note.push(dev.bands_dropped + ' marks not drawn (too many to show)');
-    if (dev.peak.reserved > 0) note.push('dashed line: reserved (segments)');
+    if (dev.peak.reserved > 0) note.push('dashed line: PyTorch reserved (segments)');
+    if (dev.points.allocated) note.push('solid line: PyTorch allocated');
+    if (dev.points.driver) note.push('dotted line: driver-visible (NVML)');
     note.push('stacked by the ' + dev.series.length + ' allocation sites with the most byte-time');
     sec.append(el('div', { class: 'sub', text: note.join('; ') + '.' }));
     makeChart(dev, sec);
+    layers(dev, sec);
     const tables = el('div', { class: 'tables' });
     tables.append(liveTable(dev, dev.at_peak, 'Live at peak (' + fmtX(dev, dev.peak.x) + ')', 'peak'), liveTable(dev, dev.at_exit, 'Live at exit', 'exit'));
     sec.append(tables);

@@ -1,0 +1,52 @@
+#include "analysis/breakdown_format.h"
+
+#include <fmt/format.h>
+
+#include "size_format.h"
+
+namespace cumemtrace::analysis {
+
+std::string compact_bytes(uint64_t bytes) {
+  std::string s = snap::format_bytes(bytes);
+  const auto space = s.find(' ');
+  const auto dot = s.find('.');
+  if (dot == std::string::npos || space == std::string::npos || dot > space) return s;
+  size_t end = space;
+  while (end > dot + 1 && s[end - 1] == '0') --end;
+  if (end == dot + 1) end = dot;
+  return s.substr(0, end) + s.substr(space);
+}
+
+std::string pytorch_layers_text(const Breakdown& b) {
+  if (!b.has_pytorch) return {};
+  std::string out =
+      fmt::format("reserved {} = allocated {} + cached {} free", compact_bytes(b.pytorch_reserved),
+                  compact_bytes(b.pytorch_allocated), compact_bytes(b.cached_free));
+  if (b.largest_free_block)
+    out += fmt::format(", largest free block {}", compact_bytes(*b.largest_free_block));
+  return out;
+}
+
+std::string driver_layers_text(const Breakdown& b, size_t max_libraries) {
+  if (!b.driver_visible) return {};
+  const std::string untracked = b.untracked >= 0
+                                    ? compact_bytes(static_cast<uint64_t>(b.untracked))
+                                    : "-" + compact_bytes(0 - static_cast<uint64_t>(b.untracked));
+  std::string out =
+      fmt::format("driver-visible {} = untracked {}", compact_bytes(*b.driver_visible), untracked);
+  if (!b.has_pytorch || b.other_libraries) {
+    out += fmt::format(" + {} {}", b.has_pytorch ? "other libraries" : "tracked",
+                       compact_bytes(b.other_libraries));
+    std::string libs;
+    for (size_t i = 0; i < b.by_library.size() && i < max_libraries; ++i)
+      libs += fmt::format("{}{} {}", libs.empty() ? "" : ", ", b.by_library[i].first,
+                          compact_bytes(b.by_library[i].second));
+    if (b.by_library.size() > max_libraries) libs += ", ...";
+    if (!libs.empty()) out += " (" + libs + ")";
+  }
+  if (b.has_pytorch)
+    out += fmt::format(" + PyTorch reserved {}", compact_bytes(b.pytorch_reserved));
+  return out;
+}
+
+}  // namespace cumemtrace::analysis

@@ -1,0 +1,25 @@
+// Contract: how a Breakdown (model.h: the layers of a device's memory at one moment) reads for
+// people, written once so report, check, the HTML page's text and `run`'s summary line say it in
+// the same words and numbers:
+//   "reserved 218 MiB = allocated 198 MiB + cached 19.9 MiB free, largest free block 11 MiB"
+//   "driver-visible 1.50 GiB = untracked 512 MiB + other libraries 64 MiB + PyTorch reserved 218
+//   MiB"
+// Sizes use compact_bytes: format_bytes without trailing zeros ("11 MiB", "19.9 MiB").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "analysis/model.h"
+
+namespace cumemtrace::analysis {
+
+std::string compact_bytes(uint64_t bytes);
+
+// The PyTorch part; empty when the breakdown has no PyTorch data.
+std::string pytorch_layers_text(const Breakdown& b);
+// The driver part; empty without a driver-visible sample. Other libraries name at most
+// `max_libraries` libraries, largest first.
+std::string driver_layers_text(const Breakdown& b, size_t max_libraries = 3);
+
+}  // namespace cumemtrace::analysis

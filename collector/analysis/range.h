@@ -1,0 +1,44 @@
+// Contract: a named window of a run — the START..END annotation pair named NAME (cumemtrace marks,
+// torch.cuda memory annotations, the pytest plugin's per-test ranges) — and what happened inside
+// it, the same way for check (--range) and report (--range):
+//  - the window is the LAST completed pair of that name (pairs nest like brackets: an END closes
+//    the latest open START of its name), so a test that ran twice is judged on its last run;
+//  - peak = the highest unit bytes (model.h) within the window, the state at START included;
+//  - leaked = allocations made within the window (after START, at or before END) still live at
+//    END. Memory allocated before START and freed inside the window is not a leak of it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/model.h"
+
+namespace cumemtrace::analysis {
+
+struct RangeWindow {
+  std::string name;
+  int64_t start_us = 0;
+  int64_t end_us = 0;
+  size_t completed = 0;  // completed pairs of that name (the window is the last)
+};
+
+// nullopt when no START..END pair of that name is complete; `why` then says what was found.
+std::optional<RangeWindow> find_range(const snap::Snapshot& s, const std::string& name,
+                                      std::string* why = nullptr);
+
+struct RangeResult {
+  int device = 0;
+  uint64_t start_bytes = 0;  // live at START
+  uint64_t end_bytes = 0;    // live at END
+  uint64_t peak_bytes = 0;
+  int64_t peak_time_us = 0;
+  std::ptrdiff_t peak_index = -1;
+  std::vector<Allocation> leaked;
+  uint64_t leaked_bytes = 0;
+};
+
+RangeResult evaluate_range(const DeviceReplay& r, const RangeWindow& w);
+
+}  // namespace cumemtrace::analysis
