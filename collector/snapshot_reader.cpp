@@ -1,10 +1,5 @@
 #include "snapshot_reader.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -18,6 +13,8 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "input_file.h"
 
 namespace cumemtrace::snap {
 
@@ -1583,32 +1580,18 @@ Snapshot read_snapshot_reference(std::string_view text, const std::string& name)
 }
 
 Snapshot read_snapshot_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw ReadError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw ReadError(fmt::format("{}: expected a regular file", path));
+  // Read, not mapped: a snapshot that shrinks while it is read must not end in SIGBUS.
+  std::string text;
+  try {
+    text = io::read_input_file(path, "a snapshot", io::kMaxSnapshotBytes);
+  } catch (const io::InputFileError& e) {
+    throw ReadError(e.what());
   }
-  const auto size = static_cast<size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    throw ReadError(fmt::format("{}:offset 0: expected JSON, found an empty file", path));
+  const std::string name = path == "-" ? "<stdin>" : path;
+  if (text.empty()) {
+    throw ReadError(fmt::format("{}:offset 0: expected JSON, found an empty file", name));
   }
-  // Mapped, not copied: a 1 GB snapshot costs no second gigabyte and no copy.
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (map == MAP_FAILED) {
-    throw ReadError(fmt::format("{}: cannot map: {}", path, std::strerror(map_errno)));
-  }
-  ::madvise(map, size, MADV_SEQUENTIAL);
-  struct Unmap {
-    void* p;
-    size_t n;
-    ~Unmap() { ::munmap(p, n); }
-  } unmap{map, size};
-  return read_snapshot(std::string_view(static_cast<const char*>(map), size), path);
+  return read_snapshot(text, name);
 }
 
 }  // namespace cumemtrace::snap

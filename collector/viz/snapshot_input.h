@@ -5,11 +5,10 @@
 // what() is one line naming the file, on anything unreadable.
 #pragma once
 
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
+#include "input_file.h"
 #include "viz/pickle_reader.h"
 #include "viz/snapshot_json_loader.h"
 
@@ -26,28 +25,32 @@ struct InputError : std::runtime_error {
 
 inline snap::Snapshot read_input_snapshot(const std::string& path) {
   try {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot open " + path);
-    char head[2] = {0, 0};
-    const bool pickle = in.read(head, 2) && looks_like_pickle(std::string_view(head, 2));
+    // One read through input_file.h (regular files only, bounded, no mmap); the bytes then go to
+    // the JSON reader or the unpickler.
+    const std::string bytes = io::read_input_file(path, "a snapshot", io::kMaxSnapshotBytes);
+    const std::string name = path == "-" ? "<stdin>" : path;
+    const bool pickle = bytes.size() >= 2 && looks_like_pickle(std::string_view(bytes.data(), 2));
+    if (!pickle) {
+      if (bytes.empty()) {
+        throw std::runtime_error(name + ":offset 0: expected JSON, found an empty file");
+      }
 #ifdef CUMEMTRACE_VIZ_STRICT_READER
-    if (!pickle) return snap::read_snapshot_file(path);
+      return snap::read_snapshot(bytes, name);
 #else
-    if (!pickle) return load_snapshot_json_file(path);
+      return snapshot_from_json(nlohmann::json::parse(bytes), name);
 #endif
-    std::ostringstream bytes;
-    bytes << head[0] << head[1] << in.rdbuf();
+    }
     nlohmann::json j;
     try {
-      j = unpickle(bytes.str());
+      j = unpickle(bytes);
     } catch (const std::exception& e) {
-      throw std::runtime_error(path + ": " + e.what());
+      throw std::runtime_error(name + ": " + e.what());
     }
 #ifdef CUMEMTRACE_VIZ_STRICT_READER
     return snap::read_snapshot(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                               path);
+                               name);
 #else
-    return snapshot_from_json(j, path);
+    return snapshot_from_json(j, name);
 #endif
   } catch (const InputError&) {
     throw;
