@@ -92,8 +92,11 @@ std::string preload_problem(const std::string& path) {
   if (fd < 0) return fmt::format("preload library {}: {}", path, strerror(errno));
   struct stat st {};
   char magic[4] = {};
-  const bool elf = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-                   ::read(fd, magic, 4) == 4 && memcmp(magic, "\x7f" "ELF", 4) == 0;
+  const bool elf = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::read(fd, magic, 4) == 4 &&
+                   memcmp(magic,
+                          "\x7f"
+                          "ELF",
+                          4) == 0;
   ::close(fd);
   if (!elf) return fmt::format("preload library {}: expected a shared library (ELF file)", path);
   return {};
@@ -160,8 +163,9 @@ int run_main(const RunArgs& a) {
     }
   }
   if (usage.empty() && !gate && (!a.verdict_file.empty() || !a.check.junit.empty())) {
-    usage = "--verdict-file and --junit need a limit (--max-leaked-bytes, --max-peak-bytes or "
-            "--max-growth)";
+    usage =
+        "--verdict-file and --junit need a limit (--max-leaked-bytes, --max-peak-bytes or "
+        "--max-growth)";
   }
   if (!usage.empty()) {
     fmt::print(stderr, "cumemtrace run: {}\n", usage);
@@ -236,7 +240,7 @@ int run_main(const RunArgs& a) {
                                  collector.refusals().front());
   }
   if (!untraced.empty() && (!a.quiet || gate)) fmt::print(stderr, "cumemtrace: {}\n", untraced);
-  if (!written.empty() && !a.quiet) {
+  if (!written.empty() && !a.quiet && ::access(written.front().path.c_str(), F_OK) == 0) {
     fmt::print(stderr, "cumemtrace: see where the memory went: cumemtrace report {}\n",
                written.front().path);
   }
@@ -318,9 +322,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
                   "(default: CUMEMTRACE_LOG, else warn)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
-            return log::valid_level(v) ? ""
-                                       : "expected trace, debug, info, warn, error or off, got '" +
-                                             v + "'";
+            return log::valid_level(v)
+                       ? ""
+                       : "expected trace, debug, info, warn, error or off, got '" + v + "'";
           },
           "LEVEL"));
   sub->add_option("command", args->command, "PROGRAM and its arguments")->required();

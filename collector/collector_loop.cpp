@@ -115,8 +115,8 @@ void Collector::accept_hello() {
     return;
   }
   send_ack(live, 0, "");
-  spdlog::debug("pid {} ({}): session opened, ring of {} bytes", h.pid, sessions_.back()->info().exe,
-                sessions_.back()->ring_bytes());
+  spdlog::debug("pid {} ({}): session opened, ring of {} bytes", h.pid,
+                sessions_.back()->info().exe, sessions_.back()->ring_bytes());
 }
 
 void Collector::handle_signals() {

@@ -42,9 +42,10 @@ std::string existing_problem(const std::string& path, const struct stat& st,
     }
   }
   if (!S_ISREG(st.st_mode)) {
-    return fmt::format("{}: expected a new or regular file to write, found {}; refusing to "
-                       "replace it",
-                       path, describe_file_type(st.st_mode));
+    return fmt::format(
+        "{}: expected a new or regular file to write, found {}; refusing to "
+        "replace it",
+        path, describe_file_type(st.st_mode));
   }
   if (!policy.force) {
     return fmt::format("{}: already exists; pass -f/--force to overwrite it", path);
@@ -141,8 +142,8 @@ uint64_t write_output_file(const std::string& path, const OutputPolicy& policy,
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {
-    throw OutputFileError(
-        fmt::format("{}: cannot create a temporary file in {}: {}", path, dir, std::strerror(errno)));
+    throw OutputFileError(fmt::format("{}: cannot create a temporary file in {}: {}", path, dir,
+                                      std::strerror(errno)));
   }
   int err = 0;
   uint64_t bytes = 0;
@@ -195,7 +196,8 @@ uint64_t write_output_file(const std::string& path, const OutputPolicy& policy,
       throw OutputFileError(
           fmt::format("{}: already exists; pass -f/--force to overwrite it", path));
     }
-    throw OutputFileError(fmt::format("{}: cannot rename {} onto it: {}", path, tmp, std::strerror(e)));
+    throw OutputFileError(
+        fmt::format("{}: cannot rename {} onto it: {}", path, tmp, std::strerror(e)));
   }
   return bytes;
 }

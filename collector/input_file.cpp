@@ -83,8 +83,8 @@ std::string read_input_file(const std::string& path, std::string_view what, uint
   std::string data;
   size_t len = 0;
   try {
-    data.resize(static_cast<size_t>(std::min<uint64_t>(std::max<uint64_t>(expected + 1, 1 << 16),
-                                                       max_bytes + 1)));
+    data.resize(static_cast<size_t>(
+        std::min<uint64_t>(std::max<uint64_t>(expected + 1, 1 << 16), max_bytes + 1)));
     for (;;) {
       if (len == data.size()) {
         if (len > max_bytes) {

@@ -3,9 +3,10 @@
 // with fstat that it is a regular file, and read()s it into memory: never mmap, so a file that
 // shrinks while it is read ends the read early instead of killing the process with SIGBUS. "-"
 // reads stdin (whatever it is: a pipe is how stdin usually arrives). Sizes are bounded: more than
-// `max_bytes`, found by fstat or while reading (a file that grows), is an error. check_line_lengths bounds the longest line of a text file. Every failure throws
-// InputFileError whose what() is one line naming the file, what was expected and, for a system
-// call that failed, the errno text: "rules.supp: cannot open: No such file or directory",
+// `max_bytes`, found by fstat or while reading (a file that grows), is an error. check_line_lengths
+// bounds the longest line of a text file. Every failure throws InputFileError whose what() is one
+// line naming the file, what was expected and, for a system call that failed, the errno text:
+// "rules.supp: cannot open: No such file or directory",
 // "/dev/zero: expected a regular file (a suppressions file), found a character device".
 #pragma once
 
@@ -22,7 +23,7 @@ class InputFileError : public std::runtime_error {
 };
 
 // Limits that commands use; a file larger than these is refused with a message saying so.
-inline constexpr uint64_t kMaxSnapshotBytes = uint64_t{64} << 30;     // 64 GiB
+inline constexpr uint64_t kMaxSnapshotBytes = uint64_t{64} << 30;      // 64 GiB
 inline constexpr uint64_t kMaxSuppressionsBytes = uint64_t{16} << 20;  // 16 MiB
 inline constexpr size_t kMaxSuppressionsLine = 64 << 10;               // 64 KiB
 

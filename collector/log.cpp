@@ -57,8 +57,8 @@ std::string init(const std::string& level, const std::string& output_dir) {
   }
   std::string problem;
   if (!valid_level(name)) {
-    problem = fmt::format("invalid log level '{}' (expected trace, debug, info, warn, error or off)",
-                          name);
+    problem = fmt::format(
+        "invalid log level '{}' (expected trace, debug, info, warn, error or off)", name);
     name = "warn";
   }
   std::shared_ptr<spdlog::sinks::sink> sink;

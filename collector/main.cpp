@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args(argv + 1, argv + argc);
   const auto first = std::find_if(args.begin(), args.end(),
-                                   [](const std::string& a) { return a.empty() || a[0] != '-'; });
+                                  [](const std::string& a) { return a.empty() || a[0] != '-'; });
   if (first != args.end()) {
     CLI::App* sub = nullptr;
     for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; })) {

@@ -312,9 +312,9 @@ snap::Snapshot ProcessSession::snapshot(const std::string& reason,
                                         const std::optional<snap::Ended>& ended) {
   const auto start = std::chrono::steady_clock::now();
   snap::Snapshot s = model_.build(info_, symbolizer_);
-  spdlog::debug("pid {}: {} snapshot built (symbolized) in {:.1f} ms", info_.pid, reason,
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count());
+  spdlog::debug(
+      "pid {}: {} snapshot built (symbolized) in {:.1f} ms", info_.pid, reason,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   s.tool->reason = reason;
   s.tool->tool_version = CUMEMTRACE_VERSION;
   s.tool->events_dropped = ring_->dropped();

@@ -414,7 +414,8 @@ int run_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o, s
   }
   if (!o.junit.empty()) {
     try {
-      io::write_output_file(o.junit, {o.force, inputs}, [&](std::ostream& j) { write_junit(r, j); });
+      io::write_output_file(o.junit, {o.force, inputs},
+                            [&](std::ostream& j) { write_junit(r, j); });
     } catch (const io::OutputFileError& e) {
       err << "cumemtrace check: " << e.what() << '\n';
       return 2;
