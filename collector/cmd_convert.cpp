@@ -24,6 +24,7 @@ void add_convert_command(CLI::App& app, int& exit_code) {
     std::string to;
     std::string at = "peak";
     size_t stack_frames = 8;
+    bool force = false;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
@@ -40,6 +41,7 @@ void add_convert_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-o,--output", opt->output,
                   "Output file, - for stdout (default: FILE less .json/.pickle, plus .json, "
                   ".pickle, .perfetto.json or .folded)");
+  cmd->add_flag("-f,--force", opt->force, "Overwrite OUT if it exists (never the input)");
   cmd->add_option("--at", opt->at,
                   "collapsed: weigh stacks by bytes live at each device's peak or at exit")
       ->check(CLI::IsMember({"peak", "exit"}));
@@ -49,6 +51,21 @@ void add_convert_command(CLI::App& app, int& exit_code) {
          "(Perfetto shows args, not \"sf\" stacks); 0 for none, which keeps big traces small")
       ->capture_default_str();
   cmd->callback([opt, &exit_code] {
+    static const std::map<std::string, std::string> kSuffix = {{"json", ".json"},
+                                                               {"pickle", ".pickle"},
+                                                               {"perfetto", ".perfetto.json"},
+                                                               {"collapsed", ".folded"}};
+    const std::string out = opt->output.empty()
+                                ? viz::default_output_path(opt->input, kSuffix.at(opt->to))
+                                : opt->output;
+    // Checked before the input is read (and again when writing): never the input, never an
+    // existing file without --force.
+    const io::OutputPolicy policy{opt->force, {opt->input}};
+    if (auto problem = io::output_problem(out, policy); !problem.empty()) {
+      std::fprintf(stderr, "cumemtrace convert: %s\n", problem.c_str());
+      exit_code = 2;
+      return;
+    }
     snap::Snapshot s;
     try {
       s = snap::read_snapshot_any(opt->input);
@@ -57,20 +74,8 @@ void add_convert_command(CLI::App& app, int& exit_code) {
       exit_code = 2;
       return;
     }
-    static const std::map<std::string, std::string> kSuffix = {{"json", ".json"},
-                                                               {"pickle", ".pickle"},
-                                                               {"perfetto", ".perfetto.json"},
-                                                               {"collapsed", ".folded"}};
-    const std::string out = opt->output.empty()
-                                ? viz::default_output_path(opt->input, kSuffix.at(opt->to))
-                                : opt->output;
-    if (out == opt->input) {
-      std::fprintf(stderr, "cumemtrace convert: refusing to overwrite the input %s\n", out.c_str());
-      exit_code = 2;
-      return;
-    }
     try {
-      const uint64_t bytes = viz::write_output(out, [&](std::ostream& o) {
+      const uint64_t bytes = viz::write_output(out, policy, [&](std::ostream& o) {
         if (opt->to == "json") {
           snap::write_json(s, o);
         } else if (opt->to == "pickle") {

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "analysis/diff.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "snapshot_input.h"
 
@@ -25,7 +26,7 @@ void add_diff_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--top", o->top, "Changed sites shown")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(between(1, 1000));
   cmd->callback([o, &exit_code] {
     // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.
     try {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "viz/html_report.h"
 #include "viz/output_file.h"
@@ -18,6 +19,7 @@ void add_html_command(CLI::App& app, int& exit_code) {
     std::string output;
     size_t top = 10;
     size_t points = 2000;
+    bool force = false;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
@@ -25,12 +27,21 @@ void add_html_command(CLI::App& app, int& exit_code) {
   cmd->add_option("FILE", opt->input, "Snapshot: cumemtrace or PyTorch JSON, or a PyTorch pickle")
       ->required();
   cmd->add_option("-o,--output", opt->output, "Output file (default: FILE less .json, plus .html)");
+  cmd->add_flag("-f,--force", opt->force, "Overwrite OUT.html if it exists (never the input)");
   cmd->add_option("--top", opt->top, "Allocation sites stacked in the charts (the rest: \"other\")")
-      ->check(CLI::Range(1, 50));
+      ->check(between(1, 50));
   cmd->add_option("--buckets", opt->points, "Time buckets per chart (at most 2 points each)")
-      ->check(CLI::Range(10, 100000));
+      ->check(between(10, 100000));
   cmd->callback([opt, &exit_code] {
     const auto start = std::chrono::steady_clock::now();
+    const std::string out =
+        opt->output.empty() ? viz::default_output_path(opt->input, ".html") : opt->output;
+    const io::OutputPolicy policy{opt->force, {opt->input}};
+    if (auto problem = io::output_problem(out, policy); !problem.empty()) {
+      std::fprintf(stderr, "cumemtrace html: %s\n", problem.c_str());
+      exit_code = 2;
+      return;
+    }
     snap::Snapshot s;
     try {
       s = snap::read_snapshot_any(opt->input);
@@ -40,8 +51,6 @@ void add_html_command(CLI::App& app, int& exit_code) {
       return;
     }
     const auto loaded = std::chrono::steady_clock::now();
-    const std::string out =
-        opt->output.empty() ? viz::default_output_path(opt->input, ".html") : opt->output;
     try {
       viz::ReportOptions ro;
       ro.top_sites = opt->top;
@@ -50,7 +59,7 @@ void add_html_command(CLI::App& app, int& exit_code) {
       const std::string name =
           slash == std::string::npos ? opt->input : opt->input.substr(slash + 1);
       const std::string page = viz::render_html_report(s, name, ro);
-      viz::write_output(out, [&](std::ostream& o) { o << page; });
+      viz::write_output(out, policy, [&](std::ostream& o) { o << page; });
       const auto done = std::chrono::steady_clock::now();
       using ms = std::chrono::duration<double, std::milli>;
       std::fprintf(stderr, "cumemtrace html: wrote %s (%zu bytes; read %.0f ms, report %.0f ms)\n",

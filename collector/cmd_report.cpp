@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "analysis/report.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "snapshot_input.h"
 
@@ -25,10 +26,10 @@ void add_report_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--top", o->report.top, "Rows per table")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(between(1, 1000));
   cmd->add_option("--frames", o->report.frames, "Program frames shown per stack")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(between(1, 1000));
   cmd->add_flag("--full-names", o->report.full_names,
                 "Show C++ function names as recorded (default: argument and template lists "
                 "folded to (...) and <...>)");

@@ -1,16 +1,26 @@
-// `cumemtrace run [options] -- CMD ARGS...`: starts CMD with the preload, is its collector, and
-// exits with CMD's exit status (128+N when a signal N killed it), or with `check`'s verdict (1, or
-// 2 for bad check options) when limits such as --max-leaked-bytes are given and one fails. When
-// tracing cannot work (no preload library, unwritable output directory) it says so in one line and
-// runs CMD untraced. It also makes the preload CMD's NVTX injection library
-// (NVTX_INJECTION64_PATH), unless the caller already chose one, so that NVTX ranges and marks
-// become snapshot annotations, and puts cumemtrace's sitecustomize first on PYTHONPATH so that a
-// Python program's PyTorch caching-allocator events are captured too.
+// `cumemtrace run [options] PROGRAM ARGS...`: starts PROGRAM with the preload, is its collector,
+// and gates on limits such as --max-leaked-bytes exactly as `check` does. Options end at the
+// program name (`--` is still accepted). The promises a CI job relies on:
+//  - every option is validated before the program starts (limits, --mark, the suppressions file
+//    parsed, --junit/--verdict-file writable, the output directory writable, the preload usable);
+//  - exit status: the program's own when it failed (128+N when signal N killed it), never masked;
+//    else --error-exitcode (default 1) when a limit failed, 2 for a problem found only at the end;
+//    else 0. A gate that could not judge fails: when limits are given, tracing that cannot start
+//    stops before the program runs (exit 2), and a run that leaves no snapshot to judge fails
+//    with one line saying why ("no CUDA allocation seen", unless --allow-no-cuda);
+//  - without limits, tracing that cannot start is one line and the program runs untraced;
+//  - the text verdict goes to stderr; --format json/github go to stdout, or to --verdict-file;
+//    -q prints nothing but errors (a passing verdict is silent).
+// It also makes the preload PROGRAM's NVTX injection library (NVTX_INJECTION64_PATH), unless the
+// caller already chose one, so that NVTX ranges and marks become snapshot annotations, and puts
+// cumemtrace's sitecustomize first on PYTHONPATH so that a Python program's PyTorch
+// caching-allocator events are captured too.
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,14 +28,19 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "analysis/check.h"
+#include "cli_checks.h"
 #include "collector_loop.h"
 #include "commands.h"
+#include "file_output.h"
+#include "log.h"
 #include "output_dir.h"
 
 namespace cumemtrace::cli {
@@ -40,6 +55,10 @@ struct RunArgs {
   double snapshot_every = 0;
   bool no_follow = false;
   bool quiet = false;
+  bool allow_no_cuda = false;
+  int error_exitcode = 1;
+  std::string verdict_file;
+  std::string log_level;
   std::vector<std::string> command;
   analysis::CheckOptions check;
 };
@@ -61,6 +80,39 @@ std::string find_preload() {
     }
   }
   return {};
+}
+
+// Why `path` cannot be preloaded, or "". LD_PRELOAD splits its list at spaces and colons, and a
+// missing or non-ELF file there is only a loader warning: the program would run untraced.
+std::string preload_problem(const std::string& path) {
+  if (path.empty()) return "preload library libcumemtrace.so not found (set CUMEMTRACE_PRELOAD)";
+  if (path.find_first_of(" :\t\n") != std::string::npos) {
+    return fmt::format(
+        "preload path '{}' contains a space or a colon, which LD_PRELOAD cannot carry", path);
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return fmt::format("preload library {}: {}", path, strerror(errno));
+  struct stat st {};
+  char magic[4] = {};
+  const bool elf = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::read(fd, magic, 4) == 4 &&
+                   memcmp(magic,
+                          "\x7f"
+                          "ELF",
+                          4) == 0;
+  ::close(fd);
+  if (!elf) return fmt::format("preload library {}: expected a shared library (ELF file)", path);
+  return {};
+}
+
+std::string limit_names(const analysis::CheckOptions& c) {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (on) s += (s.empty() ? "" : ", ") + std::string(name);
+  };
+  add(c.max_leaked_bytes.has_value(), "--max-leaked-bytes");
+  add(c.max_peak_bytes.has_value(), "--max-peak-bytes");
+  add(c.max_growth.has_value(), "--max-growth");
+  return s;
 }
 
 int exit_code_of(int status) {
@@ -116,23 +168,50 @@ void prepend_python_path(const std::string& preload) {
 }
 
 int run_main(const RunArgs& a) {
+  const bool gate = has_limits(a.check);
+  // Everything the user got wrong is said now, not after an hours-long job.
+  std::string usage = analysis::check_options_problem(a.check, {});
+  if (usage.empty() && !a.verdict_file.empty()) {
+    if (a.verdict_file == a.check.junit) {
+      usage = "--verdict-file and --junit name the same file";
+    } else if (a.verdict_file != "-") {
+      usage = io::output_problem(a.verdict_file, {a.check.force, {}});
+    }
+  }
+  if (usage.empty() && !gate && (!a.verdict_file.empty() || !a.check.junit.empty())) {
+    usage =
+        "--verdict-file and --junit need a limit (--max-leaked-bytes, --max-peak-bytes or "
+        "--max-growth)";
+  }
+  if (!usage.empty()) {
+    fmt::print(stderr, "cumemtrace run: {}\n", usage);
+    return 2;
+  }
+  if (auto bad = log::init(a.log_level, a.output); !bad.empty()) {
+    fmt::print(stderr, "cumemtrace run: {}\n", bad);
+    return 2;
+  }
+
   std::string preload = find_preload();
-  std::string problem;
-  if (preload.empty()) {
-    problem = "preload library libcumemtrace.so not found (set CUMEMTRACE_PRELOAD)";
-  } else {
-    problem = collect::prepare_output_dir(a.output);
+  std::string problem = preload_problem(preload);
+  if (problem.empty()) problem = collect::prepare_output_dir(a.output);
+  int ctl[2] = {-1, -1};
+  if (problem.empty() && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
+    problem = fmt::format("socketpair failed: {}", strerror(errno));
   }
   if (!problem.empty()) {
+    if (gate) {
+      fmt::print(stderr, "cumemtrace: {}; not running the program: {} needs a trace\n", problem,
+                 limit_names(a.check));
+      return 2;
+    }
     fmt::print(stderr, "cumemtrace: {}; running the program untraced\n", problem);
     preload.clear();
   }
-
-  int ctl[2] = {-1, -1};
-  if (!preload.empty() && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
-    fmt::print(stderr, "cumemtrace: socketpair failed: {}; running the program untraced\n",
-               strerror(errno));
-    preload.clear();
+  std::error_code ec;
+  const std::string out_dir = std::filesystem::absolute(a.output, ec).lexically_normal().string();
+  if (!preload.empty() && !a.quiet) {
+    fmt::print(stderr, "cumemtrace: writing snapshots to {}\n", out_dir);
   }
 
   // SIGCHLD, SIGTERM and SIGHUP arrive through a signalfd; Ctrl-C reaches the program from the
@@ -166,12 +245,56 @@ int run_main(const RunArgs& a) {
   collector.set_signal_fd(sfd);
   collector.run();
   const int code = collector.child_status() ? exit_code_of(*collector.child_status()) : 1;
-  if (!has_limits(a.check)) return code;
+  const auto& written = collector.written();
+
+  // What was traced, in one line either way.
+  std::string untraced;
+  if (!preload.empty() && written.empty()) {
+    untraced = collector.refusals().empty()
+                   ? std::string("no CUDA allocation seen; no snapshot written")
+                   : fmt::format("tracing was refused ({}); no snapshot written",
+                                 collector.refusals().front());
+  }
+  if (!untraced.empty() && (!a.quiet || gate)) fmt::print(stderr, "cumemtrace: {}\n", untraced);
+  if (!written.empty() && !a.quiet && ::access(written.front().path.c_str(), F_OK) == 0) {
+    fmt::print(stderr, "cumemtrace: see where the memory went: cumemtrace report {}\n",
+               written.front().path);
+  }
+  if (!gate) return code;
+
+  // The gate. The program's own failure comes first: its status is never masked.
+  auto gate_failed = [&] { return code != 0 ? code : a.error_exitcode; };
+  if (preload.empty() || written.empty()) {
+    if (a.allow_no_cuda && !preload.empty() && collector.refusals().empty()) {
+      if (!a.quiet) fmt::print(stderr, "cumemtrace: nothing to check (--allow-no-cuda)\n");
+      return code;
+    }
+    fmt::print(stderr, "cumemtrace: {} cannot judge a program that left no snapshot: failed{}\n",
+               limit_names(a.check),
+               collector.refusals().empty() ? " (pass --allow-no-cuda if that is expected)" : "");
+    return gate_failed();
+  }
   // The same gate as `cumemtrace check`, on the snapshots just written.
   std::vector<analysis::LoadedSnapshot> snaps;
-  for (const auto& w : collector.written()) snaps.push_back({w.path, w.snapshot});
-  const int verdict = analysis::run_check(snaps, a.check, std::cerr);
-  return verdict != 0 ? verdict : code;
+  for (const auto& w : written) snaps.push_back({w.path, w.snapshot});
+  const bool to_stdout = a.check.format != "text";
+  std::ostringstream verdict_text;
+  const int verdict = analysis::run_check(snaps, a.check, verdict_text, std::cerr);
+  int status = verdict == 0 ? code : verdict == 1 ? gate_failed() : code != 0 ? code : 2;
+  if (!a.verdict_file.empty() && a.verdict_file != "-") {
+    try {
+      io::write_output_file(a.verdict_file, {a.check.force, {}},
+                            [&](std::ostream& o) { o << verdict_text.str(); });
+    } catch (const io::OutputFileError& e) {
+      fmt::print(stderr, "cumemtrace run: {}\n", e.what());
+      if (status == 0) status = 2;
+    }
+  } else if (verdict != 0 || !a.quiet) {
+    std::ostream& o = to_stdout || a.verdict_file == "-" ? std::cout : std::cerr;
+    o << verdict_text.str();
+    o.flush();
+  }
+  return status;
 }
 
 }  // namespace
@@ -179,26 +302,48 @@ int run_main(const RunArgs& a) {
 void add_run_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* sub = app.add_subcommand(
-      "run", "run a program with cumemtrace and write one snapshot per traced process");
+      "run",
+      "run PROGRAM with cumemtrace and write one snapshot per traced process: "
+      "cumemtrace run [OPTIONS] PROGRAM [ARGS...] (options end at PROGRAM; -- also works)");
   sub->add_option("-o,--output", args->output, "directory for snapshots (created if missing)")
       ->capture_default_str();
   sub->add_option("--stack-depth", args->stack_depth, "native frames per event, 0 disables")
-      ->check(CLI::Range(0, 128))
+      ->check(between(0, 128))
       ->capture_default_str();
   sub->add_option("--buffer-mb", args->buffer_mb, "ring buffer size per process in MiB")
-      ->check(CLI::Range(1, 4096))
+      ->check(between(1, 4096))
       ->capture_default_str();
   sub->add_option("--max-trace-events", args->max_trace_events,
                   "keep only the newest N trace entries (live state stays complete); 0 = all")
+      ->check(between(0, INT64_MAX))
       ->capture_default_str();
   sub->add_option("--snapshot-every", args->snapshot_every,
                   "also write EXE.PID.periodic-N.json every SECONDS while a process runs")
-      ->check(CLI::Range(0.001, 1e9));
-  sub->add_flag("--no-follow", args->no_follow, "trace only CMD itself, not its children");
-  sub->add_flag("-q,--quiet", args->quiet, "print nothing but errors");
+      ->check(seconds_between(0.001, 1e9));
+  sub->add_flag("--no-follow", args->no_follow, "trace only PROGRAM itself, not its children");
+  sub->add_flag("-q,--quiet", args->quiet,
+                "print nothing but errors (a failing verdict is one; a passing one is not)");
   analysis::add_check_options(sub, args->check);
-  sub->add_option("command", args->command, "the program to run and its arguments (after --)")
-      ->required();
+  sub->add_option("--error-exitcode", args->error_exitcode,
+                  "exit status when a limit fails and the program itself succeeded")
+      ->check(between(1, 255))
+      ->capture_default_str();
+  sub->add_option("--verdict-file", args->verdict_file,
+                  "write the verdict (in --format) to this file instead of the terminal")
+      ->type_name("FILE");
+  sub->add_flag("--allow-no-cuda", args->allow_no_cuda,
+                "let limits pass when the program made no CUDA allocation (default: fail)");
+  sub->add_option("--log-level", args->log_level,
+                  "the collector's own diagnostics: trace, debug, info, warn, error or off "
+                  "(default: CUMEMTRACE_LOG, else warn)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return log::valid_level(v)
+                       ? ""
+                       : "expected trace, debug, info, warn, error or off, got '" + v + "'";
+          },
+          "LEVEL"));
+  sub->add_option("command", args->command, "PROGRAM and its arguments")->required();
   sub->callback([args, &exit_code] { exit_code = run_main(*args); });
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "control_channel.h"
 #include "control_protocol.h"
@@ -65,6 +66,8 @@ void Collector::accept_hello() {
   auto reject = [&](const std::string& why) {
     if (fds.size() >= 2) send_ack(fds[1], 1, why);
     for (int fd : fds) ::close(fd);
+    refusals_.push_back(why);
+    spdlog::debug("refused a process: {}", why);
     if (opts_.summary) fmt::print(stderr, "cumemtrace: rejected a traced process: {}\n", why);
   };
   wire::Hello h{};
@@ -91,6 +94,7 @@ void Collector::accept_hello() {
     if (eq != std::string::npos) info.rank[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   if (!opts_.refuse.empty()) {  // the process prints the reason itself
+    spdlog::debug("pid {}: tracing refused: {}", h.pid, opts_.refuse);
     send_ack(fds[1], 1, opts_.refuse);
     for (int fd : fds) ::close(fd);
     return;
@@ -106,10 +110,13 @@ void Collector::accept_hello() {
   } catch (const std::exception& e) {
     send_ack(live, 1, e.what());
     ::close(live);
+    refusals_.push_back(fmt::format("cannot trace pid {}: {}", h.pid, e.what()));
     if (opts_.summary) fmt::print(stderr, "cumemtrace: cannot trace pid {}: {}\n", h.pid, e.what());
     return;
   }
   send_ack(live, 0, "");
+  spdlog::debug("pid {} ({}): session opened, ring of {} bytes", h.pid,
+                sessions_.back()->info().exe, sessions_.back()->ring_bytes());
 }
 
 void Collector::handle_signals() {
@@ -128,6 +135,7 @@ void Collector::handle_signals() {
 
 void Collector::finish(ProcessSession& s) {
   report_written(s);
+  spdlog::debug("pid {}: session closed ({} events dropped)", s.info().pid, s.dropped());
   std::optional<snap::Ended> ended;
   if (s.info().pid == child_ && child_status_) {
     snap::Ended e;
@@ -213,7 +221,7 @@ void Collector::run() {
     const int timeout = backlog ? 0 : sessions_.empty() ? 100 : idle_rounds < 10 ? 1 : 5;
     int r = poll(pfds.data(), pfds.size(), timeout);
     if (r < 0 && errno != EINTR) {
-      fmt::print(stderr, "cumemtrace: poll failed: {}\n", strerror(errno));
+      spdlog::error("poll failed: {}", strerror(errno));
       break;
     }
     size_t drained = 0;

@@ -47,6 +47,9 @@ class Collector {
   // Every final snapshot; one that could not be written (full disk) is kept too, its path
   // "pid N (snapshot not written)".
   const std::vector<WrittenSnapshot>& written() const { return written_; }
+  // Why processes that asked to be traced were not (one line each): a wrong wire version, a ring
+  // that could not be mapped... `run` fails a gate that would otherwise judge nothing.
+  const std::vector<std::string>& refusals() const { return refusals_; }
   // The direct child's wait status, once reaped.
   std::optional<int> child_status() const { return child_status_; }
 
@@ -65,6 +68,7 @@ class Collector {
   std::optional<int> child_status_;
   std::vector<std::unique_ptr<ProcessSession>> sessions_;  // open or awaiting the child's status
   std::vector<WrittenSnapshot> written_;
+  std::vector<std::string> refusals_;
   std::string hostname_;
   DriverMemory driver_memory_;
   std::chrono::steady_clock::time_point next_driver_sample_{};

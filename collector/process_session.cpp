@@ -7,11 +7,13 @@
 #include <time.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "snapshot_json_writer.h"
 
@@ -290,6 +292,14 @@ void ProcessSession::close_live() {
   drain_all();
 }
 
+size_t ProcessSession::ring_bytes() const {
+  return wire::ring_bytes(ring_->header().capacity);
+}
+
+uint64_t ProcessSession::dropped() const {
+  return ring_->dropped();
+}
+
 snap::Ended ProcessSession::observed_end() const {
   return proc_end_;
 }
@@ -300,8 +310,13 @@ void ProcessSession::mark_exec() {
 
 snap::Snapshot ProcessSession::snapshot(const std::string& reason,
                                         const std::optional<snap::Ended>& ended) {
+  const auto start = std::chrono::steady_clock::now();
   snap::Snapshot s = model_.build(info_, symbolizer_);
+  spdlog::debug(
+      "pid {}: {} snapshot built (symbolized) in {:.1f} ms", info_.pid, reason,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   s.tool->reason = reason;
+  s.tool->tool_version = CUMEMTRACE_VERSION;
   s.tool->events_dropped = ring_->dropped();
   s.tool->ring_error = error_;
   s.tool->driver_memory = driver_samples_;
@@ -314,8 +329,10 @@ std::string ProcessSession::write(const snap::Snapshot& s) {
   const std::string suffix = !s.tool->tag.empty() ? "." + s.tool->tag
                              : reason == "exit"   ? ""
                                                   : "." + reason;
-  return snap::write_snapshot_file(
+  const std::string path = snap::write_snapshot_file(
       s, fmt::format("{}/{}.{}{}.json", opts_.output_dir, base_name(info_.exe), info_.pid, suffix));
+  spdlog::debug("pid {}: wrote {}", info_.pid, path);
+  return path;
 }
 
 }  // namespace cumemtrace::collect

@@ -75,6 +75,9 @@ class ProcessSession {
   std::string write(const snap::Snapshot& s);
 
   // How the process ended as far as the ring and the system tell (exit() seen, exec, vanished).
+  // For the debug log: the ring's size and the events its producers dropped.
+  size_t ring_bytes() const;
+  uint64_t dropped() const;
   snap::Ended observed_end() const;
   // A new image of the same pid said hello: this one was replaced by exec.
   void mark_exec();

@@ -1,6 +1,7 @@
 // Contract: the one way an offline command (report, check, diff, html, convert) reads a snapshot
 // file, and the one place a path given on the command line is opened and its bytes read.
-// read_snapshot_any detects the format from the bytes: a pickle (PyTorch's `_dump_snapshot`,
+// The bytes come through io::read_input_file (input_file.h: regular files only, "-" for stdin,
+// bounded, read() not mmap). read_snapshot_any detects the format from the bytes: a pickle (PyTorch's `_dump_snapshot`,
 // protocols 2 to 5, or ours) goes to viz/pickle_reader.h, anything else to the strict JSON reader
 // (snapshot_reader.h), which takes cumemtrace's and PyTorch's JSON alike. The file is read with
 // read() into memory (no mmap: a file that shrinks while mapped would raise SIGBUS). Every
@@ -14,9 +15,6 @@
 #include "snapshot_reader.h"
 
 namespace cumemtrace::snap {
-
-// The whole content of a regular file; ReadError with errno text otherwise.
-std::string read_input_file(const std::string& path);
 
 Snapshot read_snapshot_any(const std::string& path);
 

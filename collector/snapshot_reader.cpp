@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "input_file.h"
+
 namespace cumemtrace::snap {
 
 namespace {

@@ -1,7 +1,6 @@
 #include "analysis/check.h"
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <unordered_map>
@@ -18,6 +17,8 @@
 #include "analysis/range.h"
 #include "analysis/report.h"
 #include "analysis/suppressions.h"
+#include "cli_checks.h"
+#include "file_output.h"
 #include "size_format.h"
 
 namespace cumemtrace::analysis {
@@ -363,14 +364,34 @@ void add_check_options(CLI::App* app, CheckOptions& o) {
   app->add_option("--mark", o.mark, "Mark (annotation name) that --max-growth measures between");
   app->add_option("--warmup", o.warmup, "Occurrences of --mark to skip before measuring growth")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::between(0, 1000000));
   app->add_option("--suppressions", o.suppressions, "Suppressions file (see docs/suppressions.md)");
   app->add_flag("--allow-drops", o.allow_drops,
                 "Check snapshots with dropped events instead of failing them as incomplete");
   app->add_option("--junit", o.junit, "Also write JUnit XML to this file");
+  app->add_flag("-f,--force", o.force, "Let --junit replace an existing file (never an input)");
   app->add_option("--format", o.format, "Output format")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json", "github"}));
+}
+
+std::string check_options_problem(const CheckOptions& o, const std::vector<std::string>& inputs) {
+  if (o.max_growth && o.mark.empty()) {
+    return "--max-growth needs --mark NAME (the mark to measure between)";
+  }
+  if (!o.max_growth && !o.mark.empty()) return "--mark is only used with --max-growth";
+  if (!o.suppressions.empty()) {
+    try {
+      load_suppressions(o.suppressions);
+    } catch (const SuppressionError& e) {
+      return e.what();
+    }
+  }
+  if (!o.junit.empty()) {
+    if (o.junit == "-") return "--junit needs a file name, not -";
+    return io::output_problem(o.junit, {o.force, inputs});
+  }
+  return {};
 }
 
 CheckResult evaluate_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o) {
@@ -460,12 +481,10 @@ void write_check_json(const CheckResult& r, std::ostream& out) {
 
 int run_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o, std::ostream& out,
               std::ostream& err) {
-  if (o.max_growth && o.mark.empty()) {
-    err << "cumemtrace check: --max-growth needs --mark NAME (the mark to measure between)\n";
-    return 2;
-  }
-  if (!o.max_growth && !o.mark.empty()) {
-    err << "cumemtrace check: --mark is only used with --max-growth\n";
+  std::vector<std::string> inputs;
+  for (const auto& ls : snaps) inputs.push_back(ls.path);
+  if (auto problem = check_options_problem(o, inputs); !problem.empty()) {
+    err << "cumemtrace check: " << problem << '\n';
     return 2;
   }
   CheckResult r;
@@ -479,10 +498,11 @@ int run_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o, s
     return 2;
   }
   if (!o.junit.empty()) {
-    std::ofstream j(o.junit, std::ios::binary | std::ios::trunc);
-    if (j) write_junit(r, j);
-    if (!j || !j.flush()) {
-      err << "cumemtrace check: " << o.junit << ": cannot write the JUnit file\n";
+    try {
+      io::write_output_file(o.junit, {o.force, inputs},
+                            [&](std::ostream& j) { write_junit(r, j); });
+    } catch (const io::OutputFileError& e) {
+      err << "cumemtrace check: " << e.what() << '\n';
       return 2;
     }
   }

@@ -4,8 +4,7 @@
 // already-loaded snapshots, prints the result in the chosen format to `out` (problems with the
 // options' own files, e.g. an unreadable suppressions file, go to `err`) and returns the exit code:
 // 0 every limit holds, 1 a limit failed (or a snapshot is incomplete: dropped events and no
-// --allow-drops), 2 bad usage (a suppressions file that does not parse, --max-growth without
-// --mark, an unwritable --junit file). Limits:
+// --allow-drops), 2 bad usage (check_options_problem). Limits:
 //  - --max-leaked-bytes N: per device, bytes live at exit (model.h's live_at_exit) minus leak
 //    suppressions must be <= N.
 //  - --max-peak-bytes N: per device, the replayed peak must be <= N.
@@ -49,12 +48,19 @@ struct CheckOptions {
   bool allow_drops = false;
   std::string suppressions;     // path; empty = none
   std::string junit;            // path; empty = none
+  bool force = false;           // --junit may replace an existing file
   std::string format = "text";  // text | json | github
   size_t frames = 8;            // program frames shown per stack
   size_t stacks = 10;           // stacks shown per failure
 };
 
 void add_check_options(CLI::App* app, CheckOptions& o);
+
+// What is wrong with the options themselves, checked before any snapshot is read (and by `run`
+// before the program starts): --max-growth without --mark or the reverse, a suppressions file
+// that cannot be read or does not parse, a --junit file that cannot be written (or would replace
+// one of `inputs`, or an existing file without --force). One line, empty when all is well.
+std::string check_options_problem(const CheckOptions& o, const std::vector<std::string>& inputs);
 
 struct LoadedSnapshot {
   std::string path;

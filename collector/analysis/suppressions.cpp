@@ -1,9 +1,8 @@
 #include "analysis/suppressions.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <fmt/format.h>
+
+#include "input_file.h"
 
 namespace cumemtrace::analysis {
 
@@ -89,11 +88,14 @@ std::vector<Suppression> parse_suppressions(std::string_view text, const std::st
 }
 
 std::vector<Suppression> load_suppressions(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SuppressionError(fmt::format("{}: cannot open suppressions file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_suppressions(ss.str(), path);
+  try {
+    const std::string text =
+        io::read_input_file(path, "a suppressions file", io::kMaxSuppressionsBytes);
+    io::check_line_lengths(text, path, io::kMaxSuppressionsLine);
+    return parse_suppressions(text, path == "-" ? "<stdin>" : path);
+  } catch (const io::InputFileError& e) {
+    throw SuppressionError(e.what());
+  }
 }
 
 const Suppression* find_suppression(const std::vector<Suppression>& rules, SuppressionType type,

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -266,6 +267,72 @@ def test_schema():
             expect(False, f"{name} does not match the schema: {e.message}")
 
 
+def test_outputs_never_destroy_data():
+    """html/convert/--junit: never the input (by inode), never an existing file without -f,
+    never through a symlink, no temporary left behind."""
+    src = write("keep.json", open(snap("leak.json")).read())
+    original = open(src).read()
+    expect_rc(["html", src, "-o", src], 2, ["is the input file"], stream="err")
+    alias = os.path.join(ARGS.work, ".", "keep.json")
+    expect_rc(["convert", src, "--to", "pickle", "-o", alias, "-f"], 2, ["is the input file"], stream="err")
+    expect(open(src).read() == original, "the input survives -o onto itself")
+    out = snap("keep.html")
+    if os.path.exists(out):
+        os.unlink(out)
+    expect_rc(["html", src], 0)
+    expect_rc(["html", src], 2, ["already exists; pass -f/--force"], stream="err")
+    expect_rc(["html", src, "-f"], 0)
+    victim = write("victim.txt", "precious")
+    link = snap("link.html")
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(victim, link)
+    expect_rc(["html", src, "-o", link, "-f"], 2, ["symbolic link"], stream="err")
+    expect(open(victim).read() == "precious", "a symlinked output's target is untouched")
+    xml = write("exists.xml", "old")
+    expect_rc(["check", "--max-leaked-bytes", "1GiB", "--junit", xml, src], 2,
+              ["already exists"], stream="err")
+    expect_rc(["check", "--max-leaked-bytes", "1GiB", "--junit", xml, "-f", src], 0)
+    expect(open(xml).read().startswith("<?xml"), "--junit -f replaced the file")
+    expect_rc(["check", "--max-leaked-bytes", "1GiB", "--junit", src, "-f", src], 2,
+              ["is the input file"], stream="err")
+    expect(not [f for f in os.listdir(ARGS.work) if ".tmp." in f], "no temporaries left")
+
+
+def test_inputs_are_bounded_and_never_hang():
+    fifo = snap("fifo.json")
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    expect_rc(["report", fifo], 2, ["expected a regular file (a snapshot), found a FIFO"], stream="err")
+    expect_rc(["check", "--max-leaked-bytes", "0", "--suppressions", ARGS.work, snap("leak.json")], 2,
+              ["expected a regular file (a suppressions file), found a directory"], stream="err")
+    expect_rc(["check", "--max-leaked-bytes", "0", "--suppressions", "/dev/zero", snap("leak.json")], 2,
+              ["found a character device"], stream="err")
+    expect_rc(["check", "--max-leaked-bytes", "0", "--suppressions", snap("none.supp"), snap("leak.json")],
+              2, ["none.supp: cannot open: No such file or directory"], stream="err")
+    long_line = write("long.supp", "leak:" + "x" * 70000 + "\n")
+    expect_rc(["check", "--max-leaked-bytes", "0", "--suppressions", long_line, snap("leak.json")], 2,
+              ["long.supp:1: expected lines of at most 65536 bytes"], stream="err")
+    p = subprocess.run([ARGS.cumemtrace, "report", "-"], input=open(snap("leak.json")).read(),
+                       capture_output=True, text=True, timeout=60)
+    expect(p.returncode == 0 and "live at exit: 2.00 MiB" in p.stdout, f"report - reads stdin: {p.stderr}")
+
+
+def test_usage_messages():
+    expect_rc(["reprot", snap("leak.json")], 2, ["unknown subcommand 'reprot', did you mean 'report'?"],
+              stream="err")
+    expect_rc(["report", "--top", "0", snap("leak.json")], 2,
+              ["--top: must be a whole number between 1 and 1000, got '0'"], stream="err")
+    _, err = expect_rc(["check", "--max-leak", "0", snap("leak.json")], 2,
+                       ["unknown option '--max-leak', did you mean '--max-leaked-bytes'?"], stream="err")
+    expect("A subcommand is required" not in err, "no CLI11 jargon")
+    expect_rc(["run", "-o", snap("x")], 2, ["expected PROGRAM [ARGS...] after the options"], stream="err")
+    expect_rc(["run", "--max-leaked-bytes", "0", "--suppressions", "/nonexistent.supp", "true"], 2,
+              ["/nonexistent.supp: cannot open: No such file or directory"], stream="err")
+    expect_rc(["run", "--max-leaked-bytes", "lots", "true"], 2, ["expected a size"], stream="err")
+    expect_rc(["run", "--max-growth", "0", "true"], 2, ["--max-growth needs --mark"], stream="err")
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
@@ -277,11 +344,13 @@ def main():
     p.add_argument("--traced-program", default="")
     p.add_argument("--fake-driver-dir", default="")
     ARGS = p.parse_args()
+    shutil.rmtree(ARGS.work, ignore_errors=True)  # outputs are never overwritten: start afresh
     os.makedirs(ARGS.work, exist_ok=True)
     subprocess.run([ARGS.make_snapshots, ARGS.work], check=True)
     for t in (test_report, test_unreadable, test_check_text, test_check_usage, test_drops,
               test_growth_and_suppressions, test_formats, test_diff, test_torch_fixture,
-              test_real_collector_output, test_schema):
+              test_real_collector_output, test_schema, test_outputs_never_destroy_data,
+              test_inputs_are_bounded_and_never_hang, test_usage_messages):
         t()
     if FAILURES:
         print(f"{len(FAILURES)} failure(s)", file=sys.stderr)

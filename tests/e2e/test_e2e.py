@@ -2,6 +2,7 @@
 
 Expected numbers come from tests/programs/scenarios.h (the `basic` scenario and friends).
 """
+import json
 import os
 import signal
 import time
@@ -378,3 +379,67 @@ def test_children_started_with_closed_descriptors_are_still_traced(tmp_path):
     snap = load(str(files[0]))
     assert [s["total_size"] for s in snap["segments"]] == [MiB]
     assert "tracing disabled" not in p.stderr
+
+
+def test_a_gate_that_traced_nothing_fails(tmp_path):
+    """Issue 21: a leak gate that could not trace, or saw no CUDA, never passes silently."""
+    p = subprocess.run([CT, "run", "-o", "/proc/x", "--max-leaked-bytes", "0", prog("ct_static_like"), "basic"],
+                       env=base_env(), capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ""  # refused before the program ran
+    assert "not running the program: --max-leaked-bytes needs a trace" in p.stderr
+    p = subprocess.run([CT, "run", "-o", str(tmp_path), "--max-leaked-bytes", "0", prog("ct_static_like"), "basic"],
+                       env=base_env(CUMEMTRACE_PRELOAD="/nonexistent/libcumemtrace.so"), capture_output=True,
+                       text=True)
+    assert p.returncode == 2 and "/nonexistent/libcumemtrace.so: No such file or directory" in p.stderr
+    spaced = tmp_path / "a dir"
+    spaced.mkdir()
+    (spaced / "libcumemtrace.so").symlink_to(PRELOAD)
+    p = subprocess.run([CT, "run", "-o", str(tmp_path), "--max-leaked-bytes", "0", prog("ct_static_like"), "basic"],
+                       env=base_env(CUMEMTRACE_PRELOAD=str(spaced / "libcumemtrace.so")), capture_output=True,
+                       text=True)
+    assert p.returncode == 2 and "which LD_PRELOAD cannot carry" in p.stderr
+    p, snaps = run_traced(tmp_path / "a", [prog("ct_no_cuda"), "0"], ["--max-leaked-bytes", "0"])
+    assert p.returncode == 1 and snaps == {}
+    assert "cumemtrace: no CUDA allocation seen; no snapshot written" in p.stderr
+    assert "pass --allow-no-cuda" in p.stderr
+    p, _ = run_traced(tmp_path / "b", [prog("ct_no_cuda"), "0"], ["--max-leaked-bytes", "0", "--allow-no-cuda"])
+    assert p.returncode == 0, p.stderr
+
+
+def test_program_failure_is_never_masked_and_error_exitcode(tmp_path):
+    p, _ = run_traced(tmp_path / "a", [prog("ct_static_like"), "segv"], ["--max-leaked-bytes", "0"])
+    assert p.returncode == 128 + signal.SIGSEGV
+    assert "1.00 MiB leaked on device 0" in p.stderr
+    p, _ = run_traced(tmp_path / "b", [prog("ct_static_like"), "basic"], ["--max-leaked-bytes", "0",
+                                                                          "--error-exitcode", "17"])
+    assert p.returncode == 17
+
+
+def test_options_end_at_the_program_and_json_verdicts_leave_stderr(tmp_path):
+    out = tmp_path / "t"
+    p = subprocess.run([CT, "run", "-o", str(out), "/bin/echo", "a", "-o", "b", "--help"], env=base_env(),
+                       capture_output=True, text=True)
+    assert (p.returncode, p.stdout) == (0, "a -o b --help\n")
+    p = subprocess.run([CT, "run", "-q", "-o", str(out), "--max-leaked-bytes", "0", "--format", "json",
+                        prog("ct_static_like"), "basic"], env=base_env(), capture_output=True, text=True)
+    assert p.returncode == 1
+    assert json.loads(p.stdout)["failed"] == 2  # both devices leak
+    assert "leaked" not in p.stderr
+    verdict = tmp_path / "verdict.json"
+    p = subprocess.run([CT, "run", "-q", "-o", str(out), "--max-leaked-bytes", "1GiB", "--format", "json",
+                        "--verdict-file", str(verdict), prog("ct_static_like"), "basic"], env=base_env(),
+                       capture_output=True, text=True)
+    assert (p.returncode, p.stderr) == (0, "")  # -q: a passing verdict is silent
+    assert json.loads(verdict.read_text())["ok"] is True
+    p = subprocess.run([CT, "run", "-o", str(out), "--max-leaked-bytes", "1GiB", "--verdict-file", str(verdict),
+                        prog("ct_static_like"), "basic"], env=base_env(), capture_output=True, text=True)
+    assert p.returncode == 2 and "already exists" in p.stderr and "hello" not in p.stdout
+
+
+def test_run_says_where_output_goes_and_the_version(tmp_path):
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "exit", "0"])
+    assert f"cumemtrace: writing snapshots to {tmp_path}/traces" in p.stderr
+    assert "cumemtrace report " in p.stderr
+    version = subprocess.run([CT, "--version"], capture_output=True, text=True).stdout.strip()
+    assert only(snaps)["cumemtrace"]["tool_version"] == version != ""
+
