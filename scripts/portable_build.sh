@@ -69,6 +69,11 @@ mkdir -p "$CACHE"
 [ -f "$SYSROOT/usr/lib/gcc/x86_64-linux-gnu/10/libstdc++.a" ] || make_sysroot
 
 export PATH="$PATH:/usr/local/cuda/bin"
+# The toolchain's flags name the sysroot and are cached at the first configure: a build folder
+# made for another sysroot starts its configuration afresh.
+if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -qF -- "-isystem $SYSROOT/usr/include/c++/10 " "$BUILD/CMakeCache.txt"; then
+  rm -f "$BUILD/CMakeCache.txt"
+fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/bullseye-sysroot.cmake" \
