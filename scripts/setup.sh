@@ -7,6 +7,7 @@ BUILD=${1:-build}
 
 PACKAGES=(build-essential cmake pkg-config libspdlog-dev libfmt-dev nlohmann-json3-dev catch2
   libcli11-dev libdw-dev libelf-dev zlib1g-dev liblzma-dev libbz2-dev libzstd-dev libbenchmark-dev python3 python3-dev python3-jsonschema python3-pytest
+  python3-venv python3-pytest-xdist debootstrap
   clang llvm binutils file chromium fonts-dejavu-core)
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,35 @@
+# Install rules (`cmake --install BUILD --prefix P`), included by the top-level CMakeLists.txt.
+#
+# Layout, relocatable as a whole (no absolute path is written into any installed file):
+#   bin/cumemtrace                the CLI and collector
+#   lib/libcumemtrace.so          the preload: `run` finds it as ../lib next to the executable,
+#                                 and the preload finds the collector as ../bin/cumemtrace
+#   include/cumemtrace.h          the marks API (header only)
+#   lib/cmake/cumemtrace/         find_package(cumemtrace): cumemtrace::headers,
+#                                 CUMEMTRACE_EXECUTABLE, CUMEMTRACE_PRELOAD_LIBRARY
+#   lib/pkgconfig/cumemtrace.pc   pkg-config --cflags cumemtrace
+#   share/cumemtrace/schemas/     the snapshot JSON schema
+#   share/doc/cumemtrace/         README and docs
+# bin and lib are fixed names (not GNUInstallDirs' lib/<multiarch>): the two programs find each
+# other by these relative paths. Tests and benchmarks install nothing.
+include(CMakePackageConfigHelpers)
+
+install(TARGETS cumemtrace RUNTIME DESTINATION bin COMPONENT runtime)
+install(TARGETS cumemtrace_preload LIBRARY DESTINATION lib COMPONENT runtime)
+install(FILES ${PROJECT_SOURCE_DIR}/include/cumemtrace.h DESTINATION include COMPONENT devel)
+install(FILES ${PROJECT_SOURCE_DIR}/schemas/snapshot.schema.json
+  DESTINATION share/cumemtrace/schemas COMPONENT runtime)
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION share/doc/cumemtrace COMPONENT doc)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION share/doc/cumemtrace/docs COMPONENT doc)
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/cumemtraceConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/cmake/cumemtraceConfig.cmake @ONLY)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/cmake/cumemtraceConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion ARCH_INDEPENDENT)
+install(FILES ${PROJECT_BINARY_DIR}/cmake/cumemtraceConfig.cmake
+  ${PROJECT_BINARY_DIR}/cmake/cumemtraceConfigVersion.cmake
+  DESTINATION lib/cmake/cumemtrace COMPONENT devel)
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/cumemtrace.pc.in
+  ${PROJECT_BINARY_DIR}/cmake/cumemtrace.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/cmake/cumemtrace.pc DESTINATION lib/pkgconfig COMPONENT devel)
