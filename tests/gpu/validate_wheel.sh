@@ -18,6 +18,11 @@ verdict() { if [ "$1" = 0 ]; then echo "PASS $2"; else echo "FAIL $2"; fail=1; f
 
 rm -rf venv out
 "$PY" -m venv --system-site-packages venv && venv/bin/pip install -q --no-index "$WHEEL"
+# Where PYTHON is itself a venv (as on GPU images that ship torch in one), --system-site-packages
+# reaches the base interpreter, not that venv: make its packages (torch, pytest) visible too.
+host_site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+venv_site=$(venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+[ "$host_site" != "$venv_site" ] && echo "$host_site" > "$venv_site/_host_packages.pth"
 verdict $? "pip install --no-index $(basename "$WHEEL") into a venv ($("$PY" --version))"
 V=$WORK/venv/bin
 
