@@ -58,6 +58,15 @@ struct TraceEntry {
   Source source = Source::kDriver;
 };
 
+// Whether a writer puts `frames` on this entry (JSON and pickle alike): cumemtrace's driver
+// entries carry them where they say who asked for memory (alloc, oom, segment_map: PyTorch records
+// frames with segment_map too, and for VMM users such as NCCL it is the only entry that does);
+// PyTorch's own entries carry them on every action that has a stack.
+inline bool writes_frames(const TraceEntry& e) {
+  if (e.source == Source::kPytorch) return e.stack != kNoStack;
+  return e.action == Action::kAlloc || e.action == Action::kOom || e.action == Action::kSegmentMap;
+}
+
 struct Block {
   uint64_t address = 0;
   uint64_t size = 0;

@@ -310,13 +310,8 @@ void put_snapshot(Buf& b, const Snapshot& s) {
       fmt::format_to(fmt::appender(b.mem), ",\"time_us\":{}", e.time_us);
       if (e.tid) fmt::format_to(fmt::appender(b.mem), ",\"tid\":{}", e.tid);
       if (e.stream_per_thread) put(b, ",\"stream_per_thread\":true");
-      const bool pytorch = e.source == Source::kPytorch;
-      if (explicit_source && pytorch) put(b, ",\"source\":\"pytorch\"");
-      // PyTorch records frames with segment_map too; for VMM users (NCCL) it is the only entry
-      // that says who asked for the memory. PyTorch's own entries carry frames of every action.
-      if (pytorch || e.action == Action::kAlloc || e.action == Action::kOom ||
-          e.action == Action::kSegmentMap)
-        put_frames(b, rendered, e.stack);
+      if (explicit_source && e.source == Source::kPytorch) put(b, ",\"source\":\"pytorch\"");
+      if (writes_frames(e)) put_frames(b, rendered, e.stack);
       b.push_back('}');
       b.boundary();
     }

@@ -468,6 +468,19 @@ std::vector<Allocation> DeviceReplay::live_after(std::ptrdiff_t index) const {
   Cursor c(*this);
   while (c.index() < index && c.step()) {
   }
+  // A driver allocation is written as segment_alloc, then the alloc that carries its frames: a
+  // moment between the two (a peak is reached at the segment_alloc) still knows whose it is.
+  const auto& tr = *trace_;
+  while (flavor_ == Flavor::kCumemtrace && c.index() >= 0 &&
+         c.index() + 1 < static_cast<std::ptrdiff_t>(tr.size())) {
+    const auto& cur = tr[static_cast<size_t>(c.index())];
+    const auto& next = tr[static_cast<size_t>(c.index()) + 1];
+    if (cur.action != snap::Action::kSegmentAlloc || next.action != snap::Action::kAlloc ||
+        cur.source == snap::Source::kPytorch || next.source == snap::Source::kPytorch ||
+        next.addr != cur.addr)
+      break;
+    c.step();
+  }
   return c.live();
 }
 

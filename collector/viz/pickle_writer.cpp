@@ -298,8 +298,7 @@ class SnapshotPickler {
       if (e.tid) key_uint("tid", e.tid);
       if (e.stream_per_thread) key_bool("stream_per_thread", true);
       source(e.source);
-      if (e.action == snap::Action::kAlloc || oom || e.action == snap::Action::kSegmentMap)
-        frames(e.stack);
+      if (snap::writes_frames(e)) frames(e.stack);
     });
   }
 

@@ -328,6 +328,7 @@ def test_preload_exports_only_its_hooks():
         "cuMemCreate", "cuMemRelease", "cuMemRetainAllocationHandle",
         "cuMemImportFromShareableHandle", "cuMemMap", "cuMemUnmap", "cuMemAddressReserve",
         "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost",
+        "cumemtrace_torch_attach", "cumemtrace_torch_info",
         # The public marks API (include/cumemtrace.h) and the NVTX injection entry point.
         "cumemtrace_mark", "cumemtrace_range_push", "cumemtrace_range_pop", "cumemtrace_snapshot",
         "InitializeInjectionNvtx2"])

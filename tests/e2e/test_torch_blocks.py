@@ -27,9 +27,12 @@ def run(tmp_path, scenario, **env):
 
 
 def refusals(p):
-    """The `cumemtrace:` lines other than the run's own (file written, process summary)."""
+    """The `cumemtrace:` lines other than the run's own (where snapshots go, file written, process
+    summary, which command reads it)."""
+    own = ("cumemtrace: wrote ", "cumemtrace: writing snapshots to ",
+           "cumemtrace: see where the memory went")
     return [ln for ln in p.stderr.splitlines() if ln.startswith("cumemtrace:")
-            and not ln.startswith("cumemtrace: wrote ") and " (pid " not in ln]
+            and not ln.startswith(own) and " (pid " not in ln]
 
 
 def final(snaps):

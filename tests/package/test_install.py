@@ -33,7 +33,9 @@ def test_layout(moved):
                    for d, _, names in os.walk(moved) for f in names)
     assert [f for f in files if not f.startswith("share/doc/")] == [
         "bin/cumemtrace", "include/cumemtrace.h", "lib/cmake/cumemtrace/cumemtraceConfig.cmake",
-        "lib/cmake/cumemtrace/cumemtraceConfigVersion.cmake", "lib/libcumemtrace.so",
+        "lib/cmake/cumemtrace/cumemtraceConfigVersion.cmake",
+        "lib/cumemtrace/python/cumemtrace_torch.py", "lib/cumemtrace/python/sitecustomize.py",
+        "lib/libcumemtrace.so",
         "lib/pkgconfig/cumemtrace.pc", "share/cumemtrace/schemas/snapshot.schema.json"]
     assert "share/doc/cumemtrace/README.md" in files
     # Nothing installed refers to where it was installed first.

@@ -13,6 +13,7 @@ Exit 77 (skipped) when the fixture is absent.
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,8 @@ def main():
         print(f"SKIP: fixture {fixture} is absent (shared/fixtures not checked out beside the repo)")
         return 77
     out = Path(a.out)
+    # Outputs are never overwritten (convert refuses an existing file without -f): start empty.
+    shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     src = json.loads(fixture.read_text())
 
