@@ -522,6 +522,9 @@ void finish(Breakdown& b, const std::map<std::string, uint64_t>& libs) {
   std::sort(b.by_library.begin(), b.by_library.end(), [](const auto& x, const auto& y) {
     return x.second != y.second ? x.second > y.second : x.first < y.first;
   });
+  // NVML is sampled about once a second: a sample below the tracked bytes predates what this
+  // moment holds (a short peak between two samples) and says nothing about it.
+  if (b.driver_visible && *b.driver_visible < b.tracked) b.driver_visible.reset();
   if (b.driver_visible)
     b.untracked =
         wrap_sub(static_cast<int64_t>(*b.driver_visible), static_cast<int64_t>(b.tracked));
