@@ -7,9 +7,9 @@
 
 #include "cli_checks.h"
 #include "commands.h"
+#include "snapshot_input.h"
 #include "viz/html_report.h"
 #include "viz/output_file.h"
-#include "snapshot_input.h"
 
 namespace cumemtrace::cli {
 

@@ -7,8 +7,8 @@
 #include <iterator>
 
 #include "snapshot_builder.h"
-#include "snapshot_json_writer.h"
 #include "snapshot_input.h"
+#include "snapshot_json_writer.h"
 
 using namespace cumemtrace;
 
