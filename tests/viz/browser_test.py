@@ -150,6 +150,8 @@ def main():
               "scripts/setup.sh installs Debian's chromium")
         return 77
     out = Path(a.out)
+    # Outputs are never overwritten (html refuses an existing file without -f): start empty.
+    shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
 
     syn = out / "synthetic.json"
