@@ -12,12 +12,14 @@
 #include <type_traits>
 #if __cplusplus >= 202002L && !defined(__cpp_lib_bit_cast)
 namespace std {
+// clang-format off (clang-format 14 folds a requires-clause into the declaration's line)
 template <typename To, typename From>
   requires(sizeof(To) == sizeof(From) && is_trivially_copyable_v<To> &&
            is_trivially_copyable_v<From>)
 constexpr To bit_cast(const From& from) noexcept {
   return __builtin_bit_cast(To, from);
 }
+// clang-format on
 }  // namespace std
 #endif
 #endif
