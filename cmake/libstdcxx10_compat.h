@@ -12,7 +12,8 @@
 #include <type_traits>
 #if __cplusplus >= 202002L && !defined(__cpp_lib_bit_cast)
 namespace std {
-// clang-format off (clang-format 14 folds a requires-clause into the declaration's line)
+// clang-format 14 folds a requires-clause into the declaration's line: keep it as written.
+// clang-format off
 template <typename To, typename From>
   requires(sizeof(To) == sizeof(From) && is_trivially_copyable_v<To> &&
            is_trivially_copyable_v<From>)
