@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "log.h"
+
 namespace cumemtrace::cli {
 
 CLI::Validator between(int64_t lo, int64_t hi) {
@@ -34,6 +36,16 @@ CLI::Validator seconds_between(double lo, double hi) {
         return {};
       },
       "SECONDS");
+}
+
+CLI::Validator log_level_name() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        return log::valid_level(v)
+                   ? ""
+                   : "expected trace, debug, info, warn, error or off, got '" + v + "'";
+      },
+      "LEVEL");
 }
 
 std::string closest(std::string_view word, const std::vector<std::string>& candidates) {

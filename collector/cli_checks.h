@@ -15,6 +15,8 @@ namespace cumemtrace::cli {
 CLI::Validator between(int64_t lo, int64_t hi);
 // A number of seconds in [lo, hi] (decimals allowed).
 CLI::Validator seconds_between(double lo, double hi);
+// A log level: trace, debug, info, warn, error or off.
+CLI::Validator log_level_name();
 
 // The one candidate that `word` begins (3 characters at least), else the candidate closest to
 // `word` by edit distance when it is close enough to be a likely typo (at most a third of the

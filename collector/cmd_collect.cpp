@@ -59,14 +59,15 @@ int collect_main(const CollectArgs& a) {
   signal(SIGINT, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
-  // No terminal may be left to read stderr: CUMEMTRACE_LOG_FILE puts records beside the snapshots.
-  const std::string log_problem = log::init("", a.output);
-  if (!log_problem.empty()) spdlog::warn("{}", log_problem);
-  spdlog::debug("collector started (pid {}), writing to {}", getpid(), a.output);
   collect::CollectorOptions opts;
   opts.session.output_dir = a.output;
   opts.session.max_trace_events = a.max_trace_events;
   opts.refuse = collect::prepare_output_dir(a.output);
+  // No terminal may be left to read stderr: CUMEMTRACE_LOG_FILE puts records beside the snapshots
+  // (so the directory is made first).
+  const std::string log_problem = log::init("", a.output);
+  if (!log_problem.empty()) spdlog::warn("{}", log_problem);
+  spdlog::debug("collector started (pid {}), writing to {}", getpid(), a.output);
   if (opts.refuse.empty()) opts.refuse = env_settings(opts.session);
   collect::Collector c(a.control_fd, opts);
   if (!opts.refuse.empty()) spdlog::debug("refusing to trace: {}", opts.refuse);

@@ -187,14 +187,15 @@ int run_main(const RunArgs& a) {
     fmt::print(stderr, "cumemtrace run: {}\n", usage);
     return 2;
   }
-  if (auto bad = log::init(a.log_level, a.output); !bad.empty()) {
-    fmt::print(stderr, "cumemtrace run: {}\n", bad);
-    return 2;
-  }
 
   std::string preload = find_preload();
   std::string problem = preload_problem(preload);
   if (problem.empty()) problem = collect::prepare_output_dir(a.output);
+  // After the directory exists: a relative CUMEMTRACE_LOG_FILE is created inside it.
+  if (auto bad = log::init(a.log_level, a.output); !bad.empty()) {
+    fmt::print(stderr, "cumemtrace run: {}\n", bad);
+    return 2;
+  }
   int ctl[2] = {-1, -1};
   if (problem.empty() && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
     problem = fmt::format("socketpair failed: {}", strerror(errno));
@@ -336,13 +337,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_option("--log-level", args->log_level,
                   "the collector's own diagnostics: trace, debug, info, warn, error or off "
                   "(default: CUMEMTRACE_LOG, else warn)")
-      ->check(CLI::Validator(
-          [](std::string& v) -> std::string {
-            return log::valid_level(v)
-                       ? ""
-                       : "expected trace, debug, info, warn, error or off, got '" + v + "'";
-          },
-          "LEVEL"));
+      ->check(log_level_name());
   sub->add_option("command", args->command, "PROGRAM and its arguments")->required();
   sub->callback([args, &exit_code] { exit_code = run_main(*args); });
 }

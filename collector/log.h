@@ -1,8 +1,8 @@
 // Contract: the collector's own diagnostics (never the preload's, never the user-facing
 // `cumemtrace: ...` verdict and summary lines, which stay plain output). spdlog, used header-only.
-// Level from `--log-level` (run) or CUMEMTRACE_LOG: trace, debug, info, warn (the default),
-// error, off. At debug the collector says what a problem report needs: sessions opened and
-// closed, ring sizes, events and drops, snapshot build (symbolization) time, files written.
+// Level from `--log-level` (every subcommand) or CUMEMTRACE_LOG: trace, debug, info, warn (the
+// default), error, off. At debug the collector says what a problem report needs: sessions opened
+// and closed, ring sizes, events and drops, snapshot build (symbolization) time, files written.
 // Records go to stderr; with CUMEMTRACE_LOG_FILE they go to that file instead (appended, created
 // 0644, never through a symlink; a relative name is taken in the snapshot directory), since the
 // collector the preload starts by itself outlives the program's terminal.

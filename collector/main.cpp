@@ -14,6 +14,7 @@
 
 #include "cli_checks.h"
 #include "commands.h"
+#include "log.h"
 
 namespace {
 
@@ -102,6 +103,18 @@ int main(int argc, char** argv) {
   cumemtrace::cli::add_html_command(app, exit_code);
   cumemtrace::cli::add_convert_command(app, exit_code);
 
+  // The offline commands' own diagnostics (what was read, in which format, how long it took):
+  // CUMEMTRACE_LOG or --log-level. `run` sets its logger up itself, once its output directory
+  // exists, since a relative CUMEMTRACE_LOG_FILE lives there.
+  for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (s->get_name() == "run" || s->get_group().empty()) continue;
+    s->add_option_function<std::string>(
+         "--log-level", [](const std::string& level) { cumemtrace::log::init(level, ""); },
+         "cumemtrace's own diagnostics: trace, debug, info, warn, error or off "
+         "(default: CUMEMTRACE_LOG, else warn)")
+        ->check(cumemtrace::cli::log_level_name());
+  }
+
   std::vector<std::string> args(argv + 1, argv + argc);
   const auto first = std::find_if(args.begin(), args.end(),
                                   [](const std::string& a) { return a.empty() || a[0] != '-'; });
@@ -119,6 +132,8 @@ int main(int argc, char** argv) {
     }
     if (sub->get_name() == "run") {
       end_run_options_at_program(sub, args, static_cast<size_t>(first - args.begin()) + 1);
+    } else if (!sub->get_group().empty()) {
+      if (auto bad = cumemtrace::log::init("", ""); !bad.empty()) spdlog::warn("{}", bad);
     }
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order

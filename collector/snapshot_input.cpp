@@ -1,6 +1,9 @@
 #include "snapshot_input.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "input_file.h"
 #include "viz/pickle_reader.h"
@@ -17,8 +20,18 @@ Snapshot read_snapshot_any(const std::string& path) {
   const std::string name = path == "-" ? "<stdin>" : path;
   if (bytes.empty())
     throw ReadError(fmt::format("{}:offset 0: expected a snapshot, found an empty file", name));
-  if (viz::looks_like_pickle(bytes)) return viz::read_pickle_snapshot(bytes, name);
-  return read_snapshot(bytes, name);
+  const auto start = std::chrono::steady_clock::now();
+  const bool pickle = viz::looks_like_pickle(bytes);
+  Snapshot s = pickle ? viz::read_pickle_snapshot(bytes, name) : read_snapshot(bytes, name);
+  size_t trace_entries = 0;
+  for (const auto& t : s.device_traces) trace_entries += t.size();
+  spdlog::debug("read {} ({} bytes, {}) in {} ms: {} segments, {} trace entries", name,
+                bytes.size(), pickle ? "pickle" : "JSON",
+                std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - start)
+                    .count(),
+                s.segments.size(), trace_entries);
+  return s;
 }
 
 }  // namespace cumemtrace::snap
