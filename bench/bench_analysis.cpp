@@ -15,8 +15,8 @@
 
 #include "analysis/check.h"
 #include "analysis/report.h"
-#include "snapshot_input.h"
-#include "snapshot_json_writer.h"
+#include "snapshot/snapshot_input.h"
+#include "snapshot/snapshot_json_writer.h"
 
 using namespace cumemtrace;
 

@@ -14,11 +14,11 @@
 #include <new>
 #include <thread>
 
+#include "live/ring_reader.h"
+#include "live/trace_model.h"
 #include "ring_producer.h"
-#include "ring_reader.h"
-#include "snapshot_json_writer.h"
+#include "snapshot/snapshot_json_writer.h"
 #include "support/memfd_ring.h"
-#include "trace_model.h"
 
 using namespace cumemtrace;
 

@@ -8,7 +8,7 @@
 // offset from the interpreter's own _Py_DebugOffsets (the start of _PyRuntime: cookie
 // "xdebugpy", PY_VERSION_HEX, free_threaded), whose field positions per version are built in.
 // Nothing here reads memory except cpython_layout() reading the _Py_DebugOffsets it is given.
-// The tables are checked against real headers by tests/unit/cpython_layout_check.cpp (the host's
+// The tables are checked against real headers by tests/preload/cpython_layout_check.cpp (the host's
 // python3-dev) and tests/pythons (the headers and interpreters of other Debian suites), and at
 // run time by the reader's structural validation (object types, bounds), which turns the reader
 // off for the process on the first mismatch.

@@ -27,7 +27,7 @@ inline bool is_driver_name(const char* name) {
 }  // namespace
 
 // glibc resolves RTLD_NEXT relative to the caller's return address: that path must stay a tail
-// call (a jmp, so the caller is the application's), which tests/unit checks in the disassembly.
+// call (a jmp, so the caller is the application's), which tests/e2e checks in the disassembly.
 CUMEMTRACE_EXPORT void* dlsym(void* handle, const char* name) {
   pl::DlsymFn real = pl::real_dlsym();
   if (!real) return nullptr;

@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "recorder.h"
-#include "wire_format.h"
+#include "wire/wire_format.h"
 
 #define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "wire_format.h"
+#include "wire/wire_format.h"
 
 namespace cumemtrace::preload {
 

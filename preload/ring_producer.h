@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "wire_format.h"
+#include "wire/wire_format.h"
 
 namespace cumemtrace::preload {
 

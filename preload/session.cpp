@@ -22,10 +22,10 @@
 #include <cstring>
 #include <new>
 
-#include "control_protocol.h"
 #include "module_map.h"
 #include "python_stack.h"
 #include "recorder.h"
+#include "wire/control_protocol.h"
 
 extern char** environ;
 

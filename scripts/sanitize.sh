@@ -37,9 +37,9 @@ for kind in "${kinds[@]}"; do
     (cd "$dir" && ctest --output-on-failure -j"$(nproc)" -LE gpu -E '^viz_browser$') || status=1
     unset ASAN_OPTIONS UBSAN_OPTIONS
   else
-    cmake --build "$dir" -j"$(nproc)" --target unit_tests recorder_tests
+    cmake --build "$dir" -j"$(nproc)" --target preload_tests recorder_tests live_tests
     export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=1:second_deadlock_stack=1"
-    for t in unit_tests recorder_tests; do
+    for t in preload_tests recorder_tests live_tests; do
       "$dir/bin/$t" || status=1
     done
     unset TSAN_OPTIONS

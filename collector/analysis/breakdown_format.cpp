@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "size_format.h"
+#include "snapshot/size_format.h"
 
 namespace cumemtrace::analysis {
 

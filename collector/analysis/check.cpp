@@ -6,7 +6,6 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "analysis/frames.h"
@@ -17,9 +16,8 @@
 #include "analysis/range.h"
 #include "analysis/report.h"
 #include "analysis/suppressions.h"
-#include "cli_checks.h"
-#include "file_output.h"
-#include "size_format.h"
+#include "io/file_output.h"
+#include "snapshot/size_format.h"
 
 namespace cumemtrace::analysis {
 
@@ -29,22 +27,6 @@ namespace {
 
 std::string plural(uint64_t n, std::string_view one) {
   return fmt::format("{} {}{}", n, one, n == 1 ? "" : "s");
-}
-
-void add_size_option(CLI::App* app, const std::string& name, std::optional<uint64_t>& target,
-                     const std::string& help) {
-  app->add_option_function<std::string>(
-         name,
-         [&target, name](const std::string& v) {
-           auto b = snap::parse_bytes(v);
-           if (!b) {
-             throw CLI::ValidationError(
-                 name, "expected a size such as 0, 4096, 12MiB or 1.5GB, got '" + v + "'");
-           }
-           target = *b;
-         },
-         help)
-      ->type_name("SIZE");
 }
 
 StackNote note_for(const SiteTable& sites, int32_t stack, bool before_trace, std::string title,
@@ -343,37 +325,6 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
 }
 
 }  // namespace
-
-void add_check_options(CLI::App* app, CheckOptions& o) {
-  add_size_option(app, "--max-leaked-bytes", o.max_leaked_bytes,
-                  "Fail when more than SIZE bytes are live at exit on a device");
-  add_size_option(app, "--max-peak-bytes", o.max_peak_bytes,
-                  "Fail when a device's peak exceeds SIZE bytes");
-  add_size_option(app, "--max-allocated-peak", o.max_allocated_peak,
-                  "Fail when PyTorch's allocated bytes on a device peak above SIZE");
-  add_size_option(
-      app, "--max-reserved-peak", o.max_reserved_peak,
-      "Fail when PyTorch's reserved bytes (cache included) on a device peak above SIZE");
-  add_size_option(app, "--max-driver-peak", o.max_driver_peak,
-                  "Fail when the driver-visible (NVML) memory of a device peaks above SIZE");
-  app->add_option("--range", o.range,
-                  "Evaluate the limits within the last START..END annotation pair NAME")
-      ->type_name("NAME");
-  add_size_option(app, "--max-growth", o.max_growth,
-                  "Fail when live bytes grow by more than SIZE between occurrences of --mark");
-  app->add_option("--mark", o.mark, "Mark (annotation name) that --max-growth measures between");
-  app->add_option("--warmup", o.warmup, "Occurrences of --mark to skip before measuring growth")
-      ->capture_default_str()
-      ->check(cli::between(0, 1000000));
-  app->add_option("--suppressions", o.suppressions, "Suppressions file (see docs/suppressions.md)");
-  app->add_flag("--allow-drops", o.allow_drops,
-                "Check snapshots with dropped events instead of failing them as incomplete");
-  app->add_option("--junit", o.junit, "Also write JUnit XML to this file");
-  app->add_flag("-f,--force", o.force, "Let --junit replace an existing file (never an input)");
-  app->add_option("--format", o.format, "Output format")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"text", "json", "github"}));
-}
 
 std::string check_options_problem(const CheckOptions& o, const std::vector<std::string>& inputs) {
   if (o.max_growth && o.mark.empty()) {

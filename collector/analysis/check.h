@@ -1,6 +1,6 @@
 // Contract: `cumemtrace check` as a library, so `cumemtrace run` gates on exactly the same limits
-// with exactly the same flags. add_check_options registers the limit flags on any CLI11 command
-// (sizes parsed with snap::parse_bytes: "0", "12MiB", "1.5GB"); run_check evaluates them on
+// with exactly the same flags (cli/check_options.h registers them on a CLI11 command; sizes are
+// parsed with snap::parse_bytes: "0", "12MiB", "1.5GB"); run_check evaluates them on
 // already-loaded snapshots, prints the result in the chosen format to `out` (problems with the
 // options' own files, e.g. an unreadable suppressions file, go to `err`) and returns the exit code:
 // 0 every limit holds, 1 a limit failed (or a snapshot is incomplete: dropped events and no
@@ -27,11 +27,7 @@
 #include <vector>
 
 #include "analysis/findings.h"
-#include "snapshot.h"
-
-namespace CLI {
-class App;
-}
+#include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
 
@@ -53,8 +49,6 @@ struct CheckOptions {
   size_t frames = 8;            // program frames shown per stack
   size_t stacks = 10;           // stacks shown per failure
 };
-
-void add_check_options(CLI::App* app, CheckOptions& o);
 
 // What is wrong with the options themselves, checked before any snapshot is read (and by `run`
 // before the program starts): --max-growth without --mark or the reverse, a suppressions file

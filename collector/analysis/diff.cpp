@@ -9,7 +9,7 @@
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
 #include "analysis/model.h"
-#include "size_format.h"
+#include "snapshot/size_format.h"
 
 namespace cumemtrace::analysis {
 

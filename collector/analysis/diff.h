@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "snapshot.h"
+#include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
 

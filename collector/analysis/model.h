@@ -27,7 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "snapshot.h"
+#include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
 

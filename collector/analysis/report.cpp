@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
-#include "size_format.h"
+#include "snapshot/size_format.h"
 
 namespace cumemtrace::analysis {
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "input_file.h"
+#include "io/input_file.h"
 
 namespace cumemtrace::analysis {
 

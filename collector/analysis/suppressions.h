@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "snapshot.h"
+#include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
 

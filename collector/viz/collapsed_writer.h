@@ -11,7 +11,7 @@
 #include <ostream>
 #include <string>
 
-#include "snapshot.h"
+#include "snapshot/snapshot.h"
 
 namespace cumemtrace::viz {
 

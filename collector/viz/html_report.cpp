@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
+#include "snapshot/utf8.h"
 #include "viz/report_assets.h"
-#include "viz/utf8.h"
 
 namespace cumemtrace::viz {
 

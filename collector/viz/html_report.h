@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "snapshot.h"
+#include "snapshot/snapshot.h"
 #include "viz/report_model.h"
 
 namespace cumemtrace::viz {

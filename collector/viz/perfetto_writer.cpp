@@ -8,7 +8,7 @@
 
 #include "analysis/frames.h"
 #include "analysis/model.h"
-#include "viz/utf8.h"
+#include "snapshot/utf8.h"
 
 namespace cumemtrace::viz {
 

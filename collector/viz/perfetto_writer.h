@@ -17,7 +17,7 @@
 #include <ostream>
 #include <string>
 
-#include "snapshot.h"
+#include "snapshot/snapshot.h"
 
 namespace cumemtrace::viz {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "analysis/model.h"
-#include "snapshot.h"
+#include "snapshot/snapshot.h"
 
 namespace cumemtrace::viz {
 

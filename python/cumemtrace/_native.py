@@ -81,7 +81,7 @@ def pop():
 
 
 def file_tag(tag):
-    """The tag as the collector writes it into a file name (collector/process_session.cpp)."""
+    """The tag as the collector writes it into a file name (collector/live/process_session.cpp)."""
     t = re.sub(r"[^A-Za-z0-9._-]", "_", tag[:100])
     if not t:
         return "snapshot"

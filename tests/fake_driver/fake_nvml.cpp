@@ -1,5 +1,5 @@
 // A fake NVML (libnvidia-ml.so.1) for GPU-less tests of driver-visible memory. It answers the
-// calls the collector makes (collector/driver_memory.cpp) from the environment:
+// calls the collector makes (collector/live/driver_memory.cpp) from the environment:
 //   FAKE_NVML_DEVICES  number of devices (default 2)
 //   FAKE_NVML_USED     "DEVICE:BYTES,..." that every process using a CUDA driver (one with a
 //                      libcuda.so.1 mapped: on a GPU-less test host, the fake driver) holds as

@@ -8,9 +8,9 @@
 #include <string>
 #include <string_view>
 
-#include "snapshot_json_writer.h"
-#include "snapshot_reader.h"
-#include "viz/pickle_reader.h"
+#include "snapshot/pickle_reader.h"
+#include "snapshot/snapshot_json_writer.h"
+#include "snapshot/snapshot_reader.h"
 
 using namespace cumemtrace;
 

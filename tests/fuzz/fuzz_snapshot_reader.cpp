@@ -13,8 +13,8 @@
 #include "analysis/check.h"
 #include "analysis/diff.h"
 #include "analysis/report.h"
-#include "snapshot_json_writer.h"
-#include "snapshot_reader.h"
+#include "snapshot/snapshot_json_writer.h"
+#include "snapshot/snapshot_reader.h"
 
 using namespace cumemtrace;
 

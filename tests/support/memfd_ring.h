@@ -10,8 +10,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "live/ring_reader.h"
 #include "ring_producer.h"
-#include "ring_reader.h"
 
 namespace cumemtrace::testing {
 

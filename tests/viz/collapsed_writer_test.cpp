@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "sample_snapshots.h"
+#include "support/sample_snapshots.h"
 #include "viz/collapsed_writer.h"
 
 using namespace cumemtrace;

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sample_snapshots.h"
+#include "support/sample_snapshots.h"
 #include "viz/html_report.h"
 
 using namespace cumemtrace;

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sample_snapshots.h"
+#include "support/sample_snapshots.h"
 #include "viz/perfetto_writer.h"
 
 using namespace cumemtrace;

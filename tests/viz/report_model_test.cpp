@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "sample_snapshots.h"
+#include "support/sample_snapshots.h"
 #include "viz/report_model.h"
 
 using namespace cumemtrace;

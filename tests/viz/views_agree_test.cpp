@@ -10,7 +10,7 @@
 
 #include "analysis/frames.h"
 #include "analysis/report.h"
-#include "summary.h"
+#include "live/summary.h"
 #include "viz/collapsed_writer.h"
 #include "viz/perfetto_writer.h"
 #include "viz/report_model.h"

@@ -1,0 +1,269 @@
+#include "live/collector_loop.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "control_protocol.h"
+#include "live/control_channel.h"
+#include "live/summary.h"
+
+namespace cumemtrace::collect {
+
+namespace {
+
+std::vector<std::string> split_nul(const char* p, size_t n) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] == '\0') {
+      out.emplace_back(p + start, i - start);
+      start = i + 1;
+    }
+  }
+  if (start < n) out.emplace_back(p + start, n - start);
+  return out;
+}
+
+}  // namespace
+
+Collector::Collector(int control_fd, CollectorOptions opts)
+    : control_fd_(control_fd), opts_(std::move(opts)) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  hostname_ = host;
+  opts_.session.driver_memory = &driver_memory_;
+}
+
+Collector::~Collector() {
+  if (control_fd_ >= 0) ::close(control_fd_);
+}
+
+void Collector::set_direct_child(pid_t pid) {
+  child_ = pid;
+}
+
+void Collector::accept_hello() {
+  alignas(8) char buf[wire::kMaxHelloBytes];
+  Received got = recv_with_fds(control_fd_, buf, sizeof buf);
+  const ssize_t n = got.bytes;
+  if (n <= 0) {  // EOF: no process can reach us any more
+    ::close(control_fd_);
+    control_fd_ = -1;
+    return;
+  }
+  std::vector<int>& fds = got.fds;
+  auto reject = [&](const std::string& why) {
+    if (fds.size() >= 2) send_ack(fds[1], 1, why);
+    for (int fd : fds) ::close(fd);
+    refusals_.push_back(why);
+    spdlog::debug("refused a process: {}", why);
+    if (opts_.summary) fmt::print(stderr, "cumemtrace: rejected a traced process: {}\n", why);
+  };
+  wire::Hello h{};
+  if (static_cast<size_t>(n) < sizeof h || fds.size() != 2) return reject("malformed hello");
+  memcpy(&h, buf, sizeof h);
+  if (h.magic != wire::kHelloMagic) return reject("malformed hello");
+  if (h.wire_version != wire::kWireVersion) {
+    return reject(fmt::format("preload speaks wire version {}, this collector {}", h.wire_version,
+                              wire::kWireVersion));
+  }
+  const uint64_t body = static_cast<uint64_t>(h.exe_bytes) + h.argv_bytes + h.rank_bytes;
+  if (sizeof h + body > static_cast<uint64_t>(n)) return reject("malformed hello");
+  ProcessInfo info;
+  info.pid = h.pid;
+  info.ppid = h.ppid;
+  info.hostname = hostname_;
+  const char* p = buf + sizeof h;
+  info.exe.assign(p, h.exe_bytes);
+  p += h.exe_bytes;
+  info.argv = split_nul(p, h.argv_bytes);
+  p += h.argv_bytes;
+  for (const auto& kv : split_nul(p, h.rank_bytes)) {
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) info.rank[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (!opts_.refuse.empty()) {  // the process prints the reason itself
+    spdlog::debug("pid {}: tracing refused: {}", h.pid, opts_.refuse);
+    send_ack(fds[1], 1, opts_.refuse);
+    for (int fd : fds) ::close(fd);
+    return;
+  }
+  for (auto& s : sessions_) {
+    if (!s->open() && s->info().pid == h.pid) s->mark_exec();
+  }
+  const int memfd = fds[0];
+  const int live = fds[1];
+  try {
+    sessions_.push_back(
+        std::make_unique<ProcessSession>(memfd, live, std::move(info), opts_.session));
+  } catch (const std::exception& e) {
+    send_ack(live, 1, e.what());
+    ::close(live);
+    refusals_.push_back(fmt::format("cannot trace pid {}: {}", h.pid, e.what()));
+    if (opts_.summary) fmt::print(stderr, "cumemtrace: cannot trace pid {}: {}\n", h.pid, e.what());
+    return;
+  }
+  send_ack(live, 0, "");
+  spdlog::debug("pid {} ({}): session opened, ring of {} bytes", h.pid,
+                sessions_.back()->info().exe, sessions_.back()->ring_bytes());
+}
+
+void Collector::handle_signals() {
+  signalfd_siginfo si;
+  while (read(signal_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+    if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP) {
+      if (child_ > 0 && !child_status_) kill(child_, static_cast<int>(si.ssi_signo));
+    }
+  }
+  if (child_ > 0 && !child_status_) {
+    int status;
+    pid_t r = waitpid(child_, &status, WNOHANG);
+    if (r == child_) child_status_ = status;
+  }
+}
+
+void Collector::finish(ProcessSession& s) {
+  report_written(s);
+  spdlog::debug("pid {}: session closed ({} events dropped)", s.info().pid, s.dropped());
+  std::optional<snap::Ended> ended;
+  if (s.info().pid == child_ && child_status_) {
+    snap::Ended e;
+    const int st = *child_status_;
+    if (WIFSIGNALED(st)) {
+      e.how = "signal";
+      e.signal = WTERMSIG(st);
+    } else {
+      e.how = "exit";
+      e.code = WEXITSTATUS(st);
+    }
+    // The process image that exec'd away is not the one that exited.
+    if (s.observed_end().how == "exec") e = s.observed_end();
+    ended = e;
+  } else {
+    ended = s.observed_end();
+  }
+  std::optional<snap::Snapshot> snapshot;
+  try {
+    snapshot = s.snapshot("exit", ended);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "cumemtrace: {}\n", e.what());
+  }
+  if (snapshot) {
+    try {
+      const std::string path = s.write(*snapshot);
+      if (opts_.summary) {
+        fmt::print(stderr, "cumemtrace: wrote {}\n{}", path, summarize(*snapshot));
+      }
+      written_.push_back(WrittenSnapshot{path, std::move(*snapshot)});
+    } catch (const std::exception& e) {
+      // A full disk: `run`'s limits still judge the snapshot, under a name that says why there
+      // is no file, instead of a gate passing for want of one.
+      fmt::print(stderr, "cumemtrace: {}\n", e.what());
+      written_.push_back(WrittenSnapshot{fmt::format("pid {} (snapshot not written)", s.info().pid),
+                                         std::move(*snapshot)});
+    }
+  }
+  if (!s.error().empty()) fmt::print(stderr, "cumemtrace: {}\n", s.error());
+}
+
+// Files written while processes run get their one line as they appear.
+void Collector::report_written(ProcessSession& s) {
+  for (const auto& path : s.take_new_files()) {
+    if (opts_.summary) fmt::print(stderr, "cumemtrace: wrote {}\n", path);
+  }
+}
+
+void Collector::sample_driver_memory(std::chrono::steady_clock::time_point now) {
+  if (now < next_driver_sample_ ||
+      std::none_of(sessions_.begin(), sessions_.end(), [](auto& s) { return s->open(); })) {
+    return;
+  }
+  if (!driver_memory_.available()) return;
+  next_driver_sample_ = now + std::chrono::seconds(1);
+  auto all = driver_memory_.sample_all();
+  for (auto& s : sessions_) {
+    if (!s->open()) continue;
+    auto it = all.find(s->info().pid);
+    s->add_driver_usage(it != all.end() ? it->second : std::vector<DriverUsage>{});
+  }
+}
+
+bool Collector::done() const {
+  if (!sessions_.empty()) return false;
+  if (child_ > 0) return child_status_.has_value();
+  return control_fd_ < 0;
+}
+
+void Collector::run() {
+  std::vector<pollfd> pfds;
+  int idle_rounds = 0;
+  bool backlog = false;
+  while (!done()) {
+    pfds.clear();
+    if (control_fd_ >= 0) pfds.push_back({control_fd_, POLLIN, 0});
+    if (signal_fd_ >= 0) pfds.push_back({signal_fd_, POLLIN, 0});
+    for (auto& s : sessions_) {
+      if (s->live_fd() >= 0) pfds.push_back({s->live_fd(), POLLIN, 0});
+    }
+    // Poll fast while rings are busy, back off when they are quiet; not at all while a ring has
+    // more than one batch waiting.
+    const int timeout = backlog ? 0 : sessions_.empty() ? 100 : idle_rounds < 10 ? 1 : 5;
+    int r = poll(pfds.data(), pfds.size(), timeout);
+    if (r < 0 && errno != EINTR) {
+      spdlog::error("poll failed: {}", strerror(errno));
+      break;
+    }
+    size_t drained = 0;
+    backlog = false;
+    for (auto& s : sessions_) {
+      const size_t n = s->drain();
+      drained += n;
+      backlog = backlog || n == ProcessSession::kDrainBatch;
+    }
+    idle_rounds = drained ? 0 : idle_rounds + 1;
+    const auto now = std::chrono::steady_clock::now();
+    sample_driver_memory(now);
+    for (auto& s : sessions_) {
+      s->periodic(now);
+      s->follow(now);
+      report_written(*s);
+    }
+    for (const auto& p : pfds) {
+      if (!p.revents) continue;
+      if (p.fd == control_fd_) {
+        accept_hello();
+      } else if (p.fd == signal_fd_) {
+        handle_signals();
+      } else {
+        for (auto& s : sessions_) {
+          if (s->live_fd() >= 0 && s->live_fd() == p.fd) s->close_live();
+        }
+      }
+    }
+    if (signal_fd_ < 0 && child_ > 0 && !child_status_) handle_signals();
+    // A closed session is final once we know how it ended: the direct child needs its status.
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      auto& s = **it;
+      const bool waiting = s.info().pid == child_ && !child_status_;
+      if (!s.open() && !waiting) {
+        finish(s);
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+}  // namespace cumemtrace::collect

@@ -1,0 +1,77 @@
+// Contract: the collector's event loop. It accepts traced processes on a control socket
+// (preload/wire/control_protocol.h), drains their rings every millisecond or so while they run, and
+// writes one snapshot per process image when it ends, even when it was killed. It returns when
+// every traced process is gone and either the direct child was reaped (`cumemtrace run`) or the
+// control socket closed (a collector started by the preload). Ring contents are untrusted input.
+// About once a second it samples driver-visible memory (NVML, when present) for every open
+// process, and it writes the periodic snapshots that SessionOptions::snapshot_every_s asks for.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "live/driver_memory.h"
+#include "live/process_session.h"
+#include "snapshot/snapshot.h"
+
+namespace cumemtrace::collect {
+
+struct WrittenSnapshot {
+  std::string path;
+  snap::Snapshot snapshot;
+};
+
+struct CollectorOptions {
+  SessionOptions session;
+  bool summary = true;  // print "wrote ..." and the summary paragraph on stderr
+  std::string refuse;   // when set, every process is told this and runs untraced
+};
+
+class Collector {
+ public:
+  Collector(int control_fd, CollectorOptions opts);
+  ~Collector();
+
+  // `cumemtrace run`: the launcher's child; its exit status decides how its snapshot ends.
+  void set_direct_child(pid_t pid);
+  // Signals the loop handles (blocked by the caller before forking): SIGCHLD, SIGTERM, SIGHUP.
+  void set_signal_fd(int fd) { signal_fd_ = fd; }
+
+  void run();
+
+  // Every final snapshot; one that could not be written (full disk) is kept too, its path
+  // "pid N (snapshot not written)".
+  const std::vector<WrittenSnapshot>& written() const { return written_; }
+  // Why processes that asked to be traced were not (one line each): a wrong wire version, a ring
+  // that could not be mapped... `run` fails a gate that would otherwise judge nothing.
+  const std::vector<std::string>& refusals() const { return refusals_; }
+  // The direct child's wait status, once reaped.
+  std::optional<int> child_status() const { return child_status_; }
+
+ private:
+  void accept_hello();
+  void handle_signals();
+  void finish(ProcessSession& s);
+  void report_written(ProcessSession& s);
+  void sample_driver_memory(std::chrono::steady_clock::time_point now);
+  bool done() const;
+
+  int control_fd_;
+  int signal_fd_ = -1;
+  CollectorOptions opts_;
+  pid_t child_ = -1;
+  std::optional<int> child_status_;
+  std::vector<std::unique_ptr<ProcessSession>> sessions_;  // open or awaiting the child's status
+  std::vector<WrittenSnapshot> written_;
+  std::vector<std::string> refusals_;
+  std::string hostname_;
+  DriverMemory driver_memory_;
+  std::chrono::steady_clock::time_point next_driver_sample_{};
+};
+
+}  // namespace cumemtrace::collect

@@ -1,0 +1,338 @@
+#include "live/process_session.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <sys/wait.h>
+#include <time.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "snapshot/snapshot_json_writer.h"
+
+namespace cumemtrace::collect {
+
+namespace {
+
+std::string base_name(const std::string& path) {
+  auto slash = path.rfind('/');
+  std::string b = slash == std::string::npos ? path : path.substr(slash + 1);
+  // File names carry the exe: keep them to safe characters.
+  for (char& c : b) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
+  }
+  return b.empty() ? "process" : b;
+}
+
+// A tag becomes part of a file name: safe characters only, no leading dot, bounded length.
+std::string file_tag(const std::string& tag) {
+  std::string t = tag.substr(0, 100);
+  for (char& c : t) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
+  }
+  if (t.empty()) return "snapshot";
+  if (t[0] == '.' || t[0] == '-') t[0] = '_';
+  return t;
+}
+
+std::vector<std::string> read_cmdline(int pid) {
+  std::ifstream f(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i] == '\0') {
+      out.push_back(all.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+// How a process whose liveness socket just closed ended, from the system's point of view. The
+// socket closes in the kernel's exit path shortly before the process becomes a zombie, or at
+// exec when it lives on: wait briefly for the zombie, whose stat line still carries its wait
+// status (field 52). A process reaped already is "vanished". One that is running with other
+// arguments than the traced image had, or still running after the wait, has exec'd.
+snap::Ended observe_from_proc(int pid, const std::vector<std::string>& argv) {
+  snap::Ended e;
+  for (int i = 0; i < 50; ++i) {
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    if (!std::getline(stat, line)) {
+      e.how = "vanished";
+      return e;
+    }
+    const auto close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size()) break;
+    const char state = line[close + 2];
+    if (state == 'Z' || state == 'X') {
+      std::istringstream rest(line.substr(close + 2));
+      std::string field;
+      int status = -1;
+      for (int f = 3; rest >> field; ++f) {
+        if (f == 52) status = std::atoi(field.c_str());
+      }
+      if (status < 0) {
+        e.how = "vanished";
+      } else if (WIFSIGNALED(status)) {
+        e.how = "signal";
+        e.signal = WTERMSIG(status);
+      } else {
+        e.how = "exit";
+        e.code = WEXITSTATUS(status);
+      }
+      return e;
+    }
+    if (const auto now = read_cmdline(pid); !now.empty() && now != argv) break;
+    usleep(5000);
+  }
+  e.how = "exec";
+  return e;
+}
+
+// A snapshot that cannot be written (a full disk) is reported, and reading goes on: the final
+// snapshot may still find room, and the ring must keep draining so the program never waits.
+void report_write_failure(const std::exception& e) {
+  fmt::print(stderr, "cumemtrace: {}\n", e.what());
+}
+
+}  // namespace
+
+ProcessSession::ProcessSession(int memfd, int live_fd, ProcessInfo info, SessionOptions opts)
+    : ring_(std::make_unique<RingReader>(memfd)),
+      live_fd_(live_fd),
+      info_(std::move(info)),
+      opts_(std::move(opts)),
+      model_(ring_->header().start_realtime_ns, ring_->header().start_monotonic_ns,
+             opts_.max_trace_events) {
+  ring_->mark_collector(getpid(), wire::kCollectorAttached);
+  requests_seen_ = ring_->header().snapshot_requests.load(std::memory_order_acquire);
+  if (opts_.snapshot_every_s > 0) {
+    next_periodic_ = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(opts_.snapshot_every_s));
+  }
+}
+
+ProcessSession::~ProcessSession() {
+  if (live_fd_ >= 0) ::close(live_fd_);
+  if (ring_) ring_->mark_collector(0, wire::kCollectorGone);
+}
+
+void ProcessSession::on_record(const Record& r) {
+  model_.add(r);
+  // Written before this record's slot is released: the thread that hit the OOM (or asked
+  // for the snapshot) waits for that, so the file shows the state at that moment, before
+  // the application goes on.
+  try {
+    if (model_.take_oom_request()) {
+      sample_driver();
+      oom_files_.push_back(write(snapshot("oom", std::nullopt)));
+      extra_files_.push_back(oom_files_.back());
+    }
+    if (auto tag = model_.take_snapshot_request()) write_running("request", file_tag(*tag));
+    if (r.ev.kind == wire::Kind::kExit) sample_driver(true);  // the last look at the context
+    // A device just named: its driver figure can now be attributed to it.
+    if (r.ev.kind == wire::Kind::kDevice) sample_driver();
+  } catch (const std::exception& e) {
+    report_write_failure(e);
+  }
+}
+
+size_t ProcessSession::drain() {
+  if (!ring_ || !error_.empty()) return 0;
+  size_t n = 0;
+  try {
+    n = ring_->drain([this](const Record& r) { on_record(r); }, kDrainBatch);
+  } catch (const CorruptRing& e) {
+    error_ = fmt::format("corrupt ring from pid {}: {}", info_.pid, e.what());
+  } catch (const std::exception& e) {
+    error_ = fmt::format("cannot process a record from pid {}: {}", info_.pid, e.what());
+  }
+  // Nothing more is read from this ring: its producers count their records as dropped at once
+  // instead of waiting for space that will never come.
+  if (!error_.empty()) ring_->mark_collector(0, wire::kCollectorGone);
+  // A SIGUSR2 since the last look: the state now, after what the process recorded before it.
+  const uint32_t requests = ring_->header().snapshot_requests.load(std::memory_order_acquire);
+  if (requests != requests_seen_ && error_.empty()) {
+    requests_seen_ = requests;
+    try {
+      write_running("request", fmt::format("request-{}", ++requests_written_));
+    } catch (const std::exception& e) {
+      report_write_failure(e);
+    }
+  }
+  return n;
+}
+
+std::vector<std::string> ProcessSession::take_new_files() {
+  std::vector<std::string> out(extra_files_.begin() + static_cast<std::ptrdiff_t>(files_taken_),
+                               extra_files_.end());
+  files_taken_ = extra_files_.size();
+  return out;
+}
+
+void ProcessSession::periodic(std::chrono::steady_clock::time_point now) {
+  if (opts_.snapshot_every_s <= 0 || !open() || now < next_periodic_ || !error_.empty()) return;
+  const auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(opts_.snapshot_every_s));
+  // A slow write must not make files pile up: the next one is due a full period from now.
+  while (next_periodic_ <= now) next_periodic_ += every;
+  try {
+    write_running("periodic", fmt::format("periodic-{}", ++periodic_written_));
+  } catch (const std::exception& e) {
+    report_write_failure(e);
+  }
+}
+
+void ProcessSession::write_running(const std::string& reason, const std::string& tag) {
+  sample_driver();
+  snap::Snapshot s = snapshot(reason, std::nullopt);
+  s.tool->tag = tag;
+  extra_files_.push_back(write(s));
+}
+
+int64_t ProcessSession::now_us() const {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t mono =
+      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  const auto& h = ring_->header();
+  return (static_cast<int64_t>(h.start_realtime_ns) +
+          static_cast<int64_t>(mono - h.start_monotonic_ns)) /
+         1000;
+}
+
+void ProcessSession::sample_driver(bool at_exit) {
+  if (opts_.driver_memory && opts_.driver_memory->available()) {
+    add_driver_usage(opts_.driver_memory->sample(info_.pid), true, at_exit);
+  }
+}
+
+void ProcessSession::add_driver_usage(const std::vector<DriverUsage>& usage, bool force,
+                                      bool at_exit) {
+  const int64_t t = now_us();
+  // NVML numbers devices its own way; the process's CUDA ordinals are matched by PCI address
+  // (the process announces each ordinal with its first event). A device it has not announced
+  // yet (a context without allocations, or an announcement still in the ring) cannot be named in
+  // its numbering and waits; only where NVML gives no PCI address do its indices stand in.
+  std::map<int64_t, int> ordinal_of;
+  for (const auto& [ordinal, bus] : model_.device_pci_bus_ids()) ordinal_of[pci_key(bus)] = ordinal;
+  std::map<int, uint64_t> now;
+  for (const auto& u : usage) {
+    auto it = u.pci >= 0 ? ordinal_of.find(u.pci) : ordinal_of.end();
+    if (it != ordinal_of.end()) {
+      now[it->second] += u.used_bytes;
+    } else if (u.pci < 0) {
+      now[u.device] += u.used_bytes;
+    }
+  }
+  // A device the process left (its context destroyed) reads as 0 from then on.
+  for (const auto& [device, last] : driver_last_) {
+    if (last && !now.count(device) && !at_exit) now[device] = 0;
+  }
+  for (const auto& [device, used] : now) {
+    auto it = driver_last_.find(device);
+    if (force || it == driver_last_.end() || it->second != used) {
+      driver_samples_.push_back(snap::DriverMemorySample{t, device, used});
+      driver_last_[device] = used;
+    }
+  }
+}
+
+void ProcessSession::drain_all() {
+  while (drain() == kDrainBatch) {
+  }
+}
+
+// Whether the process's address space still holds this ring. The kernel unmaps it (exit_mm,
+// exec) before it closes the descriptors of an exiting or exec'ing process, so after the liveness
+// socket's EOF a mapped ring means the program closed the socket itself and runs on.
+bool ProcessSession::maps_ring() const {
+  std::ifstream maps(fmt::format("/proc/{}/maps", info_.pid));
+  const std::string inode = fmt::format(" {} ", ring_->inode());
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("/memfd:cumemtrace-ring") != std::string::npos &&
+        line.find(inode) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void ProcessSession::follow(std::chrono::steady_clock::time_point now) {
+  if (!followed_ || now < next_follow_check_) return;
+  next_follow_check_ = now + std::chrono::milliseconds(50);
+  if (!maps_ring()) close_live();
+}
+
+void ProcessSession::close_live() {
+  drain_all();
+  if (live_fd_ >= 0) ::close(live_fd_);
+  live_fd_ = -1;
+  if (!followed_ && !model_.exited() && maps_ring()) {
+    followed_ = true;
+    next_follow_check_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    return;
+  }
+  followed_ = false;
+  // exit() was seen in the ring: that is the answer, and it may be a while before the process
+  // (with its atexit work and address space teardown) is a zombie.
+  proc_end_ = model_.exited() ? snap::Ended{"exit", model_.exit_status(), 0}
+                              : observe_from_proc(info_.pid, info_.argv);
+  drain_all();
+}
+
+size_t ProcessSession::ring_bytes() const {
+  return wire::ring_bytes(ring_->header().capacity);
+}
+
+uint64_t ProcessSession::dropped() const {
+  return ring_->dropped();
+}
+
+snap::Ended ProcessSession::observed_end() const {
+  return proc_end_;
+}
+
+void ProcessSession::mark_exec() {
+  proc_end_ = snap::Ended{"exec", 0, 0};
+}
+
+snap::Snapshot ProcessSession::snapshot(const std::string& reason,
+                                        const std::optional<snap::Ended>& ended) {
+  const auto start = std::chrono::steady_clock::now();
+  snap::Snapshot s = model_.build(info_, symbolizer_);
+  spdlog::debug(
+      "pid {}: {} snapshot built (symbolized) in {:.1f} ms", info_.pid, reason,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  s.tool->reason = reason;
+  s.tool->tool_version = CUMEMTRACE_VERSION;
+  s.tool->events_dropped = ring_->dropped();
+  s.tool->ring_error = error_;
+  s.tool->driver_memory = driver_samples_;
+  if (ended) s.tool->ended = *ended;
+  return s;
+}
+
+std::string ProcessSession::write(const snap::Snapshot& s) {
+  const std::string& reason = s.tool->reason;
+  const std::string suffix = !s.tool->tag.empty() ? "." + s.tool->tag
+                             : reason == "exit"   ? ""
+                                                  : "." + reason;
+  const std::string path = snap::write_snapshot_file(
+      s, fmt::format("{}/{}.{}{}.json", opts_.output_dir, base_name(info_.exe), info_.pid, suffix));
+  spdlog::debug("pid {}: wrote {}", info_.pid, path);
+  return path;
+}
+
+}  // namespace cumemtrace::collect

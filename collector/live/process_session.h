@@ -1,0 +1,120 @@
+// Contract: one traced process image as the collector sees it: its ring, its liveness socket, its
+// TraceModel. The owner drains it regularly, and when the liveness socket reports EOF (the
+// process exited, was killed, or exec'd) calls close_live(), then writes the final snapshot. A
+// process that closed the socket itself (it closes every descriptor) still maps its ring: it is
+// then followed through /proc until the ring leaves its address space (exit or exec). A corrupt
+// ring ends the session with an error message, never a crash. Driver-visible memory is sampled when
+// the process names a device (with its PCI address, which maps NVML's numbering to the process's
+// CUDA ordinals), at exit() and OOM, and by the owner. Snapshots of a running process are written
+// on the way: at an OOM (EXE.PID.oom.json), at a cumemtrace_snapshot(tag) record
+// (EXE.PID.TAG.json), when the process's SIGUSR2 counter in the ring header changed
+// (EXE.PID.request-N.json; several signals between two drains make one file) and every
+// `snapshot_every_s` seconds (EXE.PID.periodic-N.json). A driver sample is kept only when a
+// device's value changed, or when a snapshot is written, so days of sampling stay small.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "live/driver_memory.h"
+#include "live/ring_reader.h"
+#include "live/symbolizer.h"
+#include "live/trace_model.h"
+#include "snapshot/snapshot.h"
+
+namespace cumemtrace::collect {
+
+struct SessionOptions {
+  std::string output_dir = ".";
+  uint64_t max_trace_events = 0;          // 0 = keep every trace entry
+  double snapshot_every_s = 0;            // 0 = no periodic snapshots
+  DriverMemory* driver_memory = nullptr;  // not owned; null = no driver-visible memory
+};
+
+class ProcessSession {
+ public:
+  // Takes ownership of both descriptors. Throws CorruptRing if the ring is not usable.
+  ProcessSession(int memfd, int live_fd, ProcessInfo info, SessionOptions opts);
+  ~ProcessSession();
+
+  // Records read by one drain(): one busy process must not keep the collector from the others
+  // (a child waits for its handshake).
+  static constexpr size_t kDrainBatch = 16384;
+
+  // The liveness socket to poll; -1 when there is none (closed, or followed through /proc).
+  int live_fd() const { return live_fd_; }
+  const ProcessInfo& info() const { return info_; }
+  bool open() const { return live_fd_ >= 0 || followed_; }
+  // Why reading this process's ring stopped early (a corrupt record); empty while reading goes
+  // on. The snapshot carries it as `ring_error`.
+  const std::string& error() const { return error_; }
+
+  // Reads published records, at most kDrainBatch; returns how many. Writes the OOM, tagged and
+  // requested snapshots that the records and the request counter ask for (in extra_files()).
+  size_t drain();
+  // A process followed through /proc: ends the session (close_live) once its ring is unmapped.
+  void follow(std::chrono::steady_clock::time_point now);
+  // Writes a periodic snapshot when one is due at `now`.
+  void periodic(std::chrono::steady_clock::time_point now);
+  // Driver-visible memory of this process just sampled by the owner.
+  // `force` keeps a sample even when unchanged (the figure at a snapshot); `at_exit` does not
+  // read a missing device as 0 (the process may be tearing down its context right now).
+  void add_driver_usage(const std::vector<DriverUsage>& usage, bool force = false,
+                        bool at_exit = false);
+  // The liveness socket reported EOF: read the rest and end the session, or, while the process
+  // still maps the ring, follow it through /proc.
+  void close_live();
+  // Builds the snapshot of the current state. `ended` describes how the process ended, if known.
+  snap::Snapshot snapshot(const std::string& reason, const std::optional<snap::Ended>& ended);
+  // Writes a snapshot file named <exe>.<pid>[.<tag or reason>].json in the output directory
+  // (never overwriting; no suffix for "exit"); returns its path. Throws std::runtime_error on I/O
+  // failure.
+  std::string write(const snap::Snapshot& s);
+
+  // How the process ended as far as the ring and the system tell (exit() seen, exec, vanished).
+  // For the debug log: the ring's size and the events its producers dropped.
+  size_t ring_bytes() const;
+  uint64_t dropped() const;
+  snap::Ended observed_end() const;
+  // A new image of the same pid said hello: this one was replaced by exec.
+  void mark_exec();
+  const std::vector<std::string>& oom_files() const { return oom_files_; }
+  // Snapshots written while the process ran (OOM, tagged, requested, periodic), in order.
+  const std::vector<std::string>& extra_files() const { return extra_files_; }
+  // Those written since the last call.
+  std::vector<std::string> take_new_files();
+
+ private:
+  std::unique_ptr<RingReader> ring_;
+  int live_fd_;
+  ProcessInfo info_;
+  SessionOptions opts_;
+  TraceModel model_;
+  Symbolizer symbolizer_;
+  std::string error_;
+  std::vector<std::string> oom_files_;
+  std::vector<std::string> extra_files_;
+  size_t files_taken_ = 0;
+  uint32_t requests_seen_ = 0;
+  unsigned requests_written_ = 0;
+  unsigned periodic_written_ = 0;
+  std::chrono::steady_clock::time_point next_periodic_;
+  std::vector<snap::DriverMemorySample> driver_samples_;
+  std::map<int, uint64_t> driver_last_;  // device -> latest used bytes
+
+  bool followed_ = false;
+  std::chrono::steady_clock::time_point next_follow_check_;
+
+  void on_record(const Record& r);
+  void drain_all();
+  bool maps_ring() const;
+  void write_running(const std::string& reason, const std::string& tag);
+  void sample_driver(bool at_exit = false);
+  int64_t now_us() const;
+  snap::Ended proc_end_{"running", 0, 0};
+};
+
+}  // namespace cumemtrace::collect

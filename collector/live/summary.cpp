@@ -1,0 +1,79 @@
+#include "live/summary.h"
+
+#include <map>
+
+#include <fmt/format.h>
+
+#include "analysis/breakdown_format.h"
+#include "analysis/frames.h"
+#include "analysis/model.h"
+#include "snapshot/size_format.h"
+
+namespace cumemtrace::collect {
+
+std::string summarize(const snap::Snapshot& s) {
+  if (!s.tool) return {};
+  const auto& t = *s.tool;
+  std::string exe = t.exe.substr(t.exe.rfind('/') == std::string::npos ? 0 : t.exe.rfind('/') + 1);
+  std::string ended;
+  if (t.ended.how == "exit") {
+    ended = fmt::format("exited with {}", t.ended.code);
+  } else if (t.ended.how == "signal") {
+    ended = fmt::format("was killed by signal {}", t.ended.signal);
+  } else if (t.ended.how == "exec") {
+    ended = "exec'd another program";
+  } else if (t.ended.how == "vanished") {
+    ended = "ended without exit() (killed or crashed)";
+  } else {
+    ended = "is still running";
+  }
+  // Every number here comes from the analysis engine, so it is the number `report`, `check` and
+  // the viewers show for the same file.
+  const analysis::SiteTable sites(s);
+  std::string peaks, live, layers;
+  uint64_t live_total = 0;
+  std::map<int, uint64_t> live_by_device;
+  const auto held = analysis::live_at_exit(s);
+  for (const auto& a : held) live_by_device[a.device] += a.size;
+  const int n = analysis::device_count(s);
+  for (int d = 0; d < n; ++d) {
+    const analysis::DeviceReplay rp(s, d);
+    const auto& tl = rp.timeline();
+    const uint64_t held_d = live_by_device.count(d) ? live_by_device[d] : 0;
+    if (!tl.peak_bytes && !held_d && !tl.has_driver && !tl.has_reserved) continue;
+    peaks += fmt::format("{}device {} {}", peaks.empty() ? "" : ", ", d,
+                         snap::format_bytes(tl.peak_bytes));
+    if (held_d) {
+      live +=
+          fmt::format("{}device {} {}", live.empty() ? "" : ", ", d, snap::format_bytes(held_d));
+    }
+    live_total += held_d;
+    const auto exit = rp.breakdown_at_exit(sites);
+    for (const std::string& part :
+         {analysis::pytorch_layers_text(exit), analysis::driver_layers_text(exit)}) {
+      if (!part.empty()) layers += fmt::format("; device {} at exit: {}", d, part);
+    }
+  }
+  const size_t live_allocs = held.size();
+  std::string out = fmt::format(
+      "cumemtrace: {} (pid {}) {}: {} events, {} dropped; peak {}; live at exit {} in {} "
+      "allocation{}{}",
+      exe, t.pid, ended, t.events_total, t.events_dropped, peaks.empty() ? "none" : peaks,
+      snap::format_bytes(live_total), live_allocs, live_allocs == 1 ? "" : "s",
+      live.empty() ? "" : " (" + live + ")");
+  out += layers;
+  if (!t.vmm_handles.empty()) out += fmt::format("; {} VMM handles held", t.vmm_handles.size());
+  if (!t.host_allocations.empty()) {
+    out += fmt::format("; {} pinned host allocations held", t.host_allocations.size());
+  }
+  if (!t.anomalies.empty()) out += fmt::format("; {} anomalies", t.anomalies.size());
+  if (t.trace_entries_dropped) {
+    out += fmt::format("; oldest {} trace entries discarded (--max-trace-events)",
+                       t.trace_entries_dropped);
+  }
+  if (t.events_dropped) out += " [INCOMPLETE: events were dropped]";
+  if (!t.ring_error.empty()) out += " [INCOMPLETE: " + t.ring_error + "]";
+  return out + ".\n";
+}
+
+}  // namespace cumemtrace::collect

@@ -1,0 +1,209 @@
+// Contract: the collector's model of one traced process, fed ring records in ticket order. It
+// keeps the complete live state (device allocations, VMM handles and mappings, pinned host
+// memory), per-device live/peak bytes, the trace (optionally bounded to the newest N entries,
+// never at the expense of the live state), anomalies and the module map, and builds a
+// snap::Snapshot of the current state at any time (intermediate, OOM or final snapshots).
+//
+// Event mapping (PyTorch memory-history actions, see schemas/snapshot.schema.json):
+//   allocation -> segment_alloc + alloc          free -> free_requested + free_completed +
+//   segment_free cuMemMap   -> segment_map                    cuMemUnmap -> segment_unmap (one per
+//   mapping) OOM        -> oom (size, device_free)
+// Device bytes are device allocations plus cuMemCreate'd physical handles, counted from the
+// create until the handle's last reference (create, retains) is released and its last mapping
+// unmapped; mappings only make handles visible and add nothing. Mappings of imported handles
+// (another process's memory, cuMemImportFromShareableHandle) are no segments of this process:
+// they are listed apart (imported_mappings) and count no bytes.
+// PyTorch's caching allocator (kTorchBlock records, PyTorch's TraceEntry actions) is merged in:
+// its entries go into the trace in ring order with source = pytorch. Driver memory PyTorch owns
+// (a pytorch segment_alloc at the address of a live device allocation; driver mappings inside a
+// pytorch segment_map range) is adopted: its driver-level entries are taken out of the trace
+// (the driver records before PyTorch does, so they are among the newest entries) and its later
+// driver free/unmap writes none, so every byte of reserved memory is counted once; the live and
+// peak device bytes stay the driver's. At snapshot time PyTorch's segments (cudaMalloc'd ones,
+// and maximal mapped runs of expandable segments) are tiled with the live blocks: allocated and
+// pending-free blocks at their addresses with PyTorch's rounding (512 B; in the large pool a
+// remainder of at most 1 MiB stays in the block), the gaps between them inactive.
+// Marks become external_annotations in ring order: MARK, START (a push or a start/end range),
+// END (a pop takes the name of the thread's innermost open push, an end the name of its range's
+// start; an END that matches nothing is dropped). Their device is that of the marking thread's
+// latest device event, 0 before it has one.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "live/ring_reader.h"
+#include "live/symbolizer.h"
+#include "snapshot/snapshot.h"
+
+namespace cumemtrace::collect {
+
+struct ProcessInfo {
+  int pid = 0;
+  int ppid = 0;
+  std::string exe;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> rank;
+  std::string hostname;
+};
+
+class TraceModel {
+ public:
+  TraceModel(uint64_t start_realtime_ns, uint64_t start_monotonic_ns, uint64_t max_trace_events);
+
+  void add(const Record& r);
+
+  // Events that ask for a snapshot at once (OOM) since the last call.
+  bool take_oom_request();
+  // The tag of a cumemtrace_snapshot(tag) record just added, if any (cleared by the call).
+  std::optional<std::string> take_snapshot_request();
+  // PCI bus ids of the CUDA ordinals the process announced (kDevice), by ordinal.
+  const std::map<int, std::string>& device_pci_bus_ids() const { return device_pci_; }
+  bool exited() const { return exited_; }
+  int exit_status() const { return exit_status_; }
+  uint64_t events_total() const { return events_total_; }
+  int64_t last_time_us() const { return last_time_us_; }
+
+  snap::Snapshot build(const ProcessInfo& info, Symbolizer& sym) const;
+
+ private:
+  using StackId = int32_t;
+  struct Live {
+    uint64_t size = 0;
+    int device = 0;
+    uint64_t stream = 0;
+    StackId stack = -1;
+    int64_t time_us = 0;
+    uint8_t api = 0;
+    bool per_thread = false;
+    bool undoable = false;     // in freed_: the latest free of this address removed it
+    bool torch_owned = false;  // adopted by a PyTorch segment: its driver entries are not written
+  };
+  struct Entry {  // one trace entry before symbolization
+    snap::Action action;
+    int device;
+    uint64_t addr;
+    uint64_t size;
+    uint64_t stream;
+    int64_t time_us;
+    StackId stack;
+    uint64_t device_free;
+    uint32_t tid;
+    bool per_thread;
+    bool pytorch = false;
+  };
+  struct DeviceState {
+    uint64_t live = 0;
+    uint64_t peak = 0;
+    int64_t peak_time_us = 0;
+    uint64_t allocations = 0;
+    uint64_t frees = 0;
+  };
+
+  int64_t to_us(uint64_t monotonic_ns) const;
+  StackId intern(const Record& r);
+  snap::Stack render(size_t stack, Symbolizer& sym) const;
+  void push(snap::Action a, int device, uint64_t addr, uint64_t size, uint64_t stream, int64_t t,
+            StackId stack, uint32_t tid, uint64_t device_free = 0, bool per_thread = false);
+  DeviceState& dev(int device);
+  void grow(int device, uint64_t size, int64_t t);
+  void shrink(int device, uint64_t size);
+  void anomaly(const char* kind, const Record& r, int64_t t, StackId stack);
+
+  void on_alloc(const Record& r, int64_t t, StackId stack);
+  void on_free(const Record& r, int64_t t, StackId stack);
+  void on_free_failed(const Record& r, int64_t t);
+  void on_handle_reference(const Record& r, int64_t t, StackId stack);
+
+  uint64_t start_realtime_ns_;
+  uint64_t start_monotonic_ns_;
+  uint64_t max_trace_events_;
+
+  std::deque<Entry> trace_;
+  uint64_t trace_dropped_ = 0;
+  std::unordered_map<uint64_t, Live> live_;  // device allocations by address
+  struct Handle {  // a VMM allocation handle: its memory lives while referenced or mapped
+    Live l;
+    uint32_t refs = 1;  // create/import/retain minus releases
+    uint32_t maps = 0;
+    bool owned = true;  // cuMemCreate'd here; imported or unknown handles count no bytes
+  };
+  struct Mapping {
+    Live l;
+    uint64_t handle = 0;
+    bool owned = true;  // of an owned handle: a segment; otherwise listed as imported
+  };
+  using HandleMap = std::unordered_map<uint64_t, Handle>;
+  std::map<uint64_t, Mapping> mapped_;  // VMM mappings by virtual address
+  HandleMap handles_;
+  HandleMap released_handles_;  // the last state of handles dropped, to undo a failed release
+  void drop_handle_if_unused(HandleMap::iterator it);
+  std::unordered_map<uint64_t, Live> host_;      // pinned host memory
+  std::unordered_map<uint64_t, Live> reserved_;  // VA reservations (no memory)
+  std::unordered_map<uint64_t, Live> freed_;     // last free per address: double free, undo
+  std::vector<DeviceState> devices_;
+  std::vector<snap::Anomaly> anomalies_;
+
+  struct RawStack {
+    std::vector<uint64_t> native;
+    std::vector<uint64_t> python;  // (index into py_code_ or kNoPyCode, line) pairs
+  };
+  static constexpr uint64_t kNoPyCode = ~uint64_t{0};
+  std::vector<RawStack> stacks_;
+  std::unordered_map<std::string, StackId> stack_index_;  // frames as interned -> id
+  // Python code objects as announced (file, function), in announcement order, and the latest
+  // announcement of each code object address: an address may be announced again for another
+  // code object (the preload holds no reference), which then applies to later records only.
+  // Stacks are interned with announcement indexes, so their names are fixed at record time.
+  std::vector<std::pair<std::string, std::string>> py_code_;
+  std::unordered_map<uint64_t, uint64_t> py_code_latest_;
+  std::vector<std::pair<uint64_t, std::string>> modules_;
+  std::map<std::string, std::string> threads_;
+
+  uint64_t events_total_ = 0;
+  int64_t last_time_us_ = 0;
+  bool oom_pending_ = false;
+  std::optional<std::string> snapshot_pending_;
+
+  // PyTorch's caching allocator (see the contract above).
+  struct TorchBlock {  // a live block: allocated, or free requested and not yet completed
+    uint64_t requested = 0;
+    uint64_t stream = 0;
+    StackId stack = -1;
+    bool pending_free = false;
+  };
+  struct TorchSegment {  // a cudaMalloc'd segment, or one mapped piece of an expandable segment
+    uint64_t size = 0;
+    int device = 0;
+    uint64_t stream = 0;
+    StackId stack = -1;
+    bool small = false;  // small pool (2 MiB segments or pages)
+  };
+  void on_torch(const Record& r, int64_t t, StackId stack);
+  void on_torch_info(const std::string& text);
+  void unpush_driver(snap::Action a, uint64_t addr);
+  void torch_segments(snap::Snapshot& s) const;
+  std::map<uint64_t, TorchBlock> torch_blocks_;
+  std::map<uint64_t, TorchSegment> torch_segments_;  // cudaMalloc'd, by address
+  std::map<uint64_t, TorchSegment> torch_mapped_;    // expandable pieces, by address
+  std::optional<snap::PytorchInfo> pytorch_;
+
+  void on_mark(const Record& r, int64_t t);
+  std::vector<snap::Annotation> annotations_;
+  std::unordered_map<uint32_t, std::vector<std::string>> pushed_;  // tid -> open push names
+  std::unordered_map<uint64_t, std::string> ranges_;               // start/end id -> name
+  std::unordered_map<uint32_t, int> thread_device_;                // tid -> latest device
+  std::map<int, std::string> device_pci_;
+  uint32_t last_tid_ = 0;
+  int last_device_ = -1;
+  bool exited_ = false;
+  int exit_status_ = 0;
+};
+
+}  // namespace cumemtrace::collect

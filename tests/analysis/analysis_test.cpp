@@ -1,0 +1,473 @@
+// Analysis tests: replay/peak (including a trace window that starts mid-run), live at exit,
+// sites, suppressions, every check limit and outcome, output formats, and diff.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/check.h"
+#include "analysis/diff.h"
+#include "analysis/frames.h"
+#include "analysis/github.h"
+#include "analysis/junit.h"
+#include "analysis/model.h"
+#include "analysis/report.h"
+#include "analysis/suppressions.h"
+#include "snapshot/snapshot_input.h"
+#include "support/snapshot_builder.h"
+
+using namespace cumemtrace;
+using namespace cumemtrace::analysis;
+
+namespace {
+
+constexpr uint64_t MiB = 1 << 20;
+
+// 3 MiB peak, 2 MiB leaked by allocate_weights, 1 MiB transient.
+snap::Snapshot leaky() {
+  testing::SnapshotBuilder b;
+  const auto w = b.site("allocate_weights", "tests/programs/scenarios.cpp", 42);
+  const auto t = b.site("scratch", "tests/programs/scenarios.cpp", 60);
+  b.alloc(0x10000000, 2 * MiB, w);
+  b.alloc(0x20000000, 1 * MiB, t);
+  b.free(0x20000000);
+  return b.finish();
+}
+
+// Grows by 1 MiB per step at grow_cache; marks "step" before each of 5 steps.
+snap::Snapshot growing(uint64_t per_step) {
+  testing::SnapshotBuilder b;
+  const auto g = b.site("grow_cache", "src/cache.cpp", 10);
+  const auto t = b.site("step_scratch", "src/train.cpp", 20);
+  for (uint64_t i = 0; i < 5; ++i) {
+    b.mark("step");
+    b.alloc(0x1000000 * (i + 1), 4 * MiB, t);
+    if (per_step) b.alloc(0x80000000 + 0x1000000 * i, per_step, g);
+    b.free(0x1000000 * (i + 1));
+  }
+  b.mark("step");
+  return b.finish();
+}
+
+int check(const snap::Snapshot& s, CheckOptions o, std::string* out_text = nullptr) {
+  std::ostringstream out, err;
+  const int rc = run_check({{"traces/app.1234.json", s}}, o, out, err);
+  if (out_text) *out_text = out.str() + err.str();
+  return rc;
+}
+
+const std::string kFixture = CUMEMTRACE_FIXTURES "/torch-2.11/snapshot-last1500.json";
+
+}  // namespace
+
+TEST_CASE("site is the innermost program frame", "[model]") {
+  const auto s = leaky();
+  const SiteTable sites(s);
+  CHECK(sites.site(0) == "allocate_weights (scenarios.cpp:42)");
+  CHECK(sites.site(snap::kNoStack) == kNoStackSite);
+  CHECK(is_runtime_frame({"", 0, "c10::cuda::CUDACachingAllocator::Native::malloc"}));
+  CHECK_FALSE(is_runtime_frame({"train.py", 3, "step"}));
+  const auto lines = stack_lines(sites, 0, false, 8);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0] == "at allocate_weights (tests/programs/scenarios.cpp:42)");
+  CHECK(lines[1] == "at main (tests/programs/scenarios.cpp:142)");
+}
+
+TEST_CASE("replay finds the peak and what was live at it", "[model]") {
+  const auto s = leaky();
+  DeviceReplay r(s, 0);
+  CHECK(r.timeline().start_bytes == 0);
+  CHECK(r.timeline().peak_bytes == 3 * MiB);
+  CHECK(r.timeline().end_bytes == 2 * MiB);
+  CHECK(r.timeline().allocations == 2);
+  CHECK(r.timeline().frees == 1);
+  const auto at_peak = r.live_after(r.timeline().peak_index);
+  REQUIRE(at_peak.size() == 2);
+  CHECK(at_peak[0].stack == 0);  // stacks come from the alloc entries next to segment_alloc
+  CHECK(at_peak[1].stack == 1);
+  const auto live = live_at_exit(s);
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].size == 2 * MiB);
+}
+
+TEST_CASE("a trace window starting mid-run starts from the memory live before it", "[model]") {
+  auto s = leaky();
+  // Drop the first allocation's two entries: it is now pre-existing, known only from segments.
+  auto& tr = s.device_traces[0];
+  tr.erase(tr.begin(), tr.begin() + 2);
+  DeviceReplay r(s, 0);
+  CHECK(r.timeline().start_bytes == 2 * MiB);
+  CHECK(r.timeline().peak_bytes == 3 * MiB);
+  const auto before = r.live_after(-1);
+  REQUIRE(before.size() == 1);
+  CHECK(before[0].stack == 0);  // from the segment's block frames
+  // Also drop the transient's alloc: its free now releases memory from before the window.
+  tr.erase(tr.begin(), tr.begin() + 2);
+  DeviceReplay r2(s, 0);
+  CHECK(r2.timeline().start_bytes == 3 * MiB);
+  CHECK(r2.timeline().peak_bytes == 3 * MiB);
+  CHECK(r2.timeline().peak_index == -1);
+  CHECK(r2.timeline().end_bytes == 2 * MiB);
+  const auto b2 = r2.live_after(-1);
+  REQUIRE(b2.size() == 2);
+  CHECK(b2[1].before_trace);
+}
+
+TEST_CASE("PyTorch fixture: allocated vs reserved, active blocks only", "[model][torch]") {
+  if (!std::filesystem::exists(kFixture)) {
+    WARN("skipped: fixture " << kFixture << " is absent");
+    return;
+  }
+  const auto s = snap::read_snapshot_any(kFixture);
+  CHECK(flavor_of(s) == Flavor::kTorch);
+  uint64_t active = 0, reserved = 0;
+  for (const auto& g : s.segments) {
+    reserved += g.total_size;
+    for (const auto& b : g.blocks) active += b.state == "active_allocated" ? b.requested_size : 0;
+  }
+  CHECK(total_bytes(live_at_exit(s)) == active);
+  DeviceReplay r(s, 0);
+  const Timeline& tl = r.timeline();
+  CHECK(tl.has_reserved);
+  CHECK(tl.reserved_end_bytes == reserved);
+  CHECK(tl.end_bytes == active);  // the replay lands exactly on the end state
+  CHECK(tl.peak_bytes >= tl.end_bytes);
+  CHECK(tl.peak_bytes >= tl.start_bytes);
+  CHECK(tl.reserved_peak_bytes >= tl.peak_bytes);
+  // The snapshot entry reports PyTorch's own allocated total at the end.
+  const SiteTable sites(s);
+  const auto rep = build_report(s, sites, "fixture");
+  REQUIRE(rep.devices.size() == 1);
+  CHECK(rep.devices[0].live_at_exit_bytes == active);
+  CHECK(!rep.top_by_bytes.empty());
+  for (const auto& st : rep.top_by_bytes)
+    CHECK(st.site.find("CUDACachingAllocator") == std::string::npos);
+}
+
+TEST_CASE("suppressions: LSan-like patterns", "[suppressions]") {
+  CHECK(pattern_matches("allocate_weights", "void allocate_weights(int)"));
+  CHECK(pattern_matches("^allocate", "allocate_weights"));
+  CHECK_FALSE(pattern_matches("^weights", "allocate_weights"));
+  CHECK(pattern_matches("weights$", "allocate_weights"));
+  CHECK_FALSE(pattern_matches("allocate$", "allocate_weights"));
+  CHECK(pattern_matches("alloc*weights", "allocate_weights"));
+  CHECK(pattern_matches("^*$", ""));
+  CHECK(pattern_matches("*a*b*c*", "xxaxxbxxcxx"));
+  CHECK_FALSE(pattern_matches("*a*b*c*d", "xxaxxbxxcxx"));
+  const auto rules = parse_suppressions(
+      "# comment\n\nleak:allocate_weights\n  growth: src/cache.cpp  \r\nleak:^libfoo.so$\n",
+      "s.supp");
+  REQUIRE(rules.size() == 3);
+  CHECK(rules[1].type == SuppressionType::kGrowth);
+  CHECK(rules[1].pattern == "src/cache.cpp");
+  CHECK(rules[2].source == "s.supp:5");
+  CHECK_THROWS_WITH(parse_suppressions("leak:x\nleek:y\n", "s.supp"),
+                    "s.supp:2: expected `leak:PATTERN` or `growth:PATTERN`");
+  CHECK_THROWS_WITH(parse_suppressions("leak:\n", "s.supp"),
+                    "s.supp:1: expected a pattern after `leak:`");
+  CHECK_THROWS_WITH(parse_suppressions("leak\n", "s.supp"), Catch::Contains("s.supp:1: expected"));
+  const auto s = leaky();
+  CHECK(find_suppression(rules, SuppressionType::kLeak, s, 0) == &rules[0]);
+  CHECK(find_suppression(rules, SuppressionType::kLeak, s, 1) == nullptr);
+  CHECK(find_suppression(rules, SuppressionType::kGrowth, s, 0) == nullptr);
+}
+
+TEST_CASE("check: leaks", "[check]") {
+  const auto s = leaky();
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK(text.find("traces/app.1234.json: error: 2.00 MiB leaked on device 0 by 1 allocation "
+                  "(limit 0 B)\n    at allocate_weights (tests/programs/scenarios.cpp:42)\n") !=
+        std::string::npos);
+  CHECK(text.find("cumemtrace check: 1 failed, 1 passed") != std::string::npos);
+  o.max_leaked_bytes = 2 * MiB;
+  CHECK(check(s, o, &text) == 0);
+  CHECK(text.find("traces/app.1234.json: ok: 2 checks passed") != std::string::npos);
+}
+
+TEST_CASE("check: leak suppressions", "[check][suppressions]") {
+  const auto dir = std::filesystem::temp_directory_path() / "cumemtrace-analysis-test";
+  std::filesystem::create_directories(dir);
+  const auto supp = (dir / "leaks.supp").string();
+  {
+    std::ofstream f(supp);
+    f << "# known: weights live for the whole run\nleak:allocate_weights\n";
+  }
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  o.suppressions = supp;
+  std::string text;
+  CHECK(check(leaky(), o, &text) == 0);
+  CHECK(text.find("Suppressions used:") != std::string::npos);
+  CHECK(text.find("2.00 MiB  allocate_weights (" + supp + ":2)") != std::string::npos);
+  {
+    std::ofstream f(supp);
+    f << "leak:main\n";  // an outer frame matches too
+  }
+  CHECK(check(leaky(), o) == 0);
+  {
+    std::ofstream f(supp);
+    f << "leak:something_else\n";
+  }
+  CHECK(check(leaky(), o) == 1);
+  {
+    std::ofstream f(supp);
+    f << "lek:allocate_weights\n";
+  }
+  CHECK(check(leaky(), o, &text) == 2);
+  CHECK(text.find(supp + ":1: expected `leak:PATTERN`") != std::string::npos);
+  o.suppressions = (dir / "missing.supp").string();
+  CHECK(check(leaky(), o) == 2);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("check: peak", "[check]") {
+  CheckOptions o;
+  o.max_peak_bytes = 3 * MiB - 1;
+  std::string text;
+  CHECK(check(leaky(), o, &text) == 1);
+  CHECK(text.find("error: peak 3.00 MiB on device 0") != std::string::npos);
+  CHECK(text.find("2.00 MiB live in 1 allocation from allocate_weights") != std::string::npos);
+  CHECK(text.find("1.00 MiB live in 1 allocation from scratch") != std::string::npos);
+  o.max_peak_bytes = 3 * MiB;
+  CHECK(check(leaky(), o) == 0);
+}
+
+TEST_CASE("check: growth between marks", "[check][marks]") {
+  CheckOptions o;
+  o.max_growth = 0;
+  o.mark = "step";
+  std::string text;
+  // Steady state: a 4 MiB scratch buffer per step, freed again.
+  CHECK(check(growing(0), o, &text) == 0);
+  // 1 MiB per step kept: 6 marks, warmup 1 -> measured from mark 2 to mark 6 = 4 steps.
+  CHECK(check(growing(MiB), o, &text) == 1);
+  CHECK(text.find("grew by +4.00 MiB between occurrences 2 and 6 of mark 'step'") !=
+        std::string::npos);
+  CHECK(text.find("+4.00 MiB grew at grow_cache (cache.cpp:10)") != std::string::npos);
+  CHECK(text.find("step_scratch") == std::string::npos);
+  o.max_growth = 4 * MiB;
+  CHECK(check(growing(MiB), o) == 0);
+  o.max_growth = 0;
+  o.warmup = 4;  // from mark 5 to mark 6: one step
+  CHECK(check(growing(MiB), o, &text) == 1);
+  CHECK(text.find("grew by +1.00 MiB between occurrences 5 and 6") != std::string::npos);
+  o.warmup = 5;  // only one occurrence left to measure: cannot judge
+  CHECK(check(growing(MiB), o, &text) == 1);
+  CHECK(text.find("mark 'step' occurs 6 times; --max-growth with --warmup 5 needs at least 7") !=
+        std::string::npos);
+  o.warmup = 1;
+  o.mark = "no-such-mark";
+  CHECK(check(growing(MiB), o) == 1);
+  o.mark.clear();
+  CHECK(check(growing(MiB), o, &text) == 2);
+  CHECK(text.find("--max-growth needs --mark") != std::string::npos);
+}
+
+TEST_CASE("check: growth suppressions", "[check][marks][suppressions]") {
+  const auto dir = std::filesystem::temp_directory_path() / "cumemtrace-analysis-growth";
+  std::filesystem::create_directories(dir);
+  const auto supp = (dir / "g.supp").string();
+  {
+    std::ofstream f(supp);
+    f << "growth:grow_cache\nleak:grow_cache\n";
+  }
+  CheckOptions o;
+  o.max_growth = 0;
+  o.mark = "step";
+  o.suppressions = supp;
+  CHECK(check(growing(MiB), o) == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("check: dropped events fail as incomplete unless allowed", "[check][drops]") {
+  testing::SnapshotBuilder b;
+  b.alloc(0x1000, 10, b.site("f", "a.cpp", 1));
+  b.free(0x1000);
+  b.drops(5);
+  const auto s = b.finish();
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK(text.find("error: incomplete: 5 of 7 events dropped") != std::string::npos);
+  o.allow_drops = true;
+  CHECK(check(s, o, &text) == 0);
+  CHECK(text.find("warning: incomplete: 5 of 7 events dropped") != std::string::npos);
+}
+
+TEST_CASE("check: a ring read to a corrupt record fails as incomplete, even with drops allowed",
+          "[check][drops]") {
+  testing::SnapshotBuilder b;
+  b.alloc(0x1000, 10, b.site("f", "a.cpp", 1));
+  auto s = b.finish();
+  s.tool->ring_error = "corrupt ring from pid 7: record 3 claims 200 continuation slots";
+  CheckOptions o;
+  o.allow_drops = true;
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK(text.find("error: incomplete: corrupt ring from pid 7: record 3 claims 200 continuation "
+                  "slots; the 1 events before it were recorded, later ones are missing") !=
+        std::string::npos);
+  s.tool->ring_error.clear();
+  CHECK(check(s, o, &text) == 0);
+}
+
+TEST_CASE("check: anomalies are warnings", "[check]") {
+  testing::SnapshotBuilder b;
+  const auto st = b.site("release_twice", "a.cpp", 9);
+  b.anomaly("double_free", 0xdead0000, st);
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  std::string text;
+  CHECK(check(b.finish(), o, &text) == 0);
+  CHECK(
+      text.find("warning: double_free of 0xdead0000 (cudaFree)\n    at release_twice (a.cpp:9)") !=
+      std::string::npos);
+}
+
+TEST_CASE("check output formats", "[check][formats]") {
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  const auto r = evaluate_check({{"traces/app.1234.json", leaky()}}, o);
+  REQUIRE(r.failures() == 1);
+
+  std::ostringstream gh;
+  write_github(r, gh);
+  CHECK(gh.str().rfind("::error file=tests/programs/scenarios.cpp,line=42,title=cumemtrace "
+                       "leaked-bytes::traces/app.1234.json: 2.00 MiB leaked on device 0 by 1 "
+                       "allocation (limit 0 B)%0A    at allocate_weights "
+                       "(tests/programs/scenarios.cpp:42)",
+                       0) == 0);
+
+  std::ostringstream xml;
+  write_junit(r, xml);
+  CHECK(xml.str().find("<testsuites name=\"cumemtrace check\" tests=\"2\" failures=\"1\"") !=
+        std::string::npos);
+  CHECK(xml.str().find("<testcase classname=\"cumemtrace.traces/app.1234.json\" "
+                       "name=\"leaked-bytes (device 0)\"") != std::string::npos);
+  CHECK(xml.str().find("<failure message=\"2.00 MiB leaked on device 0 by 1 allocation (limit 0 "
+                       "B)\" type=\"leaked-bytes\">") != std::string::npos);
+
+  std::ostringstream js;
+  write_check_json(r, js);
+  const auto j = nlohmann::json::parse(js.str());
+  CHECK(j["ok"] == false);
+  CHECK(j["files"][0]["checks"][1]["check"] == "leaked-bytes");
+  CHECK(j["files"][0]["checks"][1]["value"] == 2 * MiB);
+  CHECK(j["files"][0]["checks"][1]["stacks"][0]["line"] == 42);
+}
+
+TEST_CASE("junit escapes what XML cannot hold", "[check][formats]") {
+  CheckResult r;
+  r.snapshots = {"a&b<\"c\">.json"};
+  Finding f;
+  f.snapshot = r.snapshots[0];
+  f.check = "leaked-bytes";
+  f.severity = Severity::kError;
+  f.message = "x\x01y <z>";
+  r.findings.push_back(f);
+  std::ostringstream xml;
+  write_junit(r, xml);
+  CHECK(xml.str().find("name=\"a&amp;b&lt;&quot;c&quot;&gt;.json\"") != std::string::npos);
+  CHECK(xml.str().find("message=\"xy &lt;z&gt;\"") != std::string::npos);
+  CHECK(xml.str().find('\x01') == std::string::npos);
+}
+
+TEST_CASE("report text and json", "[report]") {
+  const auto s = leaky();
+  const SiteTable sites(s);
+  const auto r = build_report(s, sites, "app.json");
+  std::ostringstream text, js;
+  print_report_text(r, s, sites, {}, text);
+  print_report_json(r, s, sites, {}, js);
+  CHECK(text.str().find("peak device memory: 3.00 MiB at +0.000020 s") != std::string::npos);
+  CHECK(text.str().find("live at exit: 2.00 MiB in 1 allocation") != std::string::npos);
+  CHECK(text.str().find("events: 3 recorded, 0 dropped") != std::string::npos);
+  const auto j = nlohmann::json::parse(js.str());
+  CHECK(j["devices"][0]["peak_bytes"] == 3 * MiB);
+  CHECK(j["devices"][0]["live_at_exit"][0]["site"] == "allocate_weights (scenarios.cpp:42)");
+  CHECK(j["size_histogram"].size() == 2);
+  CHECK(j["top_sites_by_bytes"][0]["bytes"] == 2 * MiB);
+}
+
+TEST_CASE("diff: per device and per site", "[diff]") {
+  const auto d = diff_snapshots(growing(0), "base.json", growing(MiB), "new.json");
+  REQUIRE(d.devices.size() == 1);
+  CHECK(d.devices[0].base_live == 0);
+  CHECK(d.devices[0].new_live == 5 * MiB);
+  CHECK(d.devices[0].new_peak == 9 * MiB);
+  CHECK(d.devices[0].base_peak == 4 * MiB);
+  REQUIRE(!d.sites.empty());
+  CHECK(d.sites[0].site == "grow_cache (cache.cpp:10)");
+  CHECK(d.sites[0].new_live == 5 * MiB);
+  CHECK(d.sites[0].new_count == 5);
+  std::ostringstream text;
+  print_diff_text(d, 10, text);
+  CHECK(text.str().find("live at exit: 0 B -> 5.00 MiB  +5.00 MiB") != std::string::npos);
+  CHECK(text.str().find("peak:         4.00 MiB -> 9.00 MiB  +5.00 MiB (+125.0%)") !=
+        std::string::npos);
+  const auto same = diff_snapshots(leaky(), "a", leaky(), "b");
+  CHECK(same.sites.empty());
+}
+
+TEST_CASE("VMM: held handles leak once, their mappings are not counted again", "[model][check]") {
+  testing::SnapshotBuilder b;
+  const auto st = b.site("reserve_pool", "src/pool.cpp", 12);
+  auto s = b.finish();
+  s.tool->vmm_handles.push_back({0x42, 2 * MiB, 0, st, 1000100});
+  snap::Segment mapped;
+  mapped.address = 0x7f0000000000;
+  mapped.total_size = 2 * MiB;
+  mapped.is_expandable = true;
+  mapped.blocks.push_back({mapped.address, 2 * MiB, 2 * MiB, "active_allocated", st});
+  s.segments.push_back(mapped);
+  const auto live = live_at_exit(s);
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].size == 2 * MiB);
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK(text.find("2.00 MiB leaked on device 0 by 1 allocation (limit 0 B)\n    at reserve_pool "
+                  "(src/pool.cpp:12)") != std::string::npos);
+}
+
+TEST_CASE("cumemtrace files: the collector's summary peak wins when the trace holds less",
+          "[model][check]") {
+  auto s = leaky();
+  s.tool->devices.push_back({0, 8 * MiB, 1000005, 2 * MiB, 3, 1});
+  DeviceReplay r(s, 0);
+  CHECK(r.timeline().peak_bytes == 8 * MiB);
+  CHECK(r.timeline().peak_from_summary);
+  CHECK(r.timeline().trace_peak_bytes == 3 * MiB);
+  CheckOptions o;
+  o.max_peak_bytes = 4 * MiB;
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK(text.find("error: peak 8.00 MiB on device 0") != std::string::npos);
+  s.tool->devices[0].peak_bytes = MiB;  // lower than the trace's: the trace wins
+  CHECK(DeviceReplay(s, 0).timeline().peak_bytes == 3 * MiB);
+}
+
+TEST_CASE("github annotations use paths relative to $GITHUB_WORKSPACE", "[check][formats]") {
+  testing::SnapshotBuilder b;
+  b.alloc(0x1000, 64, b.site("leaky", "/home/runner/work/app/app/src/leaky.cpp", 7));
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  const auto r = evaluate_check({{"t.json", b.finish()}}, o);
+  ::setenv("GITHUB_WORKSPACE", "/home/runner/work/app/app", 1);
+  std::ostringstream gh;
+  write_github(r, gh);
+  ::unsetenv("GITHUB_WORKSPACE");
+  CHECK(gh.str().rfind("::error file=src/leaky.cpp,line=7,", 0) == 0);
+  std::ostringstream plain;
+  write_github(r, plain);
+  CHECK(plain.str().rfind("::error file=/home/runner/work/app/app/src/leaky.cpp,line=7,", 0) == 0);
+}
