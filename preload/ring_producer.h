@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "wire_format.h"
 
@@ -20,6 +21,29 @@ class RingProducer {
   // Returns false when the record was dropped.
   bool publish(wire::EventPayload& ev, const void* extra, uint32_t extra_bytes,
                uint64_t* ticket_out = nullptr) noexcept;
+
+  // A record without continuation slots (ev.extra_slots must be 0): one ticket, one slot.
+  bool publish_one(const wire::EventPayload& ev, uint64_t* ticket_out = nullptr) noexcept {
+    wire::RingHeader* h = header_;
+    if (!h) return false;
+    uint64_t ticket = h->head.load(std::memory_order_relaxed);
+    // Fast path: space (ticket - tail < capacity) and no other producer in between; anything
+    // else (full, contention, a stalled ring to clear) takes the general loop.
+    if (ticket - h->tail.load(std::memory_order_acquire) > mask_ ||
+        h->stalled.load(std::memory_order_relaxed) ||
+        !h->head.compare_exchange_strong(ticket, ticket + 1, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed)) {
+      if (!reserve(1, ticket)) {
+        h->dropped.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+    }
+    wire::Slot& s = slots_[ticket & mask_];
+    std::memcpy(s.payload, &ev, sizeof ev);
+    s.seq.store(ticket + 1, std::memory_order_release);
+    if (ticket_out) *ticket_out = ticket;
+    return true;
+  }
 
   // Waits (bounded) until the collector has consumed the record of `ticket`. Used after an OOM
   // so that its snapshot is written before the application sees the error.

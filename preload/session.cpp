@@ -31,11 +31,11 @@ extern char** environ;
 
 namespace cumemtrace::preload {
 
-namespace {
-
+std::atomic<int> g_session_state{static_cast<int>(SessionState::kIdle)};
 Config g_config;
 RingProducer g_ring;
-std::atomic<int> g_state{static_cast<int>(SessionState::kIdle)};
+
+namespace {
 int g_live_fd = -1;  // our end of the liveness socketpair
 // Which socket that is: a program that closes every descriptor may reuse the number.
 dev_t g_live_dev = 0;
@@ -294,7 +294,8 @@ bool wait_ack(int fd) {
 }
 
 void on_process_exit(int status, void*) {
-  if (g_state.load(std::memory_order_acquire) != static_cast<int>(SessionState::kRunning)) return;
+  if (g_session_state.load(std::memory_order_acquire) != static_cast<int>(SessionState::kRunning))
+    return;
   EventArgs a{wire::Kind::kExit};
   a.result = status;
   record(a);
@@ -354,8 +355,9 @@ void on_fork_child() {
   forget_thread_cache();
   forget_devices();
   python_stack_reset();
-  g_state.store(static_cast<int>(g_config.follow ? SessionState::kIdle : SessionState::kOff),
-                std::memory_order_release);
+  g_session_state.store(
+      static_cast<int>(g_config.follow ? SessionState::kIdle : SessionState::kOff),
+      std::memory_order_release);
 }
 
 bool start() {
@@ -451,16 +453,6 @@ bool start() {
 
 }  // namespace
 
-const Config& config() noexcept {
-  return g_config;
-}
-RingProducer& ring() noexcept {
-  return g_ring;
-}
-SessionState session_state() noexcept {
-  return static_cast<SessionState>(g_state.load(std::memory_order_acquire));
-}
-
 void print_line(const char* msg, const char* detail) noexcept {
   char buf[512];
   int n = snprintf(buf, sizeof buf, "cumemtrace: %s%s\n", msg, detail ? detail : "");
@@ -470,21 +462,22 @@ void print_line(const char* msg, const char* detail) noexcept {
   }
 }
 
-bool ensure_session() noexcept {
-  int s = g_state.load(std::memory_order_acquire);
+bool ensure_session_slow() noexcept {
+  int s = g_session_state.load(std::memory_order_acquire);
   if (s == static_cast<int>(SessionState::kRunning)) return true;
   if (s == static_cast<int>(SessionState::kOff)) return false;
   int expected = static_cast<int>(SessionState::kIdle);
-  if (g_state.compare_exchange_strong(expected, static_cast<int>(SessionState::kStarting))) {
+  if (g_session_state.compare_exchange_strong(expected,
+                                              static_cast<int>(SessionState::kStarting))) {
     const bool ok = start();
     if (!ok) release_snapshot_signal();  // tracing is off: SIGUSR2 means what it did before
-    g_state.store(static_cast<int>(ok ? SessionState::kRunning : SessionState::kOff),
-                  std::memory_order_release);
+    g_session_state.store(static_cast<int>(ok ? SessionState::kRunning : SessionState::kOff),
+                          std::memory_order_release);
     if (ok) modules_send_all();
     return ok;
   }
   // Another thread is starting the session: wait for it (bounded by the ack timeout).
-  while ((s = g_state.load(std::memory_order_acquire)) ==
+  while ((s = g_session_state.load(std::memory_order_acquire)) ==
          static_cast<int>(SessionState::kStarting)) {
     timespec ts{0, 100000};
     nanosleep(&ts, nullptr);
