@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real-GPU recording cost (issue 20), side by side in one run, modes rotated every round:
 #  - cudaMallocAsync+cudaFreeAsync pool hits (bench/gpu/async_pool_pair.cu): bare, bare again
-#    (A/A control: the noise), under cumemtrace with stacks off and with the default stacks;
+#    (A/A control: the noise), under cumemtrace with stacks off and with the default stacks, and
+#    stacks off with a ring that holds the whole run (does the producer wait for the collector?);
 #  - the PyTorch training loop of tests/gpu/torch_train.py under
 #    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: bare, bare again, cumemtrace default,
 #    cumemtrace stacks off;
@@ -23,7 +24,7 @@ nvcc -O2 -o "$OUT/costs" bench/gpu/hook_costs.cu -lcuda || exit 1
 RES=$OUT/results.txt
 pair() { "$@" 2>/dev/null | awk '/ns_per_pair/{print $2}'; }
 step() { "$@" 2>/dev/null | awk '/ms_per_step=/{split($2,a,"=");print a[2]}'; }
-modes=("pair bare" "pair bare-A/A" "pair traced-stacks-off" "pair traced-default"
+modes=("pair bare" "pair bare-A/A" "pair traced-stacks-off" "pair traced-default" "pair traced-stacks-off-64MiB-ring"
        "torch bare" "torch bare-A/A" "torch traced-default" "torch traced-stacks-off")
 for ((r = 0; r < ROUNDS; r++)); do
   for ((k = 0; k < ${#modes[@]}; k++)); do
@@ -33,6 +34,9 @@ for ((r = 0; r < ROUNDS; r++)); do
       "pair bare"|"pair bare-A/A") v=$(pair "$OUT/pair" "$PAIRS") ;;
       "pair traced-stacks-off") v=$(pair "$CT" run -q -o "$OUT/t" --stack-depth 0 -- "$OUT/pair" "$PAIRS") ;;
       "pair traced-default") v=$(pair "$CT" run -q -o "$OUT/t" -- "$OUT/pair" "$PAIRS") ;;
+      # A ring that holds every event of the run: the producer never waits for the collector.
+      # Much faster than traced-stacks-off means the collector's drain rate is the limit there.
+      "pair traced-stacks-off-64MiB-ring") v=$(pair "$CT" run -q -o "$OUT/t" --buffer-mb 64 --stack-depth 0 -- "$OUT/pair" "$PAIRS") ;;
       torch*)
         export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
         case $m in
@@ -79,6 +83,7 @@ row("pair bare", "pair bare", "ns/pair")
 row("pair bare-A/A", "pair bare", "ns/pair")
 row("pair traced-stacks-off", "pair bare", "ns/pair", 10)
 row("pair traced-default", "pair bare", "ns/pair", 60)
+row("pair traced-stacks-off-64MiB-ring", "pair bare", "ns/pair")
 row("torch bare", "torch bare", "ms/step")
 row("torch bare-A/A", "torch bare", "ms/step")
 row("torch traced-default", "torch bare", "ms/step")
