@@ -91,20 +91,23 @@ void forget_devices() noexcept {
 
 namespace {
 
-// The record's payload without its stack; the time is read last, just before the ticket.
-void fill_event(wire::EventPayload& ev, const EventArgs& a) noexcept {
+// Every field of a record's payload (ev may be a slot's uninitialized storage).
+inline void write_event(wire::EventPayload& ev, const EventArgs& a, uint32_t tid, uint64_t time_ns,
+                        unsigned nframes, unsigned npyframes) noexcept {
+  ev.time_ns = time_ns;
   ev.addr = a.addr;
   ev.size = a.size;
   ev.stream = a.stream;
   ev.aux = a.aux;
-  ev.tid = current_tid();
-  announce_device(a.device, ev.tid);
+  ev.tid = tid;
   ev.device = static_cast<int16_t>(a.device);
   ev.kind = a.kind;
   ev.api = a.api;
   ev.flags = a.flags;
+  ev.extra_slots = 0;  // publish() sets it for records with frames
+  ev.nframes = static_cast<uint8_t>(nframes);
+  ev.npyframes = static_cast<uint8_t>(npyframes);
   ev.result = a.result;
-  ev.time_ns = now_ns();
 }
 
 bool is_oom(const EventArgs& a) noexcept {
@@ -124,10 +127,10 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a) noexcept {
   if (n) modules_note_frames(frames, n);
   const unsigned npy =
       config().python_stacks ? capture_python_stack(frames + n, wire::kMaxPythonFrames) : 0;
-  wire::EventPayload ev{};
-  fill_event(ev, a);
-  ev.nframes = static_cast<uint8_t>(n);
-  ev.npyframes = static_cast<uint8_t>(npy);
+  const uint32_t tid = current_tid();
+  announce_device(a.device, tid);
+  wire::EventPayload ev;
+  write_event(ev, a, tid, now_ns(), n, npy);
   uint64_t ticket = 0;
   const bool ok =
       ring().publish(ev, frames, (n + 2 * npy) * static_cast<uint32_t>(sizeof(uint64_t)), &ticket);
@@ -142,12 +145,17 @@ void record(const EventArgs& a) noexcept {
     record_with_stack(a);
     return;
   }
-  // Stacks off: the hot path, one slot and no frame buffer.
-  wire::EventPayload ev{};
-  fill_event(ev, a);
+  // Stacks off: the hot path, one slot written in place and no frame buffer. The time is read
+  // just before the ticket is taken.
+  const uint32_t tid = current_tid();
+  announce_device(a.device, tid);
+  const uint64_t now = now_ns();
   uint64_t ticket = 0;
-  const bool ok = ring().publish_one(ev, &ticket);
-  after_publish(a, ok, ticket);
+  wire::EventPayload* ev = ring().reserve_one(ticket);
+  if (!ev) return;
+  write_event(*ev, a, tid, now, 0, 0);
+  ring().commit_one(ticket);
+  after_publish(a, true, ticket);
 }
 
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "wire_format.h"
 
@@ -22,11 +23,14 @@ class RingProducer {
   bool publish(wire::EventPayload& ev, const void* extra, uint32_t extra_bytes,
                uint64_t* ticket_out = nullptr) noexcept;
 
-  // A record without continuation slots (ev.extra_slots must be 0): one ticket, one slot.
-  bool publish_one(const wire::EventPayload& ev, uint64_t* ticket_out = nullptr) noexcept {
+  // A record without continuation slots, written in place: reserve_one() takes the ticket and
+  // returns the slot's payload (uninitialized: the caller writes every field, extra_slots = 0),
+  // commit_one() publishes it. Null when the record was dropped. Nothing may run in between but
+  // the stores: the collector waits on that slot.
+  wire::EventPayload* reserve_one(uint64_t& ticket) noexcept {
     wire::RingHeader* h = header_;
-    if (!h) return false;
-    uint64_t ticket = h->head.load(std::memory_order_relaxed);
+    if (!h) return nullptr;
+    ticket = h->head.load(std::memory_order_relaxed);
     // Fast path: space (ticket - tail < capacity) and no other producer in between; anything
     // else (full, contention, a stalled ring to clear) takes the general loop.
     if (ticket - h->tail.load(std::memory_order_acquire) > mask_ ||
@@ -35,12 +39,22 @@ class RingProducer {
                                          std::memory_order_relaxed)) {
       if (!reserve(1, ticket)) {
         h->dropped.fetch_add(1, std::memory_order_relaxed);
-        return false;
+        return nullptr;
       }
     }
-    wire::Slot& s = slots_[ticket & mask_];
-    std::memcpy(s.payload, &ev, sizeof ev);
-    s.seq.store(ticket + 1, std::memory_order_release);
+    return new (slots_[ticket & mask_].payload) wire::EventPayload;
+  }
+  void commit_one(uint64_t ticket) noexcept {
+    slots_[ticket & mask_].seq.store(ticket + 1, std::memory_order_release);
+  }
+
+  // The same with a payload built elsewhere (ev.extra_slots must be 0).
+  bool publish_one(const wire::EventPayload& ev, uint64_t* ticket_out = nullptr) noexcept {
+    uint64_t ticket;
+    wire::EventPayload* slot = reserve_one(ticket);
+    if (!slot) return false;
+    std::memcpy(slot, &ev, sizeof ev);
+    commit_one(ticket);
     if (ticket_out) *ticket_out = ticket;
     return true;
   }
