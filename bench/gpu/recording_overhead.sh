@@ -10,10 +10,10 @@
 #    clock, a CAS; what (traced - bare) leaves beyond them is the recorder and the ring.
 # Prints medians, the cost over bare, and verdicts against the targets (pair: stacks off <= 10%,
 # default stacks <= 60%; training: within the A/A spread).
-# Usage: bench/gpu/recording_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS=5] [STEPS=200] [PAIRS=200000]
+# Usage: bench/gpu/recording_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS=4] [STEPS=200] [PAIRS=200000]
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-P=${1:-build}; ROUNDS=${2:-5}; STEPS=${3:-200}; PAIRS=${4:-200000}
+P=${1:-build}; ROUNDS=${2:-4}; STEPS=${3:-200}; PAIRS=${4:-200000}
 CT=$P/bin/cumemtrace
 [ -x "$CT" ] || { echo "no $CT"; exit 2; }
 OUT=$(mktemp -d)
@@ -52,8 +52,9 @@ for ((r = 0; r < ROUNDS; r++)); do
     echo "cost ${line% *}|${line##* }" >>"$RES"
   done
 done
-echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)" \
-  "(not tsc: clock_gettime may be a system call, see the clock_gettime row)"
+cs=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)
+echo "clocksource: ${cs:-unknown}"
+[ "$cs" = tsc ] || echo "  (not tsc: clock_gettime may be a system call; see its row below)"
 python3 - "$RES" <<'PY'
 import collections, math, statistics, sys
 v = collections.defaultdict(list)
@@ -66,7 +67,15 @@ for line in open(sys.argv[1]):
     if not math.isnan(f):
         v[k].append(f)
 med = {k: statistics.median(x) for k, x in v.items()}
-def row(k, base, unit, target=None):
+def noise(bare, aa):
+    """The run-to-run spread in %: the A/A difference or the bare runs' range, the larger."""
+    if bare not in med:
+        return None
+    spread = (max(v[bare]) - min(v[bare])) / med[bare] * 100
+    if aa in med:
+        spread = max(spread, abs(med[aa] / med[bare] - 1) * 100)
+    return spread
+def row(k, base, unit, target=None, within=None):
     if k not in med:
         print(f"| {k} | no result | | |"); return
     over = (med[k] / med[base] - 1) * 100 if base in med and k != base else None
@@ -74,6 +83,8 @@ def row(k, base, unit, target=None):
     if target is not None and over is not None:
         verdict = "met" if over <= target else "MISSED"
         verdict += f" (target <= {target}%)"
+    if within is not None and over is not None:
+        verdict = ("within noise" if over <= within else "ABOVE noise") + f" (noise {within:.1f}%)"
     runs = " ".join(f"{x:.4g}" for x in v[k])
     o = f"{over:+.1f}%" if over is not None else ""
     print(f"| {k} | {med[k]:.4g} {unit} | {o} | {verdict} | {runs} |")
@@ -86,8 +97,9 @@ row("pair traced-default", "pair bare", "ns/pair", 60)
 row("pair traced-stacks-off-64MiB-ring", "pair bare", "ns/pair")
 row("torch bare", "torch bare", "ms/step")
 row("torch bare-A/A", "torch bare", "ms/step")
-row("torch traced-default", "torch bare", "ms/step")
-row("torch traced-stacks-off", "torch bare", "ms/step")
+tn = noise("torch bare", "torch bare-A/A")
+row("torch traced-default", "torch bare", "ms/step", within=tn)
+row("torch traced-stacks-off", "torch bare", "ms/step", within=tn)
 if "pair traced-stacks-off" in med and "pair bare" in med:
     per_event = (med["pair traced-stacks-off"] - med["pair bare"]) / 2
     print(f"\nstacks off, per event over bare: {per_event:.1f} ns")
