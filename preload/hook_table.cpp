@@ -14,6 +14,8 @@ CUMEMTRACE_HOOKS(CUMEMTRACE_DECLARE)
 
 namespace cumemtrace::preload {
 
+std::atomic<void*> g_real[static_cast<unsigned>(HookId::kCount)];
+
 namespace {
 
 constexpr unsigned kCount = static_cast<unsigned>(HookId::kCount);
@@ -30,7 +32,6 @@ void* const kHooks[kCount] = {
 #undef CUMEMTRACE_ADDR
 };
 
-std::atomic<void*> g_real[kCount];
 std::atomic<bool> g_identities_ready{false};
 
 void resolve_all() noexcept {
@@ -45,13 +46,10 @@ void resolve_all() noexcept {
 
 }  // namespace
 
-void* real(HookId id) noexcept {
+void* real_slow(HookId id) noexcept {
   const auto i = static_cast<unsigned>(id);
-  void* p = g_real[i].load(std::memory_order_acquire);
-  if (!p) {
-    p = driver_symbol(kNames[i]);
-    g_real[i].store(p, std::memory_order_release);
-  }
+  void* p = driver_symbol(kNames[i]);
+  g_real[i].store(p, std::memory_order_release);
   return p;
 }
 

@@ -6,6 +6,7 @@
 // function for a hook.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 
 namespace cumemtrace::preload {
@@ -42,7 +43,13 @@ enum class HookId : unsigned {
       kCount
 };
 
-void* real(HookId id) noexcept;
+// The driver's function behind each hook, resolved once (read inline on every call).
+extern std::atomic<void*> g_real[static_cast<unsigned>(HookId::kCount)];
+void* real_slow(HookId id) noexcept;
+inline void* real(HookId id) noexcept {
+  void* p = g_real[static_cast<unsigned>(id)].load(std::memory_order_acquire);
+  return p ? p : real_slow(id);
+}
 void set_real(HookId id, void* fn) noexcept;
 void* route(void* real_fn) noexcept;
 const char* hook_name(HookId id) noexcept;

@@ -37,14 +37,18 @@ void* driver_symbol(const char* name) noexcept {
 
 namespace {
 
+__attribute__((noinline)) void* resolve(std::atomic<void*>& slot, const char* name) noexcept {
+  void* p = driver_symbol(name);
+  slot.store(p, std::memory_order_release);
+  return p;
+}
+
+// The driver function, looked up on first use (an inline load afterwards: current_device() runs
+// on every allocation).
 template <typename Fn>
-Fn lazy(std::atomic<void*>& slot, const char* name) noexcept {
+inline Fn lazy(std::atomic<void*>& slot, const char* name) noexcept {
   void* p = slot.load(std::memory_order_acquire);
-  if (!p) {
-    p = driver_symbol(name);
-    slot.store(p, std::memory_order_release);
-  }
-  return reinterpret_cast<Fn>(p);
+  return reinterpret_cast<Fn>(p ? p : resolve(slot, name));
 }
 
 std::atomic<void*> g_ctx_get_device{nullptr};

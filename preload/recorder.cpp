@@ -16,7 +16,7 @@
 
 namespace cumemtrace::preload {
 
-thread_local int t_hook_depth __attribute__((tls_model("initial-exec"))) = 0;
+constinit thread_local int t_hook_depth __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace {
 
@@ -44,32 +44,39 @@ bool publish_string(wire::Kind kind, uint64_t aux, const char* s, size_t len, ui
   return ring().publish(ev, s, static_cast<uint32_t>(len), ticket);
 }
 
+__attribute__((noinline)) uint32_t first_event_of_thread() noexcept {
+  t_tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  char name[17] = {};
+  prctl(PR_GET_NAME, name, 0, 0, 0);
+  publish_string(wire::Kind::kThreadName, 0, name, strnlen(name, sizeof name), t_tid);
+  return t_tid;
+}
+
 // The kernel thread id, cached per thread (reset in a forked child by forget_thread_cache); a
 // thread announces its name with its first event.
-uint32_t current_tid() noexcept {
-  if (t_tid == 0) {
-    t_tid = static_cast<uint32_t>(syscall(SYS_gettid));
-    char name[17] = {};
-    prctl(PR_GET_NAME, name, 0, 0, 0);
-    publish_string(wire::Kind::kThreadName, 0, name, strnlen(name, sizeof name), t_tid);
-  }
-  return t_tid;
+inline uint32_t current_tid() noexcept {
+  const uint32_t tid = t_tid;
+  return tid ? tid : first_event_of_thread();
 }
 
 // Ordinals already announced with their PCI bus id (kDevice), one bit each.
 std::atomic<uint64_t> g_devices_announced{0};
 
-// Once per ordinal, with the event that first names it: by then the driver is initialized.
-void announce_device(int device, uint32_t tid) noexcept {
-  if (device < 0 || device >= 64) return;
+__attribute__((noinline)) void announce_new_device(int device, uint32_t tid) noexcept {
   const uint64_t bit = uint64_t{1} << device;
-  if (g_devices_announced.load(std::memory_order_relaxed) & bit) return;
   if (g_devices_announced.fetch_or(bit, std::memory_order_relaxed) & bit) return;
   char bus[32] = {};
   if (device_pci_bus_id(device, bus, sizeof bus - 1)) {
     publish_string(wire::Kind::kDevice, static_cast<uint64_t>(device), bus,
                    strnlen(bus, sizeof bus), tid);
   }
+}
+
+// Once per ordinal, with the event that first names it: by then the driver is initialized.
+inline void announce_device(int device, uint32_t tid) noexcept {
+  if (device < 0 || device >= 64) return;
+  if (g_devices_announced.load(std::memory_order_relaxed) & (uint64_t{1} << device)) return;
+  announce_new_device(device, tid);
 }
 
 }  // namespace
@@ -82,43 +89,73 @@ void forget_devices() noexcept {
   g_devices_announced.store(0, std::memory_order_relaxed);
 }
 
-bool tracing_possible() noexcept {
-  return session_state() != SessionState::kOff;
-}
+namespace {
 
-void record(const EventArgs& a) noexcept {
-  if (!ensure_session()) return;
-  // Native return addresses, then (code, line) pairs of Python frames.
-  uint64_t frames[wire::kMaxStackDepth + 2 * wire::kMaxPythonFrames];
-  unsigned n = 0, npy = 0;
-  if (a.kind != wire::Kind::kExit && config().stack_depth) {
-    n = capture_stack(frames, config().stack_depth);
-    if (n) modules_note_frames(frames, n);
-    if (config().python_stacks) npy = capture_python_stack(frames + n, wire::kMaxPythonFrames);
-  }
-  wire::EventPayload ev{};
-  ev.time_ns = now_ns();
+// Every field of a record's payload (ev may be a slot's uninitialized storage).
+inline void write_event(wire::EventPayload& ev, const EventArgs& a, uint32_t tid, uint64_t time_ns,
+                        unsigned nframes, unsigned npyframes) noexcept {
+  ev.time_ns = time_ns;
   ev.addr = a.addr;
   ev.size = a.size;
   ev.stream = a.stream;
   ev.aux = a.aux;
-  ev.tid = current_tid();
-  announce_device(a.device, ev.tid);
+  ev.tid = tid;
   ev.device = static_cast<int16_t>(a.device);
   ev.kind = a.kind;
   ev.api = a.api;
   ev.flags = a.flags;
-  ev.nframes = static_cast<uint8_t>(n);
-  ev.npyframes = static_cast<uint8_t>(npy);
+  ev.extra_slots = 0;  // publish() sets it for records with frames
+  ev.nframes = static_cast<uint8_t>(nframes);
+  ev.npyframes = static_cast<uint8_t>(npyframes);
   ev.result = a.result;
+}
+
+bool is_oom(const EventArgs& a) noexcept {
+  return a.kind == wire::Kind::kOom || (a.kind == wire::Kind::kTorchBlock &&
+                                        a.aux == static_cast<uint64_t>(wire::TorchAction::kOom));
+}
+
+// The OOM snapshot is written before the program goes on (and maybe exits).
+void after_publish(const EventArgs& a, bool published, uint64_t ticket) noexcept {
+  if (published && is_oom(a)) ring().wait_consumed(ticket, 5'000'000'000ull);
+}
+
+__attribute__((noinline)) void record_with_stack(const EventArgs& a) noexcept {
+  // Native return addresses, then (code, line) pairs of Python frames.
+  uint64_t frames[wire::kMaxStackDepth + 2 * wire::kMaxPythonFrames];
+  const unsigned n = capture_stack(frames, config().stack_depth);
+  if (n) modules_note_frames(frames, n);
+  const unsigned npy =
+      config().python_stacks ? capture_python_stack(frames + n, wire::kMaxPythonFrames) : 0;
+  const uint32_t tid = current_tid();
+  announce_device(a.device, tid);
+  wire::EventPayload ev;
+  write_event(ev, a, tid, now_ns(), n, npy);
   uint64_t ticket = 0;
-  if (ring().publish(ev, frames, (n + 2 * npy) * static_cast<uint32_t>(sizeof(uint64_t)),
-                     &ticket) &&
-      (a.kind == wire::Kind::kOom || (a.kind == wire::Kind::kTorchBlock &&
-                                      a.aux == static_cast<uint64_t>(wire::TorchAction::kOom)))) {
-    // The OOM snapshot is written before the program goes on (and maybe exits).
-    ring().wait_consumed(ticket, 5'000'000'000ull);
+  const bool ok =
+      ring().publish(ev, frames, (n + 2 * npy) * static_cast<uint32_t>(sizeof(uint64_t)), &ticket);
+  after_publish(a, ok, ticket);
+}
+
+}  // namespace
+
+void record(const EventArgs& a) noexcept {
+  if (!ensure_session()) return;
+  if (config().stack_depth && a.kind != wire::Kind::kExit) {
+    record_with_stack(a);
+    return;
   }
+  // Stacks off: the hot path, one slot written in place and no frame buffer. The time is read
+  // just before the ticket is taken.
+  const uint32_t tid = current_tid();
+  announce_device(a.device, tid);
+  const uint64_t now = now_ns();
+  uint64_t ticket = 0;
+  wire::EventPayload* ev = ring().reserve_one(ticket);
+  if (!ev) return;
+  write_event(*ev, a, tid, now, 0, 0);
+  ring().commit_one(ticket);
+  after_publish(a, true, ticket);
 }
 
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept {

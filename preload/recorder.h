@@ -8,11 +8,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "session.h"
 #include "wire/wire_format.h"
 
 namespace cumemtrace::preload {
 
-extern thread_local int t_hook_depth __attribute__((tls_model("initial-exec")));
+// constinit: no TLS wrapper call on every hook (the variable has no dynamic initializer).
+extern thread_local constinit int t_hook_depth __attribute__((tls_model("initial-exec")));
 
 struct ReentryGuard {
   bool outer;
@@ -36,7 +38,9 @@ struct EventArgs {
 
 // False once tracing is known to be off (disabled, failed, or AT_SECURE): hooks may then skip
 // the work of preparing an event.
-bool tracing_possible() noexcept;
+inline bool tracing_possible() noexcept {
+  return session_state() != SessionState::kOff;
+}
 
 // Called in a forked child: the calling thread's cached id belongs to the parent.
 void forget_thread_cache() noexcept;

@@ -94,6 +94,10 @@ bool RingProducer::publish(wire::EventPayload& ev, const void* extra, uint32_t e
                            uint64_t* ticket_out) noexcept {
   wire::RingHeader* h = header_;
   if (!h) return false;
+  if (extra_bytes == 0) {
+    ev.extra_slots = 0;
+    return publish_one(ev, ticket_out);
+  }
   const uint32_t extra_slots =
       static_cast<uint32_t>((extra_bytes + wire::kPayloadBytes - 1) / wire::kPayloadBytes);
   ev.extra_slots = static_cast<uint8_t>(extra_slots);

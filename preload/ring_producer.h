@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <new>
 
 #include "wire/wire_format.h"
 
@@ -20,6 +22,42 @@ class RingProducer {
   // Returns false when the record was dropped.
   bool publish(wire::EventPayload& ev, const void* extra, uint32_t extra_bytes,
                uint64_t* ticket_out = nullptr) noexcept;
+
+  // A record without continuation slots, written in place: reserve_one() takes the ticket and
+  // returns the slot's payload (uninitialized: the caller writes every field, extra_slots = 0),
+  // commit_one() publishes it. Null when the record was dropped. Nothing may run in between but
+  // the stores: the collector waits on that slot.
+  wire::EventPayload* reserve_one(uint64_t& ticket) noexcept {
+    wire::RingHeader* h = header_;
+    if (!h) return nullptr;
+    ticket = h->head.load(std::memory_order_relaxed);
+    // Fast path: space (ticket - tail < capacity) and no other producer in between; anything
+    // else (full, contention, a stalled ring to clear) takes the general loop.
+    if (ticket - h->tail.load(std::memory_order_acquire) > mask_ ||
+        h->stalled.load(std::memory_order_relaxed) ||
+        !h->head.compare_exchange_strong(ticket, ticket + 1, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed)) {
+      if (!reserve(1, ticket)) {
+        h->dropped.fetch_add(1, std::memory_order_relaxed);
+        return nullptr;
+      }
+    }
+    return new (slots_[ticket & mask_].payload) wire::EventPayload;
+  }
+  void commit_one(uint64_t ticket) noexcept {
+    slots_[ticket & mask_].seq.store(ticket + 1, std::memory_order_release);
+  }
+
+  // The same with a payload built elsewhere (ev.extra_slots must be 0).
+  bool publish_one(const wire::EventPayload& ev, uint64_t* ticket_out = nullptr) noexcept {
+    uint64_t ticket;
+    wire::EventPayload* slot = reserve_one(ticket);
+    if (!slot) return false;
+    std::memcpy(slot, &ev, sizeof ev);
+    commit_one(ticket);
+    if (ticket_out) *ticket_out = ticket;
+    return true;
+  }
 
   // Waits (bounded) until the collector has consumed the record of `ticket`. Used after an OOM
   // so that its snapshot is written before the application sees the error.

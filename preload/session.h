@@ -5,6 +5,7 @@
 // starts over lazily with a session of its own.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "ring_producer.h"
@@ -25,12 +26,29 @@ struct Config {
 
 enum class SessionState : int { kIdle = 0, kStarting = 1, kRunning = 2, kOff = 3 };
 
-const Config& config() noexcept;
-RingProducer& ring() noexcept;
+// The process's one configuration and ring (defined in session.cpp; read inline per event).
+extern Config g_config;
+extern RingProducer g_ring;
+inline const Config& config() noexcept {
+  return g_config;
+}
+inline RingProducer& ring() noexcept {
+  return g_ring;
+}
+
+// The session's state (a SessionState); read inline on every event, written by session.cpp.
+extern std::atomic<int> g_session_state;
 
 // Starts the session if it is idle; returns true when events can be recorded.
-bool ensure_session() noexcept;
-SessionState session_state() noexcept;
+bool ensure_session_slow() noexcept;
+inline bool ensure_session() noexcept {
+  return g_session_state.load(std::memory_order_acquire) ==
+             static_cast<int>(SessionState::kRunning) ||
+         ensure_session_slow();
+}
+inline SessionState session_state() noexcept {
+  return static_cast<SessionState>(g_session_state.load(std::memory_order_acquire));
+}
 
 // Prints "cumemtrace: <msg>" on stderr with one write(2).
 void print_line(const char* msg, const char* detail = nullptr) noexcept;

@@ -65,6 +65,64 @@ TEST_CASE("records with stacks and strings come back exactly, across wrap-around
   REQUIRE(ring.hdr->dropped.load() == 0);
 }
 
+TEST_CASE("one-slot records written in place replace whatever the slot held before") {
+  TestRing ring(wire::kMinCapacity);
+  auto reader = ring.reader();
+  std::vector<collect::Record> got;
+  auto sink = [&](const collect::Record& r) { got.push_back(r); };
+  uint64_t frames[14];
+  for (unsigned i = 0; i < 14; ++i) frames[i] = 0x5000 + i;
+  const std::string name(100, 'n');
+  // Rounds alternate: stack records (1 + 2 slots) and string records (1 + 2), then records
+  // written in place over the same slots, whose stale bytes (flags, extra_slots) must not show.
+  for (int lap = 0; lap < 6; ++lap) {
+    for (uint64_t i = 0; i < 300; ++i) {
+      if (lap % 2 == 0) {
+        auto ev = event(i, 7);
+        ev.nframes = 14;
+        REQUIRE(ring.producer.publish(ev, frames, sizeof frames));
+        wire::EventPayload s{};
+        s.kind = wire::Kind::kThreadName;
+        s.flags = wire::kFlagStringRecord;
+        s.size = name.size();
+        REQUIRE(ring.producer.publish(s, name.data(), static_cast<uint32_t>(name.size())));
+      } else {
+        for (int k = 0; k < 5; ++k) {
+          uint64_t ticket = 0;
+          wire::EventPayload* ev = ring.producer.reserve_one(ticket);
+          REQUIRE(ev != nullptr);
+          *ev = event(1000 * i + static_cast<uint64_t>(k), 9, 3);
+          ev->device = 2;
+          ring.producer.commit_one(ticket);
+        }
+      }
+      if (i % 100 == 99) reader.drain(sink);  // 600 or 500 slots: less than a lap
+    }
+    reader.drain(sink);
+    if (lap % 2 == 0) {
+      REQUIRE(got.size() == 600);
+      REQUIRE(got[598].frames.size() == 14);
+      REQUIRE(got[599].text == name);
+    } else {
+      REQUIRE(got.size() == 1500);
+      for (size_t j = 0; j < got.size(); ++j) {
+        const auto& r = got[j];
+        REQUIRE(r.ev.addr == 1000 * (j / 5) + j % 5);
+        REQUIRE(r.ev.size == 9);
+        REQUIRE(r.ev.tid == 3);
+        REQUIRE(r.ev.device == 2);
+        REQUIRE(r.ev.extra_slots == 0);
+        REQUIRE(r.ev.flags == 0);
+        REQUIRE(r.frames.empty());
+        REQUIRE(r.text.empty());
+        REQUIRE(r.ticket == got[0].ticket + j);
+      }
+    }
+    got.clear();
+  }
+  REQUIRE(ring.hdr->dropped.load() == 0);
+}
+
 TEST_CASE("a record that fills the ring exactly fits; the next waits for space") {
   TestRing ring(wire::kMinCapacity, 5'000'000);  // 5 ms bound
   auto reader = ring.reader();
