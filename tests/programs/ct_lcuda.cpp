@@ -54,6 +54,20 @@ Driver table() {
   d.memHostAlloc = cuMemHostAlloc;
   d.memAllocHost = cuMemAllocHost;
   d.memFreeHost = cuMemFreeHost;
+  d.graphCreate = cuGraphCreate;
+  d.graphDestroy = cuGraphDestroy;
+  d.graphAddMemAllocNode = cuGraphAddMemAllocNode;
+  d.graphAddMemFreeNode = cuGraphAddMemFreeNode;
+  d.graphAddNode = cuGraphAddNode_v2;
+  d.graphInstantiate = cuGraphInstantiateWithFlags;
+  d.graphExecDestroy = cuGraphExecDestroy;
+  d.graphLaunch = cuGraphLaunch;
+  d.streamBeginCapture = cuStreamBeginCapture_v2;
+  d.streamEndCapture = cuStreamEndCapture;
+  d.deviceGraphMemTrim = cuDeviceGraphMemTrim;
+  d.ipcGetMemHandle = cuIpcGetMemHandle;
+  d.ipcOpenMemHandle = cuIpcOpenMemHandle_v2;
+  d.ipcCloseMemHandle = cuIpcCloseMemHandle;
   return d;
 }
 
