@@ -68,6 +68,22 @@ const char* api_name(uint8_t api) {
       return "cuIpcOpenMemHandle";
     case Api::kIpcCloseMemHandle:
       return "cuIpcCloseMemHandle";
+    case Api::kArrayCreate:
+      return "cuArrayCreate";
+    case Api::kArray3DCreate:
+      return "cuArray3DCreate";
+    case Api::kMipmappedArrayCreate:
+      return "cuMipmappedArrayCreate";
+    case Api::kArrayDestroy:
+      return "cuArrayDestroy";
+    case Api::kMipmappedArrayDestroy:
+      return "cuMipmappedArrayDestroy";
+    case Api::kImportExternalMemory:
+      return "cuImportExternalMemory";
+    case Api::kDestroyExternalMemory:
+      return "cuDestroyExternalMemory";
+    case Api::kExternalMemoryGetMappedBuffer:
+      return "cuExternalMemoryGetMappedBuffer";
     case Api::kNone:
       break;
   }
@@ -261,7 +277,7 @@ void TraceModel::add(const Record& r) {
     case Kind::kHostAlloc:
     case Kind::kReserve:
     case Kind::kMap:
-    case Kind::kIpcOpen:
+    case Kind::kMapImported:
       on_alloc(r, t, stack);
       break;
     case Kind::kFree:
@@ -269,7 +285,7 @@ void TraceModel::add(const Record& r) {
     case Kind::kHostFree:
     case Kind::kAddressFree:
     case Kind::kUnmap:
-    case Kind::kIpcClose:
+    case Kind::kUnmapImported:
       on_free(r, t, stack);
       break;
     case Kind::kFreeFailed:
@@ -376,8 +392,8 @@ void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
     case Kind::kReserve:
       reserved_[ev.addr] = l;
       break;
-    case Kind::kIpcOpen:  // another process's allocation: listed as imported, counts no bytes
-      mapped_[ev.addr] = Mapping{l, 0, false};
+    case Kind::kMapImported:  // memory owned elsewhere: listed as imported, counts no bytes
+      mapped_[ev.addr] = Mapping{l, ev.aux, false};
       break;
     case Kind::kMap: {
       auto h = handles_.find(ev.aux);
@@ -406,6 +422,17 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
   switch (ev.kind) {
     case Kind::kFree: {
       auto it = live_.find(ev.addr);
+      // A mapped buffer of external memory is released with cuMemFree.
+      if (auto m = mapped_.find(ev.addr);
+          it == live_.end() && m != mapped_.end() && !m->second.owned &&
+          m->second.l.api == static_cast<uint8_t>(Api::kExternalMemoryGetMappedBuffer)) {
+        Live gone = m->second.l;
+        gone.undoable = true;
+        gone.stream = m->second.handle;  // the external memory, for an undo
+        freed_[ev.addr] = gone;
+        mapped_.erase(m);
+        return;
+      }
       if (it == live_.end()) {
         auto f = freed_.find(ev.addr);
         if (f != freed_.end()) f->second.undoable = false;
@@ -448,9 +475,10 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
     case Kind::kAddressFree:
       reserved_.erase(ev.addr);
       break;
-    case Kind::kIpcClose: {
+    case Kind::kUnmapImported: {
       auto it = mapped_.find(ev.addr);
-      if (it == mapped_.end() || it->second.owned || it->second.handle != 0) {
+      if (it == mapped_.end() || it->second.owned ||
+          it->second.l.api != static_cast<uint8_t>(Api::kIpcOpenMemHandle)) {
         anomaly("unmap_unknown_range", r, t, stack);
         return;
       }
@@ -542,7 +570,12 @@ void TraceModel::on_free_failed(const Record& r, int64_t t) {
   Live l = it->second;
   l.undoable = false;
   freed_.erase(it);
-  if (api == Api::kMemFree || api == Api::kMemFreeAsync) {
+  if (l.api == static_cast<uint8_t>(Api::kExternalMemoryGetMappedBuffer)) {
+    mapped_[ev.addr] = Mapping{l, l.stream, false};
+    return;
+  }
+  if (api == Api::kMemFree || api == Api::kMemFreeAsync || api == Api::kArrayDestroy ||
+      api == Api::kMipmappedArrayDestroy || api == Api::kDestroyExternalMemory) {
     if (live_.count(ev.addr)) return;
     live_[ev.addr] = l;
     grow(l.device, l.size, t);

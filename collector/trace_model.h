@@ -13,7 +13,10 @@
 // unmapped; mappings only make handles visible and add nothing. Mappings of imported handles
 // (another process's memory, cuMemImportFromShareableHandle) are no segments of this process:
 // they are listed apart (imported_mappings) and count no bytes; so are CUDA IPC mappings
-// (cuIpcOpenMemHandle until cuIpcCloseMemHandle), listed with handle 0.
+// (cuIpcOpenMemHandle until cuIpcCloseMemHandle), listed with handle 0, and mapped buffers of
+// external memory (cuExternalMemoryGetMappedBuffer until cuMemFree), listed with the external
+// memory's handle. CUDA arrays, mipmapped arrays and imported external memory are device
+// allocations at their handle's value (the sizes the preload found, wire_format.h).
 // PyTorch's caching allocator (kTorchBlock records, PyTorch's TraceEntry actions) is merged in:
 // its entries go into the trace in ring order with source = pytorch. Driver memory PyTorch owns
 // (a pytorch segment_alloc at the address of a live device allocation; driver mappings inside a

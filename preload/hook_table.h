@@ -56,6 +56,14 @@ namespace cumemtrace::preload {
   X(cuStreamEndCapture_ptsz)           \
   X(cuIpcOpenMemHandle_v2)             \
   X(cuIpcCloseMemHandle)               \
+  X(cuArrayCreate_v2)                  \
+  X(cuArray3DCreate_v2)                \
+  X(cuMipmappedArrayCreate)            \
+  X(cuArrayDestroy)                    \
+  X(cuMipmappedArrayDestroy)           \
+  X(cuImportExternalMemory)            \
+  X(cuDestroyExternalMemory)           \
+  X(cuExternalMemoryGetMappedBuffer)   \
   X(cuGetProcAddress)                  \
   X(cuGetProcAddress_v2)
 

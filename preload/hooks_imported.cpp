@@ -26,7 +26,7 @@ CUMEMTRACE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHand
   ReentryGuard g;
   CUresult r = fn(dptr, handle, flags);
   if (g.outer && r == CUDA_SUCCESS && dptr && pl::tracing_possible()) {
-    EventArgs a{Kind::kIpcOpen, Api::kIpcOpenMemHandle};
+    EventArgs a{Kind::kMapImported, Api::kIpcOpenMemHandle};
     a.addr = *dptr;
     a.size = pl::allocation_size(*dptr);
     a.device = pl::current_device();
@@ -41,7 +41,7 @@ CUMEMTRACE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   ReentryGuard g;
   const bool rec = g.outer && dptr != 0 && pl::tracing_possible();
   if (rec) {
-    EventArgs a{Kind::kIpcClose, Api::kIpcCloseMemHandle};
+    EventArgs a{Kind::kUnmapImported, Api::kIpcCloseMemHandle};
     a.addr = dptr;
     pl::record(a);
   }

@@ -96,8 +96,11 @@ CUresult alloc_pool_async(HookId id, uint8_t flags, CUdeviceptr* dptr, size_t si
   CUresult r = fn(dptr, size, pool, s);
   if (g.outer && pl::tracing_possible()) {
     if (const uint64_t graph = r == CUDA_SUCCESS ? pl::capture_graph(u64(s), flags & kPtsz) : 0) {
+      // The graph's address may hold nothing the driver can describe before the launch.
+      int device = pl::pointer_device(*dptr);
+      if (device < 0) device = pl::current_device();
       pl::record_graph_alloc_node(static_cast<uint8_t>(Api::kMemAllocFromPoolAsync), graph, *dptr,
-                                  size, pl::pointer_device(*dptr));
+                                  size, device);
       return r;
     }
     after_alloc(r, Api::kMemAllocFromPoolAsync, Kind::kAlloc, dptr ? *dptr : 0, size, u64(s), flags,

@@ -85,9 +85,11 @@ enum class Kind : uint8_t {
   kGraphMemReserved = 31,  // the driver's graph memory on `device` changed: size = reserved
                            // (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), aux = used
                            // (CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)
-  kIpcOpen = 32,   // cuIpcOpenMemHandle: another process's allocation mapped here: addr, size
-                   // (cuMemGetAddressRange), device. Imported memory: listed, never counted
-  kIpcClose = 33,  // cuIpcCloseMemHandle: addr; published before the real call
+  kMapImported = 32,       // memory owned elsewhere mapped here: cuIpcOpenMemHandle (another
+                           // process's allocation), cuExternalMemoryGetMappedBuffer (a buffer of
+                           // imported external memory): addr, size, device. Listed, never counted
+  kUnmapImported = 33,     // cuIpcCloseMemHandle: addr; published before the real call (a mapped
+                           // external buffer is released by cuMemFree: a kFree of its address)
 };
 
 // PyTorch's TraceEntry::Action (c10/core/CachingDeviceAllocator.h, torch >= 2.1).
@@ -133,6 +135,14 @@ enum class Api : uint8_t {
   kDeviceGraphMemTrim,
   kIpcOpenMemHandle,
   kIpcCloseMemHandle,
+  kArrayCreate,    // arrays and external memory are device allocations (kAlloc / kFree) whose
+  kArray3DCreate,  // addr is the CUarray / CUmipmappedArray / CUexternalMemory handle
+  kMipmappedArrayCreate,
+  kArrayDestroy,
+  kMipmappedArrayDestroy,
+  kImportExternalMemory,
+  kDestroyExternalMemory,
+  kExternalMemoryGetMappedBuffer,
 };
 
 enum Flags : uint8_t {

@@ -36,6 +36,14 @@
 //    (memory contents are not shared), charged to nobody, until cuIpcCloseMemHandle. Opening a
 //    handle of the calling process itself is CUDA_ERROR_INVALID_CONTEXT, as on the real driver.
 //    cuMemGetAddressRange_v2 answers for any live range.
+//  - CUDA arrays (cuArrayCreate_v2, cuArray3DCreate_v2, cuMipmappedArrayCreate) hold exactly
+//    width x height x depth x channels x format bytes (levels halving for mipmaps) of device
+//    memory, charged to the current device until destroyed; CUDA_ARRAY3D_DEFERRED_MAPPING
+//    arrays hold none. Formats: 8-, 16- and 32-bit integers, half and float.
+//  - External memory: cuImportExternalMemory accepts an OPAQUE_FD descriptor with any open file
+//    descriptor and the size it names (charged to nobody: the exporter owns it);
+//    cuExternalMemoryGetMappedBuffer maps fresh bytes for [offset, offset + size) within it,
+//    released by cuMemFree.
 //    Stream capture works on created streams (others: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED):
 //    cuMemAllocAsync/cuMemAllocFromPoolAsync/cuMemFreeAsync on a capturing stream add nodes to
 //    the capture's graph; cuStreamIsCapturing and cuStreamGetCaptureInfo_v2/_v3 report it.
@@ -51,6 +59,7 @@
 //    child forked while another thread was in the driver can use it.
 #include "fake_driver.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -87,21 +96,34 @@ constexpr size_t kPitchAlignment = 512;
 constexpr size_t kDeviceAlignment = 256;
 
 enum class Kind {
-  kDevice,    // cuMemAlloc_v2
-  kLegacy32,  // cuMemAlloc / cuMemAllocPitch (32-bit ABI): mapped below 4 GiB
-  kPitch,     // cuMemAllocPitch_v2
-  kManaged,   // cuMemAllocManaged
-  kAsync,     // cuMemAllocAsync / cuMemAllocFromPoolAsync
-  kHost,      // cuMemHostAlloc / cuMemAllocHost
-  kMapped,    // a cuMemMap of a cuMemCreate handle
-  kGraph,     // a graph allocation node's memory, live since its graph was launched
-  kIpc,       // a cuIpcOpenMemHandle mapping of another process's allocation
+  kDevice,     // cuMemAlloc_v2
+  kLegacy32,   // cuMemAlloc / cuMemAllocPitch (32-bit ABI): mapped below 4 GiB
+  kPitch,      // cuMemAllocPitch_v2
+  kManaged,    // cuMemAllocManaged
+  kAsync,      // cuMemAllocAsync / cuMemAllocFromPoolAsync
+  kHost,       // cuMemHostAlloc / cuMemAllocHost
+  kMapped,     // a cuMemMap of a cuMemCreate handle
+  kGraph,      // a graph allocation node's memory, live since its graph was launched
+  kIpc,        // a cuIpcOpenMemHandle mapping of another process's allocation
+  kExtBuffer,  // a cuExternalMemoryGetMappedBuffer view of external memory, freed by cuMemFree
 };
 
 bool freed_by_mem_free(Kind k) {
   return k == Kind::kDevice || k == Kind::kLegacy32 || k == Kind::kPitch || k == Kind::kManaged ||
-         k == Kind::kAsync || k == Kind::kGraph;
+         k == Kind::kAsync || k == Kind::kGraph || k == Kind::kExtBuffer;
 }
+
+struct ArrayObj {  // a CUDA array or mipmapped array: device memory with no device address
+  uint64_t base;
+  size_t size;
+  int device;
+  bool mipmapped;
+};
+
+struct ExternalMemory {  // imported: the exporter's memory, charged to nobody here
+  size_t size;
+  int device;
+};
 
 struct GraphNode {
   bool alloc;  // else a free node
@@ -173,6 +195,8 @@ struct State {
   std::set<const GraphExec*> execs;
   std::map<CUstream, Graph*> captures;  // capturing stream -> its graph
   uint64_t capture_ids = 0;
+  std::set<ArrayObj*> arrays;
+  std::set<ExternalMemory*> external;
   uint64_t graph_used[kMaxDevices] = {};
   uint64_t graph_reserved[kMaxDevices] = {};
 };
@@ -355,6 +379,10 @@ CUresult release_range(uint64_t base, Pred accepts_kind) {
   if (it == s.ranges.end() || !accepts_kind(it->second.kind)) return CUDA_ERROR_INVALID_VALUE;
   const Range r = it->second;
   s.ranges.erase(it);
+  if (r.kind == Kind::kExtBuffer) {  // a view of external memory: nothing charged
+    munmap(reinterpret_cast<void*>(base), r.size);
+    return CUDA_SUCCESS;
+  }
   if (r.kind == Kind::kGraph) {  // back to the graph pool; the address stays the node's
     s.graph_used[r.device] -= r.size;
     return CUDA_SUCCESS;
@@ -725,6 +753,118 @@ CUresult mem_host_alloc(void** pp, size_t size, unsigned int flags) {
 CUresult mem_free_host(void* p) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   return release_range(reinterpret_cast<uint64_t>(p), [](Kind k) { return k == Kind::kHost; });
+}
+
+// ---- CUDA arrays and external memory ------------------------------------------------------------
+
+uint64_t array_format_bytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+    default:
+      return 0;
+  }
+}
+
+CUresult array_create(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned levels,
+                      bool mipmapped) {
+  if (!out || !d || d->Width == 0 || levels == 0 || !array_format_bytes(d->Format) ||
+      (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int dev = -1;
+  CUresult r = current_device(&dev);
+  if (r != CUDA_SUCCESS) return r;
+  uint64_t size = 0;
+  if (!(d->Flags & CUDA_ARRAY3D_DEFERRED_MAPPING)) {
+    uint64_t w = d->Width, h = d->Height, z = d->Depth;
+    for (unsigned l = 0; l < levels; ++l) {
+      size += w * (h ? h : 1) * (z ? z : 1) * d->NumChannels * array_format_bytes(d->Format);
+      w = w > 1 ? w / 2 : 1;
+      if (h) h = h > 1 ? h / 2 : 1;
+      if (z && !(d->Flags & CUDA_ARRAY3D_LAYERED)) z = z > 1 ? z / 2 : 1;
+    }
+  }
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  r = count_alloc_call(s);
+  if (r != CUDA_SUCCESS) return r;
+  r = charge(s, dev, size);
+  if (r != CUDA_SUCCESS) return r;
+  void* p = size ? backing_alloc(Kind::kDevice, size) : nullptr;
+  if (size && !p) {
+    s.used[dev] -= size;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  auto* a = new ArrayObj{reinterpret_cast<uint64_t>(p), size, dev, mipmapped};
+  s.arrays.insert(a);
+  *out = reinterpret_cast<CUarray>(a);
+  return CUDA_SUCCESS;
+}
+
+CUresult array_destroy(void* handle, bool mipmapped) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* a = static_cast<ArrayObj*>(handle);
+  if (!s.arrays.count(a) || a->mipmapped != mipmapped) return CUDA_ERROR_INVALID_HANDLE;
+  s.arrays.erase(a);
+  s.used[a->device] -= a->size;
+  if (a->size) backing_free(Kind::kDevice, a->base, a->size);
+  delete a;
+  return CUDA_SUCCESS;
+}
+
+CUresult import_external_memory(CUexternalMemory* out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC* d) {
+  if (!out || !d || d->type != CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD || d->size == 0 ||
+      fcntl(d->handle.fd, F_GETFD) < 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int dev = -1;
+  CUresult r = current_device(&dev);
+  if (r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* e = new ExternalMemory{static_cast<size_t>(d->size), dev};
+  s.external.insert(e);
+  *out = reinterpret_cast<CUexternalMemory>(e);
+  return CUDA_SUCCESS;
+}
+
+CUresult external_memory_mapped_buffer(CUdeviceptr* out, CUexternalMemory ext,
+                                       const CUDA_EXTERNAL_MEMORY_BUFFER_DESC* d) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!out || !d || d->size == 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* e = reinterpret_cast<ExternalMemory*>(ext);
+  if (!s.external.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+  if (d->offset > e->size || d->size > e->size - d->offset) return CUDA_ERROR_INVALID_VALUE;
+  void* p = mmap(nullptr, d->size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  *out = reinterpret_cast<uint64_t>(p);
+  s.ranges[*out] = Range{static_cast<size_t>(d->size), e->device, Kind::kExtBuffer, 0};
+  return CUDA_SUCCESS;
+}
+
+CUresult destroy_external_memory(CUexternalMemory ext) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* e = reinterpret_cast<ExternalMemory*>(ext);
+  if (!s.external.erase(e)) return CUDA_ERROR_INVALID_HANDLE;
+  delete e;
+  return CUDA_SUCCESS;
 }
 
 // ---- CUDA IPC -----------------------------------------------------------------------------------
@@ -1745,4 +1885,47 @@ FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
 
 FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
   return fk::mem_get_address_range(pbase, psize, dptr);
+}
+
+// ---- CUDA arrays and external memory ------------------------------------------------------------
+
+FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {
+  if (!d) return CUDA_ERROR_INVALID_VALUE;
+  const CUDA_ARRAY3D_DESCRIPTOR d3{d->Width, d->Height, 0, d->Format, d->NumChannels, 0};
+  return fk::array_create(pHandle, &d3, 1, false);
+}
+
+FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+  return fk::array_create(pHandle, d, 1, false);
+}
+
+FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
+                                            const CUDA_ARRAY3D_DESCRIPTOR* d,
+                                            unsigned int numMipmapLevels) {
+  CUarray a = nullptr;
+  const CUresult r = fk::array_create(&a, d, numMipmapLevels, true);
+  if (r == CUDA_SUCCESS) *pHandle = reinterpret_cast<CUmipmappedArray>(a);
+  return r;
+}
+
+FAKE_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
+  return fk::array_destroy(hArray, false);
+}
+
+FAKE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
+  return fk::array_destroy(hMipmappedArray, true);
+}
+
+FAKE_EXPORT CUresult cuImportExternalMemory(CUexternalMemory* extMem_out,
+                                            const CUDA_EXTERNAL_MEMORY_HANDLE_DESC* desc) {
+  return fk::import_external_memory(extMem_out, desc);
+}
+
+FAKE_EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr* devPtr, CUexternalMemory extMem,
+                                                     const CUDA_EXTERNAL_MEMORY_BUFFER_DESC* d) {
+  return fk::external_memory_mapped_buffer(devPtr, extMem, d);
+}
+
+FAKE_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory extMem) {
+  return fk::destroy_external_memory(extMem);
 }

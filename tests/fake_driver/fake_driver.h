@@ -21,6 +21,8 @@
 #undef cuStreamGetCaptureInfo
 #undef cuGraphAddNode
 #undef cuGraphInstantiate
+#undef cuArrayCreate
+#undef cuArray3DCreate
 
 extern "C" {
 

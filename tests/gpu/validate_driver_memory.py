@@ -116,6 +116,32 @@ else:
         f"compute-sanitizer {cs}; cumemtrace parent {(sum(plive), len(plive))}, child (0, 0) "
         f"(+ {sum(m['size'] for m in ct['imported_mappings'])} B imported, not a leak)")
 
+s, where = snap("arrays")
+if s is None:
+    row("arrays: snapshot", False, where)
+else:
+    t = s["cumemtrace"]
+    live = sorted(g["total_size"] for g in s["segments"])
+    found = sorted(site(g) for g in s["segments"])
+    row("arrays: array and mipmap leaks, exact texel bytes, sites", live == [64 * KiB, 1_376_256]
+        and found == ["leak_array", "leak_mipmap"] and not t["anomalies"] and t["events_dropped"] == 0,
+        f"live={live} sites={found} anomalies={len(t['anomalies'])} {anomalies_text(s)}")
+    log = open(f"{out}/logs/arrays.traced.txt").read() if os.path.exists(f"{out}/logs/arrays.traced.txt") else ""
+    deltas = re.findall(r"driver delta (\w) (\d+)", log)
+    ext = re.search(r"external: (.*)", log)
+    if ext and ext.group(1).startswith("imported"):
+        tr = s["device_traces"][0] if s["device_traces"] else []
+        sizes = [e["size"] for e in tr if e["action"] == "segment_alloc"]
+        row("arrays: external memory counted 2 MiB, its buffer freed by cudaFree", 2 * MiB in sizes
+            and not t["imported_mappings"] and not t["anomalies"],
+            f"allocation sizes={sizes} imported={t['imported_mappings']}")
+    else:
+        row("arrays: external memory", True, f"SKIP: {ext.group(1) if ext else 'no output'}")
+    cs = sanitizer_leaks("arrays")
+    row("arrays: leak count agrees with compute-sanitizer", cs is not None and cs[1] == len(live),
+        f"compute-sanitizer {cs}; cumemtrace {(sum(live), len(live))} (texel bytes; the driver's "
+        f"own cost per array, cudaMemGetInfo deltas: {deltas})")
+
 for mode in ("default", "async"):
     prog = f"torch_compile_{mode}"
     s, where = snap(prog)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real-GPU validation of the driver memory beyond plain allocations: builds tests/gpu/graph_memory.cu
-# (CUDA graph memory; static and shared cudart) and tests/gpu/ipc_memory.cu (CUDA IPC between two
-# processes) with nvcc, runs each under `cumemtrace run` and under `compute-sanitizer --leak-check
+# (CUDA graph memory; static and shared cudart), tests/gpu/ipc_memory.cu (CUDA IPC between two
+# processes) and tests/gpu/arrays_memory.cu (CUDA arrays, external memory) with nvcc, runs each under `cumemtrace run` and under `compute-sanitizer --leak-check
 # full`, and runs torch.compile(mode="reduce-overhead") with the default and the cudaMallocAsync
 # allocator under cumemtrace; tests/gpu/validate_driver_memory.py prints the verdict table.
 # On a failure the logs under OUT (printed at the end) say what happened. Exit 1 if a row fails.
@@ -18,7 +18,8 @@ fail=0
 nvcc -O2 -g -o "$OUT/graph_static" tests/gpu/graph_memory.cu > "$OUT/logs/nvcc_static.txt" 2>&1 || fail=1
 nvcc -O2 -g -cudart shared -o "$OUT/graph_shared" tests/gpu/graph_memory.cu > "$OUT/logs/nvcc_shared.txt" 2>&1 || fail=1
 nvcc -O2 -g -o "$OUT/ipc" tests/gpu/ipc_memory.cu > "$OUT/logs/nvcc_ipc.txt" 2>&1 || fail=1
-for prog in graph_static graph_shared ipc; do
+nvcc -O2 -g -o "$OUT/arrays" tests/gpu/arrays_memory.cu -lcuda > "$OUT/logs/nvcc_arrays.txt" 2>&1 || fail=1
+for prog in graph_static graph_shared ipc arrays; do
   [ -x "$OUT/$prog" ] || { echo "nvcc failed for $prog:"; cat "$OUT"/logs/nvcc_*.txt; continue; }
   # The program alone first: a failure there is the program's, not cumemtrace's.
   "$OUT/$prog" > "$OUT/logs/$prog.plain.txt" 2>&1 || echo "$prog alone failed: $(cat "$OUT/logs/$prog.plain.txt")"

@@ -68,6 +68,14 @@ Driver table() {
   d.ipcGetMemHandle = cuIpcGetMemHandle;
   d.ipcOpenMemHandle = cuIpcOpenMemHandle_v2;
   d.ipcCloseMemHandle = cuIpcCloseMemHandle;
+  d.arrayCreate = cuArrayCreate_v2;
+  d.array3DCreate = cuArray3DCreate_v2;
+  d.mipmappedArrayCreate = cuMipmappedArrayCreate;
+  d.arrayDestroy = cuArrayDestroy;
+  d.mipmappedArrayDestroy = cuMipmappedArrayDestroy;
+  d.importExternalMemory = cuImportExternalMemory;
+  d.externalMemoryGetMappedBuffer = cuExternalMemoryGetMappedBuffer;
+  d.destroyExternalMemory = cuDestroyExternalMemory;
   return d;
 }
 

@@ -65,6 +65,14 @@ Driver table() {
   d.ipcGetMemHandle = e.ipcGetMemHandle;
   d.ipcOpenMemHandle = e.ipcOpenMemHandle;
   d.ipcCloseMemHandle = e.ipcCloseMemHandle;
+  d.arrayCreate = e.arrayCreate;
+  d.array3DCreate = e.array3DCreate;
+  d.mipmappedArrayCreate = e.mipmappedArrayCreate;
+  d.arrayDestroy = e.arrayDestroy;
+  d.mipmappedArrayDestroy = e.mipmappedArrayDestroy;
+  d.importExternalMemory = e.importExternalMemory;
+  d.externalMemoryGetMappedBuffer = e.externalMemoryGetMappedBuffer;
+  d.destroyExternalMemory = e.destroyExternalMemory;
   return d;
 }
 

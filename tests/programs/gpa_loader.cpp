@@ -111,6 +111,14 @@ bool load_driver_entry_points(DriverEntryPoints* out) {
   get(e.ipcGetMemHandle, "cuIpcGetMemHandle", 12000);
   get(e.ipcOpenMemHandle, "cuIpcOpenMemHandle", 12000);
   get(e.ipcCloseMemHandle, "cuIpcCloseMemHandle", 12000);
+  get(e.arrayCreate, "cuArrayCreate", 3020);
+  get(e.array3DCreate, "cuArray3DCreate", 3020);
+  get(e.mipmappedArrayCreate, "cuMipmappedArrayCreate", 12000);
+  get(e.arrayDestroy, "cuArrayDestroy", 12000);
+  get(e.mipmappedArrayDestroy, "cuMipmappedArrayDestroy", 12000);
+  get(e.importExternalMemory, "cuImportExternalMemory", 12000);
+  get(e.externalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer", 12000);
+  get(e.destroyExternalMemory, "cuDestroyExternalMemory", 12000);
   return get.ok();
 }
 

@@ -66,6 +66,15 @@ struct DriverEntryPoints {
   CUresult (*ipcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
   CUresult (*ipcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned int);
   CUresult (*ipcCloseMemHandle)(CUdeviceptr);
+  CUresult (*arrayCreate)(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
+  CUresult (*array3DCreate)(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
+  CUresult (*mipmappedArrayCreate)(CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR*, unsigned);
+  CUresult (*arrayDestroy)(CUarray);
+  CUresult (*mipmappedArrayDestroy)(CUmipmappedArray);
+  CUresult (*importExternalMemory)(CUexternalMemory*, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC*);
+  CUresult (*externalMemoryGetMappedBuffer)(CUdeviceptr*, CUexternalMemory,
+                                            const CUDA_EXTERNAL_MEMORY_BUFFER_DESC*);
+  CUresult (*destroyExternalMemory)(CUexternalMemory);
 };
 
 // Fills `out`; false (reason on stderr) if the driver, its cuGetProcAddress_v2, or a lookup

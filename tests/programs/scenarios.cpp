@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -583,6 +584,44 @@ int scenario_ipc(const Driver& d, int, char**) {
   return 0;
 }
 
+int scenario_arrays(const Driver& d, int, char**) {
+  require("arrays", d.init, d.setDevice, d.memFree, d.arrayCreate, d.array3DCreate,
+          d.mipmappedArrayCreate, d.arrayDestroy, d.mipmappedArrayDestroy, d.importExternalMemory,
+          d.externalMemoryGetMappedBuffer, d.destroyExternalMemory);
+  start_on_device0(d);
+  CUarray a = nullptr, b = nullptr, dd = nullptr;
+  CUDA_ARRAY_DESCRIPTOR da{1024, 256, CU_AD_FORMAT_FLOAT, 4};
+  check(d.arrayCreate(&a, &da), "cuArrayCreate a (4 MiB)");
+  CUDA_ARRAY3D_DESCRIPTOR db{64, 64, 16, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};
+  check(d.array3DCreate(&b, &db), "cuArray3DCreate b (64 KiB)");
+  CUmipmappedArray c = nullptr;
+  CUDA_ARRAY3D_DESCRIPTOR dc{512, 512, 0, CU_AD_FORMAT_FLOAT, 1, 0};
+  check(d.mipmappedArrayCreate(&c, &dc, 3), "cuMipmappedArrayCreate c (3 levels)");
+  CUDA_ARRAY3D_DESCRIPTOR ddesc{256, 256, 0, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_DEFERRED_MAPPING};
+  check(d.array3DCreate(&dd, &ddesc), "cuArray3DCreate d (deferred mapping)");
+  check(d.arrayDestroy(a), "cuArrayDestroy a");
+  check(d.arrayDestroy(dd), "cuArrayDestroy d");
+
+  const int fd = memfd_create("ct-external", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, 2 * kMiB) != 0) fail("memfd", CUDA_ERROR_UNKNOWN);
+  CUDA_EXTERNAL_MEMORY_HANDLE_DESC he{};
+  he.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+  he.handle.fd = fd;
+  he.size = 2 * kMiB;
+  CUexternalMemory e = nullptr;
+  check(d.importExternalMemory(&e, &he), "cuImportExternalMemory e (2 MiB)");
+  CUDA_EXTERNAL_MEMORY_BUFFER_DESC bp{};
+  bp.size = kMiB;
+  CUdeviceptr p = 0, q = 0;
+  check(d.externalMemoryGetMappedBuffer(&p, e, &bp), "mapped buffer p");
+  check(d.memFree(p), "cuMemFree p");
+  CUDA_EXTERNAL_MEMORY_BUFFER_DESC bq{};
+  bq.offset = kMiB;
+  bq.size = 512 * kKiB;
+  check(d.externalMemoryGetMappedBuffer(&q, e, &bq), "mapped buffer q");
+  return 0;
+}
+
 int scenario_spawn(const Driver& d, int, char**) {
   alloc_1mib_on_device0(d, "spawn");
   std::string path = sibling_static_like();
@@ -845,6 +884,7 @@ constexpr Scenario kScenarios[] = {
     {"scribble", scenario_scribble},
     {"graph", scenario_graph},
     {"ipc", scenario_ipc},
+    {"arrays", scenario_arrays},
 };
 
 }  // namespace

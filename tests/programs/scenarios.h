@@ -131,6 +131,16 @@
 //           waits (child must exit 0, else exit 3), frees a; exit 0.
 //           parent: 1 alloc, 1 free, live 0; child: no allocation of its own, live 0, one
 //           imported mapping (2 MiB, device 0, handle 0). No anomalies in either.
+//  arrays   dev 0: a = cuArrayCreate_v2 1024 x 256 float4 (4 MiB); b = cuArray3DCreate_v2
+//           64 x 64 x 16 uint8 (64 KiB); c = cuMipmappedArrayCreate 512 x 512 float, 3 levels
+//           (1 MiB + 256 KiB + 64 KiB = 1,376,256 B); d = cuArray3DCreate_v2 256 x 256 float with
+//           CUDA_ARRAY3D_DEFERRED_MAPPING (0 B); destroy a, d. External memory: e =
+//           cuImportExternalMemory of a 2 MiB memfd (OPAQUE_FD, 2 MiB); p = mapped buffer
+//           [0, 1 MiB) of e, freed with cuMemFree; q = mapped buffer [1 MiB, 1.5 MiB) of e, left
+//           mapped. Exit 0 with b, c and e held.
+//           device 0: 5 allocations (a, b, c, d, e), 2 frees, peak 5,636,096 B (a, b, c), live
+//           3,538,944 B (b, c, e) in 3 segments; imported mapping q (512 KiB, handle e). No
+//           anomalies.
 //  scribble dev 0: alloc 1 MiB (leaked); then, as a hostile program would, writes into its own
 //           cumemtrace ring (found in /proc/self/maps; exit 3 when there is none): reserves the
 //           next ticket T and publishes a record claiming 200 continuation slots (the limit is
@@ -191,6 +201,15 @@ struct Driver {
   CUresult (*ipcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
   CUresult (*ipcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned int);
   CUresult (*ipcCloseMemHandle)(CUdeviceptr);
+  CUresult (*arrayCreate)(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
+  CUresult (*array3DCreate)(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
+  CUresult (*mipmappedArrayCreate)(CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR*, unsigned);
+  CUresult (*arrayDestroy)(CUarray);
+  CUresult (*mipmappedArrayDestroy)(CUmipmappedArray);
+  CUresult (*importExternalMemory)(CUexternalMemory*, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC*);
+  CUresult (*externalMemoryGetMappedBuffer)(CUdeviceptr*, CUexternalMemory,
+                                            const CUDA_EXTERNAL_MEMORY_BUFFER_DESC*);
+  CUresult (*destroyExternalMemory)(CUexternalMemory);
 };
 
 // Runs the scenario named by argv[1] (its arguments follow); returns the process exit status.

@@ -283,7 +283,7 @@ TEST_CASE("VMM handles: retains, releases in either order, imports, failed relea
 
 TEST_CASE("CUDA IPC mappings are imported memory: listed, never counted, closed once") {
   Feeder f;
-  f.add(Kind::kIpcOpen, Api::kIpcOpenMemHandle, 0x5000000, 2 << 20, 1, 0, {0x10});
+  f.add(Kind::kMapImported, Api::kIpcOpenMemHandle, 0x5000000, 2 << 20, 1, 0, {0x10});
   auto s = f.build();
   REQUIRE(s.segments.empty());
   REQUIRE(s.tool->imported_mappings.size() == 1);
@@ -294,11 +294,11 @@ TEST_CASE("CUDA IPC mappings are imported memory: listed, never counted, closed 
   REQUIRE(s.tool->imported_mappings[0].stack >= 0);
   for (const auto& d : s.tool->devices) REQUIRE(d.live_bytes == 0);
   // A close the driver refused keeps the mapping; a second successful close is a stray one.
-  f.add(Kind::kIpcClose, Api::kIpcCloseMemHandle, 0x5000000, 0);
+  f.add(Kind::kUnmapImported, Api::kIpcCloseMemHandle, 0x5000000, 0);
   f.add(Kind::kFreeFailed, Api::kIpcCloseMemHandle, 0x5000000, 0);
   REQUIRE(f.build().tool->imported_mappings.size() == 1);
-  f.add(Kind::kIpcClose, Api::kIpcCloseMemHandle, 0x5000000, 0);
-  f.add(Kind::kIpcClose, Api::kIpcCloseMemHandle, 0x5000000, 0);
+  f.add(Kind::kUnmapImported, Api::kIpcCloseMemHandle, 0x5000000, 0);
+  f.add(Kind::kUnmapImported, Api::kIpcCloseMemHandle, 0x5000000, 0);
   s = f.build();
   REQUIRE(s.tool->imported_mappings.empty());
   REQUIRE(s.tool->anomalies.size() == 1);
