@@ -27,10 +27,12 @@
 //    unmapped, so the address stays the node's); cuGraphLaunch applies the executable graph's
 //    nodes in order: an allocation node's memory becomes live (CUDA_ERROR_INVALID_VALUE, and
 //    nothing done, when it still is and the graph was not instantiated with AUTO_FREE_ON_LAUNCH,
-//    or a free node's address is not live), a free node frees it. Live graph memory is freed by
-//    cuMemFree/cuMemFreeAsync as well. Each device's graph pool (cuDeviceGetGraphMemAttribute)
-//    holds USED = live graph bytes, RESERVED = the highest USED since the last
-//    cuDeviceGraphMemTrim (which sets it to USED); RESERVED is charged to the device.
+//    or a free node's address is not live), a free node frees it. A graph with memory nodes has
+//    at most one executable graph at a time (a second instantiation: CUDA_ERROR_INVALID_VALUE).
+//    Live graph memory is freed by cuMemFree/cuMemFreeAsync as well. Each device's graph pool
+//    (cuDeviceGetGraphMemAttribute) holds USED = live graph bytes, RESERVED = the highest USED
+//    since the last cuDeviceGraphMemTrim (which sets it to USED); RESERVED is charged to the
+//    device.
 //  - CUDA IPC: cuIpcGetMemHandle names a live device allocation (its size and device, no
 //    contents); cuIpcOpenMemHandle in another process maps that many fresh bytes on that device
 //    (memory contents are not shared), charged to nobody, until cuIpcCloseMemHandle. Opening a
@@ -139,6 +141,7 @@ struct Graph {
 struct GraphExec {
   std::vector<GraphNode> nodes;
   bool auto_free;
+  const Graph* from;  // its graph while that exists: one executable graph per graph with memory
 };
 
 struct Range {
@@ -192,7 +195,7 @@ struct State {
   CUmemGenericAllocationHandle next_handle = 0x1000;
   uint64_t alloc_calls = 0;
   std::set<const Graph*> graphs;
-  std::set<const GraphExec*> execs;
+  std::set<GraphExec*> execs;
   std::map<CUstream, Graph*> captures;  // capturing stream -> its graph
   uint64_t capture_ids = 0;
   std::set<ArrayObj*> arrays;
@@ -962,6 +965,9 @@ CUresult graph_destroy(CUgraph graph) {
   std::lock_guard lock(s.mu);
   Graph* g = valid_graph(s, graph);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
+  for (GraphExec* e : s.execs) {
+    if (e->from == g) e->from = nullptr;
+  }
   s.graphs.erase(g);
   delete g;
   return CUDA_SUCCESS;
@@ -1013,7 +1019,13 @@ CUresult graph_instantiate(CUgraphExec* exec, CUgraph graph, uint64_t flags) {
   std::lock_guard lock(s.mu);
   Graph* g = valid_graph(s, graph);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
-  auto* e = new GraphExec{g->nodes, (flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) != 0};
+  if (!g->nodes.empty()) {
+    for (const GraphExec* other : s.execs) {
+      if (other->from == g) return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  auto* e =
+      new GraphExec{g->nodes, (flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) != 0, g};
   s.execs.insert(e);
   *exec = reinterpret_cast<CUgraphExec>(e);
   return CUDA_SUCCESS;

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Real-GPU validation of the driver memory beyond plain allocations: builds tests/gpu/graph_memory.cu
-# (CUDA graph memory; static and shared cudart), tests/gpu/ipc_memory.cu (CUDA IPC between two
-# processes) and tests/gpu/arrays_memory.cu (CUDA arrays, external memory) with nvcc, runs each under `cumemtrace run` and under `compute-sanitizer --leak-check
-# full`, and runs torch.compile(mode="reduce-overhead") with the default and the cudaMallocAsync
-# allocator under cumemtrace; tests/gpu/validate_driver_memory.py prints the verdict table.
-# On a failure the logs under OUT (printed at the end) say what happened. Exit 1 if a row fails.
+# Real-GPU validation of the driver memory beyond plain allocations: builds
+# tests/gpu/graph_memory.cu (CUDA graph memory; static and shared cudart), tests/gpu/ipc_memory.cu
+# (CUDA IPC between two processes) and tests/gpu/arrays_memory.cu (CUDA arrays, external memory)
+# with nvcc, runs each under `cumemtrace run` and under `compute-sanitizer --leak-check full`, and
+# runs torch.compile(mode="reduce-overhead") with the default and the cudaMallocAsync allocator
+# under cumemtrace; tests/gpu/validate_driver_memory.py prints the verdict table. Each step has
+# its own time limit, so a hang fails its rows rather than the whole run; on a failure the logs
+# under OUT are printed at the end. Exit 1 if a row fails.
 # Usage: tests/gpu/validate_driver_memory.sh [PREFIX with bin/ and lib/ (default build)] [OUT]
 set -u
 cd "$(dirname "$0")/../.."
@@ -25,13 +27,13 @@ for prog in graph_static graph_shared ipc arrays; do
   "$OUT/$prog" > "$OUT/logs/$prog.plain.txt" 2>&1 || echo "$prog alone failed: $(cat "$OUT/logs/$prog.plain.txt")"
   timeout 120 "$CT" run -o "$OUT/traces/$prog" -- "$OUT/$prog" > "$OUT/logs/$prog.traced.txt" 2>&1
   echo "$?" > "$OUT/$prog.rc"
-  timeout 300 compute-sanitizer --leak-check full "$OUT/$prog" > "$OUT/sanitizer/$prog.txt" 2>&1
+  timeout 120 compute-sanitizer --leak-check full "$OUT/$prog" > "$OUT/sanitizer/$prog.txt" 2>&1
 done
 
 for mode in default async; do
   conf=()
   [ "$mode" = async ] && conf=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync)
-  env "${conf[@]}" timeout 400 "$CT" run -o "$OUT/traces/torch_compile_$mode" -- \
+  env "${conf[@]}" timeout 180 "$CT" run -o "$OUT/traces/torch_compile_$mode" -- \
     python3 tests/gpu/torch_compile_graphs.py 20 > "$OUT/logs/torch_compile_$mode.txt" 2>&1
   echo "$?" > "$OUT/torch_compile_$mode.rc"
 done
