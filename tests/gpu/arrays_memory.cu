@@ -13,14 +13,14 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t err_ = (x);                                                             \
-    if (err_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x,            \
-                   cudaGetErrorString(err_));                                           \
-      std::exit(3);                                                                     \
-    }                                                                                   \
+#define CHECK(x)                                                             \
+  do {                                                                       \
+    cudaError_t err_ = (x);                                                  \
+    if (err_ != cudaSuccess) {                                               \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, \
+                   cudaGetErrorString(err_));                                \
+      std::exit(3);                                                          \
+    }                                                                        \
   } while (0)
 
 size_t free_bytes() {

@@ -19,14 +19,14 @@ __global__ void fill(float* p, int n) {
   if (i < n) p[i] = 1.0f;
 }
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t err_ = (x);                                                           \
-    if (err_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x,          \
-                   cudaGetErrorString(err_));                                         \
-      std::exit(3);                                                                   \
-    }                                                                                 \
+#define CHECK(x)                                                             \
+  do {                                                                       \
+    cudaError_t err_ = (x);                                                  \
+    if (err_ != cudaSuccess) {                                               \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, \
+                   cudaGetErrorString(err_));                                \
+      std::exit(3);                                                          \
+    }                                                                        \
   } while (0)
 
 cudaMemPoolProps device0_pool() {

@@ -20,14 +20,14 @@ __global__ void fill(int* p, int n) {
   if (i < n) p[i] = i;
 }
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t err_ = (x);                                                             \
-    if (err_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x,            \
-                   cudaGetErrorString(err_));                                           \
-      std::exit(3);                                                                     \
-    }                                                                                   \
+#define CHECK(x)                                                             \
+  do {                                                                       \
+    cudaError_t err_ = (x);                                                  \
+    if (err_ != cudaSuccess) {                                               \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, \
+                   cudaGetErrorString(err_));                                \
+      std::exit(3);                                                          \
+    }                                                                        \
   } while (0)
 
 __attribute__((noinline)) void* parent_leak(size_t n) {
