@@ -118,10 +118,11 @@ CUresult end_capture(HookId id, bool per_thread, CUstream s, CUgraph* graph) noe
   auto fn = real_fn<CUresult (*)(CUstream, CUgraph*)>(id);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
+  // A capture ended when the stream captured before the call and no longer does after it (the
+  // driver refuses some calls without ending the capture: ask it rather than guess).
+  const bool was_capturing = stream_capturing(u64(s), per_thread);
   CUresult r = fn(s, graph);
-  // The capture is over unless the call was refused before ending it (wrong thread, a stream
-  // that was not capturing): ask the driver rather than guess from the result.
-  if (!stream_capturing(u64(s), per_thread)) {
+  if (was_capturing && !stream_capturing(u64(s), per_thread)) {
     int n = g_captures_in_progress.load(std::memory_order_relaxed);
     while (n > 0 &&
            !g_captures_in_progress.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
