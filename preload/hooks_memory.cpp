@@ -4,6 +4,7 @@
 // a kFreeFailed event that undoes it.
 #include <cuda.h>
 
+#include "graph_capture.h"
 #include "hook_table.h"
 #include "real_driver.h"
 #include "recorder.h"
@@ -74,6 +75,12 @@ CUresult alloc_async(HookId id, Api api, uint8_t flags, CUdeviceptr* dptr, size_
   ReentryGuard g;
   CUresult r = fn(dptr, size, s);
   if (g.outer && pl::tracing_possible()) {
+    // On a capturing stream the call added an allocation node to the graph: no memory yet.
+    if (const uint64_t graph = r == CUDA_SUCCESS ? pl::capture_graph(u64(s), flags & kPtsz) : 0) {
+      pl::record_graph_alloc_node(static_cast<uint8_t>(api), graph, *dptr, size,
+                                  pl::current_device());
+      return r;
+    }
     // The stream belongs to the current context, so its device is the current one: a cheap
     // thread-local read in the driver, unlike a pointer-attribute query.
     after_alloc(r, api, Kind::kAlloc, dptr ? *dptr : 0, size, u64(s), flags, pl::current_device);
@@ -88,6 +95,14 @@ CUresult alloc_pool_async(HookId id, uint8_t flags, CUdeviceptr* dptr, size_t si
   ReentryGuard g;
   CUresult r = fn(dptr, size, pool, s);
   if (g.outer && pl::tracing_possible()) {
+    if (const uint64_t graph = r == CUDA_SUCCESS ? pl::capture_graph(u64(s), flags & kPtsz) : 0) {
+      // The graph's address may hold nothing the driver can describe before the launch.
+      int device = pl::pointer_device(*dptr);
+      if (device < 0) device = pl::current_device();
+      pl::record_graph_alloc_node(static_cast<uint8_t>(Api::kMemAllocFromPoolAsync), graph, *dptr,
+                                  size, device);
+      return r;
+    }
     after_alloc(r, Api::kMemAllocFromPoolAsync, Kind::kAlloc, dptr ? *dptr : 0, size, u64(s), flags,
                 [&] { return pl::pointer_device(*dptr); });
   }
@@ -99,6 +114,14 @@ CUresult free_async(HookId id, uint8_t flags, CUdeviceptr dptr, CUstream s) noex
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   const bool rec = g.outer && dptr != 0 && pl::tracing_possible();
+  // On a capturing stream the call adds a free node to the graph and frees nothing now.
+  if (const uint64_t graph = rec ? pl::capture_graph(u64(s), flags & kPtsz) : 0) {
+    CUresult r = fn(dptr, s);
+    if (r == CUDA_SUCCESS) {
+      pl::record_graph_free_node(static_cast<uint8_t>(Api::kMemFreeAsync), graph, dptr);
+    }
+    return r;
+  }
   if (rec) before_free(Kind::kFree, Api::kMemFreeAsync, dptr, u64(s), flags);
   CUresult r = fn(dptr, s);
   if (rec) after_free(r, Api::kMemFreeAsync, dptr);

@@ -57,6 +57,16 @@ std::atomic<void*> g_mem_get_info{nullptr};
 std::atomic<void*> g_handle_props{nullptr};
 std::atomic<void*> g_device_get{nullptr};
 std::atomic<void*> g_device_get_pci_bus_id{nullptr};
+std::atomic<void*> g_capture_info_v3{nullptr};
+std::atomic<void*> g_capture_info_v2{nullptr};
+std::atomic<void*> g_is_capturing{nullptr};
+std::atomic<void*> g_graph_mem_attr{nullptr};
+std::atomic<void*> g_address_range{nullptr};
+
+CUstream as_stream(uint64_t stream, bool per_thread) {
+  // The plain entry points read stream 0 as the legacy stream: name the per-thread one.
+  return stream == 0 && per_thread ? CU_STREAM_PER_THREAD : reinterpret_cast<CUstream>(stream);
+}
 
 }  // namespace
 
@@ -88,6 +98,56 @@ uint64_t device_free_bytes() noexcept {
   size_t free_b = 0, total = 0;
   if (!fn || fn(&free_b, &total) != CUDA_SUCCESS) return 0;
   return free_b;
+}
+
+uint64_t capturing_graph(uint64_t stream, bool per_thread) noexcept {
+  const CUstream s = as_stream(stream, per_thread);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CUgraph graph = nullptr;
+  // _v3 since CUDA 12.3; drivers before it have _v2 (same first four parameters).
+  using V3 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
+                          const CUgraphNode**, const CUgraphEdgeData**, size_t*);
+  using V2 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
+                          const CUgraphNode**, size_t*);
+  CUresult r = CUDA_ERROR_NOT_FOUND;
+  if (auto v3 = lazy<V3>(g_capture_info_v3, "cuStreamGetCaptureInfo_v3")) {
+    r = v3(s, &status, &id, &graph, nullptr, nullptr, nullptr);
+  } else if (auto v2 = lazy<V2>(g_capture_info_v2, "cuStreamGetCaptureInfo_v2")) {
+    r = v2(s, &status, &id, &graph, nullptr, nullptr);
+  }
+  if (r != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return 0;
+  return reinterpret_cast<uint64_t>(graph);
+}
+
+bool stream_capturing(uint64_t stream, bool per_thread) noexcept {
+  auto fn =
+      lazy<CUresult (*)(CUstream, CUstreamCaptureStatus*)>(g_is_capturing, "cuStreamIsCapturing");
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return fn && fn(as_stream(stream, per_thread), &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+bool graph_mem(int device, uint64_t* reserved, uint64_t* used) noexcept {
+  auto fn = lazy<CUresult (*)(CUdevice, CUgraphMem_attribute, void*)>(
+      g_graph_mem_attr, "cuDeviceGetGraphMemAttribute");
+  cuuint64_t r = 0, u = 0;
+  if (!fn || device < 0 || fn(device, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &r) != CUDA_SUCCESS ||
+      fn(device, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &u) != CUDA_SUCCESS) {
+    return false;
+  }
+  *reserved = r;
+  *used = u;
+  return true;
+}
+
+uint64_t allocation_size(uint64_t dptr) noexcept {
+  auto fn = lazy<CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr)>(g_address_range,
+                                                                   "cuMemGetAddressRange_v2");
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (!fn || fn(&base, &size, dptr) != CUDA_SUCCESS) return 0;
+  return size;
 }
 
 int handle_device(uint64_t handle) noexcept {

@@ -19,6 +19,17 @@ int current_device() noexcept;                // cuCtxGetDevice, -1 on failure
 int pointer_device(uint64_t dptr) noexcept;   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, -1
 uint64_t device_free_bytes() noexcept;        // cuMemGetInfo_v2 free bytes, 0 on failure
 int handle_device(uint64_t handle) noexcept;  // a VMM handle's device location, -1 if none
+// The graph being captured into on `stream` (a CUgraph), 0 when the stream is not capturing or
+// the driver cannot say. `per_thread`: stream 0 is the per-thread default stream (_ptsz caller).
+uint64_t capturing_graph(uint64_t stream, bool per_thread) noexcept;
+// cuStreamIsCapturing: true while `stream` is capturing.
+bool stream_capturing(uint64_t stream, bool per_thread) noexcept;
+// The driver's graph memory on `device` (cuDeviceGetGraphMemAttribute, no context needed):
+// false when it cannot be read.
+bool graph_mem(int device, uint64_t* reserved, uint64_t* used) noexcept;
+// The size of the allocation that contains `dptr` (cuMemGetAddressRange_v2; the caller's context
+// is current), 0 when unknown.
+uint64_t allocation_size(uint64_t dptr) noexcept;
 // The PCI bus id ("0000:3B:00.0") of a CUDA ordinal; no context needed, the driver initialized.
 bool device_pci_bus_id(int ordinal, char* buf, int len) noexcept;
 

@@ -48,6 +48,42 @@ const char* api_name(uint8_t api) {
       return "cuMemRetainAllocationHandle";
     case Api::kMemImportFromShareableHandle:
       return "cuMemImportFromShareableHandle";
+    case Api::kGraphAddMemAllocNode:
+      return "cuGraphAddMemAllocNode";
+    case Api::kGraphAddMemFreeNode:
+      return "cuGraphAddMemFreeNode";
+    case Api::kGraphAddNode:
+      return "cuGraphAddNode";
+    case Api::kGraphInstantiate:
+      return "cuGraphInstantiate";
+    case Api::kGraphLaunch:
+      return "cuGraphLaunch";
+    case Api::kGraphDestroy:
+      return "cuGraphDestroy";
+    case Api::kGraphExecDestroy:
+      return "cuGraphExecDestroy";
+    case Api::kDeviceGraphMemTrim:
+      return "cuDeviceGraphMemTrim";
+    case Api::kIpcOpenMemHandle:
+      return "cuIpcOpenMemHandle";
+    case Api::kIpcCloseMemHandle:
+      return "cuIpcCloseMemHandle";
+    case Api::kArrayCreate:
+      return "cuArrayCreate";
+    case Api::kArray3DCreate:
+      return "cuArray3DCreate";
+    case Api::kMipmappedArrayCreate:
+      return "cuMipmappedArrayCreate";
+    case Api::kArrayDestroy:
+      return "cuArrayDestroy";
+    case Api::kMipmappedArrayDestroy:
+      return "cuMipmappedArrayDestroy";
+    case Api::kImportExternalMemory:
+      return "cuImportExternalMemory";
+    case Api::kDestroyExternalMemory:
+      return "cuDestroyExternalMemory";
+    case Api::kExternalMemoryGetMappedBuffer:
+      return "cuExternalMemoryGetMappedBuffer";
     case Api::kNone:
       break;
   }
@@ -153,14 +189,27 @@ void TraceModel::push(Action a, int device, uint64_t addr, uint64_t size, uint64
 }
 
 void TraceModel::anomaly(const char* kind, const Record& r, int64_t t, StackId stack) {
+  anomaly(kind, r.ev.addr, static_cast<uint8_t>(r.ev.api), r.ev.tid, t, stack);
+}
+
+void TraceModel::anomaly(const char* kind, uint64_t addr, uint8_t api, uint32_t tid, int64_t t,
+                         StackId stack) {
   snap::Anomaly a;
   a.kind = kind;
-  a.addr = r.ev.addr;
-  a.api = api_name(static_cast<uint8_t>(r.ev.api));
+  a.addr = addr;
+  a.api = api_name(api);
   a.stack = stack;
   a.time_us = t;
-  a.tid = r.ev.tid;
+  a.tid = tid;
   anomalies_.push_back(std::move(a));
+}
+
+void TraceModel::push_free(const Live& l, uint64_t addr, uint64_t stream, int64_t t, uint32_t tid,
+                           bool per_thread) {
+  for (Action a : {Action::kFreeRequested, Action::kFreeCompleted, Action::kSegmentFree}) {
+    push(a, l.device, addr, l.size, stream, t, -1, tid, 0, per_thread);
+    trace_.back().graph = l.graph;
+  }
 }
 
 bool TraceModel::take_oom_request() {
@@ -228,6 +277,7 @@ void TraceModel::add(const Record& r) {
     case Kind::kHostAlloc:
     case Kind::kReserve:
     case Kind::kMap:
+    case Kind::kMapImported:
       on_alloc(r, t, stack);
       break;
     case Kind::kFree:
@@ -235,6 +285,7 @@ void TraceModel::add(const Record& r) {
     case Kind::kHostFree:
     case Kind::kAddressFree:
     case Kind::kUnmap:
+    case Kind::kUnmapImported:
       on_free(r, t, stack);
       break;
     case Kind::kFreeFailed:
@@ -250,6 +301,15 @@ void TraceModel::add(const Record& r) {
       break;
     case Kind::kTorchBlock:
       on_torch(r, t, stack);
+      break;
+    case Kind::kGraphAllocNode:
+    case Kind::kGraphFreeNode:
+    case Kind::kGraphInstantiate:
+    case Kind::kGraphLaunch:
+    case Kind::kGraphDestroy:
+    case Kind::kGraphExecDestroy:
+    case Kind::kGraphMemReserved:
+      on_graph(r, t, stack);
       break;
     case Kind::kAllocFailed:
     default:
@@ -332,6 +392,9 @@ void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
     case Kind::kReserve:
       reserved_[ev.addr] = l;
       break;
+    case Kind::kMapImported:  // memory owned elsewhere: listed as imported, counts no bytes
+      mapped_[ev.addr] = Mapping{l, ev.aux, false};
+      break;
     case Kind::kMap: {
       auto h = handles_.find(ev.aux);
       if (h == handles_.end()) {
@@ -359,6 +422,17 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
   switch (ev.kind) {
     case Kind::kFree: {
       auto it = live_.find(ev.addr);
+      // A mapped buffer of external memory is released with cuMemFree.
+      if (auto m = mapped_.find(ev.addr);
+          it == live_.end() && m != mapped_.end() && !m->second.owned &&
+          m->second.l.api == static_cast<uint8_t>(Api::kExternalMemoryGetMappedBuffer)) {
+        Live gone = m->second.l;
+        gone.undoable = true;
+        gone.stream = m->second.handle;  // the external memory, for an undo
+        freed_[ev.addr] = gone;
+        mapped_.erase(m);
+        return;
+      }
       if (it == live_.end()) {
         auto f = freed_.find(ev.addr);
         if (f != freed_.end()) f->second.undoable = false;
@@ -369,11 +443,7 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
       live_.erase(it);
       shrink(l.device, l.size);
       const bool pt = ev.flags & wire::kFlagPerThreadStream;
-      if (!l.torch_owned) {
-        push(Action::kFreeRequested, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
-        push(Action::kFreeCompleted, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
-        push(Action::kSegmentFree, l.device, ev.addr, l.size, ev.stream, t, -1, ev.tid, 0, pt);
-      }
+      if (!l.torch_owned) push_free(l, ev.addr, ev.stream, t, ev.tid, pt);
       l.torch_owned = false;
       l.undoable = true;
       freed_[ev.addr] = l;
@@ -405,6 +475,18 @@ void TraceModel::on_free(const Record& r, int64_t t, StackId stack) {
     case Kind::kAddressFree:
       reserved_.erase(ev.addr);
       break;
+    case Kind::kUnmapImported: {
+      auto it = mapped_.find(ev.addr);
+      if (it == mapped_.end() || it->second.owned ||
+          it->second.l.api != static_cast<uint8_t>(Api::kIpcOpenMemHandle)) {
+        anomaly("unmap_unknown_range", r, t, stack);
+        return;
+      }
+      freed_[ev.addr] = it->second.l;
+      freed_[ev.addr].undoable = true;
+      mapped_.erase(it);
+      break;
+    }
     case Kind::kUnmap: {
       // One unmap may cover several mappings (PyTorch unmaps a run of expandable-segment pages).
       auto it = mapped_.lower_bound(ev.addr);
@@ -488,16 +570,112 @@ void TraceModel::on_free_failed(const Record& r, int64_t t) {
   Live l = it->second;
   l.undoable = false;
   freed_.erase(it);
-  if (api == Api::kMemFree || api == Api::kMemFreeAsync) {
+  if (l.api == static_cast<uint8_t>(Api::kExternalMemoryGetMappedBuffer)) {
+    mapped_[ev.addr] = Mapping{l, l.stream, false};
+    return;
+  }
+  if (api == Api::kMemFree || api == Api::kMemFreeAsync || api == Api::kArrayDestroy ||
+      api == Api::kMipmappedArrayDestroy || api == Api::kDestroyExternalMemory) {
     if (live_.count(ev.addr)) return;
     live_[ev.addr] = l;
     grow(l.device, l.size, t);
     dev(l.device).allocations--;  // not a new allocation, the old one coming back
     dev(l.device).frees--;
     push(Action::kSegmentAlloc, l.device, ev.addr, l.size, l.stream, t, l.stack, ev.tid);
+    trace_.back().graph = l.graph;
     push(Action::kAlloc, l.device, ev.addr, l.size, l.stream, t, l.stack, ev.tid);
+    trace_.back().graph = l.graph;
   } else if (api == Api::kMemFreeHost) {
     host_[ev.addr] = l;
+  } else if (api == Api::kIpcCloseMemHandle) {
+    mapped_[ev.addr] = Mapping{l, 0, false};
+  }
+}
+
+// --- CUDA graph memory -----------------------------------------------------------------------
+
+void TraceModel::on_graph(const Record& r, int64_t t, StackId stack) {
+  const auto& ev = r.ev;
+  switch (ev.kind) {
+    case Kind::kGraphAllocNode:
+    case Kind::kGraphFreeNode: {
+      const bool alloc = ev.kind == Kind::kGraphAllocNode;
+      graphs_[ev.aux].push_back(GraphNode{alloc, ev.addr, alloc ? ev.size : 0,
+                                          sane_device(ev.device), stack,
+                                          static_cast<uint8_t>(ev.api)});
+      break;
+    }
+    case Kind::kGraphInstantiate: {
+      auto g = graphs_.find(ev.aux);
+      if (g == graphs_.end() || g->second.empty()) {
+        graph_execs_.erase(ev.addr);  // no memory nodes; a reused handle forgets its old graph
+        break;
+      }
+      const bool auto_free = ev.size & 1;  // CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+      graph_execs_[ev.addr] = GraphExec{g->second, auto_free};
+      break;
+    }
+    case Kind::kGraphLaunch:
+      launch_graph(r, t);
+      break;
+    case Kind::kGraphDestroy:
+      graphs_.erase(ev.addr);
+      break;
+    case Kind::kGraphExecDestroy:
+      graph_execs_.erase(ev.addr);
+      break;
+    case Kind::kGraphMemReserved: {
+      DeviceState& d = dev(ev.device);
+      d.graph_reserved = ev.size;
+      d.graph_reserved_peak = std::max(d.graph_reserved_peak, ev.size);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void TraceModel::launch_graph(const Record& r, int64_t t) {
+  const auto& ev = r.ev;
+  auto it = graph_execs_.find(ev.addr);
+  if (it == graph_execs_.end()) return;  // a graph without memory nodes
+  const GraphExec& exec = it->second;
+  const bool pt = ev.flags & wire::kFlagPerThreadStream;
+  auto free_live = [&](uint64_t addr) {
+    auto l = live_.find(addr);
+    if (l == live_.end()) return false;
+    Live gone = l->second;
+    live_.erase(l);
+    shrink(gone.device, gone.size);
+    push_free(gone, addr, ev.stream, t, ev.tid, pt);
+    gone.undoable = false;
+    freed_[addr] = gone;
+    return true;
+  };
+  if (exec.auto_free) {  // the driver frees what the previous launch left, before relaunching
+    for (const GraphNode& n : exec.nodes) {
+      auto l = live_.find(n.addr);
+      if (n.alloc && l != live_.end() && l->second.graph) free_live(n.addr);
+    }
+  }
+  for (const GraphNode& n : exec.nodes) {
+    if (!n.alloc) {
+      if (!free_live(n.addr)) {
+        const bool twice = freed_.count(n.addr) != 0;
+        anomaly(twice ? "double_free" : "free_unknown_pointer", n.addr, n.api, ev.tid, t, n.stack);
+      }
+      continue;
+    }
+    if (live_.count(n.addr)) continue;  // still live: the driver refuses such a launch
+    Live l{n.size, n.device, ev.stream, n.stack, t, n.api, pt};
+    l.graph = true;
+    live_[n.addr] = l;
+    freed_.erase(n.addr);
+    grow(l.device, l.size, t);
+    for (Action a : {Action::kSegmentAlloc, Action::kAlloc}) {
+      push(a, l.device, n.addr, l.size, l.stream, t, n.stack, ev.tid, 0, pt);
+      trace_.back().graph = true;
+    }
   }
 }
 
@@ -719,7 +897,9 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
     te.device_free = e.device_free;
     te.tid = e.tid;
     te.stream_per_thread = e.per_thread;
-    te.source = e.pytorch ? snap::Source::kPytorch : snap::Source::kDriver;
+    te.source = e.pytorch ? snap::Source::kPytorch
+                : e.graph ? snap::Source::kGraph
+                          : snap::Source::kDriver;
     s.device_traces[static_cast<size_t>(e.device)].push_back(te);
   }
 
@@ -732,6 +912,7 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
     g.is_expandable = expandable;
     g.stack = l.stack;
     g.blocks.push_back(snap::Block{addr, l.size, l.size, "active_allocated", l.stack});
+    if (l.graph) g.source = snap::Source::kGraph;
     return g;
   };
   std::vector<std::pair<uint64_t, const Live*>> live(live_.size());
@@ -771,7 +952,8 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
   for (size_t d = 0; d < devices_.size(); ++d) {
     const auto& ds = devices_[d];
     tool.devices.push_back(snap::DeviceSummary{static_cast<int>(d), ds.peak, ds.peak_time_us,
-                                               ds.live, ds.allocations, ds.frees});
+                                               ds.live, ds.allocations, ds.frees, ds.graph_reserved,
+                                               ds.graph_reserved_peak});
   }
   for (const auto& [handle, h] : handles_) {
     if (!h.owned) continue;

@@ -12,7 +12,11 @@
 // create until the handle's last reference (create, retains) is released and its last mapping
 // unmapped; mappings only make handles visible and add nothing. Mappings of imported handles
 // (another process's memory, cuMemImportFromShareableHandle) are no segments of this process:
-// they are listed apart (imported_mappings) and count no bytes.
+// they are listed apart (imported_mappings) and count no bytes; so are CUDA IPC mappings
+// (cuIpcOpenMemHandle until cuIpcCloseMemHandle), listed with handle 0, and mapped buffers of
+// external memory (cuExternalMemoryGetMappedBuffer until cuMemFree), listed with the external
+// memory's handle. CUDA arrays, mipmapped arrays and imported external memory are device
+// allocations at their handle's value (the sizes the preload found, wire_format.h).
 // PyTorch's caching allocator (kTorchBlock records, PyTorch's TraceEntry actions) is merged in:
 // its entries go into the trace in ring order with source = pytorch. Driver memory PyTorch owns
 // (a pytorch segment_alloc at the address of a live device allocation; driver mappings inside a
@@ -23,6 +27,17 @@
 // and maximal mapped runs of expandable segments) are tiled with the live blocks: allocated and
 // pending-free blocks at their addresses with PyTorch's rounding (512 B; in the large pool a
 // remainder of at most 1 MiB stays in the block), the gaps between them inactive.
+// CUDA graph memory (kGraph* records): the allocation and free nodes of each graph are kept, in
+// the order they were added; an instantiation copies its graph's nodes. A launch applies them in
+// that order: an allocation node makes its address live (segment_alloc + alloc, source graph,
+// with the stack of the node's creation: cuGraphAddMemAllocNode, or the cuMemAllocAsync that was
+// captured), a free node frees it (free_requested + free_completed + segment_free, source graph;
+// a free node of an address not live is a free_unknown_pointer anomaly); an executable graph
+// instantiated with AUTO_FREE_ON_LAUNCH first frees what its previous launch left live. Graph
+// allocations are device allocations from then on: cuMemFree/cuMemFreeAsync free them, and one
+// that is still live at the end is a leak, as compute-sanitizer reports it. Between node creation
+// and launch an address holds no memory and is not shown. The driver's graph memory pool
+// (kGraphMemReserved readings) is kept per device: latest and highest.
 // Marks become external_annotations in ring order: MARK, START (a push or a start/end range),
 // END (a pop takes the name of the thread's innermost open push, an end the name of its range's
 // start; an END that matches nothing is dropped). Their device is that of the marking thread's
@@ -84,6 +99,7 @@ class TraceModel {
     bool per_thread = false;
     bool undoable = false;     // in freed_: the latest free of this address removed it
     bool torch_owned = false;  // adopted by a PyTorch segment: its driver entries are not written
+    bool graph = false;        // made by a CUDA graph's allocation node at launch
   };
   struct Entry {  // one trace entry before symbolization
     snap::Action action;
@@ -97,6 +113,7 @@ class TraceModel {
     uint32_t tid;
     bool per_thread;
     bool pytorch = false;
+    bool graph = false;
   };
   struct DeviceState {
     uint64_t live = 0;
@@ -104,6 +121,8 @@ class TraceModel {
     int64_t peak_time_us = 0;
     uint64_t allocations = 0;
     uint64_t frees = 0;
+    uint64_t graph_reserved = 0;
+    uint64_t graph_reserved_peak = 0;
   };
 
   int64_t to_us(uint64_t monotonic_ns) const;
@@ -115,11 +134,34 @@ class TraceModel {
   void grow(int device, uint64_t size, int64_t t);
   void shrink(int device, uint64_t size);
   void anomaly(const char* kind, const Record& r, int64_t t, StackId stack);
+  void anomaly(const char* kind, uint64_t addr, uint8_t api, uint32_t tid, int64_t t,
+               StackId stack);
+  // The free entries of a device allocation leaving (source graph when it is graph memory).
+  void push_free(const Live& l, uint64_t addr, uint64_t stream, int64_t t, uint32_t tid,
+                 bool per_thread);
 
   void on_alloc(const Record& r, int64_t t, StackId stack);
   void on_free(const Record& r, int64_t t, StackId stack);
   void on_free_failed(const Record& r, int64_t t);
   void on_handle_reference(const Record& r, int64_t t, StackId stack);
+  void on_graph(const Record& r, int64_t t, StackId stack);
+  void launch_graph(const Record& r, int64_t t);
+
+  // CUDA graph memory nodes (see the contract above), by graph and by executable graph.
+  struct GraphNode {
+    bool alloc = true;  // else a free node
+    uint64_t addr = 0;
+    uint64_t size = 0;
+    int device = 0;
+    StackId stack = -1;
+    uint8_t api = 0;
+  };
+  struct GraphExec {
+    std::vector<GraphNode> nodes;
+    bool auto_free = false;
+  };
+  std::unordered_map<uint64_t, std::vector<GraphNode>> graphs_;
+  std::unordered_map<uint64_t, GraphExec> graph_execs_;
 
   uint64_t start_realtime_ns_;
   uint64_t start_monotonic_ns_;

@@ -219,6 +219,7 @@ class SnapshotPickler {
   }
   void source(snap::Source s) {
     if (explicit_source_ && s == snap::Source::kPytorch) key_str("source", "pytorch");
+    if (explicit_source_ && s == snap::Source::kGraph) key_str("source", "graph");
   }
 
   void frames(int32_t stack) {
@@ -354,6 +355,10 @@ class SnapshotPickler {
         key_uint("live_bytes", d.live_bytes);
         key_uint("allocations", d.allocations);
         key_uint("frees", d.frees);
+        if (d.graph_reserved_peak_bytes) {
+          key_uint("graph_reserved_bytes", d.graph_reserved_bytes);
+          key_uint("graph_reserved_peak_bytes", d.graph_reserved_peak_bytes);
+        }
       });
       list_of_dicts("vmm_handles", t.vmm_handles, [&](const snap::VmmHandle& h) {
         key_uint("handle", h.handle);

@@ -38,9 +38,12 @@ enum class Action : uint8_t {
   kOom,
 };
 
-// Where an entry or segment comes from: cumemtrace's driver hooks, or PyTorch's caching allocator
-// (its TraceEntry actions with PyTorch's meaning; JSON key "source": "pytorch", absent = driver).
-enum class Source : uint8_t { kDriver, kPytorch };
+// Where an entry or segment comes from: cumemtrace's driver hooks, PyTorch's caching allocator
+// (its TraceEntry actions with PyTorch's meaning; JSON key "source": "pytorch"), or CUDA graph
+// memory (driver-level allocations that graph memory nodes made when their graph was launched,
+// and their frees; "source": "graph"). Absent = driver. Graph memory counts like any driver
+// allocation: a launched graph's allocation nobody freed is a leak.
+enum class Source : uint8_t { kDriver, kPytorch, kGraph };
 
 std::string_view action_name(Action a);
 std::optional<Action> parse_action(std::string_view s);
@@ -104,6 +107,11 @@ struct DeviceSummary {
   uint64_t live_bytes = 0;
   uint64_t allocations = 0;
   uint64_t frees = 0;
+  // The driver's physical memory for CUDA graphs on this device (cuDeviceGetGraphMemAttribute
+  // RESERVED_MEM_CURRENT): the latest reading and the highest one. Graph allocations live inside
+  // it; the rest is the driver's cache for later launches. 0 without graph memory nodes.
+  uint64_t graph_reserved_bytes = 0;
+  uint64_t graph_reserved_peak_bytes = 0;
 };
 
 struct Ended {

@@ -122,6 +122,11 @@ void put_frames(Buf& b, const std::vector<std::string>& rendered, int32_t stack)
   }
 }
 
+void put_source(Buf& b, Source s) {
+  if (s == Source::kPytorch) put(b, ",\"source\":\"pytorch\"");
+  if (s == Source::kGraph) put(b, ",\"source\":\"graph\"");
+}
+
 void put_string_map(Buf& b, const std::map<std::string, std::string>& m) {
   b.push_back('{');
   bool first = true;
@@ -186,8 +191,14 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
     if (i) b.push_back(',');
     fmt::format_to(fmt::appender(b.mem),
                    "{{\"device\":{},\"peak_bytes\":{},\"peak_time_us\":{},\"live_bytes\":{},"
-                   "\"allocations\":{},\"frees\":{}}}",
+                   "\"allocations\":{},\"frees\":{}",
                    d.device, d.peak_bytes, d.peak_time_us, d.live_bytes, d.allocations, d.frees);
+    if (d.graph_reserved_peak_bytes) {
+      fmt::format_to(fmt::appender(b.mem),
+                     ",\"graph_reserved_bytes\":{},\"graph_reserved_peak_bytes\":{}",
+                     d.graph_reserved_bytes, d.graph_reserved_peak_bytes);
+    }
+    b.push_back('}');
   }
   put(b, "],\"vmm_handles\":[");
   for (size_t i = 0; i < t.vmm_handles.size(); ++i) {
@@ -274,7 +285,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
     put_string(b, g.segment_type);
     put(b, ",\"segment_pool_id\":[0,0],\"is_expandable\":");
     put(b, g.is_expandable ? "true" : "false");
-    if (explicit_source && g.source == Source::kPytorch) put(b, ",\"source\":\"pytorch\"");
+    if (explicit_source) put_source(b, g.source);
     put_frames(b, rendered, g.stack);
     put(b, ",\"blocks\":[");
     for (size_t j = 0; j < g.blocks.size(); ++j) {
@@ -310,7 +321,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
       fmt::format_to(fmt::appender(b.mem), ",\"time_us\":{}", e.time_us);
       if (e.tid) fmt::format_to(fmt::appender(b.mem), ",\"tid\":{}", e.tid);
       if (e.stream_per_thread) put(b, ",\"stream_per_thread\":true");
-      if (explicit_source && e.source == Source::kPytorch) put(b, ",\"source\":\"pytorch\"");
+      if (explicit_source) put_source(b, e.source);
       if (writes_frames(e)) put_frames(b, rendered, e.stack);
       b.push_back('}');
       b.boundary();

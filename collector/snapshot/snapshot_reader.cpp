@@ -126,7 +126,8 @@ using Keys = std::vector<std::string_view>;
   X(pytorch)
 #define ENDED_KEYS(X) X(how) X(code) X(signal)
 #define DEVICE_KEYS(X) \
-  X(device) X(peak_bytes) X(peak_time_us) X(live_bytes) X(allocations) X(frees)
+  X(device) X(peak_bytes) X(peak_time_us) X(live_bytes) X(allocations) X(frees) \
+  X(graph_reserved_bytes) X(graph_reserved_peak_bytes)
 #define VMM_KEYS(X) X(handle) X(size) X(device) X(time_us) X(frames)
 #define IMP_KEYS(X) X(addr) X(size) X(device) X(handle) X(time_us) X(frames)
 #define HOST_KEYS(X) X(addr) X(size) X(api) X(time_us) X(frames)
@@ -219,8 +220,10 @@ uint32_t required_of(C c) {
     case C::kFrame:
     case C::kAnnotation:
     case C::kDriver:
+    case C::kDevice:  // graph_reserved_*: only where the process made graph memory nodes
+      return all_bits(kDeviceKeys) &
+             ~bits(DeviceKey::graph_reserved_bytes, DeviceKey::graph_reserved_peak_bytes);
     case C::kEnded:
-    case C::kDevice:
     case C::kVmm:
     case C::kImp:
     case C::kHost:
@@ -539,7 +542,8 @@ class Handler {
     if (v.kind != Val::kString) fail("expected a string");
     if (*v.s == "pytorch") return Source::kPytorch;
     if (*v.s == "driver") return Source::kDriver;
-    fail("expected source \"pytorch\" or \"driver\"");
+    if (*v.s == "graph") return Source::kGraph;
+    fail("expected source \"pytorch\", \"graph\" or \"driver\"");
   }
 
   void field(Level& l, const Val& v) {
@@ -814,6 +818,12 @@ class Handler {
             return;
           case DeviceKey::frees:
             d.frees = u64(v);
+            return;
+          case DeviceKey::graph_reserved_bytes:
+            d.graph_reserved_bytes = u64(v);
+            return;
+          case DeviceKey::graph_reserved_peak_bytes:
+            d.graph_reserved_peak_bytes = u64(v);
             return;
         }
         return;

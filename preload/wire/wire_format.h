@@ -24,7 +24,7 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 5;
+inline constexpr uint32_t kWireVersion = 6;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
@@ -70,6 +70,26 @@ enum class Kind : uint8_t {
                       // as PyTorch's TraceEntry has them (OOM: addr = free bytes, size = request)
   kTorchInfo = 24,    // what the capture of PyTorch's allocator found: extra slots = lines of
                       // "key=value" (version, backend, capture, expandable_segments, why)
+  // CUDA graph memory. A graph's allocation node gets its address when the node is created;
+  // memory exists from a launch of an executable graph holding the node until a free node,
+  // cuMemFree or cuMemFreeAsync frees it. The collector keeps the graphs' nodes and applies them
+  // at each launch (graph handles are opaque values: a destroyed handle may be reused).
+  kGraphAllocNode = 25,    // allocation node added: addr = its address, size, device, aux = graph;
+                           // api says how (cuGraphAddMemAllocNode, cuGraphAddNode, or
+                           // cuMemAllocAsync / cuMemAllocFromPoolAsync into a capturing stream)
+  kGraphFreeNode = 26,     // free node added: addr = what it frees, aux = graph
+  kGraphInstantiate = 27,  // addr = executable graph, aux = graph, size = instantiate flags
+  kGraphLaunch = 28,       // addr = executable graph, stream
+  kGraphDestroy = 29,      // addr = graph (its nodes are forgotten, not freed)
+  kGraphExecDestroy = 30,  // addr = executable graph (what its launches allocated stays live)
+  kGraphMemReserved = 31,  // the driver's graph memory on `device` changed: size = reserved
+                           // (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), aux = used
+                           // (CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)
+  kMapImported = 32,       // memory owned elsewhere mapped here: cuIpcOpenMemHandle (another
+                           // process's allocation), cuExternalMemoryGetMappedBuffer (a buffer of
+                           // imported external memory): addr, size, device. Listed, never counted
+  kUnmapImported = 33,     // cuIpcCloseMemHandle: addr; published before the real call (a mapped
+                           // external buffer is released by cuMemFree: a kFree of its address)
 };
 
 // PyTorch's TraceEntry::Action (c10/core/CachingDeviceAllocator.h, torch >= 2.1).
@@ -105,6 +125,24 @@ enum class Api : uint8_t {
   kMemFreeHost,
   kMemRetainAllocationHandle,
   kMemImportFromShareableHandle,
+  kGraphAddMemAllocNode,
+  kGraphAddMemFreeNode,
+  kGraphAddNode,
+  kGraphInstantiate,
+  kGraphLaunch,
+  kGraphDestroy,
+  kGraphExecDestroy,
+  kDeviceGraphMemTrim,
+  kIpcOpenMemHandle,
+  kIpcCloseMemHandle,
+  kArrayCreate,    // arrays and external memory are device allocations (kAlloc / kFree) whose
+  kArray3DCreate,  // addr is the CUarray / CUmipmappedArray / CUexternalMemory handle
+  kMipmappedArrayCreate,
+  kArrayDestroy,
+  kMipmappedArrayDestroy,
+  kImportExternalMemory,
+  kDestroyExternalMemory,
+  kExternalMemoryGetMappedBuffer,
 };
 
 enum Flags : uint8_t {

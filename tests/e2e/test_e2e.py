@@ -329,6 +329,18 @@ def test_preload_exports_only_its_hooks():
         "cuMemImportFromShareableHandle", "cuMemMap", "cuMemUnmap", "cuMemAddressReserve",
         "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost",
         "cumemtrace_torch_attach", "cumemtrace_torch_info",
+        # CUDA graph memory and stream capture.
+        "cuGraphAddMemAllocNode", "cuGraphAddMemFreeNode", "cuGraphAddNode", "cuGraphAddNode_v2",
+        "cuGraphInstantiateWithFlags", "cuGraphInstantiate", "cuGraphInstantiate_v2",
+        "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGraphLaunch",
+        "cuGraphLaunch_ptsz", "cuGraphDestroy", "cuGraphExecDestroy", "cuDeviceGraphMemTrim",
+        "cuStreamBeginCapture", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2",
+        "cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCaptureToGraph",
+        "cuStreamBeginCaptureToGraph_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz",
+        # IPC, arrays, external memory.
+        "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuArrayCreate_v2", "cuArray3DCreate_v2",
+        "cuMipmappedArrayCreate", "cuArrayDestroy", "cuMipmappedArrayDestroy",
+        "cuImportExternalMemory", "cuDestroyExternalMemory", "cuExternalMemoryGetMappedBuffer",
         # The public marks API (include/cumemtrace.h) and the NVTX injection entry point.
         "cumemtrace_mark", "cumemtrace_range_push", "cumemtrace_range_pop", "cumemtrace_snapshot",
         "InitializeInjectionNvtx2"])

@@ -21,6 +21,34 @@
 //    and its last mapping is unmapped. cuMemExportToShareableHandle gives POSIX file descriptors
 //    only; an import of one is a new handle sharing the pages, charged to no device again.
 //  - cuPointerGetAttribute answers for any address inside a live allocation or VMM mapping.
+//  - CUDA graphs hold memory nodes only (cuGraphCreate, cuGraphAddMemAllocNode/FreeNode,
+//    cuGraphAddNode[_v2] of those two types; other node types: CUDA_ERROR_NOT_SUPPORTED). An
+//    allocation node gets a fixed address at creation (mapped, charged to nobody; never
+//    unmapped, so the address stays the node's); cuGraphLaunch applies the executable graph's
+//    nodes in order: an allocation node's memory becomes live (CUDA_ERROR_INVALID_VALUE, and
+//    nothing done, when it still is and the graph was not instantiated with AUTO_FREE_ON_LAUNCH,
+//    or a free node's address is not live), a free node frees it. A graph with memory nodes has
+//    at most one executable graph at a time (a second instantiation: CUDA_ERROR_INVALID_VALUE).
+//    Live graph memory is freed by cuMemFree/cuMemFreeAsync as well. Each device's graph pool
+//    (cuDeviceGetGraphMemAttribute) holds USED = live graph bytes, RESERVED = the highest USED
+//    since the last cuDeviceGraphMemTrim (which sets it to USED); RESERVED is charged to the
+//    device.
+//  - CUDA IPC: cuIpcGetMemHandle names a live device allocation (its size and device, no
+//    contents); cuIpcOpenMemHandle in another process maps that many fresh bytes on that device
+//    (memory contents are not shared), charged to nobody, until cuIpcCloseMemHandle. Opening a
+//    handle of the calling process itself is CUDA_ERROR_INVALID_CONTEXT, as on the real driver.
+//    cuMemGetAddressRange_v2 answers for any live range.
+//  - CUDA arrays (cuArrayCreate_v2, cuArray3DCreate_v2, cuMipmappedArrayCreate) hold exactly
+//    width x height x depth x channels x format bytes (levels halving for mipmaps) of device
+//    memory, charged to the current device until destroyed; CUDA_ARRAY3D_DEFERRED_MAPPING
+//    arrays hold none. Formats: 8-, 16- and 32-bit integers, half and float.
+//  - External memory: cuImportExternalMemory accepts an OPAQUE_FD descriptor with any open file
+//    descriptor and the size it names (charged to nobody: the exporter owns it);
+//    cuExternalMemoryGetMappedBuffer maps fresh bytes for [offset, offset + size) within it,
+//    released by cuMemFree.
+//    Stream capture works on created streams (others: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED):
+//    cuMemAllocAsync/cuMemAllocFromPoolAsync/cuMemFreeAsync on a capturing stream add nodes to
+//    the capture's graph; cuStreamIsCapturing and cuStreamGetCaptureInfo_v2/_v3 report it.
 //  - Environment, read once by the first cuInit or cuGetProcAddress*: FAKE_CUDA_MEM_LIMIT (bytes
 //    per device, default 80 GiB, K/M/G suffixes accepted) turns allocations beyond it into
 //    CUDA_ERROR_OUT_OF_MEMORY and sets cuMemGetInfo's total; FAKE_CUDA_FAIL_NTH_ALLOC=N fails the
@@ -33,6 +61,7 @@
 //    child forked while another thread was in the driver can use it.
 #include "fake_driver.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -44,6 +73,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -68,19 +98,51 @@ constexpr size_t kPitchAlignment = 512;
 constexpr size_t kDeviceAlignment = 256;
 
 enum class Kind {
-  kDevice,    // cuMemAlloc_v2
-  kLegacy32,  // cuMemAlloc / cuMemAllocPitch (32-bit ABI): mapped below 4 GiB
-  kPitch,     // cuMemAllocPitch_v2
-  kManaged,   // cuMemAllocManaged
-  kAsync,     // cuMemAllocAsync / cuMemAllocFromPoolAsync
-  kHost,      // cuMemHostAlloc / cuMemAllocHost
-  kMapped,    // a cuMemMap of a cuMemCreate handle
+  kDevice,     // cuMemAlloc_v2
+  kLegacy32,   // cuMemAlloc / cuMemAllocPitch (32-bit ABI): mapped below 4 GiB
+  kPitch,      // cuMemAllocPitch_v2
+  kManaged,    // cuMemAllocManaged
+  kAsync,      // cuMemAllocAsync / cuMemAllocFromPoolAsync
+  kHost,       // cuMemHostAlloc / cuMemAllocHost
+  kMapped,     // a cuMemMap of a cuMemCreate handle
+  kGraph,      // a graph allocation node's memory, live since its graph was launched
+  kIpc,        // a cuIpcOpenMemHandle mapping of another process's allocation
+  kExtBuffer,  // a cuExternalMemoryGetMappedBuffer view of external memory, freed by cuMemFree
 };
 
 bool freed_by_mem_free(Kind k) {
   return k == Kind::kDevice || k == Kind::kLegacy32 || k == Kind::kPitch || k == Kind::kManaged ||
-         k == Kind::kAsync;
+         k == Kind::kAsync || k == Kind::kGraph || k == Kind::kExtBuffer;
 }
+
+struct ArrayObj {  // a CUDA array or mipmapped array: device memory with no device address
+  uint64_t base;
+  size_t size;
+  int device;
+  bool mipmapped;
+};
+
+struct ExternalMemory {  // imported: the exporter's memory, charged to nobody here
+  size_t size;
+  int device;
+};
+
+struct GraphNode {
+  bool alloc;  // else a free node
+  uint64_t addr;
+  size_t size;
+  int device;
+};
+
+struct Graph {
+  std::vector<GraphNode> nodes;
+};
+
+struct GraphExec {
+  std::vector<GraphNode> nodes;
+  bool auto_free;
+  const Graph* from;  // its graph while that exists: one executable graph per graph with memory
+};
 
 struct Range {
   size_t size;
@@ -132,6 +194,14 @@ struct State {
   std::map<ino_t, int> exported;  // memfd inode -> device, for imports of exported handles
   CUmemGenericAllocationHandle next_handle = 0x1000;
   uint64_t alloc_calls = 0;
+  std::set<const Graph*> graphs;
+  std::set<GraphExec*> execs;
+  std::map<CUstream, Graph*> captures;  // capturing stream -> its graph
+  uint64_t capture_ids = 0;
+  std::set<ArrayObj*> arrays;
+  std::set<ExternalMemory*> external;
+  uint64_t graph_used[kMaxDevices] = {};
+  uint64_t graph_reserved[kMaxDevices] = {};
 };
 
 thread_local int tls_device = -1;  // the current context's device; -1: none
@@ -312,6 +382,14 @@ CUresult release_range(uint64_t base, Pred accepts_kind) {
   if (it == s.ranges.end() || !accepts_kind(it->second.kind)) return CUDA_ERROR_INVALID_VALUE;
   const Range r = it->second;
   s.ranges.erase(it);
+  if (r.kind == Kind::kExtBuffer) {  // a view of external memory: nothing charged
+    munmap(reinterpret_cast<void*>(base), r.size);
+    return CUDA_SUCCESS;
+  }
+  if (r.kind == Kind::kGraph) {  // back to the graph pool; the address stays the node's
+    s.graph_used[r.device] -= r.size;
+    return CUDA_SUCCESS;
+  }
   if (r.kind != Kind::kHost) s.used[r.device] -= r.size;
   backing_free(r.kind, base, r.size);
   return CUDA_SUCCESS;
@@ -494,12 +572,21 @@ CUresult stream_destroy(CUstream stream) {
   return CUDA_SUCCESS;
 }
 
+// The graph `stream` is capturing into, nullptr if none. Caller holds the lock.
+Graph* capture_of(State& s, CUstream stream) {
+  auto it = s.captures.find(stream);
+  return it == s.captures.end() ? nullptr : it->second;
+}
+
 CUresult stream_is_capturing(CUstream stream, CUstreamCaptureStatus* status) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
   int d = -1;
   CUresult r = stream_device(stream, &d);
-  if (r == CUDA_SUCCESS) *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return r;
+  if (r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  *status = capture_of(s, stream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
 }
 
 bool valid_device_location(const CUmemLocation& loc) {
@@ -580,12 +667,33 @@ CUresult mem_free(CUdeviceptr dptr) {
   return release_range(dptr, freed_by_mem_free);
 }
 
+// Caller holds the lock: a new allocation node of `graph` with its fixed address.
+CUresult add_graph_alloc_node(Graph* graph, int device, size_t size, uint64_t* out) {
+  if (size == 0 || !valid_device(device)) return CUDA_ERROR_INVALID_VALUE;
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  *out = reinterpret_cast<uint64_t>(p);
+  graph->nodes.push_back(GraphNode{true, *out, size, device});
+  return CUDA_SUCCESS;
+}
+
 CUresult mem_alloc_async(CUdeviceptr* dptr, size_t size, CUstream stream) {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
   int d = -1;
   CUresult r = stream_device(stream, &d);
   if (r != CUDA_SUCCESS) return r;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  {
+    State& s = state();
+    std::lock_guard lock(s.mu);
+    if (Graph* g = capture_of(s, stream)) {
+      uint64_t p = 0;
+      r = add_graph_alloc_node(g, d, size, &p);
+      if (r == CUDA_SUCCESS) *dptr = p;
+      return r;
+    }
+  }
   uint64_t p = 0;
   r = allocate(Kind::kAsync, d, size, &p);
   if (r == CUDA_SUCCESS) *dptr = p;
@@ -604,6 +712,11 @@ CUresult mem_alloc_from_pool_async(CUdeviceptr* dptr, size_t size, CUmemoryPool 
   int d = -1;
   if (!valid_pool(s, pool, &d)) return CUDA_ERROR_INVALID_VALUE;
   uint64_t p = 0;
+  if (Graph* g = capture_of(s, stream)) {
+    r = add_graph_alloc_node(g, d, size, &p);
+    if (r == CUDA_SUCCESS) *dptr = p;
+    return r;
+  }
   r = allocate_locked(s, Kind::kAsync, d, size, &p);
   if (r == CUDA_SUCCESS) *dptr = p;
   return r;
@@ -614,6 +727,14 @@ CUresult mem_free_async(CUdeviceptr dptr, CUstream stream) {
   int d = -1;
   CUresult r = stream_device(stream, &d);
   if (r != CUDA_SUCCESS) return r;
+  {
+    State& s = state();
+    std::lock_guard lock(s.mu);
+    if (Graph* g = capture_of(s, stream)) {
+      g->nodes.push_back(GraphNode{false, dptr, 0, d});
+      return CUDA_SUCCESS;
+    }
+  }
   return release_range(dptr, freed_by_mem_free);
 }
 
@@ -635,6 +756,425 @@ CUresult mem_host_alloc(void** pp, size_t size, unsigned int flags) {
 CUresult mem_free_host(void* p) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   return release_range(reinterpret_cast<uint64_t>(p), [](Kind k) { return k == Kind::kHost; });
+}
+
+// ---- CUDA arrays and external memory ------------------------------------------------------------
+
+uint64_t array_format_bytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+    default:
+      return 0;
+  }
+}
+
+CUresult array_create(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned levels,
+                      bool mipmapped) {
+  if (!out || !d || d->Width == 0 || levels == 0 || !array_format_bytes(d->Format) ||
+      (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int dev = -1;
+  CUresult r = current_device(&dev);
+  if (r != CUDA_SUCCESS) return r;
+  uint64_t size = 0;
+  if (!(d->Flags & CUDA_ARRAY3D_DEFERRED_MAPPING)) {
+    uint64_t w = d->Width, h = d->Height, z = d->Depth;
+    for (unsigned l = 0; l < levels; ++l) {
+      size += w * (h ? h : 1) * (z ? z : 1) * d->NumChannels * array_format_bytes(d->Format);
+      w = w > 1 ? w / 2 : 1;
+      if (h) h = h > 1 ? h / 2 : 1;
+      if (z && !(d->Flags & CUDA_ARRAY3D_LAYERED)) z = z > 1 ? z / 2 : 1;
+    }
+  }
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  r = count_alloc_call(s);
+  if (r != CUDA_SUCCESS) return r;
+  r = charge(s, dev, size);
+  if (r != CUDA_SUCCESS) return r;
+  void* p = size ? backing_alloc(Kind::kDevice, size) : nullptr;
+  if (size && !p) {
+    s.used[dev] -= size;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  auto* a = new ArrayObj{reinterpret_cast<uint64_t>(p), size, dev, mipmapped};
+  s.arrays.insert(a);
+  *out = reinterpret_cast<CUarray>(a);
+  return CUDA_SUCCESS;
+}
+
+CUresult array_destroy(void* handle, bool mipmapped) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* a = static_cast<ArrayObj*>(handle);
+  if (!s.arrays.count(a) || a->mipmapped != mipmapped) return CUDA_ERROR_INVALID_HANDLE;
+  s.arrays.erase(a);
+  s.used[a->device] -= a->size;
+  if (a->size) backing_free(Kind::kDevice, a->base, a->size);
+  delete a;
+  return CUDA_SUCCESS;
+}
+
+CUresult import_external_memory(CUexternalMemory* out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC* d) {
+  if (!out || !d || d->type != CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD || d->size == 0 ||
+      fcntl(d->handle.fd, F_GETFD) < 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int dev = -1;
+  CUresult r = current_device(&dev);
+  if (r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* e = new ExternalMemory{static_cast<size_t>(d->size), dev};
+  s.external.insert(e);
+  *out = reinterpret_cast<CUexternalMemory>(e);
+  return CUDA_SUCCESS;
+}
+
+CUresult external_memory_mapped_buffer(CUdeviceptr* out, CUexternalMemory ext,
+                                       const CUDA_EXTERNAL_MEMORY_BUFFER_DESC* d) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!out || !d || d->size == 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* e = reinterpret_cast<ExternalMemory*>(ext);
+  if (!s.external.count(e)) return CUDA_ERROR_INVALID_HANDLE;
+  if (d->offset > e->size || d->size > e->size - d->offset) return CUDA_ERROR_INVALID_VALUE;
+  void* p = mmap(nullptr, d->size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  *out = reinterpret_cast<uint64_t>(p);
+  s.ranges[*out] = Range{static_cast<size_t>(d->size), e->device, Kind::kExtBuffer, 0};
+  return CUDA_SUCCESS;
+}
+
+CUresult destroy_external_memory(CUexternalMemory ext) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* e = reinterpret_cast<ExternalMemory*>(ext);
+  if (!s.external.erase(e)) return CUDA_ERROR_INVALID_HANDLE;
+  delete e;
+  return CUDA_SUCCESS;
+}
+
+// ---- CUDA IPC -----------------------------------------------------------------------------------
+
+struct IpcHandle {  // what the fake's CUipcMemHandle bytes hold
+  uint64_t magic;
+  int64_t pid;
+  uint64_t size;
+  int64_t device;
+};
+static_assert(sizeof(IpcHandle) <= CU_IPC_HANDLE_SIZE);
+constexpr uint64_t kIpcMagic = 0x4350496b616b6146;  // "FakeIPC"
+
+CUresult ipc_get_mem_handle(CUipcMemHandle* handle, CUdeviceptr dptr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto it = s.ranges.find(dptr);
+  if (it == s.ranges.end() || it->second.kind == Kind::kHost || it->second.kind == Kind::kIpc) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  IpcHandle h{kIpcMagic, getpid(), it->second.size, it->second.device};
+  *handle = CUipcMemHandle{};
+  std::memcpy(handle->reserved, &h, sizeof h);
+  return CUDA_SUCCESS;
+}
+
+CUresult ipc_open_mem_handle(CUdeviceptr* dptr, CUipcMemHandle handle) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  int d = -1;
+  CUresult r = current_device(&d);
+  if (r != CUDA_SUCCESS) return r;
+  IpcHandle h{};
+  std::memcpy(&h, handle.reserved, sizeof h);
+  if (h.magic != kIpcMagic || h.size == 0 || !valid_device(static_cast<int>(h.device))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (h.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;
+  void* p = mmap(nullptr, h.size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  *dptr = reinterpret_cast<uint64_t>(p);
+  s.ranges[*dptr] = Range{h.size, static_cast<int>(h.device), Kind::kIpc, 0};
+  return CUDA_SUCCESS;
+}
+
+CUresult ipc_close_mem_handle(CUdeviceptr dptr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto it = s.ranges.find(dptr);
+  if (it == s.ranges.end() || it->second.kind != Kind::kIpc) return CUDA_ERROR_INVALID_VALUE;
+  munmap(reinterpret_cast<void*>(dptr), it->second.size);
+  s.ranges.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult mem_get_address_range(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  uint64_t b = 0;
+  const Range* r = find_containing(s, dptr, &b);
+  if (!r || r->kind == Kind::kHost) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = b;
+  if (size) *size = r->size;
+  return CUDA_SUCCESS;
+}
+
+// ---- CUDA graphs and stream capture -----------------------------------------------------------
+
+CUresult graph_create(CUgraph* graph, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!graph || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* g = new Graph;
+  s.graphs.insert(g);
+  *graph = reinterpret_cast<CUgraph>(g);
+  return CUDA_SUCCESS;
+}
+
+// Caller holds the lock.
+Graph* valid_graph(State& s, CUgraph graph) {
+  auto* g = reinterpret_cast<Graph*>(graph);
+  return s.graphs.count(g) ? g : nullptr;
+}
+
+CUresult graph_destroy(CUgraph graph) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  Graph* g = valid_graph(s, graph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  for (GraphExec* e : s.execs) {
+    if (e->from == g) e->from = nullptr;
+  }
+  s.graphs.erase(g);
+  delete g;
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_add_mem_alloc(CUgraphNode* node, CUgraph graph, const CUmemPoolProps& props,
+                             size_t size, CUdeviceptr* dptr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!node || !dptr || !valid_device_location(props.location)) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  Graph* g = valid_graph(s, graph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t p = 0;
+  CUresult r = add_graph_alloc_node(g, props.location.id, size, &p);
+  if (r != CUDA_SUCCESS) return r;
+  *dptr = p;
+  *node = reinterpret_cast<CUgraphNode>(g->nodes.size());  // an opaque, non-null value
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_add_mem_free(CUgraphNode* node, CUgraph graph, CUdeviceptr dptr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!node || !dptr) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  Graph* g = valid_graph(s, graph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  g->nodes.push_back(GraphNode{false, dptr, 0, 0});
+  *node = reinterpret_cast<CUgraphNode>(g->nodes.size());
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_add_node(CUgraphNode* node, CUgraph graph, CUgraphNodeParams* p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+    return graph_add_mem_alloc(node, graph, p->alloc.poolProps, p->alloc.bytesize, &p->alloc.dptr);
+  }
+  if (p->type == CU_GRAPH_NODE_TYPE_MEM_FREE) return graph_add_mem_free(node, graph, p->free.dptr);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult graph_instantiate(CUgraphExec* exec, CUgraph graph, uint64_t flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!exec || (flags & ~uint64_t{CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH})) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  Graph* g = valid_graph(s, graph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  if (!g->nodes.empty()) {
+    for (const GraphExec* other : s.execs) {
+      if (other->from == g) return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  auto* e =
+      new GraphExec{g->nodes, (flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) != 0, g};
+  s.execs.insert(e);
+  *exec = reinterpret_cast<CUgraphExec>(e);
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_exec_destroy(CUgraphExec exec) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* e = reinterpret_cast<GraphExec*>(exec);
+  if (!s.execs.erase(e)) return CUDA_ERROR_INVALID_VALUE;
+  delete e;
+  return CUDA_SUCCESS;
+}
+
+// Caller holds the lock. Makes a graph allocation's memory live, growing the device's pool.
+CUresult graph_memory_live(State& s, const GraphNode& n) {
+  s.graph_used[n.device] += n.size;
+  if (s.graph_used[n.device] > s.graph_reserved[n.device]) {
+    const uint64_t grow = s.graph_used[n.device] - s.graph_reserved[n.device];
+    if (charge(s, n.device, grow) != CUDA_SUCCESS) {
+      s.graph_used[n.device] -= n.size;
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    s.graph_reserved[n.device] += grow;
+  }
+  s.ranges[n.addr] = Range{n.size, n.device, Kind::kGraph, 0};
+  return CUDA_SUCCESS;
+}
+
+// Caller holds the lock.
+void graph_memory_gone(State& s, uint64_t addr) {
+  auto it = s.ranges.find(addr);
+  s.graph_used[it->second.device] -= it->second.size;
+  s.ranges.erase(it);
+}
+
+CUresult graph_launch(CUgraphExec exec, CUstream stream) {
+  int d = -1;
+  CUresult r = stream_device(stream, &d);
+  if (r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* e = reinterpret_cast<GraphExec*>(exec);
+  if (!s.execs.count(e)) return CUDA_ERROR_INVALID_VALUE;
+  auto live_graph_memory = [&](uint64_t addr) {
+    auto it = s.ranges.find(addr);
+    return it != s.ranges.end() && it->second.kind == Kind::kGraph;
+  };
+  // Checked before anything changes: each allocation free to be made (or to be auto-freed),
+  // each free node's memory live already or made earlier in this graph.
+  std::set<uint64_t> made;
+  for (const GraphNode& n : e->nodes) {
+    if (n.alloc) {
+      if (live_graph_memory(n.addr) && !e->auto_free) return CUDA_ERROR_INVALID_VALUE;
+      made.insert(n.addr);
+    } else if (!made.count(n.addr) && !live_graph_memory(n.addr)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  if (e->auto_free) {
+    for (const GraphNode& n : e->nodes) {
+      if (n.alloc && live_graph_memory(n.addr)) graph_memory_gone(s, n.addr);
+    }
+  }
+  for (const GraphNode& n : e->nodes) {
+    if (!n.alloc) {
+      graph_memory_gone(s, n.addr);
+      continue;
+    }
+    r = graph_memory_live(s, n);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult device_graph_mem_trim(CUdevice device) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  s.used[device] -= s.graph_reserved[device] - s.graph_used[device];
+  s.graph_reserved[device] = s.graph_used[device];
+  return CUDA_SUCCESS;
+}
+
+CUresult device_get_graph_mem_attribute(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* out = static_cast<cuuint64_t*>(value);
+  switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+      *out = s.graph_used[device];
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      *out = s.graph_reserved[device];
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult stream_begin_capture(CUstream stream, Graph* into) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (!s.streams.count(reinterpret_cast<const Stream*>(stream))) {
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  if (capture_of(s, stream)) return CUDA_ERROR_ILLEGAL_STATE;
+  if (!into) {
+    into = new Graph;
+    s.graphs.insert(into);
+  } else if (!s.graphs.count(into)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  s.captures[stream] = into;
+  ++s.capture_ids;
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_end_capture(CUstream stream, CUgraph* graph) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  Graph* g = capture_of(s, stream);
+  if (!g) return CUDA_ERROR_ILLEGAL_STATE;
+  s.captures.erase(stream);
+  *graph = reinterpret_cast<CUgraph>(g);
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_get_capture_info(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                 CUgraph* graph) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  int d = -1;
+  CUresult r = stream_device(stream, &d);
+  if (r != CUDA_SUCCESS) return r;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  Graph* g = capture_of(s, stream);
+  *status = g ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  if (id) *id = g ? s.capture_ids : 0;
+  if (graph) *graph = reinterpret_cast<CUgraph>(g);
+  return CUDA_SUCCESS;
 }
 
 // ---- virtual memory management ----------------------------------------------------------------
@@ -1228,4 +1768,176 @@ FAKE_EXPORT CUresult cuMemAllocHost(void** pp, unsigned int bytesize) {
 
 FAKE_EXPORT CUresult cuMemFreeHost(void* p) {
   return fk::mem_free_host(p);
+}
+
+// ---- CUDA graphs and stream capture -----------------------------------------------------------
+
+FAKE_EXPORT CUresult cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
+  return fk::graph_create(phGraph, flags);
+}
+
+FAKE_EXPORT CUresult cuGraphDestroy(CUgraph hGraph) {
+  return fk::graph_destroy(hGraph);
+}
+
+FAKE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                            const CUgraphNode*, size_t,
+                                            CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return fk::graph_add_mem_alloc(phGraphNode, hGraph, nodeParams->poolProps, nodeParams->bytesize,
+                                 &nodeParams->dptr);
+}
+
+FAKE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                           const CUgraphNode*, size_t, CUdeviceptr dptr) {
+  return fk::graph_add_mem_free(phGraphNode, hGraph, dptr);
+}
+
+FAKE_EXPORT CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*,
+                                    size_t, CUgraphNodeParams* nodeParams) {
+  return fk::graph_add_node(phGraphNode, hGraph, nodeParams);
+}
+
+FAKE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*,
+                                       const CUgraphEdgeData*, size_t,
+                                       CUgraphNodeParams* nodeParams) {
+  return fk::graph_add_node(phGraphNode, hGraph, nodeParams);
+}
+
+FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                 unsigned long long flags) {
+  return fk::graph_instantiate(phGraphExec, hGraph, flags);
+}
+
+FAKE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                  CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  params->result_out = CUDA_GRAPH_INSTANTIATE_SUCCESS;
+  return fk::graph_instantiate(phGraphExec, hGraph, params->flags);
+}
+
+FAKE_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                       CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  return cuGraphInstantiateWithParams(phGraphExec, hGraph, params);
+}
+
+FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  return fk::graph_exec_destroy(hGraphExec);
+}
+
+FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  return fk::graph_launch(hGraphExec, hStream);
+}
+
+FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return fk::graph_launch(hGraphExec, hStream);
+}
+
+FAKE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
+  return fk::device_graph_mem_trim(device);
+}
+
+FAKE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
+                                                  void* value) {
+  return fk::device_get_graph_mem_attribute(device, attr, value);
+}
+
+FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode) {
+  return fk::stream_begin_capture(hStream, nullptr);
+}
+
+FAKE_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode) {
+  return fk::stream_begin_capture(hStream, nullptr);
+}
+
+FAKE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                                 const CUgraphNode*, const CUgraphEdgeData*, size_t,
+                                                 CUstreamCaptureMode) {
+  return fk::stream_begin_capture(hStream, reinterpret_cast<fk::Graph*>(hGraph));
+}
+
+FAKE_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  return fk::stream_end_capture(hStream, phGraph);
+}
+
+FAKE_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  return fk::stream_end_capture(hStream, phGraph);
+}
+
+FAKE_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus* status,
+                                               cuuint64_t* id, CUgraph* graph,
+                                               const CUgraphNode** deps, size_t* ndeps) {
+  if (deps) *deps = nullptr;
+  if (ndeps) *ndeps = 0;
+  return fk::stream_get_capture_info(hStream, status, id, graph);
+}
+
+FAKE_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* status,
+                                               cuuint64_t* id, CUgraph* graph,
+                                               const CUgraphNode** deps,
+                                               const CUgraphEdgeData** edges, size_t* ndeps) {
+  if (edges) *edges = nullptr;
+  return cuStreamGetCaptureInfo_v2(hStream, status, id, graph, deps, ndeps);
+}
+
+// ---- CUDA IPC -----------------------------------------------------------------------------------
+
+FAKE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
+  return fk::ipc_get_mem_handle(pHandle, dptr);
+}
+
+FAKE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle,
+                                           unsigned int) {
+  return fk::ipc_open_mem_handle(pdptr, handle);
+}
+
+FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  return fk::ipc_close_mem_handle(dptr);
+}
+
+FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  return fk::mem_get_address_range(pbase, psize, dptr);
+}
+
+// ---- CUDA arrays and external memory ------------------------------------------------------------
+
+FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {
+  if (!d) return CUDA_ERROR_INVALID_VALUE;
+  const CUDA_ARRAY3D_DESCRIPTOR d3{d->Width, d->Height, 0, d->Format, d->NumChannels, 0};
+  return fk::array_create(pHandle, &d3, 1, false);
+}
+
+FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+  return fk::array_create(pHandle, d, 1, false);
+}
+
+FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
+                                            const CUDA_ARRAY3D_DESCRIPTOR* d,
+                                            unsigned int numMipmapLevels) {
+  CUarray a = nullptr;
+  const CUresult r = fk::array_create(&a, d, numMipmapLevels, true);
+  if (r == CUDA_SUCCESS) *pHandle = reinterpret_cast<CUmipmappedArray>(a);
+  return r;
+}
+
+FAKE_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
+  return fk::array_destroy(hArray, false);
+}
+
+FAKE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
+  return fk::array_destroy(hMipmappedArray, true);
+}
+
+FAKE_EXPORT CUresult cuImportExternalMemory(CUexternalMemory* extMem_out,
+                                            const CUDA_EXTERNAL_MEMORY_HANDLE_DESC* desc) {
+  return fk::import_external_memory(extMem_out, desc);
+}
+
+FAKE_EXPORT CUresult cuExternalMemoryGetMappedBuffer(CUdeviceptr* devPtr, CUexternalMemory extMem,
+                                                     const CUDA_EXTERNAL_MEMORY_BUFFER_DESC* d) {
+  return fk::external_memory_mapped_buffer(devPtr, extMem, d);
+}
+
+FAKE_EXPORT CUresult cuDestroyExternalMemory(CUexternalMemory extMem) {
+  return fk::destroy_external_memory(extMem);
 }

@@ -17,6 +17,12 @@
 #undef cuStreamDestroy
 #undef cuDevicePrimaryCtxRelease
 #undef cuGetProcAddress
+#undef cuStreamBeginCapture
+#undef cuStreamGetCaptureInfo
+#undef cuGraphAddNode
+#undef cuGraphInstantiate
+#undef cuArrayCreate
+#undef cuArray3DCreate
 
 extern "C" {
 
@@ -38,6 +44,17 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemo
                                       CUstream hStream);
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus);
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph);
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams);
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                   cuuint64_t* id_out, CUgraph* graph_out,
+                                   const CUgraphNode** dependencies_out,
+                                   size_t* numDependencies_out);
+CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                        size_t numDependencies, CUgraphNodeParams* nodeParams);
 
 }  // extern "C"
 

@@ -393,6 +393,96 @@ TEST_CASE("VMM: retained references, export and import share the memory") {
 }
 
 #if defined(__x86_64__)
+TEST_CASE("graph memory: nodes, capture, launch, auto-free, pool attributes and trim") {
+  const Fake& f = fake();
+  auto graph_create = f.fn<CUresult (*)(CUgraph*, unsigned)>("cuGraphCreate");
+  auto add_alloc = f.fn<CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t,
+                                     CUDA_MEM_ALLOC_NODE_PARAMS*)>("cuGraphAddMemAllocNode");
+  auto add_free =
+      f.fn<CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUdeviceptr)>(
+          "cuGraphAddMemFreeNode");
+  auto instantiate =
+      f.fn<CUresult (*)(CUgraphExec*, CUgraph, unsigned long long)>("cuGraphInstantiateWithFlags");
+  auto launch = f.fn<CUresult (*)(CUgraphExec, CUstream)>("cuGraphLaunch");
+  auto mem_free = f.fn<CUresult (*)(CUdeviceptr)>("cuMemFree_v2");
+  auto attr =
+      f.fn<CUresult (*)(CUdevice, CUgraphMem_attribute, void*)>("cuDeviceGetGraphMemAttribute");
+  auto trim = f.fn<CUresult (*)(CUdevice)>("cuDeviceGraphMemTrim");
+  auto stream_create = f.fn<CUresult (*)(CUstream*, unsigned)>("cuStreamCreate");
+  auto begin = f.fn<CUresult (*)(CUstream, CUstreamCaptureMode)>("cuStreamBeginCapture_v2");
+  auto end = f.fn<CUresult (*)(CUstream, CUgraph*)>("cuStreamEndCapture");
+  auto capturing = f.fn<CUresult (*)(CUstream, CUstreamCaptureStatus*)>("cuStreamIsCapturing");
+  auto alloc_async = f.fn<CUresult (*)(CUdeviceptr*, size_t, CUstream)>("cuMemAllocAsync");
+  auto free_async = f.fn<CUresult (*)(CUdeviceptr, CUstream)>("cuMemFreeAsync");
+  use_device(0);
+  auto pool = [&](uint64_t which) {
+    cuuint64_t v = 0;
+    REQUIRE(attr(0, static_cast<CUgraphMem_attribute>(which), &v) == CUDA_SUCCESS);
+    return v;
+  };
+  const uint64_t used0 = pool(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
+
+  CUgraph g = nullptr;
+  REQUIRE(graph_create(&g, 0) == CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS p{};
+  p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.poolProps.location.id = 0;
+  p.bytesize = kMiB;
+  CUgraphNode n = nullptr;
+  REQUIRE(add_alloc(&n, g, nullptr, 0, &p) == CUDA_SUCCESS);
+  REQUIRE(p.dptr != 0);
+  CHECK(mem_free(p.dptr) == CUDA_ERROR_INVALID_VALUE);  // not launched: no memory yet
+  auto exec_destroy = f.fn<CUresult (*)(CUgraphExec)>("cuGraphExecDestroy");
+  CUgraphExec e = nullptr, e_auto = nullptr;
+  REQUIRE(instantiate(&e, g, 0) == CUDA_SUCCESS);
+  // One executable graph at a time for a graph with memory nodes.
+  CHECK(instantiate(&e_auto, g, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) ==
+        CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(launch(e, nullptr) == CUDA_SUCCESS);
+  CHECK(pool(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) == used0 + kMiB);
+  CHECK(launch(e, nullptr) == CUDA_ERROR_INVALID_VALUE);  // still live
+  REQUIRE(exec_destroy(e) == CUDA_SUCCESS);               // its allocation stays live
+  REQUIRE(instantiate(&e_auto, g, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) == CUDA_SUCCESS);
+  CHECK(launch(e_auto, nullptr) == CUDA_SUCCESS);  // frees it first
+  CHECK(mem_free(p.dptr) == CUDA_SUCCESS);         // graph memory, freed outside
+  CHECK(pool(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) == used0);
+  CHECK(pool(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) >= kMiB);
+  REQUIRE(trim(0) == CUDA_SUCCESS);
+  CHECK(pool(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) == used0);
+
+  // Capture: stream-ordered calls become nodes; launching the graph makes and frees the memory.
+  CUstream s = nullptr;
+  REQUIRE(stream_create(&s, 0) == CUDA_SUCCESS);
+  CHECK(begin(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  REQUIRE(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  REQUIRE(capturing(s, &st) == CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUdeviceptr c = 0;
+  REQUIRE(alloc_async(&c, 2 * kMiB, s) == CUDA_SUCCESS);
+  REQUIRE(free_async(c, s) == CUDA_SUCCESS);
+  CUgraph captured = nullptr;
+  REQUIRE(end(s, &captured) == CUDA_SUCCESS);
+  REQUIRE(capturing(s, &st) == CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE);
+  CHECK(mem_free(c) == CUDA_ERROR_INVALID_VALUE);
+  CUgraphExec ec = nullptr;
+  REQUIRE(instantiate(&ec, captured, 0) == CUDA_SUCCESS);
+  REQUIRE(launch(ec, s) == CUDA_SUCCESS);
+  REQUIRE(launch(ec, s) == CUDA_SUCCESS);  // made and freed within each launch
+  CHECK(pool(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT) == used0);
+  CHECK(pool(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) == used0 + 2 * kMiB);
+  // A free node of memory that is not live makes the launch fail, changing nothing.
+  CUgraph g2 = nullptr;
+  REQUIRE(graph_create(&g2, 0) == CUDA_SUCCESS);
+  REQUIRE(add_free(&n, g2, nullptr, 0, p.dptr) == CUDA_SUCCESS);
+  CUgraphExec e2 = nullptr;
+  REQUIRE(instantiate(&e2, g2, 0) == CUDA_SUCCESS);
+  CHECK(launch(e2, s) == CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(trim(0) == CUDA_SUCCESS);
+}
+
 TEST_CASE("the pre-3.2 cuMemAlloc ABI returns 32-bit addresses") {
   const Fake& f = fake();
   auto alloc32 = f.fn<CUresult (*)(unsigned int*, unsigned int)>("cuMemAlloc");

@@ -280,3 +280,29 @@ TEST_CASE("VMM handles: retains, releases in either order, imports, failed relea
   REQUIRE(s.tool->devices[0].allocations == 2);
   REQUIRE(s.tool->devices[0].frees == 2);
 }
+
+TEST_CASE("CUDA IPC mappings are imported memory: listed, never counted, closed once") {
+  Feeder f;
+  f.add(Kind::kMapImported, Api::kIpcOpenMemHandle, 0x5000000, 2 << 20, 1, 0, {0x10});
+  auto s = f.build();
+  REQUIRE(s.segments.empty());
+  REQUIRE(s.tool->imported_mappings.size() == 1);
+  REQUIRE(s.tool->imported_mappings[0].addr == 0x5000000);
+  REQUIRE(s.tool->imported_mappings[0].size == (2u << 20));
+  REQUIRE(s.tool->imported_mappings[0].device == 1);
+  REQUIRE(s.tool->imported_mappings[0].handle == 0);
+  REQUIRE(s.tool->imported_mappings[0].stack >= 0);
+  for (const auto& d : s.tool->devices) REQUIRE(d.live_bytes == 0);
+  // A close the driver refused keeps the mapping; a second successful close is a stray one.
+  f.add(Kind::kUnmapImported, Api::kIpcCloseMemHandle, 0x5000000, 0);
+  f.add(Kind::kFreeFailed, Api::kIpcCloseMemHandle, 0x5000000, 0);
+  REQUIRE(f.build().tool->imported_mappings.size() == 1);
+  f.add(Kind::kUnmapImported, Api::kIpcCloseMemHandle, 0x5000000, 0);
+  f.add(Kind::kUnmapImported, Api::kIpcCloseMemHandle, 0x5000000, 0);
+  s = f.build();
+  REQUIRE(s.tool->imported_mappings.empty());
+  REQUIRE(s.tool->anomalies.size() == 1);
+  REQUIRE(s.tool->anomalies[0].kind == "unmap_unknown_range");
+  REQUIRE(s.tool->anomalies[0].api == "cuIpcCloseMemHandle");
+  REQUIRE(s.segments.empty());
+}

@@ -54,6 +54,28 @@ Driver table() {
   d.memHostAlloc = cuMemHostAlloc;
   d.memAllocHost = cuMemAllocHost;
   d.memFreeHost = cuMemFreeHost;
+  d.graphCreate = cuGraphCreate;
+  d.graphDestroy = cuGraphDestroy;
+  d.graphAddMemAllocNode = cuGraphAddMemAllocNode;
+  d.graphAddMemFreeNode = cuGraphAddMemFreeNode;
+  d.graphAddNode = cuGraphAddNode_v2;
+  d.graphInstantiate = cuGraphInstantiateWithFlags;
+  d.graphExecDestroy = cuGraphExecDestroy;
+  d.graphLaunch = cuGraphLaunch;
+  d.streamBeginCapture = cuStreamBeginCapture_v2;
+  d.streamEndCapture = cuStreamEndCapture;
+  d.deviceGraphMemTrim = cuDeviceGraphMemTrim;
+  d.ipcGetMemHandle = cuIpcGetMemHandle;
+  d.ipcOpenMemHandle = cuIpcOpenMemHandle_v2;
+  d.ipcCloseMemHandle = cuIpcCloseMemHandle;
+  d.arrayCreate = cuArrayCreate_v2;
+  d.array3DCreate = cuArray3DCreate_v2;
+  d.mipmappedArrayCreate = cuMipmappedArrayCreate;
+  d.arrayDestroy = cuArrayDestroy;
+  d.mipmappedArrayDestroy = cuMipmappedArrayDestroy;
+  d.importExternalMemory = cuImportExternalMemory;
+  d.externalMemoryGetMappedBuffer = cuExternalMemoryGetMappedBuffer;
+  d.destroyExternalMemory = cuDestroyExternalMemory;
   return d;
 }
 

@@ -51,6 +51,28 @@ Driver table() {
   d.memHostAlloc = e.memHostAlloc;
   d.memAllocHost = e.memAllocHost;
   d.memFreeHost = e.memFreeHost;
+  d.graphCreate = e.graphCreate;
+  d.graphDestroy = e.graphDestroy;
+  d.graphAddMemAllocNode = e.graphAddMemAllocNode;
+  d.graphAddMemFreeNode = e.graphAddMemFreeNode;
+  d.graphAddNode = e.graphAddNode;
+  d.graphInstantiate = e.graphInstantiate;
+  d.graphExecDestroy = e.graphExecDestroy;
+  d.graphLaunch = e.graphLaunch;
+  d.streamBeginCapture = e.streamBeginCapture;
+  d.streamEndCapture = e.streamEndCapture;
+  d.deviceGraphMemTrim = e.deviceGraphMemTrim;
+  d.ipcGetMemHandle = e.ipcGetMemHandle;
+  d.ipcOpenMemHandle = e.ipcOpenMemHandle;
+  d.ipcCloseMemHandle = e.ipcCloseMemHandle;
+  d.arrayCreate = e.arrayCreate;
+  d.array3DCreate = e.array3DCreate;
+  d.mipmappedArrayCreate = e.mipmappedArrayCreate;
+  d.arrayDestroy = e.arrayDestroy;
+  d.mipmappedArrayDestroy = e.mipmappedArrayDestroy;
+  d.importExternalMemory = e.importExternalMemory;
+  d.externalMemoryGetMappedBuffer = e.externalMemoryGetMappedBuffer;
+  d.destroyExternalMemory = e.destroyExternalMemory;
   return d;
 }
 

@@ -97,6 +97,28 @@ bool load_driver_entry_points(DriverEntryPoints* out) {
   get(e.memHostAlloc, "cuMemHostAlloc", 2020);
   get(e.memAllocHost, "cuMemAllocHost", 12000);
   get(e.memFreeHost, "cuMemFreeHost", 2000);
+  get(e.graphCreate, "cuGraphCreate", 12000);
+  get(e.graphDestroy, "cuGraphDestroy", 12000);
+  get(e.graphAddMemAllocNode, "cuGraphAddMemAllocNode", 12000);
+  get(e.graphAddMemFreeNode, "cuGraphAddMemFreeNode", 12000);
+  get(e.graphAddNode, "cuGraphAddNode", 12030);
+  get(e.graphInstantiate, "cuGraphInstantiateWithFlags", 12000);
+  get(e.graphExecDestroy, "cuGraphExecDestroy", 12000);
+  get(e.graphLaunch, "cuGraphLaunch", 12000);
+  get(e.streamBeginCapture, "cuStreamBeginCapture", 12000);
+  get(e.streamEndCapture, "cuStreamEndCapture", 12000);
+  get(e.deviceGraphMemTrim, "cuDeviceGraphMemTrim", 12000);
+  get(e.ipcGetMemHandle, "cuIpcGetMemHandle", 12000);
+  get(e.ipcOpenMemHandle, "cuIpcOpenMemHandle", 12000);
+  get(e.ipcCloseMemHandle, "cuIpcCloseMemHandle", 12000);
+  get(e.arrayCreate, "cuArrayCreate", 3020);
+  get(e.array3DCreate, "cuArray3DCreate", 3020);
+  get(e.mipmappedArrayCreate, "cuMipmappedArrayCreate", 12000);
+  get(e.arrayDestroy, "cuArrayDestroy", 12000);
+  get(e.mipmappedArrayDestroy, "cuMipmappedArrayDestroy", 12000);
+  get(e.importExternalMemory, "cuImportExternalMemory", 12000);
+  get(e.externalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer", 12000);
+  get(e.destroyExternalMemory, "cuDestroyExternalMemory", 12000);
   return get.ok();
 }
 

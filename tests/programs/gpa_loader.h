@@ -50,6 +50,31 @@ struct DriverEntryPoints {
   CUresult (*memHostAlloc)(void**, size_t, unsigned int);
   CUresult (*memAllocHost)(void**, size_t);
   CUresult (*memFreeHost)(void*);
+  CUresult (*graphCreate)(CUgraph*, unsigned int);
+  CUresult (*graphDestroy)(CUgraph);
+  CUresult (*graphAddMemAllocNode)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t,
+                                   CUDA_MEM_ALLOC_NODE_PARAMS*);
+  CUresult (*graphAddMemFreeNode)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUdeviceptr);
+  CUresult (*graphAddNode)(CUgraphNode*, CUgraph, const CUgraphNode*, const CUgraphEdgeData*,
+                           size_t, CUgraphNodeParams*);
+  CUresult (*graphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*graphExecDestroy)(CUgraphExec);
+  CUresult (*graphLaunch)(CUgraphExec, CUstream);
+  CUresult (*streamBeginCapture)(CUstream, CUstreamCaptureMode);
+  CUresult (*streamEndCapture)(CUstream, CUgraph*);
+  CUresult (*deviceGraphMemTrim)(CUdevice);
+  CUresult (*ipcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
+  CUresult (*ipcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned int);
+  CUresult (*ipcCloseMemHandle)(CUdeviceptr);
+  CUresult (*arrayCreate)(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
+  CUresult (*array3DCreate)(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
+  CUresult (*mipmappedArrayCreate)(CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR*, unsigned);
+  CUresult (*arrayDestroy)(CUarray);
+  CUresult (*mipmappedArrayDestroy)(CUmipmappedArray);
+  CUresult (*importExternalMemory)(CUexternalMemory*, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC*);
+  CUresult (*externalMemoryGetMappedBuffer)(CUdeviceptr*, CUexternalMemory,
+                                            const CUDA_EXTERNAL_MEMORY_BUFFER_DESC*);
+  CUresult (*destroyExternalMemory)(CUexternalMemory);
 };
 
 // Fills `out`; false (reason on stderr) if the driver, its cuGetProcAddress_v2, or a lookup

@@ -41,12 +41,15 @@ COMMON = [
     ([], {}, 2, ""),
     (["no-such-scenario"], {}, 2, ""),
 ]
-# Scenarios that need the VMM, host, managed or pitch entry points.
+# Scenarios that need the VMM, host, managed, pitch, graph, IPC or array entry points.
 FULL_ONLY = [
     (["vmm"], {}, 0, ""),
     (["host"], {}, 0, ""),
     (["managed"], {}, 0, ""),
     (["pitch"], {}, 0, ""),
+    (["graph"], {}, 0, ""),
+    (["ipc"], {}, 0, ""),
+    (["arrays"], {}, 0, ""),
 ]
 
 CASES = (

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -209,6 +210,74 @@ int scenario_vmm_refs(const Driver& d, int, char**) {
   check(d.memRelease(h4), "release h4");
   check(d.memRelease(h3), "release h3");
   close(fd);
+  return 0;
+}
+
+CUDA_MEM_ALLOC_NODE_PARAMS device0_graph_alloc(size_t size) {
+  CUDA_MEM_ALLOC_NODE_PARAMS p{};
+  p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.poolProps.location.id = 0;
+  p.bytesize = size;
+  return p;
+}
+
+int scenario_graph(const Driver& d, int, char**) {
+  require("graph", d.init, d.setDevice, d.memFree, d.streamCreate, d.memAllocAsync, d.memFreeAsync,
+          d.graphCreate, d.graphDestroy, d.graphAddMemAllocNode, d.graphAddMemFreeNode,
+          d.graphAddNode, d.graphInstantiate, d.graphExecDestroy, d.graphLaunch,
+          d.streamBeginCapture, d.streamEndCapture, d.deviceGraphMemTrim);
+  start_on_device0(d);
+  CUstream s = nullptr;
+  check(d.streamCreate(&s, 0), "stream create");
+
+  // (1) Explicit memory nodes; a freed outside any graph, then made again.
+  CUgraph g1 = nullptr;
+  check(d.graphCreate(&g1, 0), "cuGraphCreate G1");
+  CUDA_MEM_ALLOC_NODE_PARAMS pa = device0_graph_alloc(kMiB);
+  CUDA_MEM_ALLOC_NODE_PARAMS pb = device0_graph_alloc(2 * kMiB);
+  CUgraphNode na = nullptr, nb = nullptr, nfb = nullptr;
+  check(d.graphAddMemAllocNode(&na, g1, nullptr, 0, &pa), "alloc node a (1 MiB)");
+  check(d.graphAddMemAllocNode(&nb, g1, &na, 1, &pb), "alloc node b (2 MiB)");
+  check(d.graphAddMemFreeNode(&nfb, g1, &nb, 1, pb.dptr), "free node b");
+  CUgraphExec e1 = nullptr;
+  check(d.graphInstantiate(&e1, g1, 0), "instantiate G1");
+  check(d.graphLaunch(e1, s), "launch E1");
+  check(d.memFree(pa.dptr), "cuMemFree a");
+  check(d.graphLaunch(e1, s), "launch E1 again");
+
+  // (2) Stream capture: allocations and frees become nodes of the captured graph.
+  CUgraph g2 = nullptr;
+  CUdeviceptr c = 0, dd = 0;
+  check(d.streamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "begin capture");
+  check(d.memAllocAsync(&c, 4 * kMiB, s), "captured allocAsync c (4 MiB)");
+  check(d.memFreeAsync(pa.dptr, s), "captured freeAsync a");
+  check(d.memAllocAsync(&dd, 512 * kKiB, s), "captured allocAsync d (512 KiB)");
+  check(d.streamEndCapture(s, &g2), "end capture");
+  CUgraphExec e2 = nullptr;
+  check(d.graphInstantiate(&e2, g2, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH),
+        "instantiate G2");
+  check(d.graphLaunch(e2, s), "launch E2");
+  check(d.memFreeAsync(c, s), "freeAsync c outside the capture");
+
+  // (3) cuGraphAddNode with memory-allocation parameters, relaunched with auto-free.
+  CUgraph g3 = nullptr;
+  check(d.graphCreate(&g3, 0), "cuGraphCreate G3");
+  CUgraphNodeParams pe{};
+  pe.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  pe.alloc.poolProps = device0_graph_alloc(0).poolProps;
+  pe.alloc.bytesize = 256 * kKiB;
+  CUgraphNode ne = nullptr;
+  check(d.graphAddNode(&ne, g3, nullptr, nullptr, 0, &pe), "cuGraphAddNode e (256 KiB)");
+  CUgraphExec e3 = nullptr;
+  check(d.graphInstantiate(&e3, g3, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH),
+        "instantiate G3");
+  for (int i = 0; i < 3; ++i) check(d.graphLaunch(e3, s), "launch E3");
+
+  // (4) The pool shrinks to what is in use; the graphs go, their live memory stays.
+  check(d.deviceGraphMemTrim(0), "cuDeviceGraphMemTrim");
+  for (CUgraphExec e : {e1, e2, e3}) check(d.graphExecDestroy(e), "cuGraphExecDestroy");
+  for (CUgraph g : {g1, g2, g3}) check(d.graphDestroy(g), "cuGraphDestroy");
   return 0;
 }
 
@@ -493,6 +562,66 @@ bool child_exited_with(pid_t child, int code, const char* what) {
   return true;
 }
 
+int scenario_ipc(const Driver& d, int, char**) {
+  require("ipc", d.init, d.setDevice, d.memAlloc, d.memFree, d.ipcGetMemHandle, d.ipcOpenMemHandle,
+          d.ipcCloseMemHandle);
+  start_on_device0(d);
+  CUdeviceptr a = alloc(d, 2 * kMiB, "alloc a (2 MiB)");
+  CUipcMemHandle h{};
+  check(d.ipcGetMemHandle(&h, a), "cuIpcGetMemHandle");
+  const pid_t child = fork();
+  if (child < 0) fail("fork", CUDA_ERROR_UNKNOWN);
+  if (child == 0) {
+    CUdeviceptr p = 0, q = 0;
+    const bool ok = d.setDevice(0) == CUDA_SUCCESS &&
+                    d.ipcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) == CUDA_SUCCESS &&
+                    d.ipcCloseMemHandle(p) == CUDA_SUCCESS &&
+                    d.ipcOpenMemHandle(&q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) == CUDA_SUCCESS;
+    _exit(ok ? 0 : 4);
+  }
+  if (!child_exited_with(child, 0, "ipc child")) return 3;
+  check(d.memFree(a), "free a");
+  return 0;
+}
+
+int scenario_arrays(const Driver& d, int, char**) {
+  require("arrays", d.init, d.setDevice, d.memFree, d.arrayCreate, d.array3DCreate,
+          d.mipmappedArrayCreate, d.arrayDestroy, d.mipmappedArrayDestroy, d.importExternalMemory,
+          d.externalMemoryGetMappedBuffer, d.destroyExternalMemory);
+  start_on_device0(d);
+  CUarray a = nullptr, b = nullptr, dd = nullptr;
+  CUDA_ARRAY_DESCRIPTOR da{1024, 256, CU_AD_FORMAT_FLOAT, 4};
+  check(d.arrayCreate(&a, &da), "cuArrayCreate a (4 MiB)");
+  CUDA_ARRAY3D_DESCRIPTOR db{64, 64, 16, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};
+  check(d.array3DCreate(&b, &db), "cuArray3DCreate b (64 KiB)");
+  CUmipmappedArray c = nullptr;
+  CUDA_ARRAY3D_DESCRIPTOR dc{512, 512, 0, CU_AD_FORMAT_FLOAT, 1, 0};
+  check(d.mipmappedArrayCreate(&c, &dc, 3), "cuMipmappedArrayCreate c (3 levels)");
+  CUDA_ARRAY3D_DESCRIPTOR ddesc{256, 256, 0, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_DEFERRED_MAPPING};
+  check(d.array3DCreate(&dd, &ddesc), "cuArray3DCreate d (deferred mapping)");
+  check(d.arrayDestroy(a), "cuArrayDestroy a");
+  check(d.arrayDestroy(dd), "cuArrayDestroy d");
+
+  const int fd = memfd_create("ct-external", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, 2 * kMiB) != 0) fail("memfd", CUDA_ERROR_UNKNOWN);
+  CUDA_EXTERNAL_MEMORY_HANDLE_DESC he{};
+  he.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+  he.handle.fd = fd;
+  he.size = 2 * kMiB;
+  CUexternalMemory e = nullptr;
+  check(d.importExternalMemory(&e, &he), "cuImportExternalMemory e (2 MiB)");
+  CUDA_EXTERNAL_MEMORY_BUFFER_DESC bp{};
+  bp.size = kMiB;
+  CUdeviceptr p = 0, q = 0;
+  check(d.externalMemoryGetMappedBuffer(&p, e, &bp), "mapped buffer p");
+  check(d.memFree(p), "cuMemFree p");
+  CUDA_EXTERNAL_MEMORY_BUFFER_DESC bq{};
+  bq.offset = kMiB;
+  bq.size = 512 * kKiB;
+  check(d.externalMemoryGetMappedBuffer(&q, e, &bq), "mapped buffer q");
+  return 0;
+}
+
 int scenario_spawn(const Driver& d, int, char**) {
   alloc_1mib_on_device0(d, "spawn");
   std::string path = sibling_static_like();
@@ -753,6 +882,9 @@ constexpr Scenario kScenarios[] = {
     {"forkstart", scenario_forkstart},
     {"burst", scenario_burst},
     {"scribble", scenario_scribble},
+    {"graph", scenario_graph},
+    {"ipc", scenario_ipc},
+    {"arrays", scenario_arrays},
 };
 
 }  // namespace

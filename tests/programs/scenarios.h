@@ -109,10 +109,43 @@
 //  burst [N]  dev 0: a = alloc 1 MiB; prints "ready PID" (flushed); reads one line from stdin;
 //           N times (default 20000) alloc 4096 + free; free a; exit 0.
 //           2N + 2 allocation events (N + 1 allocs, N + 1 frees), live 0.
+//  graph    CUDA graph memory, dev 0, stream s created on dev 0 (the end-to-end tests and
+//           tests/gpu/graph_memory.cu assert these numbers):
+//           (1) graph G1 (cuGraphCreate): alloc node a 1 MiB, alloc node b 2 MiB, free node of b;
+//           E1 = instantiate G1 (flags 0); launch E1 on s; cuMemFree(a) (graph memory freed
+//           outside any graph); launch E1 again (a live again).
+//           (2) capture on s (cuStreamBeginCapture_v2, global mode): c = cuMemAllocAsync 4 MiB,
+//           cuMemFreeAsync(a) (frees what G1 made), d = cuMemAllocAsync 512 KiB (never freed);
+//           end capture -> G2; E2 = instantiate G2 with AUTO_FREE_ON_LAUNCH; launch E2;
+//           cuMemFreeAsync(c, s) outside any capture.
+//           (3) graph G3: alloc node e 256 KiB through cuGraphAddNode (_v2); E3 = instantiate
+//           with AUTO_FREE_ON_LAUNCH; launch E3 three times (each relaunch frees e first).
+//           (4) cuDeviceGraphMemTrim(0); destroy E1, E2, E3, G1, G2, G3. Exit 0.
+//           device 0: 9 allocations (a, b twice; c, d; e three times), 7 frees, peak 5 MiB
+//           (during E2: a, c), live 768 KiB at exit: d and e, 2 graph allocations leaked, with
+//           the stacks of the capture (d) and of the cuGraphAddNode call (e). No anomalies.
+//           Graph pool on device 0: highest reading 5 MiB, 768 KiB after the trim.
+//  ipc      dev 0: a = alloc 2 MiB; h = cuIpcGetMemHandle(a); fork(). Child: dev 0;
+//           p = cuIpcOpenMemHandle_v2(h) (2 MiB of the parent's, imported); cuIpcCloseMemHandle
+//           p; q = cuIpcOpenMemHandle_v2(h) (left open); _exit(0) (4 on a failed call). Parent
+//           waits (child must exit 0, else exit 3), frees a; exit 0.
+//           parent: 1 alloc, 1 free, live 0; child: no allocation of its own, live 0, one
+//           imported mapping (2 MiB, device 0, handle 0). No anomalies in either.
+//  arrays   dev 0: a = cuArrayCreate_v2 1024 x 256 float4 (4 MiB); b = cuArray3DCreate_v2
+//           64 x 64 x 16 uint8 (64 KiB); c = cuMipmappedArrayCreate 512 x 512 float, 3 levels
+//           (1 MiB + 256 KiB + 64 KiB = 1,376,256 B); d = cuArray3DCreate_v2 256 x 256 float with
+//           CUDA_ARRAY3D_DEFERRED_MAPPING (0 B); destroy a, d. External memory: e =
+//           cuImportExternalMemory of a 2 MiB memfd (OPAQUE_FD, 2 MiB); p = mapped buffer
+//           [0, 1 MiB) of e, freed with cuMemFree; q = mapped buffer [1 MiB, 1.5 MiB) of e, left
+//           mapped. Exit 0 with b, c and e held.
+//           device 0: 5 allocations (a, b, c, d, e), 2 frees, peak 5,636,096 B (a, b, c), live
+//           3,538,944 B (b, c, e) in 3 segments; imported mapping q (512 KiB, handle e). No
+//           anomalies.
 //  scribble dev 0: alloc 1 MiB (leaked); then, as a hostile program would, writes into its own
 //           cumemtrace ring (found in /proc/self/maps; exit 3 when there is none): reserves the
 //           next ticket T and publishes a record claiming 200 continuation slots (the limit is
 //           64); prints "forged T"; alloc 2 MiB (leaked); exit 0.
+
 #pragma once
 
 #include <cuda.h>
@@ -152,6 +185,31 @@ struct Driver {
   CUresult (*memHostAlloc)(void**, size_t, unsigned int);
   CUresult (*memAllocHost)(void**, size_t);
   CUresult (*memFreeHost)(void*);
+  CUresult (*graphCreate)(CUgraph*, unsigned int);
+  CUresult (*graphDestroy)(CUgraph);
+  CUresult (*graphAddMemAllocNode)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t,
+                                   CUDA_MEM_ALLOC_NODE_PARAMS*);
+  CUresult (*graphAddMemFreeNode)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUdeviceptr);
+  CUresult (*graphAddNode)(CUgraphNode*, CUgraph, const CUgraphNode*, const CUgraphEdgeData*,
+                           size_t, CUgraphNodeParams*);
+  CUresult (*graphInstantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*graphExecDestroy)(CUgraphExec);
+  CUresult (*graphLaunch)(CUgraphExec, CUstream);
+  CUresult (*streamBeginCapture)(CUstream, CUstreamCaptureMode);
+  CUresult (*streamEndCapture)(CUstream, CUgraph*);
+  CUresult (*deviceGraphMemTrim)(CUdevice);
+  CUresult (*ipcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
+  CUresult (*ipcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned int);
+  CUresult (*ipcCloseMemHandle)(CUdeviceptr);
+  CUresult (*arrayCreate)(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
+  CUresult (*array3DCreate)(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
+  CUresult (*mipmappedArrayCreate)(CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR*, unsigned);
+  CUresult (*arrayDestroy)(CUarray);
+  CUresult (*mipmappedArrayDestroy)(CUmipmappedArray);
+  CUresult (*importExternalMemory)(CUexternalMemory*, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC*);
+  CUresult (*externalMemoryGetMappedBuffer)(CUdeviceptr*, CUexternalMemory,
+                                            const CUDA_EXTERNAL_MEMORY_BUFFER_DESC*);
+  CUresult (*destroyExternalMemory)(CUexternalMemory);
 };
 
 // Runs the scenario named by argv[1] (its arguments follow); returns the process exit status.

@@ -27,7 +27,7 @@ snap::Snapshot full_snapshot() {
   auto& t = *s.tool;
   t.rank = {{"RANK", "1"}, {"WORLD_SIZE", "2"}};
   t.threads = {{"7", "main"}, {"8", "worker \xc3\xa9"}};
-  t.devices = {{0, 4096, 1000010, 0, 1, 1}, {1, 1 << 20, 1000020, 1 << 20, 1, 0}};
+  t.devices = {{0, 4096, 1000010, 0, 1, 1}, {1, 1 << 20, 1000020, 1 << 20, 1, 0, 2 << 20, 4 << 20}};
   t.vmm_handles.push_back({0xabc, 2 << 20, 0, s1, 1000030});
   t.imported_mappings.push_back({0x7000000, 2 << 20, 1, 0xabd, s2, 1000035});
   t.host_allocations.push_back({0x7f00, 512, "cudaHostAlloc", s2, 1000040});
@@ -37,6 +37,9 @@ snap::Snapshot full_snapshot() {
   s.device_traces[0].push_back({snap::Action::kOom, 0, 1 << 30, 0, 1000050, s1, 12345, 7});
   s.device_traces[1].push_back({snap::Action::kSegmentMap, 0x9000, 8192, 3, 1000060, s1, 0, 0});
   s.device_traces[1].back().stream_per_thread = true;
+  s.device_traces[1].push_back({snap::Action::kSegmentAlloc, 0xa000, 512, 3, 1000061, s2, 0, 0});
+  s.device_traces[1].back().source = snap::Source::kGraph;
+  s.segments.back().source = snap::Source::kGraph;
   s.allocator_settings = {{"expandable_segments", "False"}};
   s.annotations.push_back({"epoch", "START", 1, 1000070});
   return s;
@@ -68,12 +71,20 @@ TEST_CASE("reader round-trips everything the writer writes", "[reader]") {
   CHECK(r.device_traces[0].back().action == snap::Action::kOom);
   CHECK(r.device_traces[0].back().device_free == 12345);
   CHECK(r.device_traces[0][0].tid == 7);
-  CHECK(r.device_traces[1].back().stream_per_thread);
+  const auto& mapped = r.device_traces[1][r.device_traces[1].size() - 2];  // the segment_map
+  CHECK(mapped.stream_per_thread);
   CHECK(r.stacks.size() == s.stacks.size());
   REQUIRE(r.tool->imported_mappings.size() == 1);
   CHECK(r.tool->imported_mappings[0].handle == 0xabd);
   CHECK(r.tool->imported_mappings[0].stack == r.tool->host_allocations[0].stack);
-  CHECK(r.device_traces[1].back().stack == r.tool->vmm_handles[0].stack);
+  CHECK(mapped.stack == r.tool->vmm_handles[0].stack);
+  // CUDA graph memory: its source on entries and segments, the driver's graph pool per device.
+  CHECK(r.device_traces[1].back().source == snap::Source::kGraph);
+  CHECK(r.segments.back().source == snap::Source::kGraph);
+  CHECK(r.tool->devices[1].graph_reserved_bytes == (2u << 20));
+  CHECK(r.tool->devices[1].graph_reserved_peak_bytes == (4u << 20));
+  CHECK(r.tool->devices[0].graph_reserved_peak_bytes == 0);
+  CHECK(text.find("\"source\":\"graph\"") != std::string::npos);
 }
 
 TEST_CASE("identical frame lists are interned once", "[reader]") {
