@@ -656,6 +656,7 @@ void TraceModel::torch_segments(snap::Snapshot& s) const {
     seg.is_expandable = expandable;
     seg.stack = g.stack;
     const uint64_t seg_end = addr + total;
+    const bool split_any = g.small || expandable || (pytorch_ && pytorch_->expandable_segments);
     uint64_t cursor = addr;
     auto inactive = [&](uint64_t from, uint64_t to) {
       if (to > from) seg.blocks.push_back(snap::Block{from, to - from, 0, "inactive", -1});
@@ -669,8 +670,10 @@ void TraceModel::torch_segments(snap::Snapshot& s) const {
       const uint64_t next =
           next_it != torch_blocks_.end() && next_it->first < seg_end ? next_it->first : seg_end;
       uint64_t end = std::min(a + torch_round(it->second.requested), next);
-      // In the large pool every block is larger than 1 MiB, so a smaller remainder was not split.
-      if (!g.small && next - end <= kTorchSmallSize) end = next;
+      // PyTorch's should_split(): the large pool of the default allocator splits a block only
+      // when more than 1 MiB remains, so a smaller remainder stays in the block; the small pool,
+      // and every pool under expandable_segments, splits off any remainder (>= 512 B).
+      if (!split_any && next - end <= kTorchSmallSize) end = next;
       const TorchBlock& k = it->second;
       seg.blocks.push_back(snap::Block{a, end - a, k.requested,
                                        k.pending_free ? "active_pending_free" : "active_allocated",

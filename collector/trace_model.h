@@ -21,8 +21,9 @@
 // driver free/unmap writes none, so every byte of reserved memory is counted once; the live and
 // peak device bytes stay the driver's. At snapshot time PyTorch's segments (cudaMalloc'd ones,
 // and maximal mapped runs of expandable segments) are tiled with the live blocks: allocated and
-// pending-free blocks at their addresses with PyTorch's rounding (512 B; in the large pool a
-// remainder of at most 1 MiB stays in the block), the gaps between them inactive.
+// pending-free blocks at their addresses with PyTorch's rounding (512 B; in the large pool of the
+// default allocator a remainder of at most 1 MiB stays in the block, under expandable_segments
+// none does), the gaps between them inactive.
 // Marks become external_annotations in ring order: MARK, START (a push or a start/end range),
 // END (a pop takes the name of the thread's innermost open push, an end the name of its range's
 // start; an END that matches nothing is dropped). Their device is that of the marking thread's

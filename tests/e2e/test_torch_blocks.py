@@ -135,6 +135,31 @@ def test_expandable_segments_blocks(tmp_path):
     assert snap["cumemtrace"]["devices"][0]["live_bytes"] == 22 * MiB
 
 
+def test_expandable_segments_split_every_remainder(tmp_path):
+    """Under expandable segments PyTorch's large pool splits off any remainder (>= 512 B), where the
+    default allocator keeps one of at most 1 MiB in the block: c's 1 MiB - 512 B tail is its own
+    inactive block, next to c's pending free (the layout torch 2.11 showed on the GPU)."""
+    p, snaps = run(tmp_path, "expandable_split", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    assert p.returncode == 0, p.stderr
+    snap = final(snaps)
+    got = entries(snap)
+    l = got[0][1]
+    assert got == [
+        ("segment_map", l, 20 * MiB), ("alloc", l, 3 * MiB),
+        ("alloc", l + 3 * MiB, 5 * MiB + 100), ("alloc", l + 8 * MiB + 512, 11 * MiB),
+        ("free_requested", l + 3 * MiB, 5 * MiB + 100),
+        ("free_completed", l + 3 * MiB, 5 * MiB + 100),
+        ("free_requested", l + 8 * MiB + 512, 11 * MiB),
+    ]
+    (seg,) = snap["segments"]
+    assert (seg["address"], seg["total_size"], seg["is_expandable"]) == (l, 20 * MiB, True)
+    assert blocks(seg) == [(0, 3 * MiB, "active_allocated", 3 * MiB),
+                           (3 * MiB, 5 * MiB + 512, "inactive", 0),
+                           (8 * MiB + 512, 11 * MiB, "active_pending_free", 11 * MiB),
+                           (19 * MiB + 512, MiB - 512, "inactive", 0)]
+    assert (seg["allocated_size"], seg["active_size"]) == (3 * MiB, 14 * MiB)
+
+
 def test_allocator_oom_writes_oom_snapshot_with_python_line(tmp_path):
     p, snaps = run(tmp_path, "oom")
     assert p.returncode == 0, p.stderr

@@ -29,6 +29,14 @@ def expandable():
     torch.cuda.empty_cache()
 
 
+def expandable_split():
+    torch.cuda.alloc(3 * MiB)
+    b = torch.cuda.alloc(5 * MiB + 100)
+    c = torch.cuda.alloc(11 * MiB)
+    torch.cuda.free(b)
+    torch.cuda.free(c, deferred=True)
+
+
 def oom():
     torch.cuda.set_memory_limit(22 * MiB)
     torch.cuda.alloc(3 * MiB)
@@ -45,4 +53,5 @@ def kill():
 
 
 if __name__ == "__main__":
-    {"basic": basic, "expandable": expandable, "oom": oom, "kill": kill}[sys.argv[1]]()
+    {"basic": basic, "expandable": expandable, "expandable_split": expandable_split, "oom": oom,
+     "kill": kill}[sys.argv[1]]()

@@ -10,7 +10,7 @@
 // The allocator follows PyTorch's caching rules closely enough for exact block layouts: requests
 // rounded to 512 B; small pool (<= 1 MiB) in 2 MiB segments, always split; large pool in 20 MiB
 // segments below 10 MiB, else the request rounded to 2 MiB; large blocks split only when more
-// than 1 MiB remains; best fit; freed blocks merge with free neighbours; empty_cache releases
+// than 1 MiB remains (with expandable segments: when at least 512 B remain); best fit; freed blocks merge with free neighbours; empty_cache releases
 // wholly free segments. With expandable segments each pool reserves one VA range and maps pages
 // (2 MiB small, 20 MiB large) at its end as it grows; empty_cache unmaps free whole pages at the
 // end. Segments come from the (fake) driver the way cudart reaches it (cuGetProcAddress).
@@ -267,7 +267,8 @@ void* NativeCachingAllocator::malloc(size_t size) {
   }
   Block& b = it->second;
   const size_t remaining = b.size - rounded;
-  if (small_pool ? remaining >= kMinBlock : remaining > kSmallSize) {
+  // PyTorch's should_split(): under expandable segments every pool splits off any remainder.
+  if (small_pool || expandable_ ? remaining >= kMinBlock : remaining > kSmallSize) {
     blocks_[b.addr + rounded] =
         Block{b.addr + rounded, remaining, 0, false, false, b.segment, b.small_pool};
     b.size = rounded;

@@ -72,6 +72,36 @@ def layout(segments):
                   for s in segments if s.get("device", 0) == 0)
 
 
+def layout_diff(ours, theirs, limit=40):
+    """Lines naming every segment and block where the two layouts differ (at most `limit`): a
+    segment only one side has, else its blocks as (offset, size, state) only one side has."""
+    a = {s[0]: s for s in ours}
+    b = {s[0]: s for s in theirs}
+    lines = []
+    for addr in sorted(set(a) | set(b)):
+        if addr not in b:
+            lines.append("  segment 0x%x: only ours (%d B, %s)" % (addr, a[addr][1], a[addr][2]))
+            continue
+        if addr not in a:
+            lines.append("  segment 0x%x: only PyTorch's (%d B, %s)" % (addr, b[addr][1], b[addr][2]))
+            continue
+        if a[addr] == b[addr]:
+            continue
+        sa, sb = a[addr], b[addr]
+        lines.append("  segment 0x%x: ours %d B %s expandable=%s, PyTorch's %d B %s expandable=%s" % (
+            addr, sa[1], sa[2], sa[3], sb[1], sb[2], sb[3]))
+        blocks_a = set((blk[0] - addr, blk[1], blk[2]) for blk in sa[4])
+        blocks_b = set((blk[0] - addr, blk[1], blk[2]) for blk in sb[4])
+        for off, size, state in sorted(blocks_a | blocks_b):
+            if (off, size, state) in blocks_a and (off, size, state) in blocks_b:
+                continue
+            side = "ours     " if (off, size, state) in blocks_a else "PyTorch's"
+            lines.append("    %s +0x%x %d B %s" % (side, off, size, state))
+    if len(lines) > limit:
+        lines = lines[:limit] + ["  ... %d more lines" % (len(lines) - limit)]
+    return lines
+
+
 def run(build, out, name, mode, env_extra):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
@@ -89,6 +119,7 @@ def main():
     build = os.path.abspath(sys.argv[1])
     out = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else "torch_blocks_validation")
     rows = []
+    diffs = []
 
     def verdict(name, ok, detail):
         rows.append((name, "PASS" if ok else "FAIL", detail))
@@ -112,6 +143,9 @@ def main():
         verdict(name + ": final segments and blocks", la == lb,
                 "%d segments, %d blocks ours; %d, %d PyTorch's" % (
                     len(la), sum(len(s[4]) for s in la), len(lb), sum(len(s[4]) for s in lb)))
+        if la != lb:
+            diffs.append((name + ": final segments and blocks (ours vs PyTorch's)",
+                          layout_diff(la, lb)))
         reserved = sum(s["total_size"] for s in ours["segments"] if s.get("source") == "pytorch")
         theirs_reserved = sum(s["total_size"] for s in theirs["segments"])
         verdict(name + ": reserved", reserved == theirs_reserved, "%d B vs %d B" % (reserved, theirs_reserved))
@@ -142,6 +176,9 @@ def main():
     width = max(len(r[0]) for r in rows)
     for name, v, detail in rows:
         print("| %-*s | %s | %s" % (width, name, v, detail))
+    for title, lines in diffs:
+        print("\n" + title)
+        print("\n".join(lines))
     sys.exit(0 if all(r[1] == "PASS" for r in rows) else 1)
 
 
