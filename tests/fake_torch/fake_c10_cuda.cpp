@@ -10,11 +10,12 @@
 // The allocator follows PyTorch's caching rules closely enough for exact block layouts: requests
 // rounded to 512 B; small pool (<= 1 MiB) in 2 MiB segments, always split; large pool in 20 MiB
 // segments below 10 MiB, else the request rounded to 2 MiB; large blocks split only when more
-// than 1 MiB remains (with expandable segments: when at least 512 B remain); best fit; freed blocks merge with free neighbours; empty_cache releases
-// wholly free segments. With expandable segments each pool reserves one VA range and maps pages
-// (2 MiB small, 20 MiB large) at its end as it grows; empty_cache unmaps free whole pages at the
-// end. Segments come from the (fake) driver the way cudart reaches it (cuGetProcAddress).
-// The Python fake (torch/__init__.py) drives it through the extern "C" functions at the end.
+// than 1 MiB remains (with expandable segments: when at least 512 B remain); best fit; freed blocks
+// merge with free neighbours; empty_cache releases wholly free segments. With expandable segments
+// each pool reserves one VA range and maps pages (2 MiB small, 20 MiB large) at its end as it
+// grows; empty_cache unmaps free whole pages at the end. Segments come from the (fake) driver the
+// way cudart reaches it (cuGetProcAddress). The Python fake (torch/__init__.py) drives it through
+// the extern "C" functions at the end.
 #include <cuda.h>
 
 #include <algorithm>
