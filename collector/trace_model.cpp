@@ -207,6 +207,9 @@ void TraceModel::add(const Record& r) {
     case Kind::kTorchInfo:
       on_torch_info(r.text);
       return;
+    case Kind::kPoolUsage:
+      on_pool_usage(r, t);
+      return;
     case Kind::kDevice:
       if (ev.aux < static_cast<uint64_t>(kMaxDevices))
         device_pci_[static_cast<int>(ev.aux)] = r.text;
@@ -319,6 +322,10 @@ void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
       push(Action::kSegmentAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid, 0,
            per_thread);
       push(Action::kAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid, 0, per_thread);
+      if (ev.api == wire::Api::kMemAllocAsync || ev.api == wire::Api::kMemAllocFromPoolAsync) {
+        trace_.back().async_pool = true;  // both entries: the unit is made by segment_alloc
+        if (trace_.size() > 1) trace_[trace_.size() - 2].async_pool = true;
+      }
       break;
     case Kind::kCreate:
       handles_[ev.addr] = Handle{l, 1, 0, true};
@@ -622,6 +629,21 @@ void TraceModel::on_torch(const Record& r, int64_t t, StackId stack) {
   }
 }
 
+// A pool sample is kept when its reserved bytes differ from the pool's previous sample; the
+// latest one of each pool is added at build time (see build()).
+void TraceModel::on_pool_usage(const Record& r, int64_t t) {
+  const auto& ev = r.ev;
+  snap::PoolMemorySample m{t, sane_device(ev.device), ev.addr, ev.size, ev.aux};
+  last_time_us_ = std::max(last_time_us_, t);
+  auto [it, first] = pool_latest_.try_emplace(ev.addr, m);
+  const bool changed = first || it->second.reserved_bytes != m.reserved_bytes;
+  it->second = m;
+  if (changed) {
+    pool_samples_.push_back(m);
+    pool_kept_[ev.addr] = t;
+  }
+}
+
 void TraceModel::on_torch_info(const std::string& text) {
   snap::PytorchInfo info;
   size_t pos = 0;
@@ -722,6 +744,7 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
     te.device_free = e.device_free;
     te.tid = e.tid;
     te.stream_per_thread = e.per_thread;
+    te.async_pool = e.async_pool;
     te.source = e.pytorch ? snap::Source::kPytorch : snap::Source::kDriver;
     s.device_traces[static_cast<size_t>(e.device)].push_back(te);
   }
@@ -796,6 +819,15 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
             [](const auto& a, const auto& b) { return a.addr < b.addr; });
   tool.anomalies = anomalies_;
   tool.pytorch = pytorch_;
+  tool.pool_memory = pool_samples_;
+  // Each pool's latest sample (the one at exit, at the end) even when its reserved bytes were
+  // unchanged, so that the pool's state at the snapshot's moment is in the file.
+  for (const auto& [pool, m] : pool_latest_) {
+    const auto kept = pool_kept_.find(pool);
+    if (kept == pool_kept_.end() || kept->second != m.time_us) tool.pool_memory.push_back(m);
+  }
+  std::stable_sort(tool.pool_memory.begin(), tool.pool_memory.end(),
+                   [](const auto& a, const auto& b) { return a.time_us < b.time_us; });
   tool.threads = threads_;
   if (exited_) {
     tool.ended.how = "exit";

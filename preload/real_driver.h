@@ -19,6 +19,11 @@ int current_device() noexcept;                // cuCtxGetDevice, -1 on failure
 int pointer_device(uint64_t dptr) noexcept;   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, -1
 uint64_t device_free_bytes() noexcept;        // cuMemGetInfo_v2 free bytes, 0 on failure
 int handle_device(uint64_t handle) noexcept;  // a VMM handle's device location, -1 if none
+// A stream-ordered memory pool's reserved and used bytes (cuMemPoolGetAttribute); `pool` 0 means
+// the device's current pool (cuDeviceGetMemPool), whose handle is stored in *pool_out. No context
+// needed. False when the driver has no such pool or query.
+bool pool_usage(int ordinal, uint64_t pool, uint64_t* pool_out, uint64_t* reserved,
+                uint64_t* used) noexcept;
 // The PCI bus id ("0000:3B:00.0") of a CUDA ordinal; no context needed, the driver initialized.
 bool device_pci_bus_id(int ordinal, char* buf, int len) noexcept;
 

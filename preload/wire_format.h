@@ -24,7 +24,7 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 5;
+inline constexpr uint32_t kWireVersion = 6;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
@@ -70,6 +70,9 @@ enum class Kind : uint8_t {
                       // as PyTorch's TraceEntry has them (OOM: addr = free bytes, size = request)
   kTorchInfo = 24,    // what the capture of PyTorch's allocator found: extra slots = lines of
                       // "key=value" (version, backend, capture, expandable_segments, why)
+  kPoolUsage = 25,    // a stream-ordered memory pool as the driver reports it, sampled off the
+                      // hot path (pool_sampler.h): addr = pool handle, device, size = reserved
+                      // bytes (RESERVED_MEM_CURRENT), aux = bytes in use (USED_MEM_CURRENT)
 };
 
 // PyTorch's TraceEntry::Action (c10/core/CachingDeviceAllocator.h, torch >= 2.1).
