@@ -5,7 +5,11 @@ For the default allocator and expandable_segments:True it runs a small training 
 snapshot, and compares one to one: PyTorch's trace entries vs cumemtrace's pytorch-sourced entries
 (action, address, size, in order) and the final segments and blocks (address, size, state). Also a
 SIGKILL run (entries kept up to the kill) and a set_per_process_memory_fraction OOM (the oom.json
-names the Python line of the failing request). Prints a verdict table; exit 1 on any FAIL.
+names the Python line of the failing request), and backend:cudaMallocAsync: at a sentinel
+allocation PyTorch's own memory_reserved()/memory_allocated() equal cumemtrace's pool layers
+(reserved = the pool sample at or before it, allocated = live async_pool allocations), and the
+installed torch's TraceEntry header passes the attach-time layout check. Prints a verdict table;
+exit 1 on any FAIL.
 The same file is the traced child: `validate_torch_blocks.py --child MODE TORCH_PICKLE`."""
 import glob
 import json
@@ -17,6 +21,59 @@ import sys
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
            "segment_map", "segment_unmap", "oom")
+
+
+SENTINEL_BYTES = 123_456_512  # the async child's last allocation, a size nothing else asks for
+
+
+def async_child(stats_path):
+    """backend:cudaMallocAsync: train, wait past the pool sampler's 10 ms interval, allocate the
+    sentinel (its pool sample is taken then), write PyTorch's own figures, exit normally."""
+    import time
+
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),
+                                torch.nn.Linear(4096, 1024)).cuda()
+    opt = torch.optim.Adam(model.parameters())
+    for step in range(20):
+        x = torch.randn(256 + 32 * (step % 4), 1024, device="cuda")
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    time.sleep(0.05)
+    sentinel = torch.empty(SENTINEL_BYTES, dtype=torch.uint8, device="cuda")
+    stats = {"reserved": torch.cuda.memory_reserved(), "allocated": torch.cuda.memory_allocated(),
+             "backend": torch.cuda.memory.get_allocator_backend()}
+    with open(stats_path, "w") as f:
+        json.dump(stats, f)
+    del sentinel
+    sys.exit(0)
+
+
+def pool_layers_at_sentinel(snap):
+    """(reserved, allocated) cumemtrace's pool layers give right after the sentinel allocation,
+    or None when it is not in the trace."""
+    tr = snap["device_traces"][0]
+    at = next((i for i, e in enumerate(tr) if e["action"] == "alloc" and e.get("async_pool")
+               and e["size"] == SENTINEL_BYTES), None)
+    if at is None:
+        return None
+    live = {}
+    for e in tr[:at + 1]:
+        if e.get("source") == "pytorch":
+            continue
+        if e["action"] == "segment_alloc" and e.get("async_pool"):
+            live[e["addr"]] = e["size"]
+        elif e["action"] == "segment_free":
+            live.pop(e["addr"], None)
+    latest = {}
+    for m in sorted(snap["cumemtrace"].get("pool_memory", []), key=lambda m: m["time_us"]):
+        if m["device"] == 0 and m["time_us"] <= tr[at]["time_us"]:
+            latest[m["pool"]] = m["reserved_bytes"]
+    allocated = sum(live.values())
+    return max(sum(latest.values()), allocated), allocated
 
 
 def child(mode, pickle_path):
@@ -150,6 +207,48 @@ def main():
         theirs_reserved = sum(s["total_size"] for s in theirs["segments"])
         verdict(name + ": reserved", reserved == theirs_reserved, "%d B vs %d B" % (reserved, theirs_reserved))
 
+    # The attach-time TraceEntry check on the installed wheel's own header.
+    try:
+        sys.path.insert(0, os.path.join(build, "lib", "cumemtrace", "python"))
+        import cumemtrace_torch
+        import torch
+
+        inc = os.path.join(os.path.dirname(torch.__file__), "include")
+        cumemtrace_torch.check_trace_entry_layout(inc, cumemtrace_torch.SUPPORTED["2.11"])
+        for rel in cumemtrace_torch.TRACE_ENTRY_HEADERS:
+            path = os.path.join(inc, rel)
+            if os.path.exists(path):
+                found = cumemtrace_torch.trace_entry_declaration(open(path).read())
+                if found:
+                    verdict("TraceEntry header", True, "%s: %s" % (rel, ", ".join(
+                        " ".join(m) for m in found[0])))
+                    break
+    except Exception as e:  # the verdict says what failed
+        verdict("TraceEntry header", False, str(e))
+
+    d = os.path.join(out, "async")
+    os.makedirs(d, exist_ok=True)
+    stats_path = os.path.join(d, "torch_stats.json")
+    p = subprocess.run([os.path.join(build, "bin", "cumemtrace"), "run", "-o", d, "--",
+                        sys.executable, os.path.abspath(__file__), "--async-child", stats_path],
+                       env=dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync"),
+                       capture_output=True, text=True, timeout=600)
+    snaps = [json.load(open(f)) for f in glob.glob(os.path.join(d, "*.json"))
+             if not f.endswith("torch_stats.json") and not f.endswith(".oom.json")]
+    ok, detail = False, "rc %d, %d snapshots" % (p.returncode, len(snaps))
+    if p.returncode == 0 and len(snaps) == 1 and os.path.exists(stats_path):
+        theirs_stats = json.load(open(stats_path))
+        ours = pool_layers_at_sentinel(snaps[0])
+        ok = ours == (theirs_stats["reserved"], theirs_stats["allocated"])
+        detail = "at the sentinel: reserved %s = allocated %s ours; reserved %d, allocated %d " \
+                 "PyTorch's (%d pool samples)" % (
+                     ours[0] if ours else "?", ours[1] if ours else "?", theirs_stats["reserved"],
+                     theirs_stats["allocated"], len(snaps[0]["cumemtrace"].get("pool_memory", [])))
+        line = next((ln for ln in p.stderr.splitlines() if "device 0 at exit: reserved" in ln), "")
+        ok = ok and bool(line)
+        detail += "; summary %s" % ("has the exit layers" if line else "lacks the exit layers")
+    verdict("cudaMallocAsync pool layers", ok, detail)
+
     p, files, theirs = run(build, out, "kill", "kill", {"PYTORCH_CUDA_ALLOC_CONF": ""})
     snaps = list(files.values())
     ok = p.returncode == 128 + 9 and len(snaps) == 1 and theirs is not None
@@ -185,5 +284,7 @@ def main():
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--async-child":
+        async_child(sys.argv[2])
     else:
         main()
