@@ -6,6 +6,7 @@
 
 #include "graph_capture.h"
 #include "hook_table.h"
+#include "pool_sampler.h"
 #include "real_driver.h"
 #include "recorder.h"
 
@@ -51,6 +52,23 @@ void after_alloc(CUresult r, Api api, Kind ok_kind, uint64_t addr, uint64_t size
   pl::record(a);
 }
 
+// A pool allocation's outcome, with the pool sampled off the hot path (pool_sampler.h) before
+// the allocation's own record: a pool grows inside the allocation call, so the sample holds the
+// growth and precedes the entry it explains. Before an out-of-memory record too, so that the OOM
+// snapshot has the pool's state. `device` is evaluated once, on success, as after_alloc would.
+template <typename DeviceFn>
+void record_pool_alloc(CUresult r, Api api, uint64_t pool, uint64_t addr, uint64_t size,
+                       uint64_t stream, uint8_t flags, DeviceFn device) noexcept {
+  if (r == CUDA_SUCCESS) {
+    const int dev = device();
+    pl::after_pool_alloc(dev, pool, false);
+    after_alloc(r, api, Kind::kAlloc, addr, size, stream, flags, [dev] { return dev; });
+    return;
+  }
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) pl::after_pool_alloc(pl::current_device(), pool, true);
+  after_alloc(r, api, Kind::kAlloc, addr, size, stream, flags, device);
+}
+
 void before_free(Kind kind, Api api, uint64_t addr, uint64_t stream, uint8_t flags) noexcept {
   EventArgs a{kind, api};
   a.addr = addr;
@@ -83,7 +101,7 @@ CUresult alloc_async(HookId id, Api api, uint8_t flags, CUdeviceptr* dptr, size_
     }
     // The stream belongs to the current context, so its device is the current one: a cheap
     // thread-local read in the driver, unlike a pointer-attribute query.
-    after_alloc(r, api, Kind::kAlloc, dptr ? *dptr : 0, size, u64(s), flags, pl::current_device);
+    record_pool_alloc(r, api, 0, dptr ? *dptr : 0, size, u64(s), flags, pl::current_device);
   }
   return r;
 }
@@ -103,8 +121,9 @@ CUresult alloc_pool_async(HookId id, uint8_t flags, CUdeviceptr* dptr, size_t si
                                   size, device);
       return r;
     }
-    after_alloc(r, Api::kMemAllocFromPoolAsync, Kind::kAlloc, dptr ? *dptr : 0, size, u64(s), flags,
-                [&] { return pl::pointer_device(*dptr); });
+    record_pool_alloc(r, Api::kMemAllocFromPoolAsync, reinterpret_cast<uint64_t>(pool),
+                      dptr ? *dptr : 0, size, u64(s), flags,
+                      [&] { return pl::pointer_device(*dptr); });
   }
   return r;
 }

@@ -67,6 +67,8 @@ CUstream as_stream(uint64_t stream, bool per_thread) {
   // The plain entry points read stream 0 as the legacy stream: name the per-thread one.
   return stream == 0 && per_thread ? CU_STREAM_PER_THREAD : reinterpret_cast<CUstream>(stream);
 }
+std::atomic<void*> g_device_get_mem_pool{nullptr};
+std::atomic<void*> g_mem_pool_get_attribute{nullptr};
 
 }  // namespace
 
@@ -156,6 +158,33 @@ int handle_device(uint64_t handle) noexcept {
   CUmemAllocationProp prop{};
   if (!fn || fn(&prop, handle) != CUDA_SUCCESS) return -1;
   return prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop.location.id : -1;
+}
+
+bool pool_usage(int ordinal, uint64_t pool, uint64_t* pool_out, uint64_t* reserved,
+                uint64_t* used) noexcept {
+  auto get_attr = lazy<CUresult (*)(CUmemoryPool, CUmemPool_attribute, void*)>(
+      g_mem_pool_get_attribute, "cuMemPoolGetAttribute");
+  if (!get_attr) return false;
+  CUmemoryPool p = reinterpret_cast<CUmemoryPool>(pool);
+  if (!p) {
+    auto get_pool =
+        lazy<CUresult (*)(CUmemoryPool*, CUdevice)>(g_device_get_mem_pool, "cuDeviceGetMemPool");
+    auto get_device = lazy<CUresult (*)(CUdevice*, int)>(g_device_get, "cuDeviceGet");
+    CUdevice dev = 0;
+    if (!get_pool || !get_device || get_device(&dev, ordinal) != CUDA_SUCCESS ||
+        get_pool(&p, dev) != CUDA_SUCCESS || !p) {
+      return false;
+    }
+  }
+  cuuint64_t r = 0, u = 0;
+  if (get_attr(p, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &r) != CUDA_SUCCESS ||
+      get_attr(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u) != CUDA_SUCCESS) {
+    return false;
+  }
+  *pool_out = reinterpret_cast<uint64_t>(p);
+  *reserved = r;
+  *used = u;
+  return true;
 }
 
 }  // namespace cumemtrace::preload

@@ -30,6 +30,11 @@ bool graph_mem(int device, uint64_t* reserved, uint64_t* used) noexcept;
 // The size of the allocation that contains `dptr` (cuMemGetAddressRange_v2; the caller's context
 // is current), 0 when unknown.
 uint64_t allocation_size(uint64_t dptr) noexcept;
+// A stream-ordered memory pool's reserved and used bytes (cuMemPoolGetAttribute); `pool` 0 means
+// the device's current pool (cuDeviceGetMemPool), whose handle is stored in *pool_out. No context
+// needed. False when the driver has no such pool or query.
+bool pool_usage(int ordinal, uint64_t pool, uint64_t* pool_out, uint64_t* reserved,
+                uint64_t* used) noexcept;
 // The PCI bus id ("0000:3B:00.0") of a CUDA ordinal; no context needed, the driver initialized.
 bool device_pci_bus_id(int ordinal, char* buf, int len) noexcept;
 

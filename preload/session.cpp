@@ -23,6 +23,7 @@
 #include <new>
 
 #include "module_map.h"
+#include "pool_sampler.h"
 #include "python_stack.h"
 #include "recorder.h"
 #include "wire/control_protocol.h"
@@ -296,6 +297,9 @@ bool wait_ack(int fd) {
 void on_process_exit(int status, void*) {
   if (g_session_state.load(std::memory_order_acquire) != static_cast<int>(SessionState::kRunning))
     return;
+  // Before the exit record: the snapshot written at exit has each pool's final state. Runs
+  // before CUDA's own atexit teardown (registered earlier, so run later).
+  sample_pools_at_exit();
   EventArgs a{wire::Kind::kExit};
   a.result = status;
   record(a);
@@ -354,6 +358,7 @@ void on_fork_child() {
   modules_reset();
   forget_thread_cache();
   forget_devices();
+  forget_pools();
   python_stack_reset();
   g_session_state.store(
       static_cast<int>(g_config.follow ? SessionState::kIdle : SessionState::kOff),

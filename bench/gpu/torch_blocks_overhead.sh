@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# Real-GPU cost of PyTorch block capture (issue 15): the training loop of tests/gpu/torch_train.py
-# bare, under cumemtrace with block capture (the default of `cumemtrace run`), under cumemtrace at
-# driver level only (CUMEMTRACE_TORCH=0), and with PyTorch's own _record_memory_history (stacks
-# on), alternated over ROUNDS rounds; prints each mode's median ms per step and its cost over bare.
-# Targets: cumemtrace with blocks <= 3% over bare and <= 1/3 of PyTorch's history cost.
+# Real-GPU cost of cumemtrace on a PyTorch training loop (tests/gpu/torch_train.py), mode by mode,
+# with an A/A control so that the noise floor is on the same table as the costs:
+#   bare, bare-again         no cumemtrace (the A/A pair: their gap is run-to-run noise)
+#   blocks                   `cumemtrace run` default: driver hooks + PyTorch blocks, native +
+#                            Python stacks
+#   blocks-no-python         the same without Python frames (CUMEMTRACE_PYTHON_STACKS=0)
+#   blocks-depth0            no stacks at all (--stack-depth 0)
+#   driver                   driver hooks only (CUMEMTRACE_TORCH=0), default stacks
+#   driver-depth0            driver hooks only, no stacks
+#   torch-history            PyTorch's own _record_memory_history (stacks on), no cumemtrace
+# Every round runs each mode once, in an order rotated by one per round (no mode always runs
+# first or last); each run is a fresh process with warm-up steps before the timed ones. Prints
+# per mode the median ms per step, min, max and the spread (max - min) / median, and the median's
+# cost over bare; the A/A row says how large a difference noise makes. 5 rounds of 8 runs take
+# about 5 minutes on an H200 (most of it process and CUDA start-up).
 # Usage: bench/gpu/torch_blocks_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS] [STEPS]
 set -u
 cd "$(dirname "$0")/../.."
@@ -11,14 +21,32 @@ P=${1:-build}; ROUNDS=${2:-5}; STEPS=${3:-300}
 CT=$P/bin/cumemtrace
 OUT=$(mktemp -d)
 RES=$OUT/results.txt
+TRAIN=tests/gpu/torch_train.py
 step_ms() { "$@" 2>/dev/null | awk '/ms_per_step=/{split($2,a,"=");print a[2]}'; }
+run_mode() {
+  case $1 in
+    bare|bare-again) step_ms python3 $TRAIN "$STEPS" ;;
+    blocks) step_ms "$CT" run -q -o "$OUT/t" -- python3 $TRAIN "$STEPS" ;;
+    blocks-no-python)
+      step_ms env CUMEMTRACE_PYTHON_STACKS=0 "$CT" run -q -o "$OUT/t" -- python3 $TRAIN "$STEPS" ;;
+    blocks-depth0) step_ms "$CT" run -q --stack-depth 0 -o "$OUT/t" -- python3 $TRAIN "$STEPS" ;;
+    driver) step_ms env CUMEMTRACE_TORCH=0 "$CT" run -q -o "$OUT/t" -- python3 $TRAIN "$STEPS" ;;
+    driver-depth0)
+      step_ms env CUMEMTRACE_TORCH=0 "$CT" run -q --stack-depth 0 -o "$OUT/t" -- \
+        python3 $TRAIN "$STEPS" ;;
+    torch-history) step_ms python3 $TRAIN "$STEPS" --history "$OUT/h.pickle" ;;
+  esac
+}
+MODES=(bare blocks blocks-no-python blocks-depth0 bare-again driver driver-depth0 torch-history)
+N=${#MODES[@]}
 for ((r = 0; r < ROUNDS; r++)); do
-  echo "bare $(step_ms python3 tests/gpu/torch_train.py "$STEPS")" >>"$RES"
-  echo "cumemtrace-blocks $(step_ms "$CT" run -q -o "$OUT/t" -- python3 tests/gpu/torch_train.py "$STEPS")" >>"$RES"
-  echo "cumemtrace-driver $(step_ms env CUMEMTRACE_TORCH=0 "$CT" run -q -o "$OUT/t" -- python3 tests/gpu/torch_train.py "$STEPS")" >>"$RES"
-  echo "torch-history $(step_ms python3 tests/gpu/torch_train.py "$STEPS" --history "$OUT/h.pickle")" >>"$RES"
+  for ((k = 0; k < N; k++)); do
+    m=${MODES[$(((k + r) % N))]}
+    echo "$m $(run_mode "$m")" >>"$RES"
+  done
+  rm -rf "$OUT/t"
 done
-python3 - "$RES" <<'PY'
+python3 - "$RES" "${MODES[@]}" <<'PY'
 import collections, statistics, sys
 v = collections.defaultdict(list)
 for line in open(sys.argv[1]):
@@ -27,13 +55,22 @@ for line in open(sys.argv[1]):
         v[parts[0]].append(float(parts[1]))
 med = {k: statistics.median(x) for k, x in v.items()}
 bare = med.get("bare")
-print("| mode | median ms/step | over bare |")
-for k in ("bare", "cumemtrace-blocks", "cumemtrace-driver", "torch-history"):
-    if k in med:
-        print("| %s | %.3f | %+.2f%% |" % (k, med[k], 100 * (med[k] / bare - 1) if bare else 0))
-if bare and "cumemtrace-blocks" in med and "torch-history" in med:
-    ours, theirs = med["cumemtrace-blocks"] - bare, med["torch-history"] - bare
-    print("cumemtrace blocks: %+.2f%% over bare (target <= 3%%), %.2f of PyTorch's history cost "
+print("| mode | runs | median ms/step | min | max | spread | median over bare |")
+print("|---|---|---|---|---|---|---|")
+for k in sys.argv[2:]:
+    if k not in v:
+        print("| %s | 0 | - | - | - | - | - |" % k)
+        continue
+    x = v[k]
+    print("| %s | %d | %.3f | %.3f | %.3f | %.1f%% | %+.2f%% |" % (
+        k, len(x), med[k], min(x), max(x), 100 * (max(x) - min(x)) / med[k],
+        100 * (med[k] / bare - 1) if bare else 0))
+if bare and "bare-again" in med:
+    noise = abs(med["bare-again"] / bare - 1) * 100
+    print("A/A (bare vs bare-again): %.2f%%: differences of that size are noise" % noise)
+if bare and "blocks" in med and "torch-history" in med:
+    ours, theirs = med["blocks"] - bare, med["torch-history"] - bare
+    print("cumemtrace blocks: %+.2f%% over bare (target <= 1%%), %.2f of PyTorch's history cost "
           "(target <= 0.33)" % (100 * ours / bare, ours / theirs if theirs > 0 else float("nan")))
 PY
 rm -rf "$OUT"

@@ -45,7 +45,7 @@ std::string driver_layers_text(const Breakdown& b, size_t max_libraries) {
     if (!libs.empty()) out += " (" + libs + ")";
   }
   if (b.has_pytorch)
-    out += fmt::format(" + PyTorch reserved {}", compact_bytes(b.pytorch_reserved));
+    out += fmt::format(" + {} reserved {}", b.reserved_owner, compact_bytes(b.pytorch_reserved));
   return out;
 }
 

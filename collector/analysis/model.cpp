@@ -86,7 +86,7 @@ struct LiveSet {
   int64_t apply(const snap::TraceEntry& e) {
     const bool pt = is_pytorch(flavor, e.source);
     if (adds(flavor, e.action)) {
-      Allocation a{device, e.addr, e.size, e.stack, false, pt, e.time_us};
+      Allocation a{device, e.addr, e.size, e.stack, false, pt, e.time_us, e.async_pool};
       if (!pt) {
         if (auto it = pending.find(e.addr); it != pending.end()) {
           if (a.stack == snap::kNoStack) a.stack = it->second;
@@ -350,6 +350,7 @@ void DeviceReplay::fill_layers() {
   reserved_start_ = start_of(res_end, res);
   allocated_start_ = start_of(alc_end, alc);
   tl_.reserved_end_bytes = res_end;
+  if (!tl_.has_reserved) fill_pool_layers();
 
   auto peak_of = [&](auto&& value, uint64_t& bytes, int64_t& time, std::ptrdiff_t& index) {
     bytes = value(-1);
@@ -386,6 +387,65 @@ void DeviceReplay::fill_layers() {
         tl_.driver_peak_bytes = m.used_bytes, tl_.driver_peak_time_us = m.time_us;
     }
   }
+}
+
+void DeviceReplay::fill_pool_layers() {
+  if (!s_.tool || flavor_ != Flavor::kCumemtrace) return;
+  for (const auto& m : s_.tool->pool_memory)
+    if (m.device == tl_.device) pools_.push_back(m);
+  if (pools_.empty()) return;
+  std::stable_sort(pools_.begin(), pools_.end(),
+                   [](const auto& a, const auto& b) { return a.time_us < b.time_us; });
+  tl_.has_reserved = tl_.pool_layer = true;
+  const auto& tr = *trace_;
+  std::unordered_map<uint64_t, uint64_t> live;    // async allocations by address
+  std::unordered_map<uint64_t, uint64_t> latest;  // pool -> its latest sample's reserved bytes
+  uint64_t alc = 0, reserved = 0;
+  size_t next = 0;
+  for (size_t i = 0; i < tr.size(); ++i) {
+    const auto& e = tr[i];
+    for (; next < pools_.size() && pools_[next].time_us <= e.time_us; ++next) {
+      uint64_t& cur = latest[pools_[next].pool];
+      reserved = reserved - cur + pools_[next].reserved_bytes;
+      cur = pools_[next].reserved_bytes;
+    }
+    if (e.source == snap::Source::kDriver && e.action == snap::Action::kSegmentAlloc &&
+        e.async_pool) {
+      if (auto [it, fresh] = live.try_emplace(e.addr, e.size); !fresh) {
+        alc -= it->second;
+        it->second = e.size;
+      }
+      alc += e.size;
+    } else if (e.source == snap::Source::kDriver && e.action == snap::Action::kSegmentFree) {
+      if (auto it = live.find(e.addr); it != live.end()) {
+        alc -= it->second;
+        live.erase(it);
+      }
+    }
+    alc_rel_[i] = static_cast<int64_t>(alc);
+    res_rel_[i] = static_cast<int64_t>(std::max(reserved, alc));
+  }
+  for (const auto& [addr, size] : live) pool_live_end_.insert(addr);
+  reserved_start_ = allocated_start_ = 0;
+  tl_.reserved_end_bytes = std::max(pool_reserved_at(std::numeric_limits<int64_t>::max()), alc);
+}
+
+std::string DeviceReplay::reserved_owner() const {
+  if (tl_.pool_layer && s_.tool && s_.tool->pytorch &&
+      s_.tool->pytorch->backend == "cudaMallocAsync")
+    return "PyTorch";
+  return tl_.pool_layer ? "pool" : "PyTorch";
+}
+
+uint64_t DeviceReplay::pool_reserved_at(int64_t time_us) const {
+  std::unordered_map<uint64_t, uint64_t> latest;  // pool -> reserved bytes
+  for (const auto& m : pools_) {
+    if (m.time_us > time_us) break;
+    latest[m.pool] = m.reserved_bytes;
+  }
+  uint64_t sum = 0;
+  for (const auto& [pool, bytes] : latest) sum += bytes;
+  return sum;
 }
 
 int64_t DeviceReplay::time_after(std::ptrdiff_t index) const {
@@ -548,10 +608,14 @@ Breakdown DeviceReplay::breakdown_with(std::ptrdiff_t index, const std::vector<A
     b.pytorch_reserved = reserved_after(index);
     b.pytorch_allocated = allocated_after(index);
   }
+  if (tl_.pool_layer) {
+    b.reserved_owner = reserved_owner();
+    b.tracked = b.tracked - std::min(b.tracked, b.pytorch_allocated) + b.pytorch_reserved;
+  }
   std::map<std::string, uint64_t> libs;
   if (flavor_ == Flavor::kCumemtrace) {
     for (const auto& a : live)
-      if (!a.pytorch) libs[sites.library(a.stack)] += a.size;
+      if (!a.pytorch && !(tl_.pool_layer && a.async_pool)) libs[sites.library(a.stack)] += a.size;
   }
   b.driver_visible = driver_at(b.time_us);
   finish(b, libs);
@@ -569,8 +633,15 @@ Breakdown DeviceReplay::breakdown_at_exit(const SiteTable& sites) const {
   const bool torch = flavor_ == Flavor::kTorch;
   std::map<std::string, uint64_t> libs;
   uint64_t largest = 0, inactive = 0;
+  if (tl_.pool_layer) {
+    b.reserved_owner = reserved_owner();
+    b.pytorch_reserved = tl_.reserved_end_bytes;
+    b.pytorch_allocated = allocated_after(static_cast<std::ptrdiff_t>(tr.size()) - 1);
+    b.tracked = b.tracked - std::min(b.tracked, b.pytorch_allocated) + b.pytorch_reserved;
+  }
   for (const auto& seg : s_.segments) {
     if (seg.device != tl_.device) continue;
+    if (tl_.pool_layer && pool_live_end_.count(seg.address)) continue;  // in the pool's reserved
     if (torch || seg.source == snap::Source::kPytorch) {
       b.pytorch_reserved += seg.total_size;
       for (const auto& blk : seg.blocks) {
@@ -589,11 +660,11 @@ Breakdown DeviceReplay::breakdown_at_exit(const SiteTable& sites) const {
     }
   }
   if (torch) b.tracked = b.pytorch_reserved;  // exact at snapshot time
-  if (b.has_pytorch) b.largest_free_block = largest;
+  if (b.has_pytorch && !tl_.pool_layer) b.largest_free_block = largest;
   b.driver_visible = driver_.empty() ? std::nullopt : std::optional(driver_.back().used_bytes);
   finish(b, libs);
   // The blocks tile the segments, so cached free is exactly the inactive blocks.
-  if (b.has_pytorch) {
+  if (b.has_pytorch && !tl_.pool_layer) {
     b.cached_free = inactive;
     b.free_share = b.pytorch_reserved
                        ? static_cast<double>(inactive) / static_cast<double>(b.pytorch_reserved)

@@ -8,7 +8,12 @@
 //  - layers (contract "merged snapshot" section 6): tracked = all segment_* entries of both
 //    sources (cumemtrace files: the units themselves), pytorch reserved = segment_* of
 //    PyTorch-sourced entries, pytorch allocated = PyTorch-sourced alloc (+) / free_completed (-),
-//    driver-visible = the nearest NVML sample at or before the moment.
+//    driver-visible = the nearest NVML sample at or before the moment. A device without
+//    PyTorch's caching allocator whose allocations come from stream-ordered pools (cudaMallocAsync,
+//    PyTorch's backend:cudaMallocAsync; the collector's pool_memory samples) has the same two
+//    layers from the pools: allocated = live async_pool allocations, reserved = the pools' latest
+//    samples at or before the moment, never less than allocated (a sample taken before the pool
+//    grew is behind). Tracked then counts the pools' reserved bytes instead of their allocations.
 //  - the Breakdown of those layers at the peak, at each OOM and at snapshot time (then exact, from
 //    the segments' blocks: allocated = active blocks, cached free = inactive blocks).
 // A trace can start after the process did (PyTorch's ring keeps the last entries), so each series
@@ -25,6 +30,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "snapshot/snapshot.h"
@@ -57,6 +63,7 @@ struct Allocation {
   bool before_trace = false;  // allocated before the trace window and its stack is unknown
   bool pytorch = false;       // a PyTorch segment or tensor, not a driver-level allocation
   int64_t time_us = 0;        // when allocated; 0 when before the trace
+  bool async_pool = false;    // from a stream-ordered pool (cuMemAllocAsync, ...FromPoolAsync)
 };
 
 std::vector<Allocation> live_at_exit(const snap::Snapshot& s);
@@ -89,6 +96,7 @@ struct Timeline {
   // PyTorch's caching allocator (its own files, or merged in): reserved = its segments (cache
   // included), allocated = its tensors.
   bool has_reserved = false;
+  bool pool_layer = false;  // reserved/allocated are those of stream-ordered pools (see above)
   uint64_t reserved_peak_bytes = 0;
   int64_t reserved_peak_time_us = 0;
   std::ptrdiff_t reserved_peak_index = -1;
@@ -110,6 +118,7 @@ struct Breakdown {
   int64_t time_us = 0;
   uint64_t tracked = 0;
   bool has_pytorch = false;
+  std::string reserved_owner = "PyTorch";  // "PyTorch" or "pool" (stream-ordered pools)
   uint64_t pytorch_reserved = 0;
   uint64_t pytorch_allocated = 0;
   uint64_t cached_free = 0;                    // reserved - allocated
@@ -192,6 +201,7 @@ class DeviceReplay {
 
  private:
   void fill_layers();
+  std::string reserved_owner() const;
   Breakdown breakdown_with(std::ptrdiff_t index, const std::vector<Allocation>& live,
                            const SiteTable& sites, std::string moment) const;
 
@@ -205,6 +215,12 @@ class DeviceReplay {
   std::vector<int64_t> alc_rel_;  // PyTorch allocated, relative to allocated_start_
   uint64_t reserved_start_ = 0, allocated_start_ = 0;
   std::vector<snap::DriverMemorySample> driver_;  // this device's samples by time
+  void fill_pool_layers();
+  // Stream-ordered pools: this device's samples by time; the sum of each pool's latest sample at
+  // or before a time; the async allocations live at the end of the trace, by address.
+  std::vector<snap::PoolMemorySample> pools_;
+  uint64_t pool_reserved_at(int64_t time_us) const;
+  std::unordered_set<uint64_t> pool_live_end_;
   // Stacks of the allocations live at exit, by address: fills in stacks the trace entries lack
   // (cumemtrace writes frames on `alloc` entries only, not on segment_alloc).
   std::unordered_map<uint64_t, std::pair<uint64_t, int32_t>> end_stacks_;

@@ -213,7 +213,8 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
                          format_time(tl.reserved_peak_time_us, r.time_origin_us));
       out << fmt::format("  reserved at exit: {}\n", format_bytes(tl.reserved_end_bytes));
       if (r.flavor == Flavor::kCumemtrace) {
-        out << fmt::format("  peak allocated (PyTorch tensors): {} at {}\n",
+        out << fmt::format("  peak allocated ({}): {} at {}\n",
+                           tl.pool_layer ? "stream-ordered pool allocations" : "PyTorch tensors",
                            format_bytes(tl.allocated_peak_bytes),
                            format_time(tl.allocated_peak_time_us, r.time_origin_us));
       }

@@ -256,6 +256,9 @@ void TraceModel::add(const Record& r) {
     case Kind::kTorchInfo:
       on_torch_info(r.text);
       return;
+    case Kind::kPoolUsage:
+      on_pool_usage(r, t);
+      return;
     case Kind::kDevice:
       if (ev.aux < static_cast<uint64_t>(kMaxDevices))
         device_pci_[static_cast<int>(ev.aux)] = r.text;
@@ -379,6 +382,10 @@ void TraceModel::on_alloc(const Record& r, int64_t t, StackId stack) {
       push(Action::kSegmentAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid, 0,
            per_thread);
       push(Action::kAlloc, l.device, ev.addr, l.size, l.stream, t, stack, ev.tid, 0, per_thread);
+      if (ev.api == wire::Api::kMemAllocAsync || ev.api == wire::Api::kMemAllocFromPoolAsync) {
+        trace_.back().async_pool = true;  // both entries: the unit is made by segment_alloc
+        if (trace_.size() > 1) trace_[trace_.size() - 2].async_pool = true;
+      }
       break;
     case Kind::kCreate:
       handles_[ev.addr] = Handle{l, 1, 0, true};
@@ -800,6 +807,21 @@ void TraceModel::on_torch(const Record& r, int64_t t, StackId stack) {
   }
 }
 
+// A pool sample is kept when its reserved bytes differ from the pool's previous sample; the
+// latest one of each pool is added at build time (see build()).
+void TraceModel::on_pool_usage(const Record& r, int64_t t) {
+  const auto& ev = r.ev;
+  snap::PoolMemorySample m{t, sane_device(ev.device), ev.addr, ev.size, ev.aux};
+  last_time_us_ = std::max(last_time_us_, t);
+  auto [it, first] = pool_latest_.try_emplace(ev.addr, m);
+  const bool changed = first || it->second.reserved_bytes != m.reserved_bytes;
+  it->second = m;
+  if (changed) {
+    pool_samples_.push_back(m);
+    pool_kept_[ev.addr] = t;
+  }
+}
+
 void TraceModel::on_torch_info(const std::string& text) {
   snap::PytorchInfo info;
   size_t pos = 0;
@@ -834,6 +856,7 @@ void TraceModel::torch_segments(snap::Snapshot& s) const {
     seg.is_expandable = expandable;
     seg.stack = g.stack;
     const uint64_t seg_end = addr + total;
+    const bool split_any = g.small || expandable || (pytorch_ && pytorch_->expandable_segments);
     uint64_t cursor = addr;
     auto inactive = [&](uint64_t from, uint64_t to) {
       if (to > from) seg.blocks.push_back(snap::Block{from, to - from, 0, "inactive", -1});
@@ -847,8 +870,10 @@ void TraceModel::torch_segments(snap::Snapshot& s) const {
       const uint64_t next =
           next_it != torch_blocks_.end() && next_it->first < seg_end ? next_it->first : seg_end;
       uint64_t end = std::min(a + torch_round(it->second.requested), next);
-      // In the large pool every block is larger than 1 MiB, so a smaller remainder was not split.
-      if (!g.small && next - end <= kTorchSmallSize) end = next;
+      // PyTorch's should_split(): the large pool of the default allocator splits a block only
+      // when more than 1 MiB remains, so a smaller remainder stays in the block; the small pool,
+      // and every pool under expandable_segments, splits off any remainder (>= 512 B).
+      if (!split_any && next - end <= kTorchSmallSize) end = next;
       const TorchBlock& k = it->second;
       seg.blocks.push_back(snap::Block{a, end - a, k.requested,
                                        k.pending_free ? "active_pending_free" : "active_allocated",
@@ -897,6 +922,7 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
     te.device_free = e.device_free;
     te.tid = e.tid;
     te.stream_per_thread = e.per_thread;
+    te.async_pool = e.async_pool;
     te.source = e.pytorch ? snap::Source::kPytorch
                 : e.graph ? snap::Source::kGraph
                           : snap::Source::kDriver;
@@ -975,6 +1001,15 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
             [](const auto& a, const auto& b) { return a.addr < b.addr; });
   tool.anomalies = anomalies_;
   tool.pytorch = pytorch_;
+  tool.pool_memory = pool_samples_;
+  // Each pool's latest sample (the one at exit, at the end) even when its reserved bytes were
+  // unchanged, so that the pool's state at the snapshot's moment is in the file.
+  for (const auto& [pool, m] : pool_latest_) {
+    const auto kept = pool_kept_.find(pool);
+    if (kept == pool_kept_.end() || kept->second != m.time_us) tool.pool_memory.push_back(m);
+  }
+  std::stable_sort(tool.pool_memory.begin(), tool.pool_memory.end(),
+                   [](const auto& a, const auto& b) { return a.time_us < b.time_us; });
   tool.threads = threads_;
   if (exited_) {
     tool.ended.how = "exit";

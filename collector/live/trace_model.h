@@ -25,8 +25,9 @@
 // driver free/unmap writes none, so every byte of reserved memory is counted once; the live and
 // peak device bytes stay the driver's. At snapshot time PyTorch's segments (cudaMalloc'd ones,
 // and maximal mapped runs of expandable segments) are tiled with the live blocks: allocated and
-// pending-free blocks at their addresses with PyTorch's rounding (512 B; in the large pool a
-// remainder of at most 1 MiB stays in the block), the gaps between them inactive.
+// pending-free blocks at their addresses with PyTorch's rounding (512 B; in the large pool of the
+// default allocator a remainder of at most 1 MiB stays in the block, under expandable_segments
+// none does), the gaps between them inactive.
 // CUDA graph memory (kGraph* records): the allocation and free nodes of each graph are kept, in
 // the order they were added; an instantiation copies its graph's nodes. A launch applies them in
 // that order: an allocation node makes its address live (segment_alloc + alloc, source graph,
@@ -38,6 +39,10 @@
 // that is still live at the end is a leak, as compute-sanitizer reports it. Between node creation
 // and launch an address holds no memory and is not shown. The driver's graph memory pool
 // (kGraphMemReserved readings) is kept per device: latest and highest.
+// Allocations from stream-ordered pools (cuMemAllocAsync, cuMemAllocFromPoolAsync) are marked
+// async_pool on their alloc entry; the preload's samples of those pools (kPoolUsage) become the
+// tool section's pool_memory: the samples where a pool's reserved bytes changed, plus each pool's
+// latest one.
 // Marks become external_annotations in ring order: MARK, START (a push or a start/end range),
 // END (a pop takes the name of the thread's innermost open push, an end the name of its range's
 // start; an END that matches nothing is dropped). Their device is that of the marking thread's
@@ -114,6 +119,7 @@ class TraceModel {
     bool per_thread;
     bool pytorch = false;
     bool graph = false;
+    bool async_pool = false;  // an alloc from a stream-ordered pool
   };
   struct DeviceState {
     uint64_t live = 0;
@@ -235,6 +241,12 @@ class TraceModel {
   std::map<uint64_t, TorchSegment> torch_segments_;  // cudaMalloc'd, by address
   std::map<uint64_t, TorchSegment> torch_mapped_;    // expandable pieces, by address
   std::optional<snap::PytorchInfo> pytorch_;
+
+  // Stream-ordered memory pools as the preload sampled them (kPoolUsage).
+  void on_pool_usage(const Record& r, int64_t t);
+  std::vector<snap::PoolMemorySample> pool_samples_;  // kept: reserved bytes changed
+  std::unordered_map<uint64_t, snap::PoolMemorySample> pool_latest_;  // by pool handle
+  std::unordered_map<uint64_t, int64_t> pool_kept_;  // pool -> time of its last kept sample
 
   void on_mark(const Record& r, int64_t t);
   std::vector<snap::Annotation> annotations_;

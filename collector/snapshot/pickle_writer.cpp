@@ -298,6 +298,7 @@ class SnapshotPickler {
       key_int("time_us", e.time_us);
       if (e.tid) key_uint("tid", e.tid);
       if (e.stream_per_thread) key_bool("stream_per_thread", true);
+      if (e.async_pool) key_bool("async_pool", true);
       source(e.source);
       if (snap::writes_frames(e)) frames(e.stack);
     });
@@ -398,6 +399,15 @@ class SnapshotPickler {
         key_int("device", m.device);
         key_uint("used_bytes", m.used_bytes);
       });
+      if (!t.pool_memory.empty()) {
+        list_of_dicts("pool_memory", t.pool_memory, [&](const snap::PoolMemorySample& m) {
+          key_int("time_us", m.time_us);
+          key_int("device", m.device);
+          key_uint("pool", m.pool);
+          key_uint("reserved_bytes", m.reserved_bytes);
+          key_uint("used_bytes", m.used_bytes);
+        });
+      }
       if (t.pytorch) {
         const snap::PytorchInfo& py = *t.pytorch;
         p_.string("pytorch");

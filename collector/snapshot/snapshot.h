@@ -59,6 +59,7 @@ struct TraceEntry {
   uint32_t tid = 0;                // 0 when unknown (PyTorch files)
   bool stream_per_thread = false;  // stream 0 meant the per-thread default stream (_ptsz API)
   Source source = Source::kDriver;
+  bool async_pool = false;  // segment_alloc/alloc from a stream-ordered pool (cuMemAllocAsync, ...)
 };
 
 // Whether a writer puts `frames` on this entry (JSON and pickle alike): cumemtrace's driver
@@ -160,6 +161,14 @@ struct DriverMemorySample {  // per-process device memory as the driver (NVML) r
   uint64_t used_bytes = 0;
 };
 
+struct PoolMemorySample {  // a stream-ordered memory pool as the driver reports it
+  int64_t time_us = 0;
+  int device = 0;
+  uint64_t pool = 0;  // the pool's handle
+  uint64_t reserved_bytes = 0;
+  uint64_t used_bytes = 0;
+};
+
 struct PytorchInfo {  // what the capture of PyTorch's allocator found (the tool section's
                       // "pytorch")
   std::string version, backend, capture, why;  // capture: "blocks" | "driver" | "off"
@@ -195,6 +204,7 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   std::vector<Anomaly> anomalies;
   std::map<std::string, std::string> threads;     // tid -> name
   std::vector<DriverMemorySample> driver_memory;  // empty without NVML
+  std::vector<PoolMemorySample> pool_memory;      // empty when no pool allocation was made
   std::optional<PytorchInfo> pytorch;             // present when the target imported torch
 };
 

@@ -251,6 +251,18 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
                    m.time_us, m.device, m.used_bytes);
   }
   put(b, "]");
+  if (!t.pool_memory.empty()) {
+    put(b, ",\"pool_memory\":[");
+    for (size_t i = 0; i < t.pool_memory.size(); ++i) {
+      const auto& m = t.pool_memory[i];
+      if (i) b.push_back(',');
+      fmt::format_to(fmt::appender(b.mem),
+                     "{{\"time_us\":{},\"device\":{},\"pool\":{},\"reserved_bytes\":{},"
+                     "\"used_bytes\":{}}}",
+                     m.time_us, m.device, m.pool, m.reserved_bytes, m.used_bytes);
+    }
+    put(b, "]");
+  }
   if (t.pytorch) {
     const PytorchInfo& p = *t.pytorch;
     put(b, ",\"pytorch\":{\"version\":");
@@ -321,6 +333,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
       fmt::format_to(fmt::appender(b.mem), ",\"time_us\":{}", e.time_us);
       if (e.tid) fmt::format_to(fmt::appender(b.mem), ",\"tid\":{}", e.tid);
       if (e.stream_per_thread) put(b, ",\"stream_per_thread\":true");
+      if (e.async_pool) put(b, ",\"async_pool\":true");
       if (explicit_source) put_source(b, e.source);
       if (writes_frames(e)) put_frames(b, rendered, e.stack);
       b.push_back('}');

@@ -95,6 +95,8 @@ enum class C : uint8_t {
   kAnom,
   kDrivers,
   kDriver,
+  kPools,
+  kPool,
   kPytorch,
   kSkip,
 };
@@ -116,14 +118,14 @@ using Keys = std::vector<std::string_view>;
 #define FRAME_KEYS(X) X(filename) X(line) X(name)
 #define ENTRY_KEYS(X) \
   X(action) X(addr) X(size) X(stream) X(time_us) X(tid) X(frames) X(device_free) \
-  X(stream_per_thread) X(source)
+  X(stream_per_thread) X(source) X(async_pool)
 #define ANNOTATION_KEYS(X) X(name) X(stage) X(device) X(time_us)
 #define TOOL_KEYS(X) \
   X(schema_version) X(tool_version) X(pid) X(ppid) X(exe) X(argv) X(hostname) X(rank) \
   X(start_time_us) X(end_time_us) X(reason) X(ended) X(events_total) X(events_dropped) \
   X(devices) X(vmm_handles) X(host_allocations) X(anomalies) X(threads) \
   X(trace_entries_dropped) X(driver_memory) X(tag) X(imported_mappings) X(ring_error) \
-  X(pytorch)
+  X(pytorch) X(pool_memory)
 #define ENDED_KEYS(X) X(how) X(code) X(signal)
 #define DEVICE_KEYS(X) \
   X(device) X(peak_bytes) X(peak_time_us) X(live_bytes) X(allocations) X(frees) \
@@ -133,6 +135,7 @@ using Keys = std::vector<std::string_view>;
 #define HOST_KEYS(X) X(addr) X(size) X(api) X(time_us) X(frames)
 #define ANOM_KEYS(X) X(kind) X(addr) X(api) X(time_us) X(tid) X(frames)
 #define DRIVER_KEYS(X) X(time_us) X(device) X(used_bytes)
+#define POOL_KEYS(X) X(time_us) X(device) X(pool) X(reserved_bytes) X(used_bytes)
 #define PYTORCH_KEYS(X) X(version) X(backend) X(expandable_segments) X(capture) X(why)
 // clang-format on
 
@@ -154,6 +157,7 @@ CT_KEYS(ImpKey, kImpKeys, IMP_KEYS)
 CT_KEYS(HostKey, kHostKeys, HOST_KEYS)
 CT_KEYS(AnomKey, kAnomKeys, ANOM_KEYS)
 CT_KEYS(DriverKey, kDriverKeys, DRIVER_KEYS)
+CT_KEYS(PoolKey, kPoolKeys, POOL_KEYS)
 CT_KEYS(PytorchKey, kPytorchKeys, PYTORCH_KEYS)
 
 template <typename... E>
@@ -194,6 +198,8 @@ const Keys* keys_of(C c) {
       return &kAnomKeys;
     case C::kDriver:
       return &kDriverKeys;
+    case C::kPool:
+      return &kPoolKeys;
     case C::kPytorch:
       return &kPytorchKeys;
     default:
@@ -214,15 +220,17 @@ uint32_t required_of(C c) {
     case C::kTool:
       // Optional: tag (request/periodic snapshots), imported_mappings (absent before VMM import
       // support), ring_error (only when the ring was not read to its end), pytorch (only when
-      // the target imported torch).
-      return all_bits(kToolKeys) &
-             ~bits(ToolKey::tag, ToolKey::imported_mappings, ToolKey::ring_error, ToolKey::pytorch);
-    case C::kFrame:
-    case C::kAnnotation:
-    case C::kDriver:
+      // the target imported torch), pool_memory (only when the target used memory pools).
+      return all_bits(kToolKeys) & ~bits(ToolKey::tag, ToolKey::imported_mappings,
+                                         ToolKey::ring_error, ToolKey::pytorch,
+                                         ToolKey::pool_memory);
     case C::kDevice:  // graph_reserved_*: only where the process made graph memory nodes
       return all_bits(kDeviceKeys) &
              ~bits(DeviceKey::graph_reserved_bytes, DeviceKey::graph_reserved_peak_bytes);
+    case C::kFrame:
+    case C::kAnnotation:
+    case C::kDriver:
+    case C::kPool:
     case C::kEnded:
     case C::kVmm:
     case C::kImp:
@@ -532,6 +540,7 @@ class Handler {
       case C::kHosts:
       case C::kAnoms:
       case C::kDrivers:
+      case C::kPools:
         return "expected an object";
       default:
         return "unexpected value";
@@ -661,6 +670,9 @@ class Handler {
           case EntryKey::source:
             entry_.source = source_of(v);
             return;
+          case EntryKey::async_pool:
+            entry_.async_pool = boolean_of(v);
+            return;
           case EntryKey::frames:
             fail("expected an array");
         }
@@ -744,6 +756,7 @@ class Handler {
           case ToolKey::host_allocations:
           case ToolKey::anomalies:
           case ToolKey::driver_memory:
+          case ToolKey::pool_memory:
           case ToolKey::imported_mappings:
             fail("expected an array");
         }
@@ -793,6 +806,27 @@ class Handler {
             m.device = device(v);
             return;
           case DriverKey::used_bytes:
+            m.used_bytes = u64(v);
+            return;
+        }
+        return;
+      }
+      case C::kPool: {
+        PoolMemorySample& m = snap_.tool->pool_memory.back();
+        switch (static_cast<PoolKey>(l.key)) {
+          case PoolKey::time_us:
+            m.time_us = static_cast<int64_t>(u64(v));
+            return;
+          case PoolKey::device:
+            m.device = device(v);
+            return;
+          case PoolKey::pool:
+            m.pool = u64(v);
+            return;
+          case PoolKey::reserved_bytes:
+            m.reserved_bytes = u64(v);
+            return;
+          case PoolKey::used_bytes:
             m.used_bytes = u64(v);
             return;
         }
@@ -1005,6 +1039,11 @@ class Handler {
         snap_.tool->driver_memory.emplace_back();
         push(C::kDriver, {});
         return true;
+      case C::kPools:
+        need(true);
+        snap_.tool->pool_memory.emplace_back();
+        push(C::kPool, {});
+        return true;
       case C::kVmms:
         need(true);
         snap_.tool->vmm_handles.emplace_back();
@@ -1133,6 +1172,10 @@ class Handler {
           case ToolKey::driver_memory:
             need(false);
             push(C::kDrivers, kn);
+            return true;
+          case ToolKey::pool_memory:
+            need(false);
+            push(C::kPools, kn);
             return true;
           default:
             break;

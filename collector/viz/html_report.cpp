@@ -85,6 +85,7 @@ json device_json(const ReportDevice& d) {
             {"allocated", d.allocated_line ? allocated : json(nullptr)},
             {"driver", d.driver_line ? driver : json(nullptr)},
             {"v", columns}}},
+          {"pool_layer", d.pool_layer},
           {"peak",
            {{"bytes", d.peak_bytes},
             {"x", d.peak_x},

@@ -155,6 +155,7 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   d.peak_x = d.time_axis ? std::clamp(tl.peak_time_us, tmin, tmax) : x_of(tl.peak_index);
   d.peak_reserved = tl.reserved_peak_bytes;
   d.allocated_line = tl.has_reserved && rp.flavor() == analysis::Flavor::kCumemtrace;
+  d.pool_layer = tl.pool_layer;
   d.driver_line = tl.has_driver;
   d.peak_allocated = tl.allocated_peak_bytes;
   d.peak_driver = tl.driver_peak_bytes;

@@ -106,6 +106,7 @@ struct ReportDevice {
   int64_t peak_x = 0;
   uint64_t peak_reserved = 0;
   bool allocated_line = false;  // points carry `allocated`
+  bool pool_layer = false;      // reserved/allocated are stream-ordered pools' (model.h)
   bool driver_line = false;     // points carry `driver`
   uint64_t peak_allocated = 0;
   uint64_t peak_driver = 0;

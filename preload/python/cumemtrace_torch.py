@@ -6,7 +6,8 @@ from C++: attachAllocatorTraceTracker is a virtual method of the allocator objec
 exported anchor is the data symbol c10::cuda::CUDACachingAllocator::allocator of libc10_cuda.so.
 The method and the NativeCachingAllocator vtable are LOCAL symbols of that library's .symtab, read
 here with a small ELF reader. Before anything is called we check: the torch version has a
-TraceEntry layout we know, the backend is the native caching allocator (cudaMallocAsync: the
+TraceEntry layout we know, and the installed torch's own header (torch/include) declares
+TraceEntry with the members and Action enum that layout reads, the backend is the native caching allocator (cudaMallocAsync: the
 driver events already are the tensors), caching is on, the live allocator's vtable pointer is
 NativeCachingAllocator's, and the method is one of that vtable's slots. Then the preload's
 cumemtrace_torch_attach builds the std::function and calls it. This runs in Python right after
@@ -17,11 +18,26 @@ section; a torch we cannot handle gives one `cumemtrace:` line and the driver-le
 """
 import ctypes
 import os
+import re
 import struct
 import sys
 
 # torch "major.minor" -> the preload's TraceEntry layout number (preload/torch_tracker.cpp).
 SUPPORTED = {"2.11": 1}
+
+# What each layout number assumes of c10::CachingDeviceAllocator::TraceEntry, checked against the
+# installed torch's own header (TRACE_ENTRY_HEADERS under <torch>/include) before attaching: its
+# first data members, in order, as (type, name) with whitespace and "c10::" removed (the preload
+# reads action_, device_, addr_, stream_ and size_ at the offsets these give on x86-64), and the
+# Action enumerators it numbers (wire::TorchAction), in order, without explicit values.
+LAYOUT_MEMBERS = {
+    1: [("Action", "action_"), ("DeviceIndex", "device_"), ("size_t", "addr_"),
+        ("std::shared_ptr<GatheredContext>", "context_"), ("void*", "stream_"),
+        ("size_t", "size_")],
+}
+TRACE_ENTRY_ACTIONS = ["ALLOC", "FREE_REQUESTED", "FREE_COMPLETED", "SEGMENT_ALLOC",
+                       "SEGMENT_FREE", "SEGMENT_MAP", "SEGMENT_UNMAP", "SNAPSHOT", "OOM"]
+TRACE_ENTRY_HEADERS = ("c10/core/CachingDeviceAllocator.h", "c10/cuda/CUDACachingAllocator.h")
 
 ALLOCATOR = b"_ZN3c104cuda20CUDACachingAllocator9allocatorE"
 VTABLE = b"_ZTVN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocatorE"
@@ -76,6 +92,82 @@ def elf_symbols(path, names):
             if st_name in offsets and shndx != 0:
                 found[offsets[st_name]] = (value, size)
     return found
+
+
+def _struct_body(text, name):
+    """The text between the braces of `struct name {...}` (comments already removed), or None."""
+    m = re.search(r"\bstruct\s+(?:\w+\s+)?%s\s*(?::[^{;]*)?\{" % re.escape(name), text)
+    if not m:
+        return None
+    depth, i = 1, m.end()
+    while depth and i < len(text):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        i += 1
+    return text[m.end():i - 1] if depth == 0 else None
+
+
+def trace_entry_declaration(header_text):
+    """(data members as [(type, name)], Action enumerators) of TraceEntry in a header's text, or
+    None when the header does not define it. Types have whitespace and "c10::" removed."""
+    text = re.sub(r"/\*.*?\*/", " ", header_text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    body = _struct_body(text, "TraceEntry")
+    if body is None:
+        return None
+    enum = re.search(r"\benum\s+(?:class\s+)?Action\b[^{;]*\{([^}]*)\}", body)
+    actions = [a.strip() for a in enum.group(1).split(",") if a.strip()] if enum else []
+    # Nested braces (enum bodies, function bodies, brace initialisers) end a statement.
+    top, depth = [], 0
+    for c in body:
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                top.append(";")
+        elif depth == 0:
+            top.append(c)
+    members = []
+    for stmt in "".join(top).split(";"):
+        stmt = re.sub(r"\b(public|private|protected)\s*:", " ", stmt).strip()
+        if not stmt or "(" in stmt or re.match(
+                r"(enum|using|typedef|static|friend|struct|union|class|template|constexpr)\b",
+                stmt):
+            continue
+        m = re.match(r"^(.*?[\w>*&\s])\s*\b([A-Za-z_]\w*)\s*(?:=.*)?$", stmt, re.S)
+        if m:
+            members.append((re.sub(r"\s+", "", m.group(1)).replace("c10::", ""), m.group(2)))
+    return members, actions
+
+
+def check_trace_entry_layout(include_dir, layout):
+    """Raises ValueError saying why when the installed torch's TraceEntry is not what `layout`
+    reads (preload/torch_tracker.cpp)."""
+    for rel in TRACE_ENTRY_HEADERS:
+        path = os.path.join(include_dir, rel)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                found = trace_entry_declaration(f.read())
+        except OSError:
+            continue
+        if found is None:
+            continue
+        members, actions = found
+        want = LAYOUT_MEMBERS[layout]
+        for i, expected in enumerate(want):
+            got = members[i] if i < len(members) else None
+            if got != expected:
+                raise ValueError(
+                    "TraceEntry in %s is not the layout cumemtrace reads: member %d is %s, "
+                    "expected %s" % (path, i + 1, " ".join(got) if got else "missing",
+                                     " ".join(expected)))
+        if actions[:len(TRACE_ENTRY_ACTIONS)] != TRACE_ENTRY_ACTIONS or any(
+                "=" in a for a in actions):
+            raise ValueError("TraceEntry::Action in %s is not the enum cumemtrace numbers: %s"
+                             % (path, ", ".join(actions) or "missing"))
+        return
+    raise ValueError("no TraceEntry declaration under %s (looked in %s)"
+                     % (include_dir, ", ".join(TRACE_ENTRY_HEADERS)))
 
 
 def _loaded_library(basename):
@@ -153,6 +245,8 @@ def attach():
                 version, ", ".join(sorted(SUPPORTED)))
             warn = report["why"]
         else:
+            check_trace_entry_layout(
+                os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include"), layout)
             obj, method = _find_tracker_method()
             rc = attach_fn(obj, method, layout)
             if rc == 0:

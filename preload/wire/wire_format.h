@@ -90,6 +90,9 @@ enum class Kind : uint8_t {
                            // imported external memory): addr, size, device. Listed, never counted
   kUnmapImported = 33,     // cuIpcCloseMemHandle: addr; published before the real call (a mapped
                            // external buffer is released by cuMemFree: a kFree of its address)
+  kPoolUsage = 34,         // a stream-ordered memory pool as the driver reports it, sampled off the
+                           // hot path (pool_sampler.h): addr = pool handle, device, size = reserved
+                           // bytes (RESERVED_MEM_CURRENT), aux = bytes in use (USED_MEM_CURRENT)
 };
 
 // PyTorch's TraceEntry::Action (c10/core/CachingDeviceAllocator.h, torch >= 2.1).

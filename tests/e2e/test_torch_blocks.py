@@ -2,7 +2,9 @@
 attach through the ELF symbols of a libc10_cuda.so, the preload's tracker, the ring and the
 collector's merge. The fake torch (tests/fake_torch) follows PyTorch's caching rules; the numbers
 below are what those rules give for tests/e2e/torch_blocks.py."""
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -15,7 +17,9 @@ OUR_PY = os.path.join(BUILD, "lib", "cumemtrace", "python")
 
 
 def torch_env(**extra):
-    return dict(PYTHONPATH=FAKE_TORCH, FAKE_TORCH_LIB=FAKE_LIB, **extra)
+    env = dict(PYTHONPATH=FAKE_TORCH, FAKE_TORCH_LIB=FAKE_LIB)
+    env.update(extra)
+    return env
 
 
 def run(tmp_path, scenario, **env):
@@ -135,6 +139,31 @@ def test_expandable_segments_blocks(tmp_path):
     assert snap["cumemtrace"]["devices"][0]["live_bytes"] == 22 * MiB
 
 
+def test_expandable_segments_split_every_remainder(tmp_path):
+    """Under expandable segments PyTorch's large pool splits off any remainder (>= 512 B), where the
+    default allocator keeps one of at most 1 MiB in the block: c's 1 MiB - 512 B tail is its own
+    inactive block, next to c's pending free (the layout torch 2.11 showed on the GPU)."""
+    p, snaps = run(tmp_path, "expandable_split", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    assert p.returncode == 0, p.stderr
+    snap = final(snaps)
+    got = entries(snap)
+    l = got[0][1]
+    assert got == [
+        ("segment_map", l, 20 * MiB), ("alloc", l, 3 * MiB),
+        ("alloc", l + 3 * MiB, 5 * MiB + 100), ("alloc", l + 8 * MiB + 512, 11 * MiB),
+        ("free_requested", l + 3 * MiB, 5 * MiB + 100),
+        ("free_completed", l + 3 * MiB, 5 * MiB + 100),
+        ("free_requested", l + 8 * MiB + 512, 11 * MiB),
+    ]
+    (seg,) = snap["segments"]
+    assert (seg["address"], seg["total_size"], seg["is_expandable"]) == (l, 20 * MiB, True)
+    assert blocks(seg) == [(0, 3 * MiB, "active_allocated", 3 * MiB),
+                           (3 * MiB, 5 * MiB + 512, "inactive", 0),
+                           (8 * MiB + 512, 11 * MiB, "active_pending_free", 11 * MiB),
+                           (19 * MiB + 512, MiB - 512, "inactive", 0)]
+    assert (seg["allocated_size"], seg["active_size"]) == (3 * MiB, 14 * MiB)
+
+
 def test_allocator_oom_writes_oom_snapshot_with_python_line(tmp_path):
     p, snaps = run(tmp_path, "oom")
     assert p.returncode == 0, p.stderr
@@ -173,12 +202,86 @@ def test_unsupported_version_degrades_with_one_line(tmp_path):
     assert all("source" not in g for g in snap["segments"]) and len(snap["segments"]) == 2
 
 
+def test_trace_entry_layout_differs_from_header_degrades_with_one_line(tmp_path):
+    """A torch whose own header (torch/include) declares TraceEntry with another member order than
+    the layout the preload reads: one line naming the header and the member, no attach, the
+    driver view as before."""
+    fake = tmp_path / "torch_copy"
+    shutil.copytree(FAKE_TORCH, fake)
+    header = fake / "torch" / "include" / "c10" / "core" / "CachingDeviceAllocator.h"
+    text = header.read_text()
+    assert "  void* stream_{};\n  size_t size_;\n" in text
+    header.write_text(text.replace("  void* stream_{};\n  size_t size_;\n",
+                                   "  size_t size_;\n  void* stream_{};\n"))
+    p, snaps = run(tmp_path, "basic", PYTHONPATH=str(fake))
+    assert p.returncode == 0, p.stderr
+    lines = refusals(p)
+    assert len(lines) == 1, p.stderr
+    assert "CachingDeviceAllocator.h is not the layout cumemtrace reads: member 5 is size_t size_, "\
+        "expected void* stream_" in lines[0]
+    snap = final(snaps)
+    info = snap["cumemtrace"]["pytorch"]
+    assert (info["capture"], info["version"]) == ("driver", "2.11.0")
+    assert entries(snap) == []
+    assert [a for a, _, _ in entries(snap, "driver")].count("segment_alloc") == 3
+    assert all("source" not in g for g in snap["segments"]) and len(snap["segments"]) == 2
+
+
+def test_trace_entry_header_missing_degrades_with_one_line(tmp_path):
+    fake = tmp_path / "torch_copy"
+    shutil.copytree(FAKE_TORCH, fake)
+    shutil.rmtree(fake / "torch" / "include")
+    p, snaps = run(tmp_path, "basic", PYTHONPATH=str(fake))
+    assert p.returncode == 0, p.stderr
+    lines = refusals(p)
+    assert len(lines) == 1 and "no TraceEntry declaration under" in lines[0], p.stderr
+    assert final(snaps)["cumemtrace"]["pytorch"]["capture"] == "driver"
+
+
 def test_cuda_malloc_async_backend_is_driver_capture(tmp_path):
     p, snaps = run(tmp_path, "basic", PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
     assert p.returncode == 0, p.stderr
     assert refusals(p) == []
     info = final(snaps)["cumemtrace"]["pytorch"]
     assert (info["backend"], info["capture"]) == ("cudaMallocAsync", "driver")
+
+
+def test_cuda_malloc_async_backend_reserved_allocated_cached(tmp_path):
+    """backend:cudaMallocAsync: allocated = the live cuMemAllocAsync allocations, reserved = the
+    pool's reserved bytes as the driver reports them (sampled in the target before the first pool
+    allocation's record, then at most every 10 ms, and at exit), cached = the difference."""
+    p, snaps = run(tmp_path, "async_backend", PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    assert p.returncode == 0, p.stderr
+    assert refusals(p) == []
+    assert "device 0 at exit: reserved 4 MiB = allocated 3 MiB + cached 1 MiB free" in p.stderr
+    (name,) = [n for n in snaps if not n.endswith(".oom.json")]
+    snap = snaps[name]
+    tool = snap["cumemtrace"]
+    assert (tool["pytorch"]["backend"], tool["pytorch"]["capture"]) == ("cudaMallocAsync", "driver")
+    pools = [(m["device"], m["reserved_bytes"], m["used_bytes"]) for m in tool["pool_memory"]]
+    assert pools == [(0, 2 * MiB, 1000), (0, 34 * MiB, 33 * MiB), (0, 4 * MiB, 3 * MiB)]
+    assert len({m["pool"] for m in tool["pool_memory"]}) == 1
+    allocs = [(e["action"], e["size"]) for e in snap["device_traces"][0]
+              if e.get("async_pool")]
+    assert allocs == [("segment_alloc", 1000), ("alloc", 1000), ("segment_alloc", 3 * MiB),
+                      ("alloc", 3 * MiB), ("segment_alloc", 30 * MiB), ("alloc", 30 * MiB)]
+    rep = subprocess.run([CT, "report", "--format", "json", str(tmp_path / "traces" / name)],
+                         capture_output=True, text=True, timeout=60)
+    assert rep.returncode == 0, rep.stderr
+    (dev,) = json.loads(rep.stdout)["devices"]
+    assert (dev["reserved_peak_bytes"], dev["reserved_end_bytes"]) == (34 * MiB, 4 * MiB)
+    assert dev["allocated_peak_bytes"] == 33 * MiB
+    layers = {l["moment"]: l for l in dev["layers"]}
+    assert layers["peak"]["pytorch"]["reserved_bytes"] == 34 * MiB
+    assert layers["peak"]["pytorch"]["allocated_bytes"] == 33 * MiB
+    assert layers["peak"]["pytorch"]["cached_free_bytes"] == MiB
+    assert layers["exit"]["pytorch"]["reserved_bytes"] == 4 * MiB
+    assert layers["exit"]["pytorch"]["allocated_bytes"] == 3 * MiB
+    assert layers["exit"]["pytorch"]["cached_free_bytes"] == MiB
+    assert layers["exit"]["pytorch"]["largest_free_block_bytes"] is None
+    # Tracked memory counts the pool's reservation, not its allocations a second time.
+    assert (layers["exit"]["tracked_bytes"], layers["exit"]["other_libraries"]["bytes"]) == (
+        4 * MiB, 0)
 
 
 def test_plain_preload_with_documented_pythonpath(tmp_path):

@@ -3,6 +3,7 @@ Each allocation is on its own line, so the tests can name the Python line of a r
 import os
 import signal
 import sys
+import time
 
 import torch
 
@@ -29,6 +30,24 @@ def expandable():
     torch.cuda.empty_cache()
 
 
+def expandable_split():
+    torch.cuda.alloc(3 * MiB)
+    b = torch.cuda.alloc(5 * MiB + 100)
+    c = torch.cuda.alloc(11 * MiB)
+    torch.cuda.free(b)
+    torch.cuda.free(c, deferred=True)
+
+
+def async_backend():
+    a = torch.cuda.alloc(1000)  # the pool's first sample: reserved 2 MiB
+    torch.cuda.alloc(3 * MiB)  # within the sampling interval: no sample
+    torch.cuda.free(a)
+    time.sleep(0.03)  # past the interval: the next allocation samples again
+    e = torch.cuda.alloc(30 * MiB)  # the peak; the pool grows to 34 MiB
+    torch.cuda.free(e)
+    torch.cuda.empty_cache()  # trims the pool to what is in use (4 MiB); the exit sample says so
+
+
 def oom():
     torch.cuda.set_memory_limit(22 * MiB)
     torch.cuda.alloc(3 * MiB)
@@ -45,4 +64,5 @@ def kill():
 
 
 if __name__ == "__main__":
-    {"basic": basic, "expandable": expandable, "oom": oom, "kill": kill}[sys.argv[1]]()
+    {"basic": basic, "expandable": expandable, "expandable_split": expandable_split,
+     "async_backend": async_backend, "oom": oom, "kill": kill}[sys.argv[1]]()

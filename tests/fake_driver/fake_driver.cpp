@@ -49,6 +49,11 @@
 //    Stream capture works on created streams (others: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED):
 //    cuMemAllocAsync/cuMemAllocFromPoolAsync/cuMemFreeAsync on a capturing stream add nodes to
 //    the capture's graph; cuStreamIsCapturing and cuStreamGetCaptureInfo_v2/_v3 report it.
+//  - Stream-ordered pools (each device's default pool, which cuDeviceGetMemPool returns, and
+//    cuMemPoolCreate'd ones) keep the driver's two figures: used = the bytes of their live
+//    allocations, reserved = at least used rounded up to 2 MiB, never shrinking (PyTorch's
+//    release threshold) until cuMemPoolTrimTo(pool, keep) lowers it to max(used rounded up,
+//    keep rounded up). cuMemPoolGetAttribute answers RESERVED/USED_MEM_CURRENT and _HIGH.
 //  - Environment, read once by the first cuInit or cuGetProcAddress*: FAKE_CUDA_MEM_LIMIT (bytes
 //    per device, default 80 GiB, K/M/G suffixes accepted) turns allocations beyond it into
 //    CUDA_ERROR_OUT_OF_MEMORY and sets cuMemGetInfo's total; FAKE_CUDA_FAIL_NTH_ALLOC=N fails the
@@ -144,11 +149,14 @@ struct GraphExec {
   const Graph* from;  // its graph while that exists: one executable graph per graph with memory
 };
 
+struct Pool;
+
 struct Range {
   size_t size;
   int device;
   Kind kind;
   CUmemGenericAllocationHandle handle;  // kMapped only
+  Pool* pool = nullptr;                 // kAsync only
 };
 
 struct Context {
@@ -159,8 +167,18 @@ struct Stream {
   int device;
 };
 
+constexpr uint64_t kPoolGranule = uint64_t{2} << 20;
+
 struct Pool {
   int device;
+  uint64_t used = 0, reserved = 0, used_high = 0, reserved_high = 0;
+
+  void grow(uint64_t bytes) {
+    used += bytes;
+    used_high = std::max(used_high, used);
+    reserved = std::max(reserved, (used + kPoolGranule - 1) / kPoolGranule * kPoolGranule);
+    reserved_high = std::max(reserved_high, reserved);
+  }
 };
 
 struct Physical {
@@ -391,8 +409,15 @@ CUresult release_range(uint64_t base, Pred accepts_kind) {
     return CUDA_SUCCESS;
   }
   if (r.kind != Kind::kHost) s.used[r.device] -= r.size;
+  if (r.pool) r.pool->used -= r.size;
   backing_free(r.kind, base, r.size);
   return CUDA_SUCCESS;
+}
+
+// Caller holds the lock. The async allocation at `base` came from `pool`.
+void in_pool(State& s, uint64_t base, Pool* pool) {
+  s.ranges[base].pool = pool;
+  pool->grow(s.ranges[base].size);
 }
 
 // Caller holds the lock. Returns the range containing `addr`, or nullptr.
@@ -618,6 +643,46 @@ CUresult pool_destroy(CUmemoryPool pool) {
   return CUDA_SUCCESS;
 }
 
+CUresult pool_get_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  int d = -1;
+  if (!value || !valid_pool(s, pool, &d)) return CUDA_ERROR_INVALID_VALUE;
+  const auto* p = reinterpret_cast<const Pool*>(pool);
+  cuuint64_t v = 0;
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      v = p->reserved;
+      break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      v = p->reserved_high;
+      break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      v = p->used;
+      break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      v = p->used_high;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  *static_cast<cuuint64_t*>(value) = v;
+  return CUDA_SUCCESS;
+}
+
+CUresult pool_trim_to(CUmemoryPool pool, size_t keep) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  int d = -1;
+  if (!valid_pool(s, pool, &d)) return CUDA_ERROR_INVALID_VALUE;
+  auto* p = const_cast<Pool*>(reinterpret_cast<const Pool*>(pool));
+  const auto up = [](uint64_t b) { return (b + kPoolGranule - 1) / kPoolGranule * kPoolGranule; };
+  p->reserved = std::min(p->reserved, std::max(up(p->used), up(keep)));
+  return CUDA_SUCCESS;
+}
+
 CUresult default_mem_pool(CUmemoryPool* pool, CUdevice dev) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
@@ -684,19 +749,20 @@ CUresult mem_alloc_async(CUdeviceptr* dptr, size_t size, CUstream stream) {
   CUresult r = stream_device(stream, &d);
   if (r != CUDA_SUCCESS) return r;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
-  {
-    State& s = state();
-    std::lock_guard lock(s.mu);
-    if (Graph* g = capture_of(s, stream)) {
-      uint64_t p = 0;
-      r = add_graph_alloc_node(g, d, size, &p);
-      if (r == CUDA_SUCCESS) *dptr = p;
-      return r;
-    }
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (Graph* g = capture_of(s, stream)) {
+    uint64_t p = 0;
+    r = add_graph_alloc_node(g, d, size, &p);
+    if (r == CUDA_SUCCESS) *dptr = p;
+    return r;
   }
   uint64_t p = 0;
-  r = allocate(Kind::kAsync, d, size, &p);
-  if (r == CUDA_SUCCESS) *dptr = p;
+  r = allocate_locked(s, Kind::kAsync, d, size, &p);
+  if (r == CUDA_SUCCESS) {
+    *dptr = p;
+    in_pool(s, p, &s.default_pools[d]);
+  }
   return r;
 }
 
@@ -718,7 +784,10 @@ CUresult mem_alloc_from_pool_async(CUdeviceptr* dptr, size_t size, CUmemoryPool 
     return r;
   }
   r = allocate_locked(s, Kind::kAsync, d, size, &p);
-  if (r == CUDA_SUCCESS) *dptr = p;
+  if (r == CUDA_SUCCESS) {
+    *dptr = p;
+    in_pool(s, p, const_cast<Pool*>(reinterpret_cast<const Pool*>(pool)));
+  }
   return r;
 }
 
@@ -1691,6 +1760,20 @@ FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
 
 FAKE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
   return fk::default_mem_pool(pool_out, dev);
+}
+
+// No cuDeviceSetMemPool here: a device's current pool is its default pool.
+FAKE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* pool_out, CUdevice dev) {
+  return fk::default_mem_pool(pool_out, dev);
+}
+
+FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                           void* value) {
+  return fk::pool_get_attribute(pool, attr, value);
+}
+
+FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  return fk::pool_trim_to(pool, minBytesToKeep);
 }
 
 FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,

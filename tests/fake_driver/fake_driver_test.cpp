@@ -273,6 +273,57 @@ TEST_CASE("pointer device ordinal follows context, stream and pool") {
   CHECK(stream_destroy(s1) == CUDA_ERROR_INVALID_HANDLE);
 }
 
+TEST_CASE("pools report used and reserved bytes; a trim lowers reserved to what is used") {
+  const Fake& f = fake();
+  auto pool_create = f.fn<CUresult (*)(CUmemoryPool*, const CUmemPoolProps*)>("cuMemPoolCreate");
+  auto pool_destroy = f.fn<CUresult (*)(CUmemoryPool)>("cuMemPoolDestroy");
+  auto from_pool =
+      f.fn<CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream)>("cuMemAllocFromPoolAsync");
+  auto free_async = f.fn<CUresult (*)(CUdeviceptr, CUstream)>("cuMemFreeAsync");
+  auto get_attr =
+      f.fn<CUresult (*)(CUmemoryPool, CUmemPool_attribute, void*)>("cuMemPoolGetAttribute");
+  auto trim = f.fn<CUresult (*)(CUmemoryPool, size_t)>("cuMemPoolTrimTo");
+  auto current_pool = f.fn<CUresult (*)(CUmemoryPool*, CUdevice)>("cuDeviceGetMemPool");
+  auto default_pool = f.fn<CUresult (*)(CUmemoryPool*, CUdevice)>("cuDeviceGetDefaultMemPool");
+
+  use_device(0);
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr;
+  REQUIRE(pool_create(&pool, &props) == CUDA_SUCCESS);
+  auto attr = [&](CUmemPool_attribute a) {
+    cuuint64_t v = ~cuuint64_t{0};
+    REQUIRE(get_attr(pool, a, &v) == CUDA_SUCCESS);
+    return v;
+  };
+  CHECK(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 0);
+  CUdeviceptr a = 0, b = 0;
+  REQUIRE(from_pool(&a, 3 * kMiB, pool, nullptr) == CUDA_SUCCESS);
+  REQUIRE(from_pool(&b, 1000, pool, nullptr) == CUDA_SUCCESS);
+  CHECK(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT) == 3 * kMiB + 1000);
+  CHECK(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 4 * kMiB);
+  REQUIRE(free_async(a, nullptr) == CUDA_SUCCESS);
+  CHECK(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT) == 1000);
+  CHECK(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 4 * kMiB);  // kept until a trim
+  REQUIRE(trim(pool, 0) == CUDA_SUCCESS);
+  CHECK(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 2 * kMiB);
+  CHECK(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) == 4 * kMiB);
+  CHECK(attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH) == 3 * kMiB + 1000);
+  cuuint64_t v = 0;
+  CHECK(get_attr(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v) == CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(free_async(b, nullptr) == CUDA_SUCCESS);
+  CHECK(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT) == 0);
+  CHECK(pool_destroy(pool) == CUDA_SUCCESS);
+  CHECK(get_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v) == CUDA_ERROR_INVALID_VALUE);
+
+  CUmemoryPool cur = nullptr, def = nullptr;
+  REQUIRE(current_pool(&cur, 1) == CUDA_SUCCESS);
+  REQUIRE(default_pool(&def, 1) == CUDA_SUCCESS);
+  CHECK(cur == def);
+}
+
 TEST_CASE("VMM: reserve, create, map, access, unmap, release") {
   const Fake& f = fake();
   auto reserve = f.fn<CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long)>(

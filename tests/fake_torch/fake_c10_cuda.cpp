@@ -5,16 +5,21 @@
 //    c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator and its virtual
 //    attachAllocatorTraceTracker(std::function<void(const c10::CachingDeviceAllocator::
 //    TraceEntry&)>) (the namespaces mirror PyTorch's so that the names mangle the same);
-//  - TraceEntry laid out as 2.11 lays it out (static_asserts below);
+//  - TraceEntry from torch/include/c10/core/CachingDeviceAllocator.h, the fake's header, declared
+//    as 2.11 declares it (static_asserts below);
 //  - trackers called on the allocating/freeing thread with the allocator's recursive mutex held.
 // The allocator follows PyTorch's caching rules closely enough for exact block layouts: requests
 // rounded to 512 B; small pool (<= 1 MiB) in 2 MiB segments, always split; large pool in 20 MiB
 // segments below 10 MiB, else the request rounded to 2 MiB; large blocks split only when more
-// than 1 MiB remains; best fit; freed blocks merge with free neighbours; empty_cache releases
-// wholly free segments. With expandable segments each pool reserves one VA range and maps pages
-// (2 MiB small, 20 MiB large) at its end as it grows; empty_cache unmaps free whole pages at the
-// end. Segments come from the (fake) driver the way cudart reaches it (cuGetProcAddress).
-// The Python fake (torch/__init__.py) drives it through the extern "C" functions at the end.
+// than 1 MiB remains (with expandable segments: when at least 512 B remain); best fit; freed blocks
+// merge with free neighbours; empty_cache releases wholly free segments. With expandable segments
+// each pool reserves one VA range and maps pages (2 MiB small, 20 MiB large) at its end as it
+// grows; empty_cache unmaps free whole pages at the end. Segments come from the (fake) driver the
+// way cudart reaches it (cuGetProcAddress). The Python fake (torch/__init__.py) drives it through
+// the extern "C" functions at the end.
+// PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync stands for PyTorch's other backend: every
+// tensor is one cuMemAllocAsync/cuMemFreeAsync on the default stream, empty_cache trims the
+// device's pool to 0 (cuMemPoolTrimTo), and no trace tracker is ever called.
 #include <cuda.h>
 
 #include <algorithm>
@@ -30,36 +35,14 @@
 #include <utility>
 #include <vector>
 
+#include "c10/core/CachingDeviceAllocator.h"
 #include "gpa_loader.h"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace c10 {
-using DeviceIndex = int8_t;
 namespace CachingDeviceAllocator {
-struct TraceEntry {
-  enum Action {
-    ALLOC,
-    FREE_REQUESTED,
-    FREE_COMPLETED,
-    SEGMENT_ALLOC,
-    SEGMENT_FREE,
-    SEGMENT_MAP,
-    SEGMENT_UNMAP,
-    SNAPSHOT,
-    OOM
-  };
-  Action action_;
-  DeviceIndex device_;
-  size_t addr_;
-  std::shared_ptr<void> context_;
-  void* stream_;
-  size_t size_;
-  std::pair<unsigned long long, unsigned long long> mempool_;
-  int64_t time_;
-  std::string compile_context_;
-  std::string user_metadata_;
-};
+// The offsets of torch 2.11 on x86-64, which the preload's layout 1 reads.
 static_assert(offsetof(TraceEntry, device_) == 4);
 static_assert(offsetof(TraceEntry, addr_) == 8);
 static_assert(offsetof(TraceEntry, context_) == 16);
@@ -112,6 +95,7 @@ class NativeCachingAllocator : public CUDAAllocator {
   void empty_cache();
   void set_limit(size_t bytes) { limit_ = bytes; }
   void set_expandable(bool on) { expandable_ = on; }
+  void set_async(bool on) { async_ = on; }
   size_t reserved() const { return reserved_; }
 
  private:
@@ -137,7 +121,8 @@ class NativeCachingAllocator : public CUDAAllocator {
   cumemtrace::testprog::DriverEntryPoints d_{};
   bool ready_ = false;
   bool expandable_ = false;
-  size_t limit_ = 0;  // set_per_process_memory_fraction, in bytes (0: none)
+  bool async_ = false;  // backend:cudaMallocAsync
+  size_t limit_ = 0;    // set_per_process_memory_fraction, in bytes (0: none)
   size_t reserved_ = 0;
   std::map<uintptr_t, Block> blocks_;                      // every block by address
   std::map<uintptr_t, std::pair<size_t, bool>> segments_;  // cudaMalloc'd: size, small pool
@@ -244,6 +229,11 @@ void NativeCachingAllocator::merge_free(std::map<uintptr_t, Block>::iterator it)
 
 void* NativeCachingAllocator::malloc(size_t size) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (async_) {
+    CUdeviceptr p = 0;
+    return d_.memAllocAsync(&p, size, nullptr) == CUDA_SUCCESS ? reinterpret_cast<void*>(p)
+                                                               : nullptr;
+  }
   const size_t rounded =
       size < kMinBlock ? kMinBlock : (size + kMinBlock - 1) / kMinBlock * kMinBlock;
   const bool small_pool = small(rounded);
@@ -267,7 +257,8 @@ void* NativeCachingAllocator::malloc(size_t size) {
   }
   Block& b = it->second;
   const size_t remaining = b.size - rounded;
-  if (small_pool ? remaining >= kMinBlock : remaining > kSmallSize) {
+  // PyTorch's should_split(): under expandable segments every pool splits off any remainder.
+  if (small_pool || expandable_ ? remaining >= kMinBlock : remaining > kSmallSize) {
     blocks_[b.addr + rounded] =
         Block{b.addr + rounded, remaining, 0, false, false, b.segment, b.small_pool};
     b.size = rounded;
@@ -280,6 +271,10 @@ void* NativeCachingAllocator::malloc(size_t size) {
 
 void NativeCachingAllocator::free(void* ptr, bool deferred) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (async_) {
+    d_.memFreeAsync(reinterpret_cast<CUdeviceptr>(ptr), nullptr);
+    return;
+  }
   auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == blocks_.end() || !it->second.allocated) return;
   Block& b = it->second;
@@ -309,6 +304,11 @@ void NativeCachingAllocator::complete_pending() {
 
 void NativeCachingAllocator::empty_cache() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (async_) {
+    CUmemoryPool pool = nullptr;
+    if (d_.deviceGetMemPool(&pool, 0) == CUDA_SUCCESS) d_.memPoolTrimTo(pool, 0);
+    return;
+  }
   for (auto it = segments_.begin(); it != segments_.end();) {
     auto b = blocks_.find(it->first);
     if (b != blocks_.end() && !b->second.allocated && !b->second.pending &&
@@ -371,9 +371,10 @@ NativeCachingAllocator* native() {
 // --- what the fake torch package calls (ctypes) ------------------------------------------------
 
 // CUDA's lazy initialisation: the driver, the context, and the allocator object published.
-FAKE_EXPORT int fake_torch_cuda_init(int expandable) {
+FAKE_EXPORT int fake_torch_cuda_init(int expandable, int async_backend) {
   NativeCachingAllocator* a = native();
   a->set_expandable(expandable != 0);
+  a->set_async(async_backend != 0);
   if (!a->init()) return -1;
   c10::cuda::CUDACachingAllocator::allocator.store(a);
   return 0;

@@ -83,6 +83,8 @@ bool load_driver_entry_points(DriverEntryPoints* out) {
   get(e.memFreeAsync, "cuMemFreeAsync", 11020, kLegacyStream);
   get(e.memFreeAsyncPtsz, "cuMemFreeAsync", 11020, kPerThread);
   get(e.memPoolCreate, "cuMemPoolCreate", 11020);
+  get(e.deviceGetMemPool, "cuDeviceGetMemPool", 11020);
+  get(e.memPoolTrimTo, "cuMemPoolTrimTo", 11020);
   get(e.memGetAllocationGranularity, "cuMemGetAllocationGranularity", 12000);
   get(e.memAddressReserve, "cuMemAddressReserve", 12000);
   get(e.memAddressFree, "cuMemAddressFree", 12000);

@@ -32,6 +32,8 @@ struct DriverEntryPoints {
   CUresult (*memFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*memFreeAsyncPtsz)(CUdeviceptr, CUstream);
   CUresult (*memPoolCreate)(CUmemoryPool*, const CUmemPoolProps*);
+  CUresult (*deviceGetMemPool)(CUmemoryPool*, CUdevice);
+  CUresult (*memPoolTrimTo)(CUmemoryPool, size_t);
   CUresult (*memGetAllocationGranularity)(size_t*, const CUmemAllocationProp*,
                                           CUmemAllocationGranularity_flags);
   CUresult (*memAddressReserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);

@@ -27,7 +27,7 @@ static_assert(sizeof(snap::Block) == 64);
 static_assert(sizeof(snap::Frame) == 72);
 static_assert(sizeof(snap::Annotation) == 80);
 static_assert(sizeof(snap::PytorchInfo) == 136);
-static_assert(sizeof(snap::ToolSection) == 696);
+static_assert(sizeof(snap::ToolSection) == 720);
 
 snap::Snapshot every_field() {
   snap::Snapshot s;
@@ -60,6 +60,9 @@ snap::Snapshot every_field() {
       {A::kSegmentAlloc, 0x7f0000000000, 20 << 20, 77, 1000, snap::kNoStack, 0, 11, false,
        Source::kPytorch},
       {A::kAlloc, 0x7f0000000000, (2 << 20) - 100, 77, 1001, 0, 0, 11, false, Source::kPytorch},
+      {A::kSegmentAlloc, 0x5000, 3 << 20, 78, 1001, snap::kNoStack, 0, 11, false, Source::kDriver,
+       true},
+      {A::kAlloc, 0x5000, 3 << 20, 78, 1001, 1, 0, 11, false, Source::kDriver, true},
       {A::kFreeRequested, 0x7f0000000000, 5, 0, 1002, snap::kNoStack, 0, 0, true},
       {A::kFreeCompleted, 0x7f0000000000, 5, 0, 1003, snap::kNoStack, 0, 12, false},
       {A::kSegmentFree, 0x1000, 4096, 3, 1004, snap::kNoStack, 0, 12},
@@ -98,6 +101,7 @@ snap::Snapshot every_field() {
   t.anomalies = {{"double_free", 0x1000, "cuMemFree", 0, 1013, 16}};
   t.threads = {{"11", "main"}, {"12", "w\xc3\xa9rker"}};
   t.driver_memory = {{950, 0, 1 << 20}, {1500, 1, 30 << 20}};
+  t.pool_memory = {{1001, 1, 0x55aa00, 4 << 20, 3 << 20}, {1900, 1, 0x55aa00, 2 << 20, 0}};
   t.pytorch = snap::PytorchInfo{"2.11.0+cu130", "native", "blocks", "torch imported", true};
   s.tool = t;
   return s;
@@ -147,6 +151,7 @@ void same(const snap::Snapshot& a, const snap::Snapshot& b) {
       CHECK(x.device_free == y.device_free);
       CHECK(x.tid == y.tid);
       CHECK(x.stream_per_thread == y.stream_per_thread);
+      CHECK(x.async_pool == y.async_pool);
       CHECK(x.source == y.source);
       // Frames are written on alloc, oom and segment_map entries only (PyTorch's layout).
       const bool framed = x.action == snap::Action::kAlloc || x.action == snap::Action::kOom ||
@@ -233,6 +238,14 @@ void same(const snap::Snapshot& a, const snap::Snapshot& b) {
     CHECK(t.driver_memory[i].time_us == u.driver_memory[i].time_us);
     CHECK(t.driver_memory[i].device == u.driver_memory[i].device);
     CHECK(t.driver_memory[i].used_bytes == u.driver_memory[i].used_bytes);
+  }
+  REQUIRE(t.pool_memory.size() == u.pool_memory.size());
+  for (size_t i = 0; i < t.pool_memory.size(); ++i) {
+    CHECK(t.pool_memory[i].time_us == u.pool_memory[i].time_us);
+    CHECK(t.pool_memory[i].device == u.pool_memory[i].device);
+    CHECK(t.pool_memory[i].pool == u.pool_memory[i].pool);
+    CHECK(t.pool_memory[i].reserved_bytes == u.pool_memory[i].reserved_bytes);
+    CHECK(t.pool_memory[i].used_bytes == u.pool_memory[i].used_bytes);
   }
   REQUIRE(t.pytorch.has_value() == u.pytorch.has_value());
   if (t.pytorch) {
@@ -338,6 +351,9 @@ TEST_CASE("JSON: write, read, write gives the same bytes and the same model, eve
   CHECK_FALSE(j["segments"][1].contains("source"));
   CHECK(j["device_traces"][1][0]["source"] == "pytorch");
   CHECK_FALSE(j["device_traces"][1][2].contains("source"));
+  CHECK(j["device_traces"][1][2]["async_pool"] == true);
+  CHECK_FALSE(j["device_traces"][1][4].contains("async_pool"));
+  CHECK(j["cumemtrace"]["pool_memory"][0]["reserved_bytes"] == 4 << 20);
 }
 
 TEST_CASE("pickle: write, read gives the same model, every field") {

@@ -223,8 +223,8 @@
         const r = sv('path', { class: cls, d }, svg);
         sv('title', { text: title }, r);
       };
-      if (dev.peak.reserved > 0) line(P.reserved, 'reserved', 'PyTorch reserved (segments, cache included)');
-      if (P.allocated) line(P.allocated, 'allocated', 'PyTorch allocated (tensors)');
+      if (dev.peak.reserved > 0) line(P.reserved, 'reserved', dev.pool_layer ? 'pool reserved (driver samples, cache included)' : 'PyTorch reserved (segments, cache included)');
+      if (P.allocated) line(P.allocated, 'allocated', dev.pool_layer ? 'pool allocated (cudaMallocAsync)' : 'PyTorch allocated (tensors)');
       if (P.driver) line(P.driver, 'driver', 'driver-visible (NVML)');
       for (const o of dev.ooms) {
         if (o[0] < x0 || o[0] > x1) continue;
@@ -429,8 +429,8 @@
     const note = [];
     if (dev.bands.length || dev.marks.length) note.push('shaded bands and dotted lines are marks (hover for names)');
     if (dev.bands_dropped) note.push(dev.bands_dropped + ' marks not drawn (too many to show)');
-    if (dev.peak.reserved > 0) note.push('dashed line: PyTorch reserved (segments)');
-    if (dev.points.allocated) note.push('solid line: PyTorch allocated');
+    if (dev.peak.reserved > 0) note.push(dev.pool_layer ? 'dashed line: pool reserved (driver samples)' : 'dashed line: PyTorch reserved (segments)');
+    if (dev.points.allocated) note.push(dev.pool_layer ? 'solid line: pool allocated' : 'solid line: PyTorch allocated');
     if (dev.points.driver) note.push('dotted line: driver-visible (NVML)');
     note.push('stacked by the ' + dev.series.length + ' allocation sites with the most byte-time');
     sec.append(el('div', { class: 'sub', text: note.join('; ') + '.' }));

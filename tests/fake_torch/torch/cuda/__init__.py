@@ -35,7 +35,8 @@ def _lazy_init():
     global _initialized
     if _initialized:
         return
-    if _lib.fake_torch_cuda_init(1 if memory._expandable() else 0) != 0:
+    if _lib.fake_torch_cuda_init(1 if memory._expandable() else 0,
+                                 1 if memory.get_allocator_backend() == "cudaMallocAsync" else 0) != 0:
         raise RuntimeError("fake CUDA initialisation failed")
     _initialized = True
     for fn in _queued:
