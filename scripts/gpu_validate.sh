@@ -84,6 +84,18 @@ else
   row "torchrun 2 ranks" SKIP "one GPU on this host"
 fi
 
+# 5. Graph memory, stream-captured async allocations, IPC between two processes, arrays and
+# external memory against compute-sanitizer, and CUDA graphs in PyTorch (issue 18).
+bash tests/gpu/validate_driver_memory.sh "$P" "$OUT/driver-memory" 2>&1 \
+  | grep -E '^\| .* \| (PASS|FAIL|SKIP) \|' >> "$ROWS" \
+  || row "graph, IPC, arrays, external memory" FAIL "validate_driver_memory.sh printed no rows"
+
+# 6. PyTorch's allocator merged in: block events and layouts against PyTorch's own history, the
+# TraceEntry header, cudaMallocAsync pool layers, SIGKILL, allocator OOM (issue 15).
+python3 "tests/gpu/validate_torch_blocks.py" "$P" "$OUT/torch-blocks" 2>&1 \
+  | grep -E '^\| .* \| (PASS|FAIL|SKIP) \|' >> "$ROWS" \
+  || row "PyTorch allocator view" FAIL "validate_torch_blocks.py printed no rows"
+
 nvidia-smi -L | head -2
 printf '| %-58s | %s | %s\n' check verdict detail
 cat "$ROWS"
