@@ -82,6 +82,11 @@ inline void* real(HookId id) noexcept {
   void* p = g_real[static_cast<unsigned>(id)].load(std::memory_order_acquire);
   return p ? p : real_slow(id);
 }
+// real() as the hook's own function type.
+template <typename Fn>
+Fn real_fn(HookId id) noexcept {
+  return reinterpret_cast<Fn>(real(id));
+}
 void set_real(HookId id, void* fn) noexcept;
 void* route(void* real_fn) noexcept;
 const char* hook_name(HookId id) noexcept;

@@ -27,6 +27,7 @@
 
 using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;
+using cumemtrace::preload::real_fn;
 using cumemtrace::preload::ReentryGuard;
 using cumemtrace::wire::Api;
 using cumemtrace::wire::Kind;
@@ -100,11 +101,6 @@ void note_graph_memory(int device, Api api) noexcept {
 
 int pool_device(const CUmemPoolProps& props) {
   return props.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? props.location.id : -1;
-}
-
-template <typename Fn>
-Fn real_fn(HookId id) noexcept {
-  return reinterpret_cast<Fn>(real(id));
 }
 
 constexpr uint8_t kPtsz = wire::kFlagPerThreadStream;

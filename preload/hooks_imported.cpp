@@ -20,8 +20,8 @@ namespace pl = cumemtrace::preload;
 
 CUMEMTRACE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle,
                                                  unsigned int flags) {
-  auto fn = reinterpret_cast<CUresult (*)(CUdeviceptr*, CUipcMemHandle, unsigned)>(
-      pl::real(HookId::k_cuIpcOpenMemHandle_v2));
+  auto fn = pl::real_fn<CUresult (*)(CUdeviceptr*, CUipcMemHandle, unsigned)>(
+      HookId::k_cuIpcOpenMemHandle_v2);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   CUresult r = fn(dptr, handle, flags);
@@ -36,7 +36,7 @@ CUMEMTRACE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHand
 }
 
 CUMEMTRACE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
-  auto fn = reinterpret_cast<CUresult (*)(CUdeviceptr)>(pl::real(HookId::k_cuIpcCloseMemHandle));
+  auto fn = pl::real_fn<CUresult (*)(CUdeviceptr)>(HookId::k_cuIpcCloseMemHandle);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
   const bool rec = g.outer && dptr != 0 && pl::tracing_possible();

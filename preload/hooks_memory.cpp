@@ -14,17 +14,13 @@
 
 using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;
+using cumemtrace::preload::real_fn;
 using cumemtrace::preload::ReentryGuard;
 using cumemtrace::wire::Api;
 using cumemtrace::wire::Kind;
 namespace pl = cumemtrace::preload;
 
 namespace {
-
-template <typename Fn>
-Fn real_fn(HookId id) noexcept {
-  return reinterpret_cast<Fn>(pl::real(id));
-}
 
 uint64_t u64(CUstream s) {
   return reinterpret_cast<uint64_t>(s);
