@@ -8,9 +8,9 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/one_output.h"
 #include "io/output_file.h"
 #include "snapshot/pickle_writer.h"
-#include "snapshot/snapshot_input.h"
 #include "snapshot/snapshot_json_writer.h"
 #include "viz/collapsed_writer.h"
 #include "viz/perfetto_writer.h"
@@ -58,22 +58,13 @@ void add_convert_command(CLI::App& app, int& exit_code) {
     const std::string out = opt->output.empty()
                                 ? viz::default_output_path(opt->input, kSuffix.at(opt->to))
                                 : opt->output;
-    // Checked before the input is read (and again when writing): never the input, never an
-    // existing file without --force.
     const io::OutputPolicy policy{opt->force, {opt->input}};
-    if (auto problem = io::output_problem(out, policy); !problem.empty()) {
-      std::fprintf(stderr, "cumemtrace convert: %s\n", problem.c_str());
+    std::optional<snap::Snapshot> read = read_for_output("convert", opt->input, out, policy);
+    if (!read) {
       exit_code = 2;
       return;
     }
-    snap::Snapshot s;
-    try {
-      s = snap::read_snapshot_any(opt->input);
-    } catch (const snap::ReadError& e) {
-      std::fprintf(stderr, "cumemtrace convert: %s\n", e.what());
-      exit_code = 2;
-      return;
-    }
+    const snap::Snapshot& s = *read;
     try {
       const uint64_t bytes = viz::write_output(out, policy, [&](std::ostream& o) {
         if (opt->to == "json") {

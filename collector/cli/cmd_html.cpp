@@ -7,8 +7,8 @@
 
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
+#include "cli/one_output.h"
 #include "io/output_file.h"
-#include "snapshot/snapshot_input.h"
 #include "viz/html_report.h"
 
 namespace cumemtrace::cli {
@@ -37,19 +37,12 @@ void add_html_command(CLI::App& app, int& exit_code) {
     const std::string out =
         opt->output.empty() ? viz::default_output_path(opt->input, ".html") : opt->output;
     const io::OutputPolicy policy{opt->force, {opt->input}};
-    if (auto problem = io::output_problem(out, policy); !problem.empty()) {
-      std::fprintf(stderr, "cumemtrace html: %s\n", problem.c_str());
+    std::optional<snap::Snapshot> read = read_for_output("html", opt->input, out, policy);
+    if (!read) {
       exit_code = 2;
       return;
     }
-    snap::Snapshot s;
-    try {
-      s = snap::read_snapshot_any(opt->input);
-    } catch (const snap::ReadError& e) {
-      std::fprintf(stderr, "cumemtrace html: %s\n", e.what());
-      exit_code = 2;
-      return;
-    }
+    const snap::Snapshot& s = *read;
     const auto loaded = std::chrono::steady_clock::now();
     try {
       viz::ReportOptions ro;

@@ -1,0 +1,24 @@
+#include "cli/one_output.h"
+
+#include <fmt/format.h>
+
+#include "snapshot/snapshot_input.h"
+
+namespace cumemtrace::cli {
+
+std::optional<snap::Snapshot> read_for_output(std::string_view command, const std::string& input,
+                                              const std::string& output,
+                                              const io::OutputPolicy& policy) {
+  if (auto problem = io::output_problem(output, policy); !problem.empty()) {
+    fmt::print(stderr, "cumemtrace {}: {}\n", command, problem);
+    return std::nullopt;
+  }
+  try {
+    return snap::read_snapshot_any(input);
+  } catch (const snap::ReadError& e) {
+    fmt::print(stderr, "cumemtrace {}: {}\n", command, e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace cumemtrace::cli
