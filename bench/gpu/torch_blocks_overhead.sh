@@ -15,29 +15,33 @@
 # cost over bare; the A/A row says how large a difference noise makes. 5 rounds of 8 runs take
 # about 5 minutes on an H200 (most of it process and CUDA start-up).
 # Usage: bench/gpu/torch_blocks_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS] [STEPS]
+# TRAIN_ARGS="--model resnet18 --batch 64" times a realistic step (tens of ms) instead of the
+# launch-bound default CNN; MODES="bare blocks bare-again torch-history" runs a subset.
 set -u
 cd "$(dirname "$0")/../.."
 P=${1:-build}; ROUNDS=${2:-5}; STEPS=${3:-300}
 CT=$P/bin/cumemtrace
 OUT=$(mktemp -d)
 RES=$OUT/results.txt
-TRAIN=tests/gpu/torch_train.py
+TRAIN_SCRIPT=tests/gpu/torch_train.py
+TRAIN_OPTS=${TRAIN_ARGS:-}
 step_ms() { "$@" 2>/dev/null | awk '/ms_per_step=/{split($2,a,"=");print a[2]}'; }
 run_mode() {
   case $1 in
-    bare|bare-again) step_ms python3 $TRAIN "$STEPS" ;;
-    blocks) step_ms "$CT" run -q -o "$OUT/t" -- python3 $TRAIN "$STEPS" ;;
+    bare|bare-again) step_ms python3 $TRAIN_SCRIPT "$STEPS" $TRAIN_OPTS ;;
+    blocks) step_ms "$CT" run -q -o "$OUT/t" -- python3 $TRAIN_SCRIPT "$STEPS" $TRAIN_OPTS ;;
     blocks-no-python)
-      step_ms env CUMEMTRACE_PYTHON_STACKS=0 "$CT" run -q -o "$OUT/t" -- python3 $TRAIN "$STEPS" ;;
-    blocks-depth0) step_ms "$CT" run -q --stack-depth 0 -o "$OUT/t" -- python3 $TRAIN "$STEPS" ;;
-    driver) step_ms env CUMEMTRACE_TORCH=0 "$CT" run -q -o "$OUT/t" -- python3 $TRAIN "$STEPS" ;;
+      step_ms env CUMEMTRACE_PYTHON_STACKS=0 "$CT" run -q -o "$OUT/t" -- python3 $TRAIN_SCRIPT "$STEPS" $TRAIN_OPTS ;;
+    blocks-depth0) step_ms "$CT" run -q --stack-depth 0 -o "$OUT/t" -- python3 $TRAIN_SCRIPT "$STEPS" $TRAIN_OPTS ;;
+    driver) step_ms env CUMEMTRACE_TORCH=0 "$CT" run -q -o "$OUT/t" -- python3 $TRAIN_SCRIPT "$STEPS" $TRAIN_OPTS ;;
     driver-depth0)
       step_ms env CUMEMTRACE_TORCH=0 "$CT" run -q --stack-depth 0 -o "$OUT/t" -- \
-        python3 $TRAIN "$STEPS" ;;
-    torch-history) step_ms python3 $TRAIN "$STEPS" --history "$OUT/h.pickle" ;;
+        python3 $TRAIN_SCRIPT "$STEPS" $TRAIN_OPTS ;;
+    torch-history) step_ms python3 $TRAIN_SCRIPT "$STEPS" $TRAIN_OPTS --history "$OUT/h.pickle" ;;
   esac
 }
-MODES=(bare blocks blocks-no-python blocks-depth0 bare-again driver driver-depth0 torch-history)
+# shellcheck disable=SC2206
+MODES=(${MODES:-bare blocks blocks-no-python blocks-depth0 bare-again driver driver-depth0 torch-history})
 N=${#MODES[@]}
 for ((r = 0; r < ROUNDS; r++)); do
   for ((k = 0; k < N; k++)); do

@@ -1,6 +1,10 @@
 """A small training loop for the real-GPU tests: a CNN on random data, N steps.
 
-Usage: torch_train.py STEPS [--history OUT.pickle] [--gpu-trace OUT.json]
+Usage: torch_train.py STEPS [--history OUT.pickle] [--gpu-trace OUT.json] [--batch N]
+                        [--model cnn|resnet18]
+--model resnet18 (torchvision, 224 x 224 images; use --batch 64) is a realistic step of tens of
+milliseconds; the default CNN is launch-bound (about 2 ms a step), the worst case for per-event
+costs.
 With --history, PyTorch's own _record_memory_history runs in the same process and its snapshot
 is dumped to OUT.pickle, so its segment events can be compared with cumemtrace's. With
 --gpu-trace, PyTorch's GPU-trace hooks (torch.cuda._gpu_trace, what its CUDA sanitizer uses) log
@@ -31,8 +35,8 @@ class Net(nn.Module):
         return self.body(x)
 
 
-def train_step(model, opt, batch):
-    x = torch.randn(batch, 3, 32, 32, device="cuda")  # forward-pass allocation site
+def train_step(model, opt, batch, size=32):
+    x = torch.randn(batch, 3, size, size, device="cuda")  # forward-pass allocation site
     y = torch.randint(0, 10, (batch,), device="cuda")
     loss = nn.functional.cross_entropy(model(x), y)
     opt.zero_grad(set_to_none=True)
@@ -46,6 +50,7 @@ def main():
     ap.add_argument("--history")
     ap.add_argument("--gpu-trace")
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
     args = ap.parse_args()
     if args.history:
         torch.cuda.memory._record_memory_history(max_entries=1000000)
@@ -59,14 +64,18 @@ def main():
         _gpu_trace.register_callback_for_memory_deallocation(
             lambda *a: hooked.append(("free", a[-1])))
         torch._C._activate_gpu_trace()
-    model = Net().cuda()
+    if args.model == "resnet18":
+        import torchvision
+        model, size = torchvision.models.resnet18(num_classes=10).cuda(), 224
+    else:
+        model, size = Net().cuda(), 32
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for _ in range(3):
-        train_step(model, opt, args.batch)
+        train_step(model, opt, args.batch, size)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for i in range(args.steps):
-        train_step(model, opt, args.batch + (i % 4) * 16)
+        train_step(model, opt, args.batch + (i % 4) * 16, size)
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(f"steps={args.steps} ms_per_step={dt * 1000 / args.steps:.3f} "
