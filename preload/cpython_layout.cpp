@@ -10,8 +10,9 @@ namespace {
 // Include/cpython/frameobject.h (PyObject_VAR_HEAD, f_back at 24, f_code at 32, f_builtins,
 // f_globals, f_locals, f_valuestack, f_stacktop, f_trace, 2 chars, f_gen, int f_lasti at 104,
 // in bytes), Include/code.h (6 ints, co_firstlineno at 40, co_code at 48, co_consts, co_names,
-// co_varnames, co_freevars, co_cellvars, co_cell2arg, co_filename at 104, co_name at 112; no
-// co_qualname), unicodeobject.h (PyASCIIObject with wstr: 48; PyCompactUnicodeObject: 72).
+// co_varnames, co_freevars, co_cellvars, co_cell2arg, co_filename at 104, co_name at 112,
+// co_lnotab at 120; no co_qualname), unicodeobject.h (PyASCIIObject with wstr: 48;
+// PyCompactUnicodeObject: 72).
 constexpr CpythonLayout k309{
     .minor = 9,
     .model = FrameModel::kFrameObject,
@@ -27,6 +28,8 @@ constexpr CpythonLayout k309{
     .code_filename = 104,
     .code_name = 112,
     .code_firsttraceable = kNoField,
+    .code_firstlineno = 40,
+    .code_linetable = 120,
     .code_bytecode = 48,
     .ascii_size = 48,
     .compact_size = 72,
@@ -51,6 +54,8 @@ constexpr CpythonLayout k310{
     .code_filename = 104,
     .code_name = 112,
     .code_firsttraceable = kNoField,
+    .code_firstlineno = 40,
+    .code_linetable = 120,
     .code_bytecode = 48,
     .ascii_size = 48,
     .compact_size = 72,
@@ -60,9 +65,9 @@ constexpr CpythonLayout k310{
 // ints, tracing, tracing_what, then cframe at 56; _PyCFrame: uint8_t use_tracing, then
 // current_frame at 8), Include/internal/pycore_frame.h (f_func, f_globals, f_builtins,
 // f_locals, f_code at 32, frame_obj, previous at 48, prev_instr at 56, int stacktop, bool
-// is_entry, char owner at 69), Include/cpython/code.h (_PyCode_DEF: co_filename 112, co_name
-// 120, co_qualname 128), unicodeobject.h (PyASCIIObject still has wchar_t* wstr: 48;
-// PyCompactUnicodeObject adds utf8_length, utf8, wstr_length: 72).
+// is_entry, char owner at 69), Include/cpython/code.h (_PyCode_DEF: co_firstlineno 72, co_filename
+// 112, co_name 120, co_qualname 128, co_linetable 136), unicodeobject.h (PyASCIIObject still has
+// wchar_t* wstr: 48; PyCompactUnicodeObject adds utf8_length, utf8, wstr_length: 72).
 constexpr CpythonLayout k311{
     .minor = 11,
     .model = FrameModel::kCFrame,
@@ -78,6 +83,8 @@ constexpr CpythonLayout k311{
     .code_filename = 112,
     .code_name = 128,
     .code_firsttraceable = 168,
+    .code_firstlineno = 72,
+    .code_linetable = 136,
     .code_bytecode = 184,
     .ascii_size = 48,
     .compact_size = 72,
@@ -87,9 +94,10 @@ constexpr CpythonLayout k311{
 // _PyCFrame lost use_tracing (current_frame at 0); _PyInterpreterFrame starts with f_code and
 // previous, then f_funcobj, f_globals, f_builtins, f_locals, frame_obj, prev_instr at 56, int
 // stacktop, uint16_t return_offset, char owner at 70, with FRAME_OWNED_BY_CSTACK = 3 for the
-// entry shim frame of each evaluation loop; PyCodeObject: 7 pointers from co_filename 112
-// (co_name 120, co_qualname 128), _co_firsttraceable at 176, co_code_adaptive at 192;
-// PyASCIIObject lost wstr (40), PyCompactUnicodeObject lost wstr_length (56).
+// entry shim frame of each evaluation loop; PyCodeObject: co_firstlineno 68, 7 pointers from
+// co_filename 112 (co_name 120, co_qualname 128, co_linetable 136), _co_firsttraceable at 176,
+// co_code_adaptive at 192; PyASCIIObject lost wstr (40), PyCompactUnicodeObject lost wstr_length
+// (56).
 constexpr CpythonLayout k312{
     .minor = 12,
     .model = FrameModel::kCFrame,
@@ -105,6 +113,8 @@ constexpr CpythonLayout k312{
     .code_filename = 112,
     .code_name = 128,
     .code_firsttraceable = 176,
+    .code_firstlineno = 68,
+    .code_linetable = 136,
     .code_bytecode = 192,
     .ascii_size = 40,
     .compact_size = 56,
@@ -116,7 +126,8 @@ struct DebugOffsetPositions {
   unsigned free_threaded;
   unsigned tstate_current_frame;
   unsigned frame_size, frame_previous, frame_executable, frame_instr_ptr, frame_owner;
-  unsigned code_size, code_filename, code_qualname, code_adaptive;
+  unsigned code_size, code_filename, code_qualname, code_linetable, code_firstlineno;
+  unsigned code_adaptive;
   unsigned unicode_ascii_size;  // 0: not published (3.13)
 };
 
@@ -136,6 +147,8 @@ constexpr DebugOffsetPositions kDebug313{
     .code_size = 272,
     .code_filename = 280,
     .code_qualname = 296,
+    .code_linetable = 304,
+    .code_firstlineno = 312,
     .code_adaptive = 344,
     .unicode_ascii_size = 0,
 };
@@ -155,6 +168,8 @@ constexpr DebugOffsetPositions kDebug314{
     .code_size = 312,
     .code_filename = 320,
     .code_qualname = 336,
+    .code_linetable = 344,
+    .code_firstlineno = 352,
     .code_adaptive = 384,
     .unicode_ascii_size = 640,
 };
@@ -186,11 +201,14 @@ LayoutVerdict from_debug_offsets(unsigned minor, unsigned long version_hex, cons
   const uint64_t owner = word(runtime, P.frame_owner);
   const uint64_t filename = word(runtime, P.code_filename);
   const uint64_t qualname = word(runtime, P.code_qualname);
+  const uint64_t linetable = word(runtime, P.code_linetable);
+  const uint64_t firstlineno = word(runtime, P.code_firstlineno);
   const uint64_t adaptive = word(runtime, P.code_adaptive);
   const uint64_t ascii = P.unicode_ascii_size ? word(runtime, P.unicode_ascii_size) : 40;
   if (ts_frame > 4096 || !inside(previous, frame_size, 8) || !inside(executable, frame_size, 8) ||
       !inside(instr, frame_size, 8) || !inside(owner, frame_size, 1) ||
       !inside(filename, code_size, 8) || !inside(qualname, code_size, 8) ||
+      !inside(linetable, code_size, 8) || !inside(firstlineno, code_size, 4) ||
       !inside(adaptive, code_size, kCodeUnitBytes) || ascii != 40) {
     return LayoutVerdict::kBadDebugOffsets;
   }
@@ -210,6 +228,8 @@ LayoutVerdict from_debug_offsets(unsigned minor, unsigned long version_hex, cons
       .code_filename = static_cast<uint16_t>(filename),
       .code_name = static_cast<uint16_t>(qualname),
       .code_firsttraceable = kNoField,
+      .code_firstlineno = static_cast<uint16_t>(firstlineno),
+      .code_linetable = static_cast<uint16_t>(linetable),
       .code_bytecode = static_cast<uint16_t>(adaptive),
       .ascii_size = 40,
       .compact_size = 56,  // PyCompactUnicodeObject: utf8_length and utf8 after PyASCIIObject

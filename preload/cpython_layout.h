@@ -48,6 +48,8 @@ struct CpythonLayout {
   uint16_t code_name;            // str: co_qualname where the version has it (3.11+), else co_name
   uint16_t code_firsttraceable;  // int, in code units: before it a frame is incomplete
                                  // (3.11/3.12); kNoField where unpublished
+  uint16_t code_firstlineno;     // int co_firstlineno
+  uint16_t code_linetable;       // bytes: co_lnotab (3.9), co_linetable (3.10+)
   uint16_t code_bytecode;        // 3.11+: offset of co_code_adaptive (code units, ob_size of
                                  // them); 3.9/3.10: the co_code bytes object's pointer
   // str: sizeof(PyASCIIObject) (compact ASCII data follows it) and

@@ -63,6 +63,19 @@ def short_lived_code(rounds):
         del fn
 
 
+def same_name_other_lines(rounds):
+    """One file and function name, the same bytecode, a first line one further each round;
+    compiled and dropped so that code addresses get reused: each allocation names its own line
+    (line numbers are cached per code object and instruction)."""
+    for i in range(rounds):
+        ns = {}
+        exec(compile("\n" * i + "def fn(f, n):\n    return f(n)\n", "<same>", "exec"), ns)
+        print(f"same {i} {id(ns['fn'].__code__):#x}", file=sys.stderr)
+        ptr = ns["fn"](load_weights, (48 + i) << 20)
+        check(cuda.cuMemFree_v2(ctypes.c_uint64(ptr)))
+        ns.clear()
+
+
 def non_ascii_names():
     """A function and file named outside ASCII (Latin-1, 2- and 4-byte characters)."""
     ns = {}
@@ -78,4 +91,5 @@ if NOGIL:
     t.start()
     t.join()
     short_lived_code(24)  # enough frames to outlast the checked-read probation
+    same_name_other_lines(12)
     non_ascii_names()

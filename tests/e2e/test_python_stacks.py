@@ -100,13 +100,31 @@ def test_reused_code_addresses_keep_their_own_names(tmp_path):
     (snap,) = snaps.values()
     seen = 0
     for entry in snap["device_traces"][0]:
-        if entry["action"] != "alloc" or entry["size"] < 16 * MiB:
+        if entry["action"] != "alloc" or not 16 * MiB <= entry["size"] < 40 * MiB:
             continue
         i = entry["size"] // MiB - 16
         gen = [f for f in entry["frames"] if f["filename"].startswith("<gen_")]
         assert [(f["filename"], f["name"], f["line"]) for f in gen] == [(f"<gen_{i}>", f"fn_{i}", 2)]
         seen += 1
     assert seen == 24
+
+
+@needs_gilless
+def test_cached_lines_follow_the_code_object(tmp_path):
+    p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"])
+    assert p.returncode == 0, p.stderr
+    addresses = re.findall(r"^same (\d+) (0x[0-9a-f]+)$", p.stderr, re.M)
+    assert len(addresses) == 12
+    assert len({a for _, a in addresses}) < len(addresses), addresses  # addresses were reused
+    (snap,) = snaps.values()
+    lines = {}
+    for entry in snap["device_traces"][0]:
+        if entry["action"] == "alloc" and 48 * MiB <= entry["size"] < 60 * MiB:
+            i = entry["size"] // MiB - 48
+            lines[i] = ([f["line"] for f in entry["frames"] if f["filename"] == "<same>"],
+                        [f["line"] for f in entry["frames"] if f["name"] == "load_weights"])
+    # fn's first line moves down one line a round; load_weights' line is asked every round.
+    assert lines == {i: ([i + 2], [line_of("PY_ALLOC_LINE")]) for i in range(12)}
 
 
 def test_python_stacks_can_be_turned_off(tmp_path):

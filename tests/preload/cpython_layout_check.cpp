@@ -75,6 +75,9 @@ int main() {
   expect("PyCodeObject.co_qualname", L->code_name, offsetof(PyCodeObject, co_qualname));
   expect("PyCodeObject._co_firsttraceable", L->code_firsttraceable,
          offsetof(PyCodeObject, _co_firsttraceable));
+  expect("PyCodeObject.co_firstlineno", L->code_firstlineno,
+         offsetof(PyCodeObject, co_firstlineno));
+  expect("PyCodeObject.co_linetable", L->code_linetable, offsetof(PyCodeObject, co_linetable));
   expect("PyCodeObject.co_code_adaptive", L->code_bytecode,
          offsetof(PyCodeObject, co_code_adaptive));
   expect("sizeof(_Py_CODEUNIT)", kCodeUnitBytes, sizeof(_Py_CODEUNIT));

@@ -24,12 +24,12 @@ std::vector<unsigned char> debug_offsets(unsigned long version,
 }
 
 // Debian trixie's 3.13.5 and sid's 3.14.10: the words the reader uses.
-const std::map<unsigned, uint64_t> k313Words{{184, 72},  {224, 80}, {232, 8},   {240, 0},
-                                             {248, 56},  {264, 70}, {272, 208}, {280, 112},
-                                             {296, 128}, {344, 200}};
-const std::map<unsigned, uint64_t> k314Words{{208, 72},  {248, 88},  {256, 8},   {264, 0},
-                                             {272, 56},  {288, 74},  {312, 216}, {320, 112},
-                                             {336, 128}, {384, 208}, {640, 40}};
+const std::map<unsigned, uint64_t> k313Words{{184, 72},  {224, 80},  {232, 8},   {240, 0},
+                                             {248, 56},  {264, 70},  {272, 208}, {280, 112},
+                                             {296, 128}, {304, 136}, {312, 68},  {344, 200}};
+const std::map<unsigned, uint64_t> k314Words{
+    {208, 72},  {248, 88},  {256, 8},   {264, 0},  {272, 56},  {288, 74}, {312, 216},
+    {320, 112}, {336, 128}, {344, 136}, {352, 68}, {384, 208}, {640, 40}};
 
 }  // namespace
 
@@ -72,6 +72,8 @@ TEST_CASE("3.13 and 3.14 layouts come from _Py_DebugOffsets") {
   REQUIRE(L.frame_owner == 70);
   REQUIRE(L.code_name == 128);  // co_qualname
   REQUIRE(L.code_bytecode == 200);
+  REQUIRE(L.code_linetable == 136);
+  REQUIRE(L.code_firstlineno == 68);
   REQUIRE(L.max_owner == 3);
   REQUIRE_FALSE(L.executable_tagged);
 
@@ -79,6 +81,8 @@ TEST_CASE("3.13 and 3.14 layouts come from _Py_DebugOffsets") {
   REQUIRE(cpython_layout(0x030e0af0, b314.data(), &L) == LayoutVerdict::kKnown);
   REQUIRE(L.frame_owner == 74);
   REQUIRE(L.code_bytecode == 208);
+  REQUIRE(L.code_linetable == 136);
+  REQUIRE(L.code_firstlineno == 68);
   REQUIRE(L.max_owner == 4);
   REQUIRE(L.owner_not_python == 3);
   REQUIRE(L.executable_tagged);

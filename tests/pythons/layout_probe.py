@@ -82,6 +82,8 @@ else:
          "frame_instr": u64(rt + P["frame_instr_ptr"]), "frame_owner": u64(rt + P["frame_owner"]),
          "owner_not_python": 3, "code_filename": u64(rt + P["code_filename"]),
          "code_name": u64(rt + P["code_qualname"]), "code_bytecode": u64(rt + P["code_adaptive"]),
+         "code_linetable": u64(rt + P["code_linetable"]),
+         "code_firstlineno": u64(rt + P["code_firstlineno"]),
          "ascii_size": 40, "compact_size": 56}
     if P["unicode_ascii_size"]:
         check("unicode asciiobject_size", u64(rt + P["unicode_ascii_size"]) == 40)
@@ -160,6 +162,9 @@ check("code ob_type", ptr(a + C["kObType"]) == id(types.CodeType))
 check("code_filename", ptr(a + L["code_filename"]) == id(code.co_filename))
 name = code.co_qualname if MINOR >= 11 else code.co_name
 check("code_name (qualified name from 3.11)", ptr(a + L["code_name"]) == id(name))
+table = code.co_lnotab if MINOR == 9 else code.co_linetable
+check("code_linetable: the line table's bytes", ptr(a + L["code_linetable"]) == id(table))
+check("code_firstlineno", i32(a + L["code_firstlineno"]) == code.co_firstlineno)
 if L["model"] == "kFrameObject":
     check("code_bytecode: co_code", ptr(a + L["code_bytecode"]) == id(code.co_code))
     check("bytes ob_size", i64(id(code.co_code) + C["kObSize"]) == len(code.co_code))
