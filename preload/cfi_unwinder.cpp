@@ -24,6 +24,21 @@ namespace {
 thread_local uint64_t t_hits __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_misses __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_fallbacks __attribute__((tls_model("initial-exec"))) = 0;
+// Process-wide, touched only on a fallback (which costs microseconds anyway).
+std::atomic<uint64_t> g_fallback_stacks{0};
+std::atomic<uint64_t> g_fallback_pcs[4];
+
+uint64_t note_fallback(uint64_t pc) {
+  ++t_fallbacks;
+  g_fallback_stacks.fetch_add(1, std::memory_order_relaxed);
+  for (auto& slot : g_fallback_pcs) {
+    uint64_t seen = slot.load(std::memory_order_relaxed);
+    if (seen == pc + 1) break;
+    if (seen == 0 && slot.compare_exchange_strong(seen, pc + 1, std::memory_order_relaxed)) break;
+    if (seen == pc + 1) break;
+  }
+  return 0;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Packed rules: one 64-bit word so that a cache entry is published with plain 8-byte atomics.
@@ -626,7 +641,7 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
       : "=r"(pc), "=r"(sp), "=r"(fp));
   const uint64_t top = stack_top(sp);
   if (top < sp + 16) {
-    ++t_fallbacks;
+    note_fallback(0);
     return kFallback;
   }
   const uint64_t floor = sp;
@@ -651,7 +666,7 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
     const uint64_t kind = (rule >> 56) & 3;
     if (kind == kOutermost) break;
     if (kind != kFrame) {
-      ++t_fallbacks;
+      note_fallback(pc);
       return kFallback;
     }
     const int64_t cfa_off = static_cast<int32_t>(rule & 0xffffffffu);
@@ -681,6 +696,15 @@ __attribute__((noinline)) int unwind_slow(uint64_t* out, unsigned max_depth, uin
 
 CacheStats thread_cache_stats() noexcept {
   return CacheStats{t_hits, t_misses, t_fallbacks};
+}
+
+FallbackStats fallback_stats() noexcept {
+  FallbackStats f{g_fallback_stacks.load(std::memory_order_relaxed), {}};
+  for (int i = 0; i < 4; ++i) {
+    const uint64_t v = g_fallback_pcs[i].load(std::memory_order_relaxed);
+    f.pcs[i] = v ? v - 1 : UINT64_MAX;
+  }
+  return f;
 }
 
 }  // namespace cumemtrace::preload::cfi

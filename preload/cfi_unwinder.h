@@ -34,4 +34,12 @@ struct CacheStats {
 };
 CacheStats thread_cache_stats() noexcept;
 
+// Stacks unwind_fast() gave up on, process-wide, and the first distinct addresses whose frame it
+// could not model (0: a stack it could not bound), for CUMEMTRACE_DEBUG's exit line.
+struct FallbackStats {
+  uint64_t stacks;
+  uint64_t pcs[4];
+};
+FallbackStats fallback_stats() noexcept;
+
 }  // namespace cumemtrace::preload::cfi

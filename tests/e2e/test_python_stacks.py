@@ -66,6 +66,8 @@ def test_python_frames_without_the_gil(tmp_path):
     p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"], CUMEMTRACE_DEBUG=1)
     assert p.returncode == 0, p.stderr
     assert "are off for this process" not in p.stderr  # the layout held on every frame
+    # CUMEMTRACE_DEBUG's exit line: the cached unwinder modelled every frame of the interpreter.
+    assert "cumemtrace: 0 stacks fell back to _Unwind_Backtrace\n" in p.stderr, p.stderr
     (snap,) = snaps.values()
     frames = segment_frames(snap, 3 * MiB)
     assert script_frames(frames) == MAIN_CHAIN

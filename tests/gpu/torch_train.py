@@ -1,10 +1,11 @@
 """A small training loop for the real-GPU tests: a CNN on random data, N steps.
 
 Usage: torch_train.py STEPS [--history OUT.pickle] [--gpu-trace OUT.json] [--batch N]
-                        [--model cnn|resnet18]
+                        [--model cnn|resnet18] [--image-size N]
 --model resnet18 (torchvision, 224 x 224 images; use --batch 64) is a realistic step of tens of
-milliseconds; the default CNN is launch-bound (about 2 ms a step), the worst case for per-event
-costs.
+milliseconds; with --image-size 32 (CIFAR-10's images) the same model trains the way most
+ResNet-18 tutorials do, a step whose time the CPU sets; the default CNN is launch-bound (about
+2 ms a step), the worst case for per-event costs.
 With --history, PyTorch's own _record_memory_history runs in the same process and its snapshot
 is dumped to OUT.pickle, so its segment events can be compared with cumemtrace's. With
 --gpu-trace, PyTorch's GPU-trace hooks (torch.cuda._gpu_trace, what its CUDA sanitizer uses) log
@@ -51,6 +52,7 @@ def main():
     ap.add_argument("--gpu-trace")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
+    ap.add_argument("--image-size", type=int, help="default: 224 for resnet18, 32 for cnn")
     args = ap.parse_args()
     if args.history:
         torch.cuda.memory._record_memory_history(max_entries=1000000)
@@ -66,7 +68,7 @@ def main():
         torch._C._activate_gpu_trace()
     if args.model == "resnet18":
         import torchvision
-        model, size = torchvision.models.resnet18(num_classes=10).cuda(), 224
+        model, size = torchvision.models.resnet18(num_classes=10).cuda(), args.image_size or 224
     else:
         model, size = Net().cuda(), 32
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
