@@ -91,15 +91,21 @@ def test_python_frames_without_the_gil(tmp_path):
         (f["filename"], f["name"], f["line"]) for f in frames]
 
 
-@needs_gilless
-def test_reused_code_addresses_keep_their_own_names(tmp_path):
+def run_reusing_code(tmp_path, tag, rounds):
+    """py_alloc.py nogil, traced; its snapshot, once its output has shown that the interpreter
+    reused freed code objects' memory in the `tag` rounds (the point of the tests using it)."""
     p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"])
     assert p.returncode == 0, p.stderr
-    addresses = re.findall(r"^code (\d+) (0x[0-9a-f]+)$", p.stderr, re.M)
-    assert len(addresses) == 24
-    # The interpreter reuses freed code objects' memory: the point of this test.
+    addresses = re.findall(rf"^{tag} (\d+) (0x[0-9a-f]+)$", p.stderr, re.M)
+    assert len(addresses) == rounds
     assert len({a for _, a in addresses}) < len(addresses), addresses
     (snap,) = snaps.values()
+    return snap
+
+
+@needs_gilless
+def test_reused_code_addresses_keep_their_own_names(tmp_path):
+    snap = run_reusing_code(tmp_path, "code", 24)
     seen = 0
     for entry in snap["device_traces"][0]:
         if entry["action"] != "alloc" or not 16 * MiB <= entry["size"] < 40 * MiB:
@@ -113,12 +119,7 @@ def test_reused_code_addresses_keep_their_own_names(tmp_path):
 
 @needs_gilless
 def test_cached_lines_follow_the_code_object(tmp_path):
-    p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"])
-    assert p.returncode == 0, p.stderr
-    addresses = re.findall(r"^same (\d+) (0x[0-9a-f]+)$", p.stderr, re.M)
-    assert len(addresses) == 12
-    assert len({a for _, a in addresses}) < len(addresses), addresses  # addresses were reused
-    (snap,) = snaps.values()
+    snap = run_reusing_code(tmp_path, "same", 12)
     lines = {}
     for entry in snap["device_traces"][0]:
         if entry["action"] == "alloc" and 48 * MiB <= entry["size"] < 60 * MiB:
