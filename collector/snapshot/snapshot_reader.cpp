@@ -1728,6 +1728,11 @@ Snapshot read_snapshot(std::string_view text, const std::string& name) {
 }
 
 Snapshot read_snapshot_reference(std::string_view text, const std::string& name) {
+  // nlohmann's lexer reads a NUL byte as the end of the input, so "{...}\0garbage" would pass.
+  // RFC 8259 has no place for a raw NUL (the scanner rejects it wherever it is).
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    throw ReadError(fmt::format("{}:offset {}: invalid JSON (a NUL byte)", name, nul));
+  }
   Handler h(name, text.data());
   TrackedIt first{text.data(), h.pos_slot()};
   TrackedIt last{text.data() + text.size(), h.pos_slot()};
