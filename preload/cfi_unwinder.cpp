@@ -28,16 +28,15 @@ thread_local uint64_t t_fallbacks __attribute__((tls_model("initial-exec"))) = 0
 std::atomic<uint64_t> g_fallback_stacks{0};
 std::atomic<uint64_t> g_fallback_pcs[4];
 
-uint64_t note_fallback(uint64_t pc) {
+void note_fallback(uint64_t pc) {
   ++t_fallbacks;
   g_fallback_stacks.fetch_add(1, std::memory_order_relaxed);
-  for (auto& slot : g_fallback_pcs) {
-    uint64_t seen = slot.load(std::memory_order_relaxed);
-    if (seen == pc + 1) break;
-    if (seen == 0 && slot.compare_exchange_strong(seen, pc + 1, std::memory_order_relaxed)) break;
-    if (seen == pc + 1) break;
+  for (auto& slot : g_fallback_pcs) {  // the first slot that is free or already holds pc
+    uint64_t seen = 0;
+    if (slot.compare_exchange_strong(seen, pc + 1, std::memory_order_relaxed) || seen == pc + 1) {
+      break;
+    }
   }
-  return 0;
 }
 
 // ---------------------------------------------------------------------------------------------

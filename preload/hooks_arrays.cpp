@@ -11,6 +11,7 @@
 // cuMemFree. None of these is on an allocation hot path.
 #include <cuda.h>
 
+#include "alloc_outcome.h"
 #include "hook_table.h"
 #include "real_driver.h"
 #include "recorder.h"
@@ -105,20 +106,9 @@ uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
   return d.Flags & CUDA_ARRAY3D_DEFERRED_MAPPING ? 0 : descriptor_bytes(d, levels);
 }
 
+// An array or external memory object's outcome: its handle is the address, on no stream.
 void record_alloc(CUresult r, Api api, uint64_t handle, uint64_t size, int device) noexcept {
-  EventArgs a{Kind::kAlloc, api, static_cast<int32_t>(r)};
-  a.size = size;
-  if (r == CUDA_SUCCESS) {
-    a.addr = handle;
-    a.device = device;
-  } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    a.kind = Kind::kOom;
-    a.device = pl::current_device();
-    a.aux = pl::device_free_bytes();
-  } else {
-    a.kind = Kind::kAllocFailed;
-  }
-  pl::record(a);
+  pl::after_alloc(r, api, Kind::kAlloc, handle, size, 0, 0, [device] { return device; });
 }
 
 // Records the free before the real destroy (the handle may be reused at once), and undoes it

@@ -4,6 +4,7 @@
 // a kFreeFailed event that undoes it.
 #include <cuda.h>
 
+#include "alloc_outcome.h"
 #include "graph_capture.h"
 #include "hook_table.h"
 #include "pool_sampler.h"
@@ -12,6 +13,7 @@
 
 #define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 
+using cumemtrace::preload::after_alloc;
 using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;
 using cumemtrace::preload::real_fn;
@@ -24,28 +26,6 @@ namespace {
 
 uint64_t u64(CUstream s) {
   return reinterpret_cast<uint64_t>(s);
-}
-
-// After an allocation call: the event for its outcome. `device` is evaluated only on success,
-// where the allocating context is current.
-template <typename DeviceFn>
-void after_alloc(CUresult r, Api api, Kind ok_kind, uint64_t addr, uint64_t size, uint64_t stream,
-                 uint8_t flags, DeviceFn device) noexcept {
-  EventArgs a{ok_kind, api, static_cast<int32_t>(r)};
-  a.size = size;
-  a.stream = stream;
-  a.flags = flags;
-  if (r == CUDA_SUCCESS) {
-    a.addr = addr;
-    a.device = device();
-  } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    a.kind = Kind::kOom;
-    a.device = pl::current_device();
-    a.aux = pl::device_free_bytes();
-  } else {
-    a.kind = Kind::kAllocFailed;
-  }
-  pl::record(a);
 }
 
 // A pool allocation's outcome, with the pool sampled off the hot path (pool_sampler.h) before

@@ -307,7 +307,7 @@ void print_fallbacks() {
     Dl_info di{};
     const bool named = pc && dladdr(reinterpret_cast<void*>(pc), &di) && di.dli_fname;
     const char* base = named ? std::strrchr(di.dli_fname, '/') : nullptr;
-    n += std::snprintf(line + n, sizeof line - n, "%s %s+%#llx", n && f.pcs[0] == pc ? ":" : ",",
+    n += std::snprintf(line + n, sizeof line - n, "%s %s+%#llx", pc == f.pcs[0] ? ":" : ",",
                        named ? (base ? base + 1 : di.dli_fname) : (pc ? "?" : "unbounded stack"),
                        static_cast<unsigned long long>(
                            named ? pc - reinterpret_cast<uint64_t>(di.dli_fbase) : pc));
