@@ -24,55 +24,10 @@ CUresult set_device(int ordinal) {
 }
 
 Driver table() {
-  const DriverEntryPoints& e = g_driver;
   Driver d{};
+  static_cast<DriverCalls&>(d) = g_driver;  // every call the scenarios make, as looked up
   d.init = init;
   d.setDevice = set_device;
-  d.memAlloc = e.memAlloc;
-  d.memFree = e.memFree;
-  d.memAllocPitch = e.memAllocPitch;
-  d.memAllocManaged = e.memAllocManaged;
-  d.streamCreate = e.streamCreate;
-  d.memAllocAsync = e.memAllocAsync;
-  d.memFreeAsync = e.memFreeAsync;
-  d.memAllocAsyncPtsz = e.memAllocAsyncPtsz;
-  d.memFreeAsyncPtsz = e.memFreeAsyncPtsz;
-  d.memGetAllocationGranularity = e.memGetAllocationGranularity;
-  d.memAddressReserve = e.memAddressReserve;
-  d.memAddressFree = e.memAddressFree;
-  d.memCreate = e.memCreate;
-  d.memRelease = e.memRelease;
-  d.memRetainAllocationHandle = e.memRetainAllocationHandle;
-  d.memExportToShareableHandle = e.memExportToShareableHandle;
-  d.memImportFromShareableHandle = e.memImportFromShareableHandle;
-  d.memMap = e.memMap;
-  d.memUnmap = e.memUnmap;
-  d.memSetAccess = e.memSetAccess;
-  d.memHostAlloc = e.memHostAlloc;
-  d.memAllocHost = e.memAllocHost;
-  d.memFreeHost = e.memFreeHost;
-  d.graphCreate = e.graphCreate;
-  d.graphDestroy = e.graphDestroy;
-  d.graphAddMemAllocNode = e.graphAddMemAllocNode;
-  d.graphAddMemFreeNode = e.graphAddMemFreeNode;
-  d.graphAddNode = e.graphAddNode;
-  d.graphInstantiate = e.graphInstantiate;
-  d.graphExecDestroy = e.graphExecDestroy;
-  d.graphLaunch = e.graphLaunch;
-  d.streamBeginCapture = e.streamBeginCapture;
-  d.streamEndCapture = e.streamEndCapture;
-  d.deviceGraphMemTrim = e.deviceGraphMemTrim;
-  d.ipcGetMemHandle = e.ipcGetMemHandle;
-  d.ipcOpenMemHandle = e.ipcOpenMemHandle;
-  d.ipcCloseMemHandle = e.ipcCloseMemHandle;
-  d.arrayCreate = e.arrayCreate;
-  d.array3DCreate = e.array3DCreate;
-  d.mipmappedArrayCreate = e.mipmappedArrayCreate;
-  d.arrayDestroy = e.arrayDestroy;
-  d.mipmappedArrayDestroy = e.mipmappedArrayDestroy;
-  d.importExternalMemory = e.importExternalMemory;
-  d.externalMemoryGetMappedBuffer = e.externalMemoryGetMappedBuffer;
-  d.destroyExternalMemory = e.destroyExternalMemory;
   return d;
 }
 
