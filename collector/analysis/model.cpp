@@ -82,11 +82,19 @@ struct LiveSet {
     return removed;
   }
 
-  // Returns the unit byte change.
-  int64_t apply(const snap::TraceEntry& e) {
+  // Returns the unit byte change. `next` is the entry after e (null at the end): the collector
+  // writes a driver allocation as a segment_alloc followed by the alloc that carries its
+  // frames, and the unit takes them at once, so that no moment (a peak is reached at the
+  // segment_alloc) and no view sees it without its stack.
+  int64_t apply(const snap::TraceEntry& e, const snap::TraceEntry* next) {
     const bool pt = is_pytorch(flavor, e.source);
     if (adds(flavor, e.action)) {
       Allocation a{device, e.addr, e.size, e.stack, false, pt, e.time_us, e.async_pool};
+      if (a.stack == snap::kNoStack && flavor == Flavor::kCumemtrace && !pt && next &&
+          e.action == snap::Action::kSegmentAlloc && next->action == snap::Action::kAlloc &&
+          next->source != snap::Source::kPytorch && next->addr == e.addr) {
+        a.stack = next->stack;
+      }
       if (!pt) {
         if (auto it = pending.find(e.addr); it != pending.end()) {
           if (a.stack == snap::kNoStack) a.stack = it->second;
@@ -261,7 +269,7 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
         rel = wrap_sub(rel, static_cast<int64_t>(e.size));
       }
     } else {
-      rel = wrap_add(rel, ls.apply(e));
+      rel = wrap_add(rel, ls.apply(e, i + 1 < tr.size() ? &tr[i + 1] : nullptr));
     }
     if (adds(flavor_, e.action)) ++tl_.allocations;
     if (removes(flavor_, e.action)) ++tl_.frees;
@@ -507,7 +515,8 @@ bool DeviceReplay::Cursor::step() {
   const auto& tr = *r_.trace_;
   if (index_ + 1 >= static_cast<std::ptrdiff_t>(tr.size())) return false;
   ++index_;
-  st_->ls.apply(tr[static_cast<size_t>(index_)]);
+  const auto i = static_cast<size_t>(index_);
+  st_->ls.apply(tr[i], i + 1 < tr.size() ? &tr[i + 1] : nullptr);
   return true;
 }
 
@@ -527,19 +536,6 @@ std::vector<Allocation> DeviceReplay::Cursor::live() const {
 std::vector<Allocation> DeviceReplay::live_after(std::ptrdiff_t index) const {
   Cursor c(*this);
   while (c.index() < index && c.step()) {
-  }
-  // A driver allocation is written as segment_alloc, then the alloc that carries its frames: a
-  // moment between the two (a peak is reached at the segment_alloc) still knows whose it is.
-  const auto& tr = *trace_;
-  while (flavor_ == Flavor::kCumemtrace && c.index() >= 0 &&
-         c.index() + 1 < static_cast<std::ptrdiff_t>(tr.size())) {
-    const auto& cur = tr[static_cast<size_t>(c.index())];
-    const auto& next = tr[static_cast<size_t>(c.index()) + 1];
-    if (cur.action != snap::Action::kSegmentAlloc || next.action != snap::Action::kAlloc ||
-        cur.source == snap::Source::kPytorch || next.source == snap::Source::kPytorch ||
-        next.addr != cur.addr)
-      break;
-    c.step();
   }
   return c.live();
 }

@@ -120,3 +120,16 @@ TEST_CASE("a trace without a time span uses the event index") {
   REQUIRE(d.at_peak.groups.at(0).site == "(no stack recorded)");
   REQUIRE(d.at_exit.groups.empty());  // no segments: the file holds nothing at exit
 }
+
+TEST_CASE("a driver allocation's bytes are its site's from its segment_alloc on") {
+  // busy_snapshot lays each allocation out as the collector does: a segment_alloc without a
+  // stack, then the alloc with it. The chart's series are device 0's two sites, never "no stack".
+  const auto m = build_report_model(testing::busy_snapshot(40, 4));  // device 0: sites 0 and 2
+  const auto& d = m.devices.at(0);
+  REQUIRE(d.series.size() == 2);
+  REQUIRE(std::find(d.series.begin(), d.series.end(), std::string("(no stack recorded)")) ==
+          d.series.end());
+  for (const auto& p : d.points) {
+    REQUIRE(std::accumulate(p.series.begin(), p.series.end(), uint64_t{0}) == p.total);
+  }
+}
