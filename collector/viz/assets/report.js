@@ -432,7 +432,7 @@
     if (dev.peak.reserved > 0) note.push(dev.pool_layer ? 'dashed line: pool reserved (driver samples)' : 'dashed line: PyTorch reserved (segments)');
     if (dev.points.allocated) note.push(dev.pool_layer ? 'solid line: pool allocated' : 'solid line: PyTorch allocated');
     if (dev.points.driver) note.push('dotted line: driver-visible (NVML)');
-    note.push('stacked by the ' + dev.series.length + ' allocation sites with the most byte-time');
+    note.push('stacked by the ' + plural(dev.series.length, 'allocation site') + ' with the most byte-time');
     sec.append(el('div', { class: 'sub', text: note.join('; ') + '.' }));
     makeChart(dev, sec);
     layers(dev, sec);
