@@ -2,12 +2,12 @@
 
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 
+#include "event_clock.h"
 #include "module_map.h"
 #include "python_stack.h"
 #include "real_driver.h"
@@ -22,16 +22,10 @@ namespace {
 
 thread_local uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
 
-uint64_t now_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 bool publish_string(wire::Kind kind, uint64_t aux, const char* s, size_t len, uint32_t tid,
                     uint64_t* ticket = nullptr) noexcept {
   wire::EventPayload ev{};
-  ev.time_ns = now_ns();
+  ev.time_ns = event_time();
   ev.kind = kind;
   ev.tid = tid;
   ev.device = -1;
@@ -130,7 +124,7 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a) noexcept {
   const uint32_t tid = current_tid();
   announce_device(a.device, tid);
   wire::EventPayload ev;
-  write_event(ev, a, tid, now_ns(), n, npy);
+  write_event(ev, a, tid, event_time(), n, npy);
   uint64_t ticket = 0;
   const bool ok =
       ring().publish(ev, frames, (n + 2 * npy) * static_cast<uint32_t>(sizeof(uint64_t)), &ticket);
@@ -149,7 +143,7 @@ void record(const EventArgs& a) noexcept {
   // just before the ticket is taken.
   const uint32_t tid = current_tid();
   announce_device(a.device, tid);
-  const uint64_t now = now_ns();
+  const uint64_t now = event_time();
   uint64_t ticket = 0;
   wire::EventPayload* ev = ring().reserve_one(ticket);
   if (!ev) return;

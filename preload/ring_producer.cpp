@@ -6,15 +6,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "event_clock.h"
+
 namespace cumemtrace::preload {
 
 namespace {
-
-uint64_t monotonic_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -28,6 +24,7 @@ void RingProducer::attach(wire::RingHeader* header, wire::Slot* slots, uint64_t 
   slots_ = slots;
   mask_ = header->capacity - 1;
   max_wait_ns_ = max_wait_ns;
+  tail_seen_.store(header->tail.load(std::memory_order_acquire), std::memory_order_release);
   header_ = header;
 }
 
@@ -49,6 +46,10 @@ bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
   unsigned spins = 0;
   for (;;) {
     const uint64_t tail = header_->tail.load(std::memory_order_acquire);
+    if (tail > tail_seen_.load(std::memory_order_relaxed)) {
+      // Racing producers may leave an older value: still a lower bound.
+      tail_seen_.store(tail, std::memory_order_release);
+    }
     if (head + n - tail <= cap) {
       if (header_->head.compare_exchange_weak(head, head + n, std::memory_order_acq_rel,
                                               std::memory_order_relaxed)) {
@@ -119,6 +120,8 @@ bool RingProducer::publish(wire::EventPayload& ev, const void* extra, uint32_t e
   wire::Slot& s = slots_[ticket & mask_];
   std::memcpy(s.payload, &ev, sizeof ev);
   s.seq.store(ticket + 1, std::memory_order_release);
+  // The next record of this thread is likely as long as this one.
+  prefetch_slots(ticket + 1 + extra_slots, 1 + extra_slots);
   if (ticket_out) *ticket_out = ticket;
   return true;
 }

@@ -23,6 +23,7 @@
 #include <new>
 
 #include "cfi_unwinder.h"
+#include "event_clock.h"
 #include "module_map.h"
 #include "pool_sampler.h"
 #include "python_stack.h"
@@ -450,6 +451,7 @@ bool start() {
   hdr->pid = getpid();
   hdr->ppid = getppid();
   hdr->start_realtime_ns = clock_ns(CLOCK_REALTIME);
+  hdr->time_source = choose_event_clock(hdr->start_tsc);
   hdr->start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
   hdr->stack_depth = g_config.stack_depth;
   // A fresh memfd reads as zeros, so every slot's seq is 0 ("not yet written": ticket + 1 > 0).

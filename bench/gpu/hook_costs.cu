@@ -1,7 +1,8 @@
 // What each piece of a stack-less cumemtrace event costs on this host, measured bare (no
 // preload): the driver query the allocation hooks make (cuCtxGetDevice, or cuPointerGetAttribute
 // for cuMemAllocFromPoolAsync), the alternatives a per-context cache would need
-// (cuCtxGetCurrent), the clock the recorder reads (CLOCK_MONOTONIC), the thread id syscall the
+// (cuCtxGetCurrent), the clocks the recorder reads (rdtsc, or CLOCK_MONOTONIC where the
+// clocksource is not the TSC), the thread id syscall the
 // recorder makes once per thread, one uncontended atomic compare-and-swap (the ring ticket), and
 // the pool-hit pair itself through the runtime and through the driver entry points the runtime
 // calls. Subtracting these from (traced - bare) in recording_overhead.sh tells what is left for
@@ -12,6 +13,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <x86intrin.h>
 
 #include <atomic>
 #include <chrono>
@@ -64,6 +67,8 @@ int main(int argc, char** argv) {
                 clock_gettime(CLOCK_MONOTONIC, &ts);
                 sink = static_cast<int>(ts.tv_nsec);
               }));
+  // What an event reads instead where the clocksource is the TSC (preload/event_clock.h).
+  std::printf("rdtsc %.1f\n", per_call_ns(n, [&] { sink = static_cast<int>(__rdtsc()); }));
   std::printf("gettid-syscall %.1f\n",
               per_call_ns(n / 10, [&] { sink = static_cast<int>(syscall(SYS_gettid)); }));
   std::atomic<unsigned long> ticket{0};

@@ -10,12 +10,15 @@
 #    clock, a CAS; what (traced - bare) leaves beyond them is the recorder and the ring.
 # Prints medians, the cost over bare, and verdicts against the targets (pair: stacks off <= 10%,
 # default stacks <= 60%; training: within the A/A spread).
-# Usage: bench/gpu/recording_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS=4] [STEPS=200] [PAIRS=200000]
+# BASE (optional): another install prefix measured in the same rounds on the pool-hit pair, stacks
+# off and default, as rows "pair base-..." (before/after comparisons).
+# Usage: bench/gpu/recording_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS=4] [STEPS=200] [PAIRS=200000] [BASE]
 set -u
 cd "$(dirname "$0")/../.." || exit 2
-P=${1:-build}; ROUNDS=${2:-4}; STEPS=${3:-200}; PAIRS=${4:-200000}
+P=${1:-build}; ROUNDS=${2:-4}; STEPS=${3:-200}; PAIRS=${4:-200000}; BASE=${5:-}
 CT=$P/bin/cumemtrace
 [ -x "$CT" ] || { echo "no $CT"; exit 2; }
+[ -z "$BASE" ] || [ -x "$BASE/bin/cumemtrace" ] || { echo "no $BASE/bin/cumemtrace"; exit 2; }
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 export PATH="$PATH:/usr/local/cuda/bin"
@@ -26,6 +29,7 @@ pair() { "$@" 2>/dev/null | awk '/ns_per_pair/{print $2}'; }
 step() { "$@" 2>/dev/null | awk '/ms_per_step=/{split($2,a,"=");print a[2]}'; }
 modes=("pair bare" "pair bare-A/A" "pair traced-stacks-off" "pair traced-default" "pair traced-stacks-off-64MiB-ring"
        "torch bare" "torch bare-A/A" "torch traced-default" "torch traced-stacks-off")
+[ -n "$BASE" ] && modes+=("pair base-stacks-off" "pair base-default")
 for ((r = 0; r < ROUNDS; r++)); do
   for ((k = 0; k < ${#modes[@]}; k++)); do
     m=${modes[$(((k + r) % ${#modes[@]}))]}
@@ -34,6 +38,8 @@ for ((r = 0; r < ROUNDS; r++)); do
       "pair bare"|"pair bare-A/A") v=$(pair "$OUT/pair" "$PAIRS") ;;
       "pair traced-stacks-off") v=$(pair "$CT" run -q -o "$OUT/t" --stack-depth 0 -- "$OUT/pair" "$PAIRS") ;;
       "pair traced-default") v=$(pair "$CT" run -q -o "$OUT/t" -- "$OUT/pair" "$PAIRS") ;;
+      "pair base-stacks-off") v=$(pair "$BASE/bin/cumemtrace" run -q -o "$OUT/t" --stack-depth 0 -- "$OUT/pair" "$PAIRS") ;;
+      "pair base-default") v=$(pair "$BASE/bin/cumemtrace" run -q -o "$OUT/t" -- "$OUT/pair" "$PAIRS") ;;
       # A ring that holds every event of the run: the producer never waits for the collector.
       # Much faster than traced-stacks-off means the collector's drain rate is the limit there.
       "pair traced-stacks-off-64MiB-ring") v=$(pair "$CT" run -q -o "$OUT/t" --buffer-mb 64 --stack-depth 0 -- "$OUT/pair" "$PAIRS") ;;
@@ -55,8 +61,9 @@ done
 cs=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)
 echo "clocksource: ${cs:-unknown}"
 [ "$cs" = tsc ] || echo "  (not tsc: clock_gettime may be a system call; see its row below)"
-python3 - "$RES" <<'PY'
+python3 - "$RES" "$cs" <<'PY'
 import collections, math, statistics, sys
+cs_tsc = sys.argv[2] == "tsc"
 v = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     k, _, x = line.rstrip("\n").rpartition("|")
@@ -95,6 +102,8 @@ row("pair bare-A/A", "pair bare", "ns/pair")
 row("pair traced-stacks-off", "pair bare", "ns/pair", 10)
 row("pair traced-default", "pair bare", "ns/pair", 60)
 row("pair traced-stacks-off-64MiB-ring", "pair bare", "ns/pair")
+row("pair base-stacks-off", "pair bare", "ns/pair")
+row("pair base-default", "pair bare", "ns/pair")
 row("torch bare", "torch bare", "ms/step")
 row("torch bare-A/A", "torch bare", "ms/step")
 tn = noise("torch bare", "torch bare-A/A")
@@ -107,9 +116,9 @@ print("\nper-call costs on this host (bare, medians over rounds):")
 for k in sorted(x for x in med if x.startswith("cost ")):
     print(f"  {k[5:]:<40} {med[k]:8.1f} ns")
 if "cost cuCtxGetDevice" in med and "pair traced-stacks-off" in med:
-    known = med["cost cuCtxGetDevice"] + 2 * med.get("cost clock_gettime(CLOCK_MONOTONIC)", 0) \
-        + 2 * med.get("cost atomic-cas", 0)
+    clock = "cost rdtsc" if cs_tsc else "cost clock_gettime(CLOCK_MONOTONIC)"
+    known = med["cost cuCtxGetDevice"] + 2 * med.get(clock, 0) + 2 * med.get("cost atomic-cas", 0)
     rest = med["pair traced-stacks-off"] - med["pair bare"] - known
-    print(f"  per pair: device query + 2 clocks + 2 CAS = {known:.1f} ns; "
+    print(f"  per pair: device query + 2 clock reads ({clock[5:]}) + 2 CAS = {known:.1f} ns; "
           f"the rest of (traced - bare) = {rest:.1f} ns (recorder, ring stores, collector traffic)")
 PY

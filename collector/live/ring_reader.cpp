@@ -40,6 +40,13 @@ RingReader::RingReader(int memfd) {
   } else if (wire::ring_bytes(cap) != size) {
     why = fmt::format("ring size {} does not match capacity {}", size, cap);
   }
+  if (why.empty()) {
+    try {
+      clock_.emplace(*header_);
+    } catch (const CorruptRing& e) {
+      why = e.what();
+    }
+  }
   if (!why.empty()) {
     munmap(map, size);
     header_ = nullptr;
@@ -71,6 +78,7 @@ uint64_t RingReader::unpublished_slots() const {
 size_t RingReader::drain(const std::function<void(const Record&)>& fn, size_t max_records) {
   size_t n = 0;
   uint64_t t = tail_;
+  clock_->refresh();
   while (n < max_records) {
     wire::Slot& s = slots_[t & mask_];
     if (s.seq.load(std::memory_order_acquire) != t + 1) break;
@@ -124,6 +132,7 @@ size_t RingReader::drain(const std::function<void(const Record&)>& fn, size_t ma
       r.pyframes.resize(2 * npy);
       for (size_t i = 0; i < 2 * npy; ++i) r.pyframes[i] = word(nf + i);
     }
+    r.ev.time_ns = clock_->to_monotonic_ns(r.ev.time_ns);
     fn(r);
     t += 1 + extra;
     ++n;

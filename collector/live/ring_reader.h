@@ -2,15 +2,18 @@
 // Everything in the shared memory is untrusted: the header is validated against the memfd's real
 // size and the wire version, every record's lengths are bounds-checked, and a record that breaks
 // the rules raises CorruptRing (the session then ends with an error, never a crash). drain() hands
-// out only fully published records, in ticket order, and frees their slots for the producers.
+// out only fully published records, in ticket order, with their times in CLOCK_MONOTONIC ns
+// (live/event_clock.h converts a TSC ring's), and frees their slots for the producers.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "live/event_clock.h"
 #include "wire_format.h"
 
 namespace cumemtrace::collect {
@@ -54,6 +57,7 @@ class RingReader {
   uint64_t tail_ = 0;
   uint64_t inode_ = 0;
   Record scratch_;
+  std::optional<EventClock> clock_;  // made once the header is validated
 };
 
 }  // namespace cumemtrace::collect

@@ -24,7 +24,7 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 6;
+inline constexpr uint32_t kWireVersion = 7;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
@@ -156,7 +156,9 @@ enum Flags : uint8_t {
 enum class MarkStage : uint8_t { kMark = 0, kStart = 1, kEnd = 2 };
 
 struct EventPayload {
-  uint64_t time_ns;  // CLOCK_MONOTONIC; RingHeader has the pair to convert to the epoch
+  // CLOCK_MONOTONIC ns, or TSC ticks where RingHeader::time_source says so (the collector
+  // converts them to CLOCK_MONOTONIC); RingHeader has the pair to convert to the epoch.
+  uint64_t time_ns;
   uint64_t addr;
   uint64_t size;
   uint64_t stream;
@@ -187,6 +189,11 @@ enum CollectorState : uint32_t {
   kCollectorGone = 2
 };
 
+// What EventPayload::time_ns counts. kTimeTsc only where the kernel's clocksource is the TSC, so
+// that one TSC is CLOCK_MONOTONIC's source on every CPU of the machine (the collector reads it
+// too).
+enum TimeSource : uint32_t { kTimeMonotonic = 0, kTimeTsc = 1 };
+
 struct RingHeader {
   uint32_t magic;
   uint32_t version;
@@ -196,9 +203,10 @@ struct RingHeader {
   uint64_t start_realtime_ns;
   uint64_t start_monotonic_ns;
   uint32_t stack_depth;
-  uint32_t reserved0;
-  alignas(64) std::atomic<uint64_t> head;     // next ticket to reserve
-  alignas(64) std::atomic<uint64_t> tail;     // next ticket the collector reads
+  uint32_t time_source;                    // TimeSource
+  uint64_t start_tsc;                      // the TSC read with start_monotonic_ns (kTimeTsc only)
+  alignas(64) std::atomic<uint64_t> head;  // next ticket to reserve
+  alignas(64) std::atomic<uint64_t> tail;  // next ticket the collector reads
   alignas(64) std::atomic<uint64_t> dropped;  // events not recorded (collector gone or stalled)
   std::atomic<uint32_t> collector_state;
   std::atomic<int32_t> collector_pid;
@@ -208,6 +216,7 @@ struct RingHeader {
   alignas(64) std::atomic<uint32_t> snapshot_requests;
 };
 static_assert(sizeof(RingHeader) <= kHeaderBytes);
+static_assert(offsetof(RingHeader, head) == 64, "the fields written once share one cache line");
 
 inline constexpr std::size_t ring_bytes(uint64_t capacity) {
   return kHeaderBytes + capacity * kSlotBytes;

@@ -5,11 +5,13 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <new>
 #include <thread>
 #include <vector>
 
+#include "event_clock.h"
 #include "live/ring_reader.h"
 #include "ring_producer.h"
 #include "support/memfd_ring.h"
@@ -194,11 +196,47 @@ TEST_CASE("many producers: no loss, no phantom, per-thread order kept") {
   REQUIRE(ring.hdr->dropped.load() == 0);
 }
 
+TEST_CASE("event times come out in CLOCK_MONOTONIC ns whichever clock the producer read") {
+  // The preload's choice for this machine (TSC ticks where the clocksource is the TSC).
+  TestRing ring(wire::kMinCapacity);
+  ring.hdr->time_source = preload::choose_event_clock(ring.hdr->start_tsc);
+  ring.hdr->start_monotonic_ns = preload::monotonic_ns();
+  auto reader = ring.reader();
+  std::vector<std::pair<uint64_t, uint64_t>> bounds;  // monotonic ns before and after each
+  std::vector<uint64_t> times;
+  auto sink = [&](const collect::Record& r) { times.push_back(r.ev.time_ns); };
+  for (int i = 0; i < 200; ++i) {
+    const uint64_t before = preload::monotonic_ns();
+    auto ev = event(static_cast<uint64_t>(i), 1);
+    ev.time_ns = preload::event_time();
+    REQUIRE(ring.producer.publish(ev, nullptr, 0));
+    bounds.emplace_back(before, preload::monotonic_ns());
+    if (i % 20 == 19) {
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      reader.drain(sink);
+    }
+  }
+  REQUIRE(times.size() == 200);
+  // Within 20 us of the clock reads around it (a TSC tick is well under a nanosecond; raw ticks
+  // or a wrong ratio would be far off).
+  for (size_t i = 0; i < times.size(); ++i) {
+    INFO("event " << i << " time " << times[i] << " in [" << bounds[i].first << ", "
+                  << bounds[i].second << "]");
+    CHECK(times[i] + 20'000 >= bounds[i].first);
+    CHECK(times[i] <= bounds[i].second + 20'000);
+  }
+}
+
 TEST_CASE("the reader refuses rings it cannot trust") {
   SECTION("wrong version") {
     TestRing ring(wire::kMinCapacity);
     ring.hdr->version = wire::kWireVersion + 1;
     REQUIRE_THROWS_WITH(ring.reader(), Catch::Contains("ring format version"));
+  }
+  SECTION("events timed by a clock it does not know") {
+    TestRing ring(wire::kMinCapacity);
+    ring.hdr->time_source = 9;
+    REQUIRE_THROWS_WITH(ring.reader(), Catch::Contains("clock"));
   }
   SECTION("capacity not matching the memfd size") {
     TestRing ring(wire::kMinCapacity);

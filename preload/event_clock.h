@@ -1,0 +1,37 @@
+// Contract: the clock of every event's time_ns (wire_format.h: EventPayload::time_ns,
+// RingHeader::time_source). Where the kernel keeps CLOCK_MONOTONIC with the TSC (its clocksource
+// is "tsc": the TSC is then invariant and synchronized across CPUs, which the kernel checked),
+// an event's time is one rdtsc, and the collector converts the ticks to CLOCK_MONOTONIC
+// (collector/live/event_clock.h). Elsewhere, and off x86-64, it is clock_gettime(CLOCK_MONOTONIC).
+// Why: on the H200 host clock_gettime costs 27–39 ns through the vDSO, the largest single piece
+// of a stacks-off event (docs/performance.md). Chosen once per ring, before the ring is handed
+// to the collector; noexcept and heap-free.
+#pragma once
+
+#include <cstdint>
+
+#include "wire/wire_format.h"
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+namespace cumemtrace::preload {
+
+// Set by choose_event_clock() before any event of the ring is written.
+extern bool g_event_clock_tsc;
+
+// Reads the clocksource once and fixes the clock of this process's events; returns what
+// RingHeader::time_source must say. `start_tsc` gets the TSC when the answer is kTimeTsc.
+wire::TimeSource choose_event_clock(uint64_t& start_tsc) noexcept;
+
+uint64_t monotonic_ns() noexcept;
+
+inline uint64_t event_time() noexcept {
+#if defined(__x86_64__)
+  if (g_event_clock_tsc) return __rdtsc();
+#endif
+  return monotonic_ns();
+}
+
+}  // namespace cumemtrace::preload
