@@ -82,18 +82,20 @@ void BM_Publish(benchmark::State& state) {
 }
 BENCHMARK(BM_Publish)->Arg(0)->Arg(32)->Threads(1)->Threads(16)->UseRealTime();
 
-// Collector: drain records into the model (alloc/free pairs, 8-frame stacks from 64 call sites).
+// Collector: drain records into the model (alloc/free pairs, N-frame stacks from 64 call sites;
+// 0: stacks off, the pool-hit pattern whose rate bounds a traced pool-hit loop).
 void BM_DrainIntoModel(benchmark::State& state) {
   const uint64_t n = 1 << 20;
+  const unsigned depth = static_cast<unsigned>(state.range(0));
   for (auto _ : state) {
     state.PauseTiming();
     Ring ring(uint64_t{1} << 23);
     uint64_t frames[8];
     for (uint64_t i = 0; i < n; ++i) {
-      for (unsigned f = 0; f < 8; ++f) frames[f] = 0x400000 + ((i >> 1) % 64) * 256 + f;
+      for (unsigned f = 0; f < depth; ++f) frames[f] = 0x400000 + ((i >> 1) % 64) * 256 + f;
       auto ev = alloc_event(i);
-      ev.nframes = 8;
-      ring.producer.publish(ev, frames, sizeof frames);
+      ev.nframes = static_cast<uint8_t>(depth);
+      ring.producer.publish(ev, frames, depth * 8u);
     }
     collect::RingReader reader(dup(ring.fd));
     collect::TraceModel model(0, 0, 0);
@@ -103,7 +105,7 @@ void BM_DrainIntoModel(benchmark::State& state) {
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
 }
-BENCHMARK(BM_DrainIntoModel)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_DrainIntoModel)->Arg(8)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // 1 M events (500 k allocations and frees) built into a snapshot and written as JSON.
 void BM_WriteJson1M(benchmark::State& state) {

@@ -628,6 +628,79 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 
 }  // namespace
 
+// The rules of this thread's last walk, by stack position. A thread that records many events
+// walks much the same stack each time: the same code at the same stack addresses, at least in the
+// outer frames. A frame whose (stack pointer, key) is in the last walk takes its rule from there:
+// one compare against an array in L1 whose address does not depend on the frame, instead of a
+// hashed, seqlocked lookup in the shared cache that does (the walk's critical path). A rule depends
+// on the key alone, so a match is always the right rule; the stack pointer only says where in the
+// last walk to look (both walks are ordered by it). Two buffers: the walk reads the last one and
+// writes its own. Global-dynamic TLS (3.8 KB per thread must not come from the static TLS surplus
+// that a dlopen'ed libcumemtrace.so would need); `busy` keeps a signal handler's walk on the same
+// thread away from a walk it interrupted.
+constexpr unsigned kMemoFrames = 160;
+struct MemoWalk {
+  unsigned n;
+  uint64_t sp[kMemoFrames];
+  uint64_t key[kMemoFrames];
+  uint64_t rule[kMemoFrames];
+};
+struct FrameMemo {
+  MemoWalk walks[2];
+  unsigned last;  // index of the last complete walk
+  bool busy;
+};
+thread_local FrameMemo t_memo __attribute__((tls_model("global-dynamic")));
+
+// Claims the memo for one walk (none when a walk of this thread is in progress below us).
+struct MemoUse {
+  FrameMemo* m;
+  const MemoWalk* last = nullptr;
+  MemoWalk* next = nullptr;
+  unsigned cursor = 0;
+  unsigned written = 0;
+
+  MemoUse() noexcept : m(&t_memo) {
+    if (m->busy) {
+      m = nullptr;
+      return;
+    }
+    m->busy = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    last = &m->walks[m->last];
+    next = &m->walks[m->last ^ 1];
+  }
+  ~MemoUse() {
+    if (!m) return;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    m->busy = false;
+  }
+  MemoUse(const MemoUse&) = delete;
+  MemoUse& operator=(const MemoUse&) = delete;
+
+  bool find(uint64_t sp, uint64_t key, uint64_t& rule) noexcept {
+    if (!m) return false;
+    while (cursor < last->n && last->sp[cursor] < sp) ++cursor;
+    if (cursor >= last->n || last->sp[cursor] != sp || last->key[cursor] != key) return false;
+    rule = last->rule[cursor];
+    return true;
+  }
+  void note(uint64_t sp, uint64_t key, uint64_t rule) noexcept {
+    if (!m || written >= kMemoFrames) return;
+    next->sp[written] = sp;
+    next->key[written] = key;
+    next->rule[written] = rule;
+    ++written;
+  }
+  // The walk ended normally: it becomes the last one.
+  void keep() noexcept {
+    if (!m) return;
+    next->n = written;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    m->last ^= 1;
+  }
+};
+
 __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
                                           uint64_t skip_hi) noexcept {
   if (max_depth == 0) return 0;
@@ -647,6 +720,7 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
   unsigned n = 0;
   bool skipping = true;
   uint64_t key = pc | kExactBit;
+  MemoUse memo;
   for (;;) {
     if (pc == 0) break;
     if (!skipping || pc < skip_lo || pc >= skip_hi) {
@@ -655,13 +729,14 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
       if (n >= max_depth) break;
     }
     uint64_t rule;
-    if (cache_get(key, rule)) {
+    if (memo.find(sp, key, rule) || cache_get(key, rule)) {
       ++t_hits;
     } else {
       ++t_misses;
       rule = compute_rule((key & kExactBit) ? pc : pc - 1);
       cache_put(key, rule);
     }
+    memo.note(sp, key, rule);
     const uint64_t kind = (rule >> 56) & 3;
     if (kind == kOutermost) break;
     if (kind != kFrame) {
@@ -682,6 +757,7 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
     sp = cfa;
     key = pc;
   }
+  memo.keep();
   return static_cast<int>(n);
 }
 

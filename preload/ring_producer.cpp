@@ -43,7 +43,14 @@ bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
   const uint64_t cap = header_->capacity;
   uint64_t head = header_->head.load(std::memory_order_relaxed);
   uint64_t wait_start = 0;
+  uint64_t full_since = 0;  // when this reservation first found the ring full
   unsigned spins = 0;
+  // Counts the time this reservation waited, whatever its outcome.
+  auto waited = [&]() noexcept {
+    if (!full_since) return;
+    full_waits_.fetch_add(1, std::memory_order_relaxed);
+    full_wait_ns_.fetch_add(monotonic_ns() - full_since, std::memory_order_relaxed);
+  };
   for (;;) {
     const uint64_t tail = header_->tail.load(std::memory_order_acquire);
     if (tail > tail_seen_.load(std::memory_order_relaxed)) {
@@ -57,13 +64,18 @@ bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
           header_->stalled.store(0, std::memory_order_relaxed);
         }
         ticket = head;
+        waited();
         return true;
       }
       continue;  // head moved; `head` holds the new value
     }
+    if (!full_since) full_since = monotonic_ns();
     // Full. A producer that already timed out marks the ring stalled: later producers drop at
     // once instead of each waiting the full bound, until the collector frees space again.
-    if (header_->stalled.load(std::memory_order_relaxed) || !collector_alive()) return false;
+    if (header_->stalled.load(std::memory_order_relaxed) || !collector_alive()) {
+      waited();
+      return false;
+    }
     if (++spins < 64) {
       cpu_relax();
     } else {
@@ -71,6 +83,7 @@ bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
       if (!wait_start) wait_start = now;
       if (now - wait_start > max_wait_ns_) {
         header_->stalled.store(1, std::memory_order_relaxed);
+        waited();
         return false;
       }
       timespec ts{0, 20000};  // 20 us: the collector polls every millisecond or so

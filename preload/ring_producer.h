@@ -61,6 +61,17 @@ class RingProducer {
     return true;
   }
 
+  // How often a reservation found the ring full, and the time those reservations waited (the
+  // collector fell behind: CUMEMTRACE_DEBUG prints it at exit).
+  struct FullStats {
+    uint64_t waits;
+    uint64_t wait_ns;
+  };
+  FullStats full_stats() const noexcept {
+    return {full_waits_.load(std::memory_order_relaxed),
+            full_wait_ns_.load(std::memory_order_relaxed)};
+  }
+
   // Waits (bounded) until the collector has consumed the record of `ticket`. Used after an OOM
   // so that its snapshot is written before the application sees the error.
   void wait_consumed(uint64_t ticket, uint64_t timeout_ns) noexcept;
@@ -94,6 +105,9 @@ class RingProducer {
   // after an acquire of tail, acquire-loaded: a producer that trusts it is ordered after the
   // collector's reads of the slots it frees.
   std::atomic<uint64_t> tail_seen_{0};
+  // Written only by reservations that found the ring full (off the fast path).
+  alignas(64) std::atomic<uint64_t> full_waits_{0};
+  std::atomic<uint64_t> full_wait_ns_{0};
 };
 
 }  // namespace cumemtrace::preload

@@ -316,10 +316,25 @@ void print_fallbacks() {
   print_line(line);
 }
 
+// CUMEMTRACE_DEBUG: whether the program waited for the collector (a ring too small for its event
+// rate, or a collector without a core of its own), which a recording cost then includes.
+void print_ring_waits() {
+  const auto f = g_ring.full_stats();
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "the ring was full %llu times; the program waited %.3f ms for "
+                "the collector (--buffer-mb raises the ring's size)",
+                static_cast<unsigned long long>(f.waits), static_cast<double>(f.wait_ns) / 1e6);
+  print_line(line);
+}
+
 void on_process_exit(int status, void*) {
   if (g_session_state.load(std::memory_order_acquire) != static_cast<int>(SessionState::kRunning))
     return;
-  if (config().debug) print_fallbacks();
+  if (config().debug) {
+    print_fallbacks();
+    print_ring_waits();
+  }
   // Before the exit record: the snapshot written at exit has each pool's final state. Runs
   // before CUDA's own atexit teardown (registered earlier, so run later).
   sample_pools_at_exit();

@@ -12,6 +12,9 @@
 # default stacks <= 60%; training: within the A/A spread).
 # BASE (optional): another install prefix measured in the same rounds on the pool-hit pair, stacks
 # off and default, as rows "pair base-..." (before/after comparisons).
+# Environment: PIN="A,B" runs the pair on CPU A, with the collector allowed on A and B (the
+# run-to-run spread of the pair comes mostly from where the scheduler puts the two); PAIR_ONLY=1
+# leaves the training loop out.
 # Usage: bench/gpu/recording_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS=4] [STEPS=200] [PAIRS=200000] [BASE]
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -25,11 +28,28 @@ export PATH="$PATH:/usr/local/cuda/bin"
 nvcc -O2 -o "$OUT/pair" bench/gpu/async_pool_pair.cu || exit 1
 nvcc -O2 -o "$OUT/costs" bench/gpu/hook_costs.cu -lcuda || exit 1
 RES=$OUT/results.txt
-pair() { "$@" 2>/dev/null | awk '/ns_per_pair/{print $2}'; }
+PIN=${PIN:-}
+pair() {  # the command; the pair program is its last two words
+  if [ -n "$PIN" ]; then
+    local n=$# args=("$@")
+    local cmd=("${args[@]:0:n-2}") prog=("${args[@]:n-2}")
+    if [ ${#cmd[@]} -eq 0 ]; then
+      taskset -c "${PIN%%,*}" "${prog[@]}"
+    else
+      taskset -c "$PIN" "${cmd[@]}" taskset -c "${PIN%%,*}" "${prog[@]}"
+    fi
+  else
+    "$@"
+  fi 2>/dev/null | awk '/ns_per_pair/{print $2}'
+}
 step() { "$@" 2>/dev/null | awk '/ms_per_step=/{split($2,a,"=");print a[2]}'; }
 modes=("pair bare" "pair bare-A/A" "pair traced-stacks-off" "pair traced-default" "pair traced-stacks-off-64MiB-ring"
        "torch bare" "torch bare-A/A" "torch traced-default" "torch traced-stacks-off")
 [ -n "$BASE" ] && modes+=("pair base-stacks-off" "pair base-default")
+if [ "${PAIR_ONLY:-0}" = 1 ]; then
+  for i in "${!modes[@]}"; do [[ ${modes[$i]} == torch* ]] && unset "modes[$i]"; done
+  modes=("${modes[@]}")
+fi
 for ((r = 0; r < ROUNDS; r++)); do
   for ((k = 0; k < ${#modes[@]}; k++)); do
     m=${modes[$(((k + r) % ${#modes[@]}))]}
