@@ -257,6 +257,28 @@ TEST_CASE("a second capture of the same stack is served from the cache", "[unwin
   CHECK(hits >= static_cast<uint64_t>(r.nfast) - 1);
 }
 
+TEST_CASE("two stacks that differ in one middle frame, walked in turn at the same addresses",
+          "[unwind]") {
+  // The fast walker reuses the rules of its last walk for frames at the same stack address with
+  // the same key: here the frames inside the differing one sit at the same addresses in both
+  // stacks, while the return addresses above them differ.
+  for (int round = 0; round < 60; ++round) {
+    Capture r;
+    Chain c;
+    c.depth = 12;
+    for (int i = 0; i < 12; ++i) c.steps[i] = &unwind_step_o2;
+    c.steps[6] = round % 2 ? &unwind_step_o2 : &unwind_step_lib;
+    c.steps[round % 12] = round % 3 ? c.steps[round % 12] : &unwind_step_o0;
+    c.leaf = leaf_capture;
+    c.arg = &r;
+    run_chain(&c);
+    std::string why;
+    const bool same = same_frames(r, &why);
+    INFO("round " << round << ": " << why);
+    REQUIRE(same);
+  }
+}
+
 TEST_CASE("a stack from a second thread", "[unwind]") {
   Capture r;
   std::thread t([&] {
