@@ -115,9 +115,15 @@ bool is_oom(const EventArgs& a) noexcept {
                                         a.aux == static_cast<uint64_t>(wire::TorchAction::kOom));
 }
 
-// The OOM snapshot is written before the program goes on (and maybe exits).
+// The OOM snapshot is written before the program goes on (and maybe exits). A new context is
+// measured by the collector (NVML) before the thread that made it allocates anything.
 void after_publish(const EventArgs& a, bool published, uint64_t ticket) noexcept {
-  if (published && is_oom(a)) ring().wait_consumed(ticket, 5'000'000'000ull);
+  if (!published) return;
+  if (is_oom(a)) {
+    ring().wait_consumed(ticket, 5'000'000'000ull);
+  } else if (a.kind == wire::Kind::kContextCreated) {
+    ring().wait_consumed(ticket, 2'000'000'000ull);
+  }
 }
 
 __attribute__((noinline)) void record_with_stack(const EventArgs& a) noexcept {

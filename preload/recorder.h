@@ -47,7 +47,8 @@ void forget_thread_cache() noexcept;
 // Called in a forked child: its session announces its devices (kDevice) again.
 void forget_devices() noexcept;
 
-// Records one event with the caller's stack (when stacks are on).
+// Records one event with the caller's stack (when stacks are on). An OOM (at most 5 s) and a
+// context creation (at most 2 s) return once the collector consumed the record.
 void record(const EventArgs& a) noexcept;
 
 // Records an event that carries a string instead of a stack (marks, thread names, modules).

@@ -141,6 +141,13 @@
 //           device 0: 5 allocations (a, b, c, d, e), 2 frees, peak 5,636,096 B (a, b, c), live
 //           3,538,944 B (b, c, e) in 3 segments; imported mapping q (512 KiB, handle e). No
 //           anomalies.
+//  contexts [release]  dev 0 (its primary context's first retain: a new context); dev 0 again
+//           (a second reference, no new context); a = alloc 1 MiB; free a. c = cuCtxCreate (_v4
+//           ABI, no parameters, flags 0) on device 1 (current from then on); b = alloc 2 MiB;
+//           free b; cuCtxDestroy(c). With "release": cuDevicePrimaryCtxRelease(dev 0) twice (the
+//           second release drops the last reference: the primary context ends). Exit 0.
+//           Contexts: device 0 (primary, alive at exit unless released), device 1 (created and
+//           destroyed). Live 0 on both devices at exit, peak 1 MiB on device 0, 2 MiB on 1.
 //  scribble dev 0: alloc 1 MiB (leaked); then, as a hostile program would, writes into its own
 //           cumemtrace ring (found in /proc/self/maps; exit 3 when there is none): reserves the
 //           next ticket T and publishes a record claiming 200 continuation slots (the limit is
