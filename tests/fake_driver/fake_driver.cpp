@@ -231,7 +231,7 @@ struct State {
   uint64_t graph_reserved[kMaxDevices] = {};
 };
 
-thread_local int tls_device = -1;  // the current context's device; -1: none
+thread_local int tls_device = -1;                   // the current context's device; -1: none
 thread_local const Context* tls_context = nullptr;  // the current context itself
 
 uint64_t parse_size(const char* text, uint64_t fallback) {

@@ -182,8 +182,7 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned int* count, P
   std::vector<ProcessInfo> found;
   if (base || per_context) {
     for (const CudaProcess& p : cuda_processes()) {
-      const unsigned long long used =
-          base + per_context * (index < 64 ? p.contexts[index] : 0u);
+      const unsigned long long used = base + per_context * (index < 64 ? p.contexts[index] : 0u);
       if (used) found.push_back(ProcessInfo{p.pid, used, 0xffffffff, 0xffffffff});
     }
   }
