@@ -7,7 +7,9 @@
 // thread waits (bounded) until the collector consumed it: its NVML reading then predates
 // anything this thread allocates in the new context. A context's end is recorded after the call
 // that ended it: the primary context's last release (inactive after the call) or a reset of an
-// active one, and cuCtxDestroy. None of this runs on an allocation's hot path.
+// active one, and cuCtxDestroy; the thread waits for the collector there too, which reads the
+// driver's figure without the context before the program goes on. None of this runs on an
+// allocation's hot path.
 #include <cuda.h>
 
 #include "hook_table.h"

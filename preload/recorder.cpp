@@ -116,12 +116,13 @@ bool is_oom(const EventArgs& a) noexcept {
 }
 
 // The OOM snapshot is written before the program goes on (and maybe exits). A new context is
-// measured by the collector (NVML) before the thread that made it allocates anything.
+// measured by the collector (NVML) before the thread that made it allocates anything, and the
+// driver's figure after a context's end is read before the program goes on (or exits).
 void after_publish(const EventArgs& a, bool published, uint64_t ticket) noexcept {
   if (!published) return;
   if (is_oom(a)) {
     ring().wait_consumed(ticket, 5'000'000'000ull);
-  } else if (a.kind == wire::Kind::kContextCreated) {
+  } else if (a.kind == wire::Kind::kContextCreated || a.kind == wire::Kind::kContextDestroyed) {
     ring().wait_consumed(ticket, 2'000'000'000ull);
   }
 }

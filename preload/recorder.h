@@ -48,7 +48,7 @@ void forget_thread_cache() noexcept;
 void forget_devices() noexcept;
 
 // Records one event with the caller's stack (when stacks are on). An OOM (at most 5 s) and a
-// context creation (at most 2 s) return once the collector consumed the record.
+// context's creation or end (at most 2 s) return once the collector consumed the record.
 void record(const EventArgs& a) noexcept;
 
 // Records an event that carries a string instead of a stack (marks, thread names, modules).

@@ -224,6 +224,7 @@ void TraceModel::push_free(const Live& l, uint64_t addr, uint64_t stream, int64_
 
 void TraceModel::on_context(const Record& r, int64_t t) {
   const auto& ev = r.ev;
+  last_time_us_ = std::max(last_time_us_, t);
   if (ev.kind == Kind::kContextCreated) {
     if (ev.device < 0 || ev.device >= kMaxDevices) return;
     Context c;

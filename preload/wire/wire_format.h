@@ -100,9 +100,11 @@ enum class Kind : uint8_t {
   // the process is taken before the thread allocates anything on it.
   kContextCreated = 35,    // device = CUDA ordinal (announced by kDevice before), aux = CUcontext,
                            // api = cuDevicePrimaryCtxRetain or cuCtxCreate
-  kContextDestroyed = 36,  // after the context went away: api = cuDevicePrimaryCtxRelease (the
-                           // last reference) or cuDevicePrimaryCtxReset, device = its ordinal;
-                           // api = cuCtxDestroy, aux = CUcontext, device = -1
+  kContextDestroyed = 36,  // after the context went away (the thread waits as for a creation,
+                           // so that the collector reads the driver's figure without it):
+                           // api = cuDevicePrimaryCtxRelease (the last reference) or
+                           // cuDevicePrimaryCtxReset, device = its ordinal; api = cuCtxDestroy,
+                           // aux = CUcontext, device = -1
 };
 
 // PyTorch's TraceEntry::Action (c10/core/CachingDeviceAllocator.h, torch >= 2.1).
