@@ -783,7 +783,6 @@ int scenario_forkstart(const Driver& d, int argc, char** argv) {
   }
   const std::string dir = argv[2];
   check(d.init(), "init");
-  check(d.setDevice(0), "set device 0");
   std::atomic<bool> failed{false};
   std::thread first([&] {
     CUdeviceptr p = 0;
@@ -801,6 +800,7 @@ int scenario_forkstart(const Driver& d, int argc, char** argv) {
     timespec ts{0, 1000000};
     nanosleep(&ts, nullptr);
   }
+  check(d.setDevice(0), "set device 0");
   std::fflush(nullptr);
   const pid_t child = fork();
   if (child == 0) {

@@ -99,10 +99,12 @@
 //           (3 if the allocation failed); the parent waits for each (must exit 0). Then stops the
 //           thread, prints "rounds K" (its completed rounds) and exits 0 (3 on any failure).
 //           parent: K allocs of 4096, K frees, live 0; each child: 1 alloc, 2 MiB live.
-//  forkstart DIR  dev 0 current on the main thread; a second thread makes the process's first
-//           allocation (1 MiB, leaked). When DIR/collector-started exists (the test's collector
-//           wrapper creates it while that allocation is starting the tracing session, and holds
-//           it until DIR/release exists), the main thread forks; the child allocs 2 MiB and
+//  forkstart DIR  a second thread makes the process's first traced call (the first retain of dev
+//           0's primary context, which creates it) and its first allocation (1 MiB, leaked). When
+//           DIR/collector-started exists (the test's collector wrapper creates it while that call
+//           is starting the tracing session, and holds it until DIR/release exists), the main
+//           thread makes dev 0 current (a retain of an active context: not traced) and forks;
+//           the child allocs 2 MiB and
 //           _exit(0)s (3 on failure); the parent creates DIR/release, waits for the child (must
 //           exit 0) and the thread; exit 0 (3 on any failure or after 20 s without the file).
 //           parent: 1 alloc, 1 MiB live; child: 1 alloc, 2 MiB live.
