@@ -120,10 +120,10 @@ bool is_oom(const EventArgs& a) noexcept {
 // driver's figure after a context's end is read before the program goes on (or exits).
 void after_publish(const EventArgs& a, bool published, uint64_t ticket) noexcept {
   if (!published) return;
-  if (is_oom(a)) {
+  // 5 s: the collector may be loading NVML (first use) when the first context appears.
+  if (is_oom(a) || a.kind == wire::Kind::kContextCreated ||
+      a.kind == wire::Kind::kContextDestroyed) {
     ring().wait_consumed(ticket, 5'000'000'000ull);
-  } else if (a.kind == wire::Kind::kContextCreated || a.kind == wire::Kind::kContextDestroyed) {
-    ring().wait_consumed(ticket, 2'000'000'000ull);
   }
 }
 
