@@ -18,8 +18,8 @@ namespace {
 
 // This process's used GPU memory as nvidia-smi reports it, in bytes; -1 when not listed.
 long long smi_bytes() {
-  FILE* f = popen("nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits",
-                  "r");
+  FILE* f =
+      popen("nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits", "r");
   if (!f) return -1;
   long long found = -1;
   char line[256];
@@ -41,21 +41,21 @@ __global__ void touch(char* p) {
   p[threadIdx.x] = 1;
 }
 
-#define CHECK_RT(x)                                                              \
-  do {                                                                           \
-    cudaError_t e = (x);                                                         \
-    if (e != cudaSuccess) {                                                      \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));               \
-      std::exit(3);                                                              \
-    }                                                                            \
+#define CHECK_RT(x)                                                \
+  do {                                                             \
+    cudaError_t e = (x);                                           \
+    if (e != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
+      std::exit(3);                                                \
+    }                                                              \
   } while (0)
-#define CHECK_DRV(x)                                                             \
-  do {                                                                           \
-    CUresult r = (x);                                                            \
-    if (r != CUDA_SUCCESS) {                                                     \
-      std::fprintf(stderr, "%s: error %d\n", #x, static_cast<int>(r));           \
-      std::exit(3);                                                              \
-    }                                                                            \
+#define CHECK_DRV(x)                                                   \
+  do {                                                                 \
+    CUresult r = (x);                                                  \
+    if (r != CUDA_SUCCESS) {                                           \
+      std::fprintf(stderr, "%s: error %d\n", #x, static_cast<int>(r)); \
+      std::exit(3);                                                    \
+    }                                                                  \
   } while (0)
 
 }  // namespace
