@@ -233,6 +233,13 @@ void TraceModel::on_context(const Record& r, int64_t t) {
     c.c.api = api_name(static_cast<uint8_t>(ev.api));
     c.c.handle = ev.aux;
     c.primary = static_cast<Api>(ev.api) == Api::kDevicePrimaryCtxRetain;
+    // Two threads retaining an inactive primary context at once both see it inactive: the
+    // second record names the context the first one made.
+    if (c.primary && std::any_of(contexts_.begin(), contexts_.end(), [&](const Context& o) {
+          return o.primary && o.c.device == c.c.device && o.c.end_time_us == 0;
+        })) {
+      return;
+    }
     contexts_.push_back(std::move(c));
     new_context_ = ev.device;
     return;

@@ -46,7 +46,8 @@
 // CUDA contexts (kContextCreated / kContextDestroyed) are kept in order of creation; the owner
 // measures each new one right after adding its record (measure_new_context), and only measured
 // ones are written (tool section's contexts). A cuCtxDestroy ends the context of its handle, a
-// primary context's last release or reset the in-being primary context of its device.
+// primary context's last release or reset the in-being primary context of its device; a primary
+// context's creation while one is in being on the device (two threads raced) is the same one.
 // Marks become external_annotations in ring order: MARK, START (a push or a start/end range),
 // END (a pop takes the name of the thread's innermost open push, an end the name of its range's
 // start; an END that matches nothing is dropped). Their device is that of the marking thread's

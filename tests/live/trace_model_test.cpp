@@ -315,6 +315,9 @@ TEST_CASE("contexts: measured as the driver's figure less what the device alread
   REQUIRE(f.model.take_new_context() == 0);
   REQUIRE_FALSE(f.model.take_new_context());
   f.model.measure_new_context(500 * kMiB);
+  // Another thread's retain that raced with the first one: the same context, no second entry.
+  f.add(Kind::kContextCreated, Api::kDevicePrimaryCtxRetain, 0, 0, 0, 0xc0);
+  REQUIRE_FALSE(f.model.take_new_context());
   f.add(Kind::kAlloc, Api::kMemAlloc, 0x1000, 8 * kMiB);
   // A second context on device 0: 500 + 8 + 300 MiB now, so it cost 300 MiB.
   f.add(Kind::kContextCreated, Api::kCtxCreate, 0, 0, 0, 0xc1);
