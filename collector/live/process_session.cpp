@@ -233,8 +233,9 @@ void ProcessSession::measure_context(int device) {
 std::map<int, uint64_t> ProcessSession::by_ordinal(const std::vector<DriverUsage>& usage) const {
   // NVML numbers devices its own way; the process's CUDA ordinals are matched by PCI address
   // (the process announces each ordinal with its first event). A device it has not announced
-  // yet (a context without allocations, or an announcement still in the ring) cannot be named in
-  // its numbering and waits; only where NVML gives no PCI address do its indices stand in.
+  // yet (a context whose creation was not seen and without allocations, or an announcement still
+  // in the ring) cannot be named in its numbering and waits; only where NVML gives no PCI address
+  // do its indices stand in.
   std::map<int64_t, int> ordinal_of;
   for (const auto& [ordinal, bus] : model_.device_pci_bus_ids()) ordinal_of[pci_key(bus)] = ordinal;
   std::map<int, uint64_t> now;
