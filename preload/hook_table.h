@@ -65,6 +65,13 @@ namespace cumemtrace::preload {
   X(cuImportExternalMemory)            \
   X(cuDestroyExternalMemory)           \
   X(cuExternalMemoryGetMappedBuffer)   \
+  X(cuDevicePrimaryCtxRetain)          \
+  X(cuDevicePrimaryCtxRelease_v2)      \
+  X(cuDevicePrimaryCtxReset_v2)        \
+  X(cuCtxCreate_v2)                    \
+  X(cuCtxCreate_v3)                    \
+  X(cuCtxCreate_v4)                    \
+  X(cuCtxDestroy_v2)                   \
   X(cuGetProcAddress)                  \
   X(cuGetProcAddress_v2)
 

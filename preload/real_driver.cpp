@@ -62,6 +62,7 @@ std::atomic<void*> g_capture_info_v2{nullptr};
 std::atomic<void*> g_is_capturing{nullptr};
 std::atomic<void*> g_graph_mem_attr{nullptr};
 std::atomic<void*> g_address_range{nullptr};
+std::atomic<void*> g_primary_ctx_state{nullptr};
 
 CUstream as_stream(uint64_t stream, bool per_thread) {
   // The plain entry points read stream 0 as the legacy stream: name the per-thread one.
@@ -93,6 +94,15 @@ bool device_pci_bus_id(int ordinal, char* buf, int len) noexcept {
       lazy<CUresult (*)(char*, int, CUdevice)>(g_device_get_pci_bus_id, "cuDeviceGetPCIBusId");
   CUdevice dev = 0;
   return get && bus && get(&dev, ordinal) == CUDA_SUCCESS && bus(buf, len, dev) == CUDA_SUCCESS;
+}
+
+int primary_ctx_active(int device) noexcept {
+  auto fn = lazy<CUresult (*)(CUdevice, unsigned*, int*)>(g_primary_ctx_state,
+                                                          "cuDevicePrimaryCtxGetState");
+  unsigned flags = 0;
+  int active = 0;
+  if (!fn || fn(device, &flags, &active) != CUDA_SUCCESS) return -1;
+  return active ? 1 : 0;
 }
 
 uint64_t device_free_bytes() noexcept {

@@ -37,5 +37,8 @@ bool pool_usage(int ordinal, uint64_t pool, uint64_t* pool_out, uint64_t* reserv
                 uint64_t* used) noexcept;
 // The PCI bus id ("0000:3B:00.0") of a CUDA ordinal; no context needed, the driver initialized.
 bool device_pci_bus_id(int ordinal, char* buf, int len) noexcept;
+// Whether `device`'s primary context is active (cuDevicePrimaryCtxGetState, no context needed):
+// 1 active, 0 inactive, -1 when the driver cannot say.
+int primary_ctx_active(int device) noexcept;
 
 }  // namespace cumemtrace::preload

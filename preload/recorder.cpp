@@ -109,9 +109,16 @@ bool is_oom(const EventArgs& a) noexcept {
                                         a.aux == static_cast<uint64_t>(wire::TorchAction::kOom));
 }
 
-// The OOM snapshot is written before the program goes on (and maybe exits).
+// The OOM snapshot is written before the program goes on (and maybe exits). A new context is
+// measured by the collector (NVML) before the thread that made it allocates anything, and the
+// driver's figure after a context's end is read before the program goes on (or exits).
 void after_publish(const EventArgs& a, bool published, uint64_t ticket) noexcept {
-  if (published && is_oom(a)) ring().wait_consumed(ticket, 5'000'000'000ull);
+  if (!published) return;
+  // 5 s: the collector may be loading NVML (first use) when the first context appears.
+  if (is_oom(a) || a.kind == wire::Kind::kContextCreated ||
+      a.kind == wire::Kind::kContextDestroyed) {
+    ring().wait_consumed(ticket, 5'000'000'000ull);
+  }
 }
 
 __attribute__((noinline)) void record_with_stack(const EventArgs& a) noexcept {

@@ -47,7 +47,8 @@ void forget_thread_cache() noexcept;
 // Called in a forked child: its session announces its devices (kDevice) again.
 void forget_devices() noexcept;
 
-// Records one event with the caller's stack (when stacks are on).
+// Records one event with the caller's stack (when stacks are on). An OOM and a context's
+// creation or end return once the collector consumed the record (at most 5 s).
 void record(const EventArgs& a) noexcept;
 
 // Records an event that carries a string instead of a stack (marks, thread names, modules).

@@ -17,6 +17,15 @@ std::string compact_bytes(uint64_t bytes) {
   return s.substr(0, end) + s.substr(space);
 }
 
+namespace {
+
+std::string signed_bytes(int64_t v) {
+  return v >= 0 ? compact_bytes(static_cast<uint64_t>(v))
+                : "-" + compact_bytes(0 - static_cast<uint64_t>(v));
+}
+
+}  // namespace
+
 std::string pytorch_layers_text(const Breakdown& b) {
   if (!b.has_pytorch) return {};
   std::string out =
@@ -29,11 +38,13 @@ std::string pytorch_layers_text(const Breakdown& b) {
 
 std::string driver_layers_text(const Breakdown& b, size_t max_libraries) {
   if (!b.driver_visible) return {};
-  const std::string untracked = b.untracked >= 0
-                                    ? compact_bytes(static_cast<uint64_t>(b.untracked))
-                                    : "-" + compact_bytes(0 - static_cast<uint64_t>(b.untracked));
-  std::string out =
-      fmt::format("driver-visible {} = untracked {}", compact_bytes(*b.driver_visible), untracked);
+  std::string out = fmt::format("driver-visible {} = ", compact_bytes(*b.driver_visible));
+  if (b.context) {
+    out += fmt::format("CUDA context {} + other untracked {}", compact_bytes(*b.context),
+                       signed_bytes(b.other_untracked));
+  } else {
+    out += fmt::format("untracked {} (CUDA context not measured)", signed_bytes(b.untracked));
+  }
   if (!b.has_pytorch || b.other_libraries) {
     out += fmt::format(" + {} {}", b.has_pytorch ? "other libraries" : "tracked",
                        compact_bytes(b.other_libraries));

@@ -2,8 +2,9 @@
 // people, written once so report, check, the HTML page's text and `run`'s summary line say it in
 // the same words and numbers:
 //   "reserved 218 MiB = allocated 198 MiB + cached 19.9 MiB free, largest free block 11 MiB"
-//   "driver-visible 1.50 GiB = untracked 512 MiB + other libraries 64 MiB + PyTorch reserved 218
-//   MiB"
+//   "driver-visible 1.50 GiB = CUDA context 500 MiB + other untracked 12 MiB + other libraries
+//   64 MiB + PyTorch reserved 218 MiB" (the context as measured at its creation; without such a
+//   measurement "untracked 512 MiB (CUDA context not measured)" stands for the first two)
 // Sizes use compact_bytes: format_bytes without trailing zeros ("11 MiB", "19.9 MiB").
 #pragma once
 

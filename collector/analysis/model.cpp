@@ -389,6 +389,8 @@ void DeviceReplay::fill_layers() {
       if (m.device == tl_.device) driver_.push_back(m);
     std::stable_sort(driver_.begin(), driver_.end(),
                      [](const auto& a, const auto& b) { return a.time_us < b.time_us; });
+    for (const auto& c : s_.tool->contexts)
+      if (c.device == tl_.device) contexts_.push_back(c);
     for (const auto& m : driver_) {
       tl_.has_driver = true;
       if (m.used_bytes > tl_.driver_peak_bytes)
@@ -495,6 +497,14 @@ std::optional<uint64_t> DeviceReplay::driver_at(int64_t time_us) const {
   return std::prev(it)->used_bytes;
 }
 
+std::optional<uint64_t> DeviceReplay::context_at(int64_t time_us) const {
+  if (contexts_.empty()) return std::nullopt;
+  uint64_t bytes = 0;
+  for (const auto& c : contexts_)
+    if (c.live_at(time_us)) bytes += c.bytes;
+  return bytes;
+}
+
 struct DeviceReplay::Cursor::State {
   LiveSet ls;
 };
@@ -581,9 +591,11 @@ void finish(Breakdown& b, const std::map<std::string, uint64_t>& libs) {
   // NVML is sampled about once a second: a sample below the tracked bytes predates what this
   // moment holds (a short peak between two samples) and says nothing about it.
   if (b.driver_visible && *b.driver_visible < b.tracked) b.driver_visible.reset();
+  if (!b.driver_visible) b.context.reset();
   if (b.driver_visible)
     b.untracked =
         wrap_sub(static_cast<int64_t>(*b.driver_visible), static_cast<int64_t>(b.tracked));
+  if (b.context) b.other_untracked = wrap_sub(b.untracked, static_cast<int64_t>(*b.context));
 }
 
 }  // namespace
@@ -614,6 +626,7 @@ Breakdown DeviceReplay::breakdown_with(std::ptrdiff_t index, const std::vector<A
       if (!a.pytorch && !(tl_.pool_layer && a.async_pool)) libs[sites.library(a.stack)] += a.size;
   }
   b.driver_visible = driver_at(b.time_us);
+  b.context = context_at(b.time_us);
   finish(b, libs);
   return b;
 }
@@ -658,6 +671,7 @@ Breakdown DeviceReplay::breakdown_at_exit(const SiteTable& sites) const {
   if (torch) b.tracked = b.pytorch_reserved;  // exact at snapshot time
   if (b.has_pytorch && !tl_.pool_layer) b.largest_free_block = largest;
   b.driver_visible = driver_.empty() ? std::nullopt : std::optional(driver_.back().used_bytes);
+  b.context = context_at(b.time_us);
   finish(b, libs);
   // The blocks tile the segments, so cached free is exactly the inactive blocks.
   if (b.has_pytorch && !tl_.pool_layer) {

@@ -127,7 +127,12 @@ struct Breakdown {
   uint64_t other_libraries = 0;                // tracked - pytorch reserved
   std::vector<std::pair<std::string, uint64_t>> by_library;  // largest first
   std::optional<uint64_t> driver_visible;                    // nearest NVML sample at or before
-  int64_t untracked = 0;       // driver_visible - tracked (when known)
+  int64_t untracked = 0;  // driver_visible - tracked (when known)
+  // Untracked split, when driver_visible is known and the device's contexts were measured at
+  // creation (snapshot tool section's contexts): the contexts in being at this moment, and the
+  // rest (modules loaded later, libraries' own memory): untracked = context + other_untracked.
+  std::optional<uint64_t> context;
+  int64_t other_untracked = 0;
   uint64_t oom_requested = 0;  // moment "oom": the request that failed
 };
 
@@ -152,6 +157,10 @@ class DeviceReplay {
   uint64_t allocated_after(std::ptrdiff_t index) const;  // PyTorch allocated
   // The NVML sample at or before `time_us` on this device.
   std::optional<uint64_t> driver_at(int64_t time_us) const;
+  // The bytes of this device's CUDA contexts in being at `time_us`, as measured at their
+  // creation; nullopt when no context was measured on the device.
+  std::optional<uint64_t> context_at(int64_t time_us) const;
+  const std::vector<snap::ContextMemory>& contexts() const { return contexts_; }
   // Allocations live after entry `index` (-1: before the first entry).
   std::vector<Allocation> live_after(std::ptrdiff_t index) const;
   // Units live before the first entry.
@@ -215,6 +224,7 @@ class DeviceReplay {
   std::vector<int64_t> alc_rel_;  // PyTorch allocated, relative to allocated_start_
   uint64_t reserved_start_ = 0, allocated_start_ = 0;
   std::vector<snap::DriverMemorySample> driver_;  // this device's samples by time
+  std::vector<snap::ContextMemory> contexts_;     // this device's measured contexts
   void fill_pool_layers();
   // Stream-ordered pools: this device's samples by time; the sum of each pool's latest sample at
   // or before a time; the async allocations live at the end of the trace, by address.

@@ -121,6 +121,9 @@ nlohmann::json layers_json(const std::vector<Breakdown>& layers) {
     j["other_libraries"] = {{"bytes", b.other_libraries}, {"by_library", std::move(libs)}};
     j["driver_visible_bytes"] = b.driver_visible ? json(*b.driver_visible) : json(nullptr);
     j["untracked_bytes"] = b.driver_visible ? json(b.untracked) : json(nullptr);
+    // The split of untracked: null where the context was not measured (or no NVML sample).
+    j["context_bytes"] = b.context ? json(*b.context) : json(nullptr);
+    j["other_untracked_bytes"] = b.context ? json(b.other_untracked) : json(nullptr);
     a.push_back(std::move(j));
   }
   return a;
@@ -165,6 +168,7 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
     dr.live_at_exit_bytes = total_bytes(live_d);
     dr.live_at_exit_count = live_d.size();
     dr.layers = replay.breakdowns(sites);
+    dr.contexts = replay.contexts();
     if (r.range) dr.range = evaluate_range(replay, *r.range);
     r.devices.push_back(std::move(dr));
   }
@@ -223,6 +227,12 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
       out << fmt::format("  peak driver-visible (NVML): {} at {}\n",
                          format_bytes(tl.driver_peak_bytes),
                          format_time(tl.driver_peak_time_us, r.time_origin_us));
+    }
+    for (const auto& c : d.contexts) {
+      out << fmt::format(
+          "  CUDA context (measured at creation): {} from {} at {}{}\n", format_bytes(c.bytes),
+          c.api, format_time(c.time_us, r.time_origin_us),
+          c.end_time_us ? ", destroyed at " + format_time(c.end_time_us, r.time_origin_us) : "");
     }
     if (tl.start_bytes) {
       out << fmt::format("  live before the first trace entry: {}\n", format_bytes(tl.start_bytes));
@@ -337,6 +347,15 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
     }
     jd["live_at_exit"] = std::move(stacks);
     jd["layers"] = layers_json(d.layers);
+    json contexts = json::array();
+    for (const auto& c : d.contexts) {
+      contexts.push_back({{"bytes", c.bytes},
+                          {"time_us", c.time_us},
+                          {"end_time_us", c.end_time_us ? json(c.end_time_us) : json(nullptr)},
+                          {"api", c.api},
+                          {"handle", c.handle}});
+    }
+    jd["contexts"] = std::move(contexts);
     if (tl.has_reserved) jd["allocated_peak_bytes"] = tl.allocated_peak_bytes;
     if (tl.has_driver) {
       jd["driver_peak_bytes"] = tl.driver_peak_bytes;

@@ -1,6 +1,7 @@
 // Contract: `cumemtrace report` — what a snapshot says about memory, for people (text) and
 // machines (json): per device peak, the memory layers (PyTorch reserved = allocated + cached
-// free; driver-visible = untracked + other libraries + PyTorch reserved) at the peak, at each OOM
+// free; driver-visible = untracked (CUDA contexts as measured at creation + other untracked) +
+// other libraries + PyTorch reserved) and the device's measured contexts, at the peak, each OOM
 // and at exit, an optional --range window (peak and leaks within it), (bytes, time, what was live
 // at the peak by allocation site), bytes live at exit by call stack, top allocation sites by bytes
 // and by count, the allocation size histogram, events and drops, anomalies, and VMM/pinned-host
@@ -28,8 +29,9 @@ struct DeviceReport {
   std::vector<StackGroup> live_at_exit;  // by stack
   uint64_t live_at_exit_bytes = 0;
   uint64_t live_at_exit_count = 0;
-  std::vector<Breakdown> layers;     // at the peak, at each OOM, at exit (model.h)
-  std::optional<RangeResult> range;  // with --range
+  std::vector<Breakdown> layers;              // at the peak, at each OOM, at exit (model.h)
+  std::vector<snap::ContextMemory> contexts;  // CUDA contexts measured at creation
+  std::optional<RangeResult> range;           // with --range
 };
 
 struct Report {

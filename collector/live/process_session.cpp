@@ -142,6 +142,10 @@ void ProcessSession::on_record(const Record& r) {
     if (r.ev.kind == wire::Kind::kExit) sample_driver(true);  // the last look at the context
     // A device just named: its driver figure can now be attributed to it.
     if (r.ev.kind == wire::Kind::kDevice) sample_driver();
+    // The thread that created a context waits until this is done: nothing allocated since.
+    if (auto device = model_.take_new_context()) measure_context(*device);
+    // A context gone: the driver's figure drops now (a device left reads 0 from here on).
+    if (r.ev.kind == wire::Kind::kContextDestroyed) sample_driver();
   } catch (const std::exception& e) {
     report_write_failure(e);
   }
@@ -217,13 +221,21 @@ void ProcessSession::sample_driver(bool at_exit) {
   }
 }
 
-void ProcessSession::add_driver_usage(const std::vector<DriverUsage>& usage, bool force,
-                                      bool at_exit) {
-  const int64_t t = now_us();
+void ProcessSession::measure_context(int device) {
+  if (!opts_.driver_memory || !opts_.driver_memory->available()) return;
+  const auto usage = opts_.driver_memory->sample(info_.pid);
+  add_driver_usage(usage, true);
+  const auto now = by_ordinal(usage);
+  // A process NVML does not list on the device (another pid namespace) is not measured.
+  if (auto it = now.find(device); it != now.end()) model_.measure_new_context(it->second);
+}
+
+std::map<int, uint64_t> ProcessSession::by_ordinal(const std::vector<DriverUsage>& usage) const {
   // NVML numbers devices its own way; the process's CUDA ordinals are matched by PCI address
   // (the process announces each ordinal with its first event). A device it has not announced
-  // yet (a context without allocations, or an announcement still in the ring) cannot be named in
-  // its numbering and waits; only where NVML gives no PCI address do its indices stand in.
+  // yet (a context whose creation was not seen and without allocations, or an announcement still
+  // in the ring) cannot be named in its numbering and waits; only where NVML gives no PCI address
+  // do its indices stand in.
   std::map<int64_t, int> ordinal_of;
   for (const auto& [ordinal, bus] : model_.device_pci_bus_ids()) ordinal_of[pci_key(bus)] = ordinal;
   std::map<int, uint64_t> now;
@@ -235,6 +247,13 @@ void ProcessSession::add_driver_usage(const std::vector<DriverUsage>& usage, boo
       now[u.device] += u.used_bytes;
     }
   }
+  return now;
+}
+
+void ProcessSession::add_driver_usage(const std::vector<DriverUsage>& usage, bool force,
+                                      bool at_exit) {
+  const int64_t t = now_us();
+  std::map<int, uint64_t> now = by_ordinal(usage);
   // A device the process left (its context destroyed) reads as 0 from then on.
   for (const auto& [device, last] : driver_last_) {
     if (last && !now.count(device) && !at_exit) now[device] = 0;

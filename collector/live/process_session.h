@@ -5,7 +5,8 @@
 // then followed through /proc until the ring leaves its address space (exit or exec). A corrupt
 // ring ends the session with an error message, never a crash. Driver-visible memory is sampled when
 // the process names a device (with its PCI address, which maps NVML's numbering to the process's
-// CUDA ordinals), at exit() and OOM, and by the owner. Snapshots of a running process are written
+// CUDA ordinals), when a context is created (which measures the context: TraceModel) or
+// destroyed, at exit() and OOM, and by the owner. Snapshots of a running process are written
 // on the way: at an OOM (EXE.PID.oom.json), at a cumemtrace_snapshot(tag) record
 // (EXE.PID.TAG.json), when the process's SIGUSR2 counter in the ring header changed
 // (EXE.PID.request-N.json; several signals between two drains make one file) and every
@@ -113,6 +114,10 @@ class ProcessSession {
   bool maps_ring() const;
   void write_running(const std::string& reason, const std::string& tag);
   void sample_driver(bool at_exit = false);
+  // A context just created on `device`: the driver's figure for it right now.
+  void measure_context(int device);
+  // NVML's per-device figures by the process's CUDA ordinals (see add_driver_usage).
+  std::map<int, uint64_t> by_ordinal(const std::vector<DriverUsage>& usage) const;
   int64_t now_us() const;
   snap::Ended proc_end_{"running", 0, 0};
 };

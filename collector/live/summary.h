@@ -1,6 +1,7 @@
 // Contract: the paragraph `cumemtrace run` prints on stderr for each snapshot it wrote: how the
 // process ended, peak per device, bytes still live at exit, the memory layers at exit (PyTorch
-// reserved = allocated + cached free; driver-visible = untracked + other libraries + reserved),
+// reserved = allocated + cached free; driver-visible = untracked (CUDA context measured at
+// creation + other untracked) + other libraries + reserved),
 // events and drops, anomalies. The numbers are the analysis engine's (analysis/model.h).
 #pragma once
 

@@ -12,6 +12,16 @@ namespace {
 
 const char* api_name(uint8_t api) {
   switch (static_cast<Api>(api)) {
+    case Api::kDevicePrimaryCtxRetain:
+      return "cuDevicePrimaryCtxRetain";
+    case Api::kCtxCreate:
+      return "cuCtxCreate";
+    case Api::kDevicePrimaryCtxRelease:
+      return "cuDevicePrimaryCtxRelease";
+    case Api::kDevicePrimaryCtxReset:
+      return "cuDevicePrimaryCtxReset";
+    case Api::kCtxDestroy:
+      return "cuCtxDestroy";
     case Api::kMemAlloc:
       return "cuMemAlloc";
     case Api::kMemAllocPitch:
@@ -212,6 +222,62 @@ void TraceModel::push_free(const Live& l, uint64_t addr, uint64_t stream, int64_
   }
 }
 
+void TraceModel::on_context(const Record& r, int64_t t) {
+  const auto& ev = r.ev;
+  last_time_us_ = std::max(last_time_us_, t);
+  if (ev.kind == Kind::kContextCreated) {
+    if (ev.device < 0 || ev.device >= kMaxDevices) return;
+    Context c;
+    c.c.device = ev.device;
+    c.c.time_us = t;
+    c.c.api = api_name(static_cast<uint8_t>(ev.api));
+    c.c.handle = ev.aux;
+    c.primary = static_cast<Api>(ev.api) == Api::kDevicePrimaryCtxRetain;
+    // Two threads retaining an inactive primary context at once both see it inactive: the
+    // second record names the context the first one made.
+    if (c.primary && std::any_of(contexts_.begin(), contexts_.end(), [&](const Context& o) {
+          return o.primary && o.c.device == c.c.device && o.c.end_time_us == 0;
+        })) {
+      return;
+    }
+    contexts_.push_back(std::move(c));
+    new_context_ = ev.device;
+    return;
+  }
+  // The newest context in being that the record names.
+  const bool by_handle = static_cast<Api>(ev.api) == Api::kCtxDestroy;
+  for (auto it = contexts_.rbegin(); it != contexts_.rend(); ++it) {
+    snap::ContextMemory& c = it->c;
+    if (c.end_time_us) continue;
+    if (by_handle ? c.handle == ev.aux && !it->primary : it->primary && c.device == ev.device) {
+      c.end_time_us = std::max<int64_t>(t, c.time_us + 1);
+      return;
+    }
+  }
+}
+
+std::optional<int> TraceModel::take_new_context() {
+  auto d = new_context_;
+  new_context_.reset();
+  return d;
+}
+
+void TraceModel::measure_new_context(uint64_t driver_used_bytes) {
+  if (contexts_.empty() || contexts_.back().measured) return;
+  Context& n = contexts_.back();
+  // What the device already held for this process: the trace's live bytes there, and the
+  // contexts in being that were measured before.
+  uint64_t known = static_cast<size_t>(n.c.device) < devices_.size()
+                       ? devices_[static_cast<size_t>(n.c.device)].live
+                       : 0;
+  for (size_t i = 0; i + 1 < contexts_.size(); ++i) {
+    const auto& c = contexts_[i];
+    if (c.measured && c.c.device == n.c.device && c.c.end_time_us == 0) known += c.c.bytes;
+  }
+  n.c.bytes = driver_used_bytes > known ? driver_used_bytes - known : 0;
+  n.measured = true;
+}
+
 bool TraceModel::take_oom_request() {
   const bool r = oom_pending_;
   oom_pending_ = false;
@@ -258,6 +324,10 @@ void TraceModel::add(const Record& r) {
       return;
     case Kind::kPoolUsage:
       on_pool_usage(r, t);
+      return;
+    case Kind::kContextCreated:
+    case Kind::kContextDestroyed:
+      on_context(r, t);
       return;
     case Kind::kDevice:
       if (ev.aux < static_cast<uint64_t>(kMaxDevices))
@@ -1010,6 +1080,8 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
   }
   std::stable_sort(tool.pool_memory.begin(), tool.pool_memory.end(),
                    [](const auto& a, const auto& b) { return a.time_us < b.time_us; });
+  for (const auto& c : contexts_)
+    if (c.measured) tool.contexts.push_back(c.c);
   tool.threads = threads_;
   if (exited_) {
     tool.ended.how = "exit";

@@ -43,6 +43,11 @@
 // async_pool on their alloc entry; the preload's samples of those pools (kPoolUsage) become the
 // tool section's pool_memory: the samples where a pool's reserved bytes changed, plus each pool's
 // latest one.
+// CUDA contexts (kContextCreated / kContextDestroyed) are kept in order of creation; the owner
+// measures each new one right after adding its record (measure_new_context), and only measured
+// ones are written (tool section's contexts). A cuCtxDestroy ends the context of its handle, a
+// primary context's last release or reset the in-being primary context of its device; a primary
+// context's creation while one is in being on the device (two threads raced) is the same one.
 // Marks become external_annotations in ring order: MARK, START (a push or a start/end range),
 // END (a pop takes the name of the thread's innermost open push, an end the name of its range's
 // start; an END that matches nothing is dropped). Their device is that of the marking thread's
@@ -85,6 +90,11 @@ class TraceModel {
   std::optional<std::string> take_snapshot_request();
   // PCI bus ids of the CUDA ordinals the process announced (kDevice), by ordinal.
   const std::map<int, std::string>& device_pci_bus_ids() const { return device_pci_; }
+  // The device of the context whose creation was the record just added, if it was one (cleared
+  // by the call).
+  std::optional<int> take_new_context();
+  // That context's cost, from the process's memory on its device as the driver reports it now.
+  void measure_new_context(uint64_t driver_used_bytes);
   bool exited() const { return exited_; }
   int exit_status() const { return exit_status_; }
   uint64_t events_total() const { return events_total_; }
@@ -247,6 +257,15 @@ class TraceModel {
   std::vector<snap::PoolMemorySample> pool_samples_;  // kept: reserved bytes changed
   std::unordered_map<uint64_t, snap::PoolMemorySample> pool_latest_;  // by pool handle
   std::unordered_map<uint64_t, int64_t> pool_kept_;  // pool -> time of its last kept sample
+
+  void on_context(const Record& r, int64_t t);
+  struct Context {
+    snap::ContextMemory c;
+    bool primary = false;  // a device's primary context (else cuCtxCreate'd)
+    bool measured = false;
+  };
+  std::vector<Context> contexts_;
+  std::optional<int> new_context_;
 
   void on_mark(const Record& r, int64_t t);
   std::vector<snap::Annotation> annotations_;

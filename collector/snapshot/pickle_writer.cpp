@@ -408,6 +408,16 @@ class SnapshotPickler {
           key_uint("used_bytes", m.used_bytes);
         });
       }
+      if (!t.contexts.empty()) {
+        list_of_dicts("contexts", t.contexts, [&](const snap::ContextMemory& c) {
+          key_int("device", c.device);
+          key_uint("bytes", c.bytes);
+          key_int("time_us", c.time_us);
+          if (c.end_time_us) key_int("end_time_us", c.end_time_us);
+          key_str("api", c.api);
+          key_uint("handle", c.handle);
+        });
+      }
       if (t.pytorch) {
         const snap::PytorchInfo& py = *t.pytorch;
         p_.string("pytorch");

@@ -169,6 +169,21 @@ struct PoolMemorySample {  // a stream-ordered memory pool as the driver reports
   uint64_t used_bytes = 0;
 };
 
+// A CUDA context and what it costs on its device, measured when it was created: the process's
+// memory on the device as the driver reported it (NVML) right after the creation, less what the
+// trace held there at that moment (normally nothing) and what the contexts already in being on
+// the device were measured at. Only contexts the collector could measure are listed.
+struct ContextMemory {
+  int device = 0;
+  uint64_t bytes = 0;
+  int64_t time_us = 0;
+  int64_t end_time_us = 0;  // when it was destroyed; 0 while it is in being
+  std::string api;          // "cuDevicePrimaryCtxRetain" or "cuCtxCreate"
+  uint64_t handle = 0;      // the CUcontext
+  // Whether the context is in being at `time_us`.
+  bool live_at(int64_t t) const { return time_us <= t && (end_time_us == 0 || t < end_time_us); }
+};
+
 struct PytorchInfo {  // what the capture of PyTorch's allocator found (the tool section's
                       // "pytorch")
   std::string version, backend, capture, why;  // capture: "blocks" | "driver" | "off"
@@ -205,6 +220,7 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   std::map<std::string, std::string> threads;     // tid -> name
   std::vector<DriverMemorySample> driver_memory;  // empty without NVML
   std::vector<PoolMemorySample> pool_memory;      // empty when no pool allocation was made
+  std::vector<ContextMemory> contexts;            // empty when none was measured
   std::optional<PytorchInfo> pytorch;             // present when the target imported torch
 };
 

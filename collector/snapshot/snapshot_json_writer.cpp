@@ -263,6 +263,20 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
     }
     put(b, "]");
   }
+  if (!t.contexts.empty()) {
+    put(b, ",\"contexts\":[");
+    for (size_t i = 0; i < t.contexts.size(); ++i) {
+      const auto& c = t.contexts[i];
+      if (i) b.push_back(',');
+      fmt::format_to(fmt::appender(b.mem), "{{\"device\":{},\"bytes\":{},\"time_us\":{},", c.device,
+                     c.bytes, c.time_us);
+      if (c.end_time_us) fmt::format_to(fmt::appender(b.mem), "\"end_time_us\":{},", c.end_time_us);
+      put(b, "\"api\":");
+      put_string(b, c.api);
+      fmt::format_to(fmt::appender(b.mem), ",\"handle\":{}}}", c.handle);
+    }
+    put(b, "]");
+  }
   if (t.pytorch) {
     const PytorchInfo& p = *t.pytorch;
     put(b, ",\"pytorch\":{\"version\":");

@@ -97,6 +97,8 @@ enum class C : uint8_t {
   kDriver,
   kPools,
   kPool,
+  kContexts,
+  kContext,
   kPytorch,
   kSkip,
 };
@@ -125,7 +127,7 @@ using Keys = std::vector<std::string_view>;
   X(start_time_us) X(end_time_us) X(reason) X(ended) X(events_total) X(events_dropped) \
   X(devices) X(vmm_handles) X(host_allocations) X(anomalies) X(threads) \
   X(trace_entries_dropped) X(driver_memory) X(tag) X(imported_mappings) X(ring_error) \
-  X(pytorch) X(pool_memory)
+  X(pytorch) X(pool_memory) X(contexts)
 #define ENDED_KEYS(X) X(how) X(code) X(signal)
 #define DEVICE_KEYS(X) \
   X(device) X(peak_bytes) X(peak_time_us) X(live_bytes) X(allocations) X(frees) \
@@ -136,6 +138,7 @@ using Keys = std::vector<std::string_view>;
 #define ANOM_KEYS(X) X(kind) X(addr) X(api) X(time_us) X(tid) X(frames)
 #define DRIVER_KEYS(X) X(time_us) X(device) X(used_bytes)
 #define POOL_KEYS(X) X(time_us) X(device) X(pool) X(reserved_bytes) X(used_bytes)
+#define CONTEXT_KEYS(X) X(device) X(bytes) X(time_us) X(end_time_us) X(api) X(handle)
 #define PYTORCH_KEYS(X) X(version) X(backend) X(expandable_segments) X(capture) X(why)
 // clang-format on
 
@@ -158,6 +161,7 @@ CT_KEYS(HostKey, kHostKeys, HOST_KEYS)
 CT_KEYS(AnomKey, kAnomKeys, ANOM_KEYS)
 CT_KEYS(DriverKey, kDriverKeys, DRIVER_KEYS)
 CT_KEYS(PoolKey, kPoolKeys, POOL_KEYS)
+CT_KEYS(CtxKey, kCtxKeys, CONTEXT_KEYS)
 CT_KEYS(PytorchKey, kPytorchKeys, PYTORCH_KEYS)
 
 template <typename... E>
@@ -200,6 +204,8 @@ const Keys* keys_of(C c) {
       return &kDriverKeys;
     case C::kPool:
       return &kPoolKeys;
+    case C::kContext:
+      return &kCtxKeys;
     case C::kPytorch:
       return &kPytorchKeys;
     default:
@@ -220,10 +226,13 @@ uint32_t required_of(C c) {
     case C::kTool:
       // Optional: tag (request/periodic snapshots), imported_mappings (absent before VMM import
       // support), ring_error (only when the ring was not read to its end), pytorch (only when
-      // the target imported torch), pool_memory (only when the target used memory pools).
+      // the target imported torch), pool_memory (only when the target used memory pools),
+      // contexts (only when a context's cost was measured).
       return all_bits(kToolKeys) & ~bits(ToolKey::tag, ToolKey::imported_mappings,
                                          ToolKey::ring_error, ToolKey::pytorch,
-                                         ToolKey::pool_memory);
+                                         ToolKey::pool_memory, ToolKey::contexts);
+    case C::kContext:  // end_time_us: only once the context was destroyed
+      return all_bits(kCtxKeys) & ~bits(CtxKey::end_time_us);
     case C::kDevice:  // graph_reserved_*: only where the process made graph memory nodes
       return all_bits(kDeviceKeys) &
              ~bits(DeviceKey::graph_reserved_bytes, DeviceKey::graph_reserved_peak_bytes);
@@ -541,6 +550,7 @@ class Handler {
       case C::kAnoms:
       case C::kDrivers:
       case C::kPools:
+      case C::kContexts:
         return "expected an object";
       default:
         return "unexpected value";
@@ -757,6 +767,7 @@ class Handler {
           case ToolKey::anomalies:
           case ToolKey::driver_memory:
           case ToolKey::pool_memory:
+          case ToolKey::contexts:
           case ToolKey::imported_mappings:
             fail("expected an array");
         }
@@ -828,6 +839,33 @@ class Handler {
             return;
           case PoolKey::used_bytes:
             m.used_bytes = u64(v);
+            return;
+        }
+        return;
+      }
+      case C::kContext: {
+        ContextMemory& c = snap_.tool->contexts.back();
+        switch (static_cast<CtxKey>(l.key)) {
+          case CtxKey::device:
+            c.device = device(v);
+            return;
+          case CtxKey::bytes:
+            c.bytes = u64(v);
+            return;
+          case CtxKey::time_us:
+            c.time_us = static_cast<int64_t>(u64(v));
+            return;
+          case CtxKey::end_time_us:
+            c.end_time_us = static_cast<int64_t>(u64(v));
+            if (c.end_time_us == 0) fail("expected a positive end time");
+            return;
+          case CtxKey::api:
+            c.api = str(v);
+            if (c.api != "cuDevicePrimaryCtxRetain" && c.api != "cuCtxCreate")
+              fail("expected api \"cuDevicePrimaryCtxRetain\" or \"cuCtxCreate\"");
+            return;
+          case CtxKey::handle:
+            c.handle = u64(v);
             return;
         }
         return;
@@ -1044,6 +1082,11 @@ class Handler {
         snap_.tool->pool_memory.emplace_back();
         push(C::kPool, {});
         return true;
+      case C::kContexts:
+        need(true);
+        snap_.tool->contexts.emplace_back();
+        push(C::kContext, {});
+        return true;
       case C::kVmms:
         need(true);
         snap_.tool->vmm_handles.emplace_back();
@@ -1177,6 +1220,10 @@ class Handler {
             need(false);
             push(C::kPools, kn);
             return true;
+          case ToolKey::contexts:
+            need(false);
+            push(C::kContexts, kn);
+            return true;
           default:
             break;
         }
@@ -1296,6 +1343,13 @@ class Handler {
       case C::kAnnotation:
         snap_.annotations.push_back(std::move(ann_));
         break;
+      case C::kContext: {
+        const ContextMemory& c = snap_.tool->contexts.back();
+        if (c.end_time_us && c.end_time_us < c.time_us)
+          fail_plain(
+              fmt::format("a context ends before it begins at contexts[{}]", parent.index - 1));
+        break;
+      }
       case C::kPoolId:
         if (l.index != 2) fail("expected segment_pool_id to be a pair of integers");
         break;

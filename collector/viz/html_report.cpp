@@ -45,6 +45,10 @@ json layers_json(const std::vector<analysis::Breakdown>& layers) {
     if (b.driver_visible) {
       j["driver_visible"] = *b.driver_visible;
       j["untracked"] = b.untracked;
+      if (b.context) {
+        j["context"] = *b.context;
+        j["other_untracked"] = b.other_untracked;
+      }
     }
     j["other_libraries"] = b.other_libraries;
     out.push_back(std::move(j));

@@ -93,6 +93,18 @@ enum class Kind : uint8_t {
   kPoolUsage = 34,         // a stream-ordered memory pool as the driver reports it, sampled off the
                            // hot path (pool_sampler.h): addr = pool handle, device, size = reserved
                            // bytes (RESERVED_MEM_CURRENT), aux = bytes in use (USED_MEM_CURRENT)
+  // CUDA contexts, whose memory the driver never reports through the allocation calls. A
+  // creation is recorded only when the call made a context the process did not have before
+  // (a primary context: inactive before the call, see cuDevicePrimaryCtxGetState); the thread
+  // then waits until the collector consumed the record, so that the collector's NVML reading for
+  // the process is taken before the thread allocates anything on it.
+  kContextCreated = 35,    // device = CUDA ordinal (announced by kDevice before), aux = CUcontext,
+                           // api = cuDevicePrimaryCtxRetain or cuCtxCreate
+  kContextDestroyed = 36,  // after the context went away (the thread waits as for a creation,
+                           // so that the collector reads the driver's figure without it):
+                           // api = cuDevicePrimaryCtxRelease (the last reference) or
+                           // cuDevicePrimaryCtxReset, device = its ordinal; api = cuCtxDestroy,
+                           // aux = CUcontext, device = -1
 };
 
 // PyTorch's TraceEntry::Action (c10/core/CachingDeviceAllocator.h, torch >= 2.1).
@@ -146,6 +158,11 @@ enum class Api : uint8_t {
   kImportExternalMemory,
   kDestroyExternalMemory,
   kExternalMemoryGetMappedBuffer,
+  kDevicePrimaryCtxRetain,
+  kCtxCreate,
+  kDevicePrimaryCtxRelease,
+  kDevicePrimaryCtxReset,
+  kCtxDestroy,
 };
 
 enum Flags : uint8_t {

@@ -341,6 +341,9 @@ def test_preload_exports_only_its_hooks():
         "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuArrayCreate_v2", "cuArray3DCreate_v2",
         "cuMipmappedArrayCreate", "cuArrayDestroy", "cuMipmappedArrayDestroy",
         "cuImportExternalMemory", "cuDestroyExternalMemory", "cuExternalMemoryGetMappedBuffer",
+        # CUDA contexts (their memory is measured at creation).
+        "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxReset_v2",
+        "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4", "cuCtxDestroy_v2",
         # The public marks API (include/cumemtrace.h) and the NVTX injection entry point.
         "cumemtrace_mark", "cumemtrace_range_push", "cumemtrace_range_pop", "cumemtrace_snapshot",
         "InitializeInjectionNvtx2"])

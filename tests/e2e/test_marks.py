@@ -317,7 +317,11 @@ def test_driver_memory_from_nvml(tmp_path):
     assert 1 <= len(samples) <= 3
     times = [s["time_us"] for s in samples]
     assert times == sorted(times) and t["start_time_us"] <= times[0]
-    assert "device 0 at exit: driver-visible 300 MiB = untracked 300 MiB + tracked 0 B" in p.stderr
+    # The fake NVML reports the 300 MiB from the start: all there right after the context's
+    # creation, so all of it is the context as measured.
+    assert [(c["device"], c["bytes"]) for c in t["contexts"]] == [(0, used0)]
+    assert "device 0 at exit: driver-visible 300 MiB = CUDA context 300 MiB + other untracked " \
+        "0 B + tracked 0 B" in p.stderr
 
 
 def test_driver_devices_map_to_cuda_ordinals_by_pci_address(tmp_path):

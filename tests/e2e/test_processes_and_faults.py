@@ -209,9 +209,10 @@ def test_fork_while_another_thread_is_in_a_hook(tmp_path):
 
 
 def test_fork_while_another_thread_starts_the_session(tmp_path):
-    """A thread is inside the first allocation's hook, starting the tracing session (held there by
-    a collector wrapper), when another thread forks: the child must start a session of its own
-    instead of waiting forever for one that no thread of its will ever finish."""
+    """A thread is inside the first traced call (its context creation), starting the tracing
+    session (held there by a collector wrapper), when another thread forks: the child must start
+    a session of its own instead of waiting forever for one that no thread of its will ever
+    finish."""
     sync = tmp_path / "sync"
     sync.mkdir()
     wrapper = tmp_path / "collector.sh"

@@ -8,8 +8,15 @@
 //  - Every call but cuInit, cuDriverGetVersion, cuGetErrorName/String and cuGetProcAddress*
 //    returns CUDA_ERROR_NOT_INITIALIZED before cuInit(0).
 //  - FAKE_CUDA_DEVICES devices (default 2), each with one primary context (distinct non-null
-//    CUcontext values). The current context is per thread. Retain/release keep a count only:
-//    a primary context is never torn down, so its allocations outlive a final release.
+//    CUcontext values). The current context is per thread. A primary context is active from a
+//    retain until its last release or a cuDevicePrimaryCtxReset (cuDevicePrimaryCtxGetState
+//    reports it); its allocations outlive it all the same (the fake keeps no memory per
+//    context). cuCtxCreate_v2/_v3/_v4 make a new context on a device, current on the calling
+//    thread, until cuCtxDestroy_v2 (no longer current anywhere on this thread then).
+//  - Every context in being (an active primary context, a created one) maps one page of a memfd
+//    named "fake-cuda-context-D" (D its device): that is how the fake NVML (fake_nvml.cpp), which
+//    reads /proc/PID/maps from the collector's process, knows which devices a process has
+//    contexts on, as the real driver knows which contexts hold memory.
 //  - cuMemAlloc*, cuMemAllocManaged, cuMemHostAlloc/cuMemAllocHost and cuMemGetInfo need a
 //    current context (else CUDA_ERROR_INVALID_CONTEXT) and charge its device. Async allocations
 //    charge the stream's device (a stream keeps the device current at its creation; stream 0,
@@ -161,6 +168,7 @@ struct Range {
 
 struct Context {
   int device;
+  void* marker = nullptr;  // the "fake-cuda-context-D" page while the context is in being
 };
 
 struct Stream {
@@ -218,11 +226,13 @@ struct State {
   uint64_t capture_ids = 0;
   std::set<ArrayObj*> arrays;
   std::set<ExternalMemory*> external;
+  std::set<Context*> created_contexts;  // cuCtxCreate'd, not destroyed
   uint64_t graph_used[kMaxDevices] = {};
   uint64_t graph_reserved[kMaxDevices] = {};
 };
 
-thread_local int tls_device = -1;  // the current context's device; -1: none
+thread_local int tls_device = -1;                   // the current context's device; -1: none
+thread_local const Context* tls_context = nullptr;  // the current context itself
 
 uint64_t parse_size(const char* text, uint64_t fallback) {
   if (!text || !*text) return fallback;
@@ -480,13 +490,31 @@ CUresult device_get(CUdevice* device, int ordinal) {
   return CUDA_SUCCESS;
 }
 
+// Caller holds the lock. Maps (or unmaps) the context's marker page; see the contract.
+void set_marker(Context& c, bool in_being) {
+  if (in_being && !c.marker) {
+    char name[32];
+    std::snprintf(name, sizeof name, "fake-cuda-context-%d", c.device);
+    const int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0) return;
+    if (ftruncate(fd, 4096) == 0) {
+      void* p = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
+      c.marker = p == MAP_FAILED ? nullptr : p;
+    }
+    close(fd);
+  } else if (!in_being && c.marker) {
+    munmap(c.marker, 4096);
+    c.marker = nullptr;
+  }
+}
+
 CUresult primary_ctx_retain(CUcontext* pctx, CUdevice dev) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   State& s = state();
   std::lock_guard lock(s.mu);
-  ++s.primary_refs[dev];
+  if (s.primary_refs[dev]++ == 0) set_marker(s.contexts[dev], true);
   *pctx = reinterpret_cast<CUcontext>(&s.contexts[dev]);
   return CUDA_SUCCESS;
 }
@@ -497,7 +525,58 @@ CUresult primary_ctx_release(CUdevice dev) {
   State& s = state();
   std::lock_guard lock(s.mu);
   if (s.primary_refs[dev] == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  --s.primary_refs[dev];
+  if (--s.primary_refs[dev] == 0) set_marker(s.contexts[dev], false);
+  return CUDA_SUCCESS;
+}
+
+CUresult primary_ctx_reset(CUdevice dev) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  s.primary_refs[dev] = 0;
+  set_marker(s.contexts[dev], false);
+  return CUDA_SUCCESS;
+}
+
+CUresult primary_ctx_get_state(CUdevice dev, unsigned int* flags, int* active) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  *flags = 0;
+  *active = s.primary_refs[dev] > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_create(CUcontext* pctx, CUdevice dev) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* c = new Context{dev};
+  set_marker(*c, true);
+  s.created_contexts.insert(c);
+  tls_device = dev;
+  tls_context = c;
+  *pctx = reinterpret_cast<CUcontext>(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_destroy(CUcontext ctx) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (!s.created_contexts.erase(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  set_marker(*c, false);
+  if (tls_context == c) {
+    tls_device = -1;
+    tls_context = nullptr;
+  }
+  delete c;
   return CUDA_SUCCESS;
 }
 
@@ -505,19 +584,25 @@ CUresult ctx_set_current(CUcontext ctx) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (!ctx) {
     tls_device = -1;
+    tls_context = nullptr;
     return CUDA_SUCCESS;
   }
   State& s = state();
-  const auto* c = reinterpret_cast<const Context*>(ctx);
-  if (c < s.contexts || c >= s.contexts + config().devices) return CUDA_ERROR_INVALID_CONTEXT;
+  auto* c = reinterpret_cast<Context*>(ctx);
+  const bool primary = c >= s.contexts && c < s.contexts + config().devices;
+  if (!primary) {
+    std::lock_guard lock(s.mu);
+    if (!s.created_contexts.count(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  }
   tls_device = c->device;
+  tls_context = c;
   return CUDA_SUCCESS;
 }
 
 CUresult ctx_get_current(CUcontext* pctx) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  *pctx = tls_device < 0 ? nullptr : reinterpret_cast<CUcontext>(&state().contexts[tls_device]);
+  *pctx = const_cast<CUcontext>(reinterpret_cast<const CUctx_st*>(tls_context));
   return CUDA_SUCCESS;
 }
 
@@ -1604,6 +1689,33 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 // Before 11.0 the release also reset the context; the fake never tears contexts down anyway.
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
   return fk::primary_ctx_release(dev);
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  return fk::primary_ctx_reset(dev);
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  return fk::primary_ctx_get_state(dev, flags, active);
+}
+
+// The three ABIs of cuCtxCreate; the fake ignores flags, affinity and create parameters.
+FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int, CUdevice dev) {
+  return fk::ctx_create(pctx, dev);
+}
+
+FAKE_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam*, int, unsigned int,
+                                    CUdevice dev) {
+  return fk::ctx_create(pctx, dev);
+}
+
+FAKE_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams*, unsigned int,
+                                    CUdevice dev) {
+  return fk::ctx_create(pctx, dev);
+}
+
+FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  return fk::ctx_destroy(ctx);
 }
 
 FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {

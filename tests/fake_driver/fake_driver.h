@@ -53,6 +53,10 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus* capt
                                    cuuint64_t* id_out, CUgraph* graph_out,
                                    const CUgraphNode** dependencies_out,
                                    size_t* numDependencies_out);
+// cuda.h maps cuCtxCreate to _v4 and declares the older ABIs for the driver's own build only.
+CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
+                        unsigned int flags, CUdevice dev);
 CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
                         size_t numDependencies, CUgraphNodeParams* nodeParams);
 

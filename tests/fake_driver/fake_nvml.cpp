@@ -4,6 +4,12 @@
 //   FAKE_NVML_USED     "DEVICE:BYTES,..." that every process using a CUDA driver (one with a
 //                      libcuda.so.1 mapped: on a GPU-less test host, the fake driver) holds as
 //                      the driver sees it; devices not listed hold nothing (default "0:1048576")
+//   FAKE_NVML_CONTEXT  "DEVICE:BYTES,..." what each CUDA context costs on that device: added to
+//                      a process's usage once per context it has there. The fake driver maps
+//                      one page of a memfd named "fake-cuda-context-D" per context in being on
+//                      device D (fake_driver.cpp; D is the CUDA ordinal, the NVML index of the
+//                      same bus unless FAKE_NVML_BUS permutes them); this library counts those
+//                      mappings in /proc/PID/maps. Unset: contexts cost nothing
 //   FAKE_NVML_INIT     "fail" makes nvmlInit_v2 fail (NVML present but unusable)
 //   FAKE_NVML_BUS      "BUS,..." the PCI bus number (hex) of each NVML index; by default index i
 //                      is on bus 0x10 * (i + 1), like the fake driver's CUDA ordinal i, so a
@@ -43,9 +49,8 @@ unsigned device_count() {
   return v && *v ? static_cast<unsigned>(strtoul(v, nullptr, 10)) : 2;
 }
 
-unsigned long long used_on(unsigned device) {
-  const char* v = getenv("FAKE_NVML_USED");
-  std::string spec = v ? v : "0:1048576";
+// The BYTES of DEVICE in a "DEVICE:BYTES,..." list; 0 when it is not listed.
+unsigned long long bytes_for(const std::string& spec, unsigned device) {
   size_t at = 0;
   while (at < spec.size()) {
     size_t end = spec.find(',', at);
@@ -58,6 +63,16 @@ unsigned long long used_on(unsigned device) {
     at = end + 1;
   }
   return 0;
+}
+
+unsigned long long used_on(unsigned device) {
+  const char* v = getenv("FAKE_NVML_USED");
+  return bytes_for(v ? v : "0:1048576", device);
+}
+
+unsigned long long context_bytes(unsigned device) {
+  const char* v = getenv("FAKE_NVML_CONTEXT");
+  return v ? bytes_for(v, device) : 0;
 }
 
 struct PciInfo {  // nvmlPciInfo_t
@@ -81,21 +96,35 @@ unsigned bus_of(unsigned device) {
   return p ? static_cast<unsigned>(strtoul(p, nullptr, 16)) : 0xff;
 }
 
-bool uses_cuda(const char* pid) {
+struct CudaProcess {
+  unsigned pid;
+  unsigned contexts[64];  // contexts in being per device (the fake driver's marker pages)
+};
+
+// A process using a CUDA driver has a libcuda.so.1 mapped: on a GPU-less test host, the fake.
+bool read_process(const char* pid, CudaProcess* out) {
   std::ifstream maps(std::string("/proc/") + pid + "/maps");
+  bool cuda = false;
+  *out = CudaProcess{static_cast<unsigned>(strtoul(pid, nullptr, 10)), {}};
   for (std::string line; std::getline(maps, line);) {
-    if (line.size() >= 12 && line.compare(line.size() - 12, 12, "libcuda.so.1") == 0) return true;
+    if (line.size() >= 12 && line.compare(line.size() - 12, 12, "libcuda.so.1") == 0) cuda = true;
+    const auto at = line.find("/memfd:fake-cuda-context-");
+    if (at != std::string::npos) {
+      const unsigned d = static_cast<unsigned>(strtoul(line.c_str() + at + 25, nullptr, 10));
+      if (d < 64) ++out->contexts[d];
+    }
   }
-  return false;
+  return cuda;
 }
 
-std::vector<unsigned> cuda_processes() {
-  std::vector<unsigned> out;
+std::vector<CudaProcess> cuda_processes() {
+  std::vector<CudaProcess> out;
   DIR* d = opendir("/proc");
   if (!d) return out;
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    if (uses_cuda(e->d_name)) out.push_back(static_cast<unsigned>(strtoul(e->d_name, nullptr, 10)));
+    CudaProcess p;
+    if (read_process(e->d_name, &p)) out.push_back(p);
   }
   closedir(d);
   return out;
@@ -148,16 +177,21 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned int* count, P
   if (!g_initialized) return kUninitialized;
   if (!device || !count) return kInvalidArgument;
   const auto index = static_cast<unsigned>(reinterpret_cast<uintptr_t>(device) - 1);
-  const unsigned long long used = used_on(index);
-  std::vector<unsigned> pids;
-  if (used) pids = cuda_processes();
-  if (*count < pids.size() || (!infos && !pids.empty())) {
-    *count = static_cast<unsigned>(pids.size());
+  const unsigned long long base = used_on(index);
+  const unsigned long long per_context = context_bytes(index);
+  std::vector<ProcessInfo> found;
+  if (base || per_context) {
+    for (const CudaProcess& p : cuda_processes()) {
+      const unsigned long long used = base + per_context * (index < 64 ? p.contexts[index] : 0u);
+      if (used) found.push_back(ProcessInfo{p.pid, used, 0xffffffff, 0xffffffff});
+    }
+  }
+  if (*count < found.size() || (!infos && !found.empty())) {
+    *count = static_cast<unsigned>(found.size());
     return kInsufficientSize;
   }
-  *count = static_cast<unsigned>(pids.size());
-  for (size_t i = 0; i < pids.size(); ++i)
-    infos[i] = ProcessInfo{pids[i], used, 0xffffffff, 0xffffffff};
+  *count = static_cast<unsigned>(found.size());
+  for (size_t i = 0; i < found.size(); ++i) infos[i] = found[i];
   return kSuccess;
 }
 

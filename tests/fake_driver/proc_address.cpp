@@ -51,6 +51,12 @@ const ProcEntry kTable[] = {
     {"cuDevicePrimaryCtxRetain", 7000, addr(&::cuDevicePrimaryCtxRetain), nullptr, 0, nullptr},
     {"cuDevicePrimaryCtxRelease", 7000, addr(&::cuDevicePrimaryCtxRelease),
      addr(&::cuDevicePrimaryCtxRelease_v2), 11000, nullptr},
+    {"cuDevicePrimaryCtxReset", 7000, addr(&::cuDevicePrimaryCtxReset_v2), nullptr, 0, nullptr},
+    {"cuDevicePrimaryCtxGetState", 7000, addr(&::cuDevicePrimaryCtxGetState), nullptr, 0, nullptr},
+    // The fake has no 32-bit cuCtxCreate/cuCtxDestroy, and hands out cuCtxCreate_v3 only by its
+    // versioned name: the first ABI it hands out is _v2, from 12.5 on _v4 as the real driver.
+    {"cuCtxCreate", 3020, addr(&::cuCtxCreate_v2), addr(&::cuCtxCreate_v4), 12050, nullptr},
+    {"cuCtxDestroy", 4000, addr(&::cuCtxDestroy_v2), nullptr, 0, nullptr},
     {"cuCtxSetCurrent", 4000, addr(&::cuCtxSetCurrent), nullptr, 0, nullptr},
     {"cuCtxGetCurrent", 4000, addr(&::cuCtxGetCurrent), nullptr, 0, nullptr},
     {"cuCtxGetDevice", 2000, addr(&::cuCtxGetDevice), nullptr, 0, nullptr},

@@ -306,3 +306,44 @@ TEST_CASE("CUDA IPC mappings are imported memory: listed, never counted, closed 
   REQUIRE(s.tool->anomalies[0].api == "cuIpcCloseMemHandle");
   REQUIRE(s.segments.empty());
 }
+
+TEST_CASE("contexts: measured as the driver's figure less what the device already held") {
+  Feeder f;
+  constexpr uint64_t kMiB = 1 << 20;
+  // Device 0's primary context: NVML says 500 MiB right after it was created.
+  f.add(Kind::kContextCreated, Api::kDevicePrimaryCtxRetain, 0, 0, 0, 0xc0);
+  REQUIRE(f.model.take_new_context() == 0);
+  REQUIRE_FALSE(f.model.take_new_context());
+  f.model.measure_new_context(500 * kMiB);
+  // Another thread's retain that raced with the first one: the same context, no second entry.
+  f.add(Kind::kContextCreated, Api::kDevicePrimaryCtxRetain, 0, 0, 0, 0xc0);
+  REQUIRE_FALSE(f.model.take_new_context());
+  f.add(Kind::kAlloc, Api::kMemAlloc, 0x1000, 8 * kMiB);
+  // A second context on device 0: 500 + 8 + 300 MiB now, so it cost 300 MiB.
+  f.add(Kind::kContextCreated, Api::kCtxCreate, 0, 0, 0, 0xc1);
+  REQUIRE(f.model.take_new_context() == 0);
+  f.model.measure_new_context(808 * kMiB);
+  // One on device 1 that nobody measured (no NVML figure): never listed, but still ended.
+  f.add(Kind::kContextCreated, Api::kCtxCreate, 0, 0, 1, 0xc2);
+  REQUIRE(f.model.take_new_context() == 1);
+  f.add(Kind::kContextDestroyed, Api::kCtxDestroy, 0, 0, -1, 0xc2);
+  // cuCtxDestroy ends the context of its handle; the primary context's last release ends it.
+  f.add(Kind::kContextDestroyed, Api::kCtxDestroy, 0, 0, -1, 0xc1);
+  const uint64_t destroyed_at = f.clock;
+  f.add(Kind::kContextDestroyed, Api::kDevicePrimaryCtxRelease, 0, 0, 0, 0);
+  const auto s = f.build();
+  const auto& c = s.tool->contexts;
+  REQUIRE(c.size() == 2);
+  CHECK(c[0].device == 0);
+  CHECK(c[0].bytes == 500 * kMiB);
+  CHECK(c[0].api == "cuDevicePrimaryCtxRetain");
+  CHECK(c[0].handle == 0xc0);
+  CHECK(c[1].bytes == 300 * kMiB);
+  CHECK(c[1].api == "cuCtxCreate");
+  CHECK(c[1].end_time_us ==
+        static_cast<int64_t>(1'700'000'000'000'000ull + (destroyed_at - 1'000'000'000ull) / 1000));
+  CHECK(c[0].end_time_us > c[1].end_time_us);
+  // Context records are no memory events.
+  CHECK(s.tool->events_total == 1);
+  CHECK(s.tool->end_time_us == c[0].end_time_us);
+}

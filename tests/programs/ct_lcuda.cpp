@@ -76,6 +76,9 @@ Driver table() {
   d.importExternalMemory = cuImportExternalMemory;
   d.externalMemoryGetMappedBuffer = cuExternalMemoryGetMappedBuffer;
   d.destroyExternalMemory = cuDestroyExternalMemory;
+  d.ctxCreate = cuCtxCreate;
+  d.ctxDestroy = cuCtxDestroy;
+  d.primaryCtxRelease = cuDevicePrimaryCtxRelease;
   return d;
 }
 

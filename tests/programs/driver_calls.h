@@ -63,6 +63,9 @@ struct DriverCalls {
   CUresult (*externalMemoryGetMappedBuffer)(CUdeviceptr*, CUexternalMemory,
                                             const CUDA_EXTERNAL_MEMORY_BUFFER_DESC*);
   CUresult (*destroyExternalMemory)(CUexternalMemory);
+  CUresult (*ctxCreate)(CUcontext*, CUctxCreateParams*, unsigned int, CUdevice);  // _v4 ABI
+  CUresult (*ctxDestroy)(CUcontext);
+  CUresult (*primaryCtxRelease)(CUdevice);
 };
 
 }  // namespace cumemtrace::testprog

@@ -121,6 +121,9 @@ bool load_driver_entry_points(DriverEntryPoints* out) {
   get(e.importExternalMemory, "cuImportExternalMemory", 12000);
   get(e.externalMemoryGetMappedBuffer, "cuExternalMemoryGetMappedBuffer", 12000);
   get(e.destroyExternalMemory, "cuDestroyExternalMemory", 12000);
+  get(e.ctxCreate, "cuCtxCreate", 12050);
+  get(e.ctxDestroy, "cuCtxDestroy", 4000);
+  get(e.primaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000);
   return get.ok();
 }
 

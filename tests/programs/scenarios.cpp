@@ -622,6 +622,24 @@ int scenario_arrays(const Driver& d, int, char**) {
   return 0;
 }
 
+int scenario_contexts(const Driver& d, int argc, char** argv) {
+  require("contexts", d.init, d.setDevice, d.memAlloc, d.memFree, d.ctxCreate, d.ctxDestroy,
+          d.primaryCtxRelease);
+  const bool release = argc > 2 && std::strcmp(argv[2], "release") == 0;
+  start_on_device0(d);
+  check(d.setDevice(0), "set device 0 again");
+  check(d.memFree(alloc(d, kMiB, "alloc a (1 MiB)")), "free a");
+  CUcontext c = nullptr;
+  check(d.ctxCreate(&c, nullptr, 0, 1), "cuCtxCreate on device 1");
+  check(d.memFree(alloc(d, 2 * kMiB, "alloc b (2 MiB)")), "free b");
+  check(d.ctxDestroy(c), "cuCtxDestroy");
+  if (release) {
+    check(d.primaryCtxRelease(0), "first release of device 0's primary context");
+    check(d.primaryCtxRelease(0), "last release of device 0's primary context");
+  }
+  return 0;
+}
+
 int scenario_spawn(const Driver& d, int, char**) {
   alloc_1mib_on_device0(d, "spawn");
   std::string path = sibling_static_like();
@@ -765,7 +783,6 @@ int scenario_forkstart(const Driver& d, int argc, char** argv) {
   }
   const std::string dir = argv[2];
   check(d.init(), "init");
-  check(d.setDevice(0), "set device 0");
   std::atomic<bool> failed{false};
   std::thread first([&] {
     CUdeviceptr p = 0;
@@ -783,6 +800,7 @@ int scenario_forkstart(const Driver& d, int argc, char** argv) {
     timespec ts{0, 1000000};
     nanosleep(&ts, nullptr);
   }
+  check(d.setDevice(0), "set device 0");
   std::fflush(nullptr);
   const pid_t child = fork();
   if (child == 0) {
@@ -885,6 +903,7 @@ constexpr Scenario kScenarios[] = {
     {"graph", scenario_graph},
     {"ipc", scenario_ipc},
     {"arrays", scenario_arrays},
+    {"contexts", scenario_contexts},
 };
 
 }  // namespace

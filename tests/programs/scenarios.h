@@ -99,10 +99,12 @@
 //           (3 if the allocation failed); the parent waits for each (must exit 0). Then stops the
 //           thread, prints "rounds K" (its completed rounds) and exits 0 (3 on any failure).
 //           parent: K allocs of 4096, K frees, live 0; each child: 1 alloc, 2 MiB live.
-//  forkstart DIR  dev 0 current on the main thread; a second thread makes the process's first
-//           allocation (1 MiB, leaked). When DIR/collector-started exists (the test's collector
-//           wrapper creates it while that allocation is starting the tracing session, and holds
-//           it until DIR/release exists), the main thread forks; the child allocs 2 MiB and
+//  forkstart DIR  a second thread makes the process's first traced call (the first retain of dev
+//           0's primary context, which creates it) and its first allocation (1 MiB, leaked). When
+//           DIR/collector-started exists (the test's collector wrapper creates it while that call
+//           is starting the tracing session, and holds it until DIR/release exists), the main
+//           thread makes dev 0 current (a retain of an active context: not traced) and forks;
+//           the child allocs 2 MiB and
 //           _exit(0)s (3 on failure); the parent creates DIR/release, waits for the child (must
 //           exit 0) and the thread; exit 0 (3 on any failure or after 20 s without the file).
 //           parent: 1 alloc, 1 MiB live; child: 1 alloc, 2 MiB live.
@@ -141,6 +143,13 @@
 //           device 0: 5 allocations (a, b, c, d, e), 2 frees, peak 5,636,096 B (a, b, c), live
 //           3,538,944 B (b, c, e) in 3 segments; imported mapping q (512 KiB, handle e). No
 //           anomalies.
+//  contexts [release]  dev 0 (its primary context's first retain: a new context); dev 0 again
+//           (a second reference, no new context); a = alloc 1 MiB; free a. c = cuCtxCreate (_v4
+//           ABI, no parameters, flags 0) on device 1 (current from then on); b = alloc 2 MiB;
+//           free b; cuCtxDestroy(c). With "release": cuDevicePrimaryCtxRelease(dev 0) twice (the
+//           second release drops the last reference: the primary context ends). Exit 0.
+//           Contexts: device 0 (primary, alive at exit unless released), device 1 (created and
+//           destroyed). Live 0 on both devices at exit, peak 1 MiB on device 0, 2 MiB on 1.
 //  scribble dev 0: alloc 1 MiB (leaked); then, as a hostile program would, writes into its own
 //           cumemtrace ring (found in /proc/self/maps; exit 3 when there is none): reserves the
 //           next ticket T and publishes a record claiming 200 continuation slots (the limit is

@@ -27,7 +27,8 @@ static_assert(sizeof(snap::Block) == 64);
 static_assert(sizeof(snap::Frame) == 72);
 static_assert(sizeof(snap::Annotation) == 80);
 static_assert(sizeof(snap::PytorchInfo) == 136);
-static_assert(sizeof(snap::ToolSection) == 720);
+static_assert(sizeof(snap::ToolSection) == 744);
+static_assert(sizeof(snap::ContextMemory) == 72);
 
 snap::Snapshot every_field() {
   snap::Snapshot s;
@@ -102,6 +103,8 @@ snap::Snapshot every_field() {
   t.threads = {{"11", "main"}, {"12", "w\xc3\xa9rker"}};
   t.driver_memory = {{950, 0, 1 << 20}, {1500, 1, 30 << 20}};
   t.pool_memory = {{1001, 1, 0x55aa00, 4 << 20, 3 << 20}, {1900, 1, 0x55aa00, 2 << 20, 0}};
+  t.contexts = {{1, 300 << 20, 960, 0, "cuDevicePrimaryCtxRetain", 0x5500},
+                {0, 64 << 20, 970, 1400, "cuCtxCreate", 0x5510}};
   t.pytorch = snap::PytorchInfo{"2.11.0+cu130", "native", "blocks", "torch imported", true};
   s.tool = t;
   return s;
@@ -247,6 +250,15 @@ void same(const snap::Snapshot& a, const snap::Snapshot& b) {
     CHECK(t.pool_memory[i].reserved_bytes == u.pool_memory[i].reserved_bytes);
     CHECK(t.pool_memory[i].used_bytes == u.pool_memory[i].used_bytes);
   }
+  REQUIRE(t.contexts.size() == u.contexts.size());
+  for (size_t i = 0; i < t.contexts.size(); ++i) {
+    CHECK(t.contexts[i].device == u.contexts[i].device);
+    CHECK(t.contexts[i].bytes == u.contexts[i].bytes);
+    CHECK(t.contexts[i].time_us == u.contexts[i].time_us);
+    CHECK(t.contexts[i].end_time_us == u.contexts[i].end_time_us);
+    CHECK(t.contexts[i].api == u.contexts[i].api);
+    CHECK(t.contexts[i].handle == u.contexts[i].handle);
+  }
   REQUIRE(t.pytorch.has_value() == u.pytorch.has_value());
   if (t.pytorch) {
     CHECK(t.pytorch->version == u.pytorch->version);
@@ -354,6 +366,9 @@ TEST_CASE("JSON: write, read, write gives the same bytes and the same model, eve
   CHECK(j["device_traces"][1][2]["async_pool"] == true);
   CHECK_FALSE(j["device_traces"][1][4].contains("async_pool"));
   CHECK(j["cumemtrace"]["pool_memory"][0]["reserved_bytes"] == 4 << 20);
+  // A context in being has no end time; one destroyed has.
+  CHECK_FALSE(j["cumemtrace"]["contexts"][0].contains("end_time_us"));
+  CHECK(j["cumemtrace"]["contexts"][1]["end_time_us"] == 1400);
 }
 
 TEST_CASE("pickle: write, read gives the same model, every field") {

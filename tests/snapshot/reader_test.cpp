@@ -31,6 +31,8 @@ snap::Snapshot full_snapshot() {
   t.vmm_handles.push_back({0xabc, 2 << 20, 0, s1, 1000030});
   t.imported_mappings.push_back({0x7000000, 2 << 20, 1, 0xabd, s2, 1000035});
   t.host_allocations.push_back({0x7f00, 512, "cudaHostAlloc", s2, 1000040});
+  t.contexts = {{0, 524288, 1000001, 0, "cuDevicePrimaryCtxRetain", 0xc0},
+                {1, 1 << 20, 1000002, 1000045, "cuCtxCreate", 0xc1}};
   t.ended = {"signal", 0, 11};
   t.reason = "signal";
   t.ring_error = "corrupt ring from pid 7: record 9 claims 200 continuation slots";
@@ -85,6 +87,59 @@ TEST_CASE("reader round-trips everything the writer writes", "[reader]") {
   CHECK(r.tool->devices[1].graph_reserved_peak_bytes == (4u << 20));
   CHECK(r.tool->devices[0].graph_reserved_peak_bytes == 0);
   CHECK(text.find("\"source\":\"graph\"") != std::string::npos);
+  REQUIRE(r.tool->contexts.size() == 2);
+  CHECK(r.tool->contexts[0].bytes == 524288);
+  CHECK(r.tool->contexts[0].end_time_us == 0);
+  CHECK(r.tool->contexts[1].api == "cuCtxCreate");
+  CHECK(r.tool->contexts[1].end_time_us == 1000045);
+}
+
+TEST_CASE("contexts: bad values are rejected with one line naming the field", "[reader]") {
+  const std::string text = snap::to_json(full_snapshot());
+  const std::string first =
+      R"({"device":0,"bytes":524288,"time_us":1000001,"api":"cuDevicePrimaryCtxRetain","handle":192})";
+  REQUIRE(text.find(first) != std::string::npos);
+  auto with = [&](const std::string& replacement) {
+    std::string t = text;
+    t.replace(t.find(first), first.size(), replacement);
+    return t;
+  };
+  struct Case {
+    std::string context;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {R"({"device":0,"bytes":-1,"time_us":1,"api":"cuCtxCreate","handle":1})",
+       "expected a non-negative integer at cumemtrace.contexts[0].bytes"},
+      {R"({"device":0,"bytes":"1","time_us":1,"api":"cuCtxCreate","handle":1})",
+       "expected a non-negative integer at cumemtrace.contexts[0].bytes"},
+      {R"({"device":0,"bytes":1,"time_us":1,"api":"cuCtxPushCurrent","handle":1})",
+       "expected api \"cuDevicePrimaryCtxRetain\" or \"cuCtxCreate\" at "
+       "cumemtrace.contexts[0].api"},
+      {R"({"device":0,"bytes":1,"time_us":1,"api":"cuCtxCreate"})",
+       "expected key \"handle\" at cumemtrace.contexts[0]"},
+      {R"({"device":0,"bytes":1,"time_us":5,"end_time_us":4,"api":"cuCtxCreate","handle":1})",
+       "a context ends before it begins at contexts[0]"},
+      {R"({"device":0,"bytes":1,"time_us":5,"end_time_us":0,"api":"cuCtxCreate","handle":1})",
+       "expected a positive end time at cumemtrace.contexts[0].end_time_us"},
+      {R"({"device":5000,"bytes":1,"time_us":5,"api":"cuCtxCreate","handle":1})",
+       "expected a device ordinal below 4096"},
+      {"7", "expected an object at cumemtrace.contexts[0]"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.context);
+    const std::string bad = with(c.context);
+    CHECK_THROWS_AS(snap::read_snapshot_reference(bad, "in.json"), snap::ReadError);
+    const std::string e = error_of(bad);
+    CHECK(e.find(c.expect) != std::string::npos);
+    CHECK(e.rfind("in.json:offset ", 0) == 0);
+  }
+  // The list itself must be an array.
+  std::string t = text;
+  const auto at = t.find("\"contexts\":[");
+  REQUIRE(at != std::string::npos);
+  t.replace(at, 12, "\"contexts\":7,\"x\":[");
+  CHECK(error_of(t).find("expected an array at cumemtrace.contexts") != std::string::npos);
 }
 
 TEST_CASE("identical frame lists are interned once", "[reader]") {

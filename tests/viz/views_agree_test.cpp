@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
 #include "analysis/report.h"
 #include "live/summary.h"
@@ -119,7 +120,64 @@ TEST_CASE("summary, report, HTML model, Perfetto and folded stacks agree on a VM
   REQUIRE(exit["moment"] == "exit");
   REQUIRE(exit["driver_visible_bytes"] == 310 * kMiB);
   REQUIRE(exit["untracked_bytes"] == 306 * kMiB);
-  REQUIRE(summary.find("driver-visible 310 MiB = untracked 306 MiB + tracked 4 MiB") !=
+  REQUIRE(exit["context_bytes"] == nullptr);
+  REQUIRE(exit["other_untracked_bytes"] == nullptr);
+  REQUIRE(summary.find("driver-visible 310 MiB = untracked 306 MiB (CUDA context not measured) + "
+                       "tracked 4 MiB") != std::string::npos);
+}
+
+TEST_CASE("a context measured at creation splits untracked the same way in every view") {
+  auto s = vmm_snapshot();
+  const int64_t t0 = 1'000'000;
+  // A 250 MiB primary context on device 0 from before the first map to the end, and a created
+  // one of 40 MiB that ended before the exit sample (its bytes are gone by then).
+  s.tool->contexts = {{0, 250 * kMiB, t0 + 1, 0, "cuDevicePrimaryCtxRetain", 0xc0},
+                      {0, 40 * kMiB, t0 + 2, t0 + 24, "cuCtxCreate", 0xc1}};
+  const analysis::SiteTable sites(s);
+  const auto r = analysis::build_report(s, sites, "vmm.json");
+  std::ostringstream js;
+  analysis::print_report_json(r, s, sites, {}, js);
+  const auto j = nlohmann::json::parse(js.str());
+  const auto m = viz::build_report_model(s);
+  const std::string summary = collect::summarize(s);
+
+  // At exit: 310 MiB = 250 MiB context + 56 MiB other untracked + 4 MiB tracked.
+  const auto& exit = j["devices"][0]["layers"].back();
+  REQUIRE(exit["moment"] == "exit");
+  REQUIRE(exit["untracked_bytes"] == 306 * kMiB);
+  REQUIRE(exit["context_bytes"] == 250 * kMiB);
+  REQUIRE(exit["other_untracked_bytes"] == 56 * kMiB);
+  const auto& mx = m.devices.at(0).layers.back();
+  REQUIRE(mx.moment == "exit");
+  REQUIRE(mx.context == 250 * kMiB);
+  REQUIRE(mx.other_untracked == 56 * kMiB);
+  const std::string text =
+      "driver-visible 310 MiB = CUDA context 250 MiB + other untracked 56 MiB + tracked 4 MiB";
+  REQUIRE(summary.find(text) != std::string::npos);
+  REQUIRE(analysis::driver_layers_text(mx) == text + " (pool.cpp 4 MiB)");
+
+  // At the peak (+13 us, the sample of +1 us: 300 MiB) both contexts are in being: 290 MiB of
+  // contexts, 300 - 8 - 290 = 2 MiB other untracked.
+  const auto& peak = j["devices"][0]["layers"].front();
+  REQUIRE(peak["moment"] == "peak");
+  REQUIRE(peak["driver_visible_bytes"] == 300 * kMiB);
+  REQUIRE(peak["context_bytes"] == 290 * kMiB);
+  REQUIRE(peak["other_untracked_bytes"] == 2 * kMiB);
+  REQUIRE(m.devices.at(0).layers.front().context == 290 * kMiB);
+
+  // The report lists the contexts with exact bytes and their ends.
+  const auto& cs = j["devices"][0]["contexts"];
+  REQUIRE(cs.size() == 2);
+  REQUIRE(cs[0]["bytes"] == 250 * kMiB);
+  REQUIRE(cs[0]["end_time_us"] == nullptr);
+  REQUIRE(cs[1]["api"] == "cuCtxCreate");
+  REQUIRE(cs[1]["end_time_us"] == t0 + 24);
+  std::ostringstream text_report;
+  analysis::print_report_text(r, s, sites, {}, text_report);
+  REQUIRE(text_report.str().find("CUDA context (measured at creation): 250 MiB from "
+                                 "cuDevicePrimaryCtxRetain at +0.000001 s\n") != std::string::npos);
+  REQUIRE(text_report.str().find("CUDA context (measured at creation): 40.0 MiB from cuCtxCreate "
+                                 "at +0.000002 s, destroyed at +0.000024 s\n") !=
           std::string::npos);
 }
 
