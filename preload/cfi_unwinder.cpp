@@ -6,6 +6,8 @@
 #include <unwind.h>
 
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstring>
 
 // libgcc's FDE lookup, declared in unwind-dw2-fde.h, which is not installed. It takes whatever
@@ -24,6 +26,7 @@ namespace {
 thread_local uint64_t t_hits __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_misses __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_fallbacks __attribute__((tls_model("initial-exec"))) = 0;
+thread_local uint64_t t_memo_hits __attribute__((tls_model("initial-exec"))) = 0;
 // Process-wide, touched only on a fallback (which costs microseconds anyway).
 std::atomic<uint64_t> g_fallback_stacks{0};
 std::atomic<uint64_t> g_fallback_pcs[4];
@@ -635,22 +638,68 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 // hashed, seqlocked lookup in the shared cache that does (the walk's critical path). A rule depends
 // on the key alone, so a match is always the right rule; the stack pointer only says where in the
 // last walk to look (both walks are ordered by it). Two buffers: the walk reads the last one and
-// writes its own. Global-dynamic TLS (3.8 KB per thread must not come from the static TLS surplus
-// that a dlopen'ed libcumemtrace.so would need); `busy` keeps a signal handler's walk on the same
-// thread away from a walk it interrupted.
+// writes its own. `busy` keeps a signal handler's walk on the same thread away from a walk it
+// interrupted.
+//
+// Not thread_local: 7.7 KB of TLS would make a libcumemtrace.so that is dlopen'ed (rather than
+// preloaded) fail to load, since its initial-exec variables put its whole TLS block into the
+// small static TLS surplus. So a fixed pool of memos (bss: only the pages of memos in use are
+// ever touched), one claimed per thread with a CAS on its owner's tid; when none is free, a memo
+// whose owner thread is gone (tgkill(pid, tid, 0) says ESRCH) is taken over. A thread that finds
+// none walks without a memo. A forked child's thread re-owns its memo (memo_after_fork).
 constexpr unsigned kMemoFrames = 160;
+constexpr unsigned kMemos = 64;
 struct MemoWalk {
   unsigned n;
   uint64_t sp[kMemoFrames];
   uint64_t key[kMemoFrames];
   uint64_t rule[kMemoFrames];
 };
-struct FrameMemo {
-  MemoWalk walks[2];
-  unsigned last;  // index of the last complete walk
+struct alignas(64) FrameMemo {
+  std::atomic<uint32_t> owner;  // tid, 0 when free
+  unsigned last;                // index of the last complete walk
   bool busy;
+  MemoWalk walks[2];
 };
-thread_local FrameMemo t_memo __attribute__((tls_model("global-dynamic")));
+FrameMemo g_memos[kMemos];
+// 1 + the index of this thread's memo; 0 before the first walk; -1: none was available.
+thread_local int t_memo __attribute__((tls_model("initial-exec"))) = 0;
+
+bool owner_gone(uint32_t tid) {
+  return syscall(SYS_tgkill, getpid(), static_cast<pid_t>(tid), 0) != 0 && errno == ESRCH;
+}
+
+__attribute__((noinline)) FrameMemo* claim_memo() {
+  const int saved_errno = errno;  // a hook (or a signal handler) must leave errno as it was
+  struct Restore {
+    int e;
+    ~Restore() { errno = e; }
+  } restore{saved_errno};
+  const auto tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  for (int pass = 0; pass < 2; ++pass) {
+    for (unsigned i = 0; i < kMemos; ++i) {
+      uint32_t seen = g_memos[i].owner.load(std::memory_order_relaxed);
+      if (seen != 0 && (pass == 0 || !owner_gone(seen))) continue;
+      if (!g_memos[i].owner.compare_exchange_strong(seen, tid, std::memory_order_acquire)) {
+        continue;
+      }
+      FrameMemo& m = g_memos[i];
+      m.walks[0].n = m.walks[1].n = 0;
+      m.last = 0;
+      m.busy = false;
+      t_memo = static_cast<int>(i) + 1;
+      return &m;
+    }
+  }
+  t_memo = -1;
+  return nullptr;
+}
+
+inline FrameMemo* this_thread_memo() {
+  const int i = t_memo;
+  if (i > 0) return &g_memos[i - 1];
+  return i == 0 ? claim_memo() : nullptr;
+}
 
 // Claims the memo for one walk (none when a walk of this thread is in progress below us).
 struct MemoUse {
@@ -660,7 +709,8 @@ struct MemoUse {
   unsigned cursor = 0;
   unsigned written = 0;
 
-  MemoUse() noexcept : m(&t_memo) {
+  MemoUse() noexcept : m(this_thread_memo()) {
+    if (!m) return;
     if (m->busy) {
       m = nullptr;
       return;
@@ -729,7 +779,10 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
       if (n >= max_depth) break;
     }
     uint64_t rule;
-    if (memo.find(sp, key, rule) || cache_get(key, rule)) {
+    if (memo.find(sp, key, rule)) {
+      ++t_hits;
+      ++t_memo_hits;
+    } else if (cache_get(key, rule)) {
       ++t_hits;
     } else {
       ++t_misses;
@@ -769,8 +822,16 @@ __attribute__((noinline)) int unwind_slow(uint64_t* out, unsigned max_depth, uin
   return static_cast<int>(w.n);
 }
 
+void memo_after_fork() noexcept {
+  const int i = t_memo;
+  if (i > 0) {
+    g_memos[i - 1].owner.store(static_cast<uint32_t>(syscall(SYS_gettid)),
+                               std::memory_order_relaxed);
+  }
+}
+
 CacheStats thread_cache_stats() noexcept {
-  return CacheStats{t_hits, t_misses, t_fallbacks};
+  return CacheStats{t_hits, t_misses, t_fallbacks, t_memo_hits};
 }
 
 FallbackStats fallback_stats() noexcept {

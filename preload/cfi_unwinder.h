@@ -26,11 +26,16 @@ inline constexpr int kFallback = -1;
 int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi) noexcept;
 int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi) noexcept;
 
+// In a forked child: the calling thread (the child's only one) keeps its memo of the last walk
+// under its new thread id, so that no other thread of the child takes it over.
+void memo_after_fork() noexcept;
+
 // Rule cache lookups by the calling thread since it started, for tests and benchmarks.
 struct CacheStats {
   uint64_t hits;
   uint64_t misses;
   uint64_t fallbacks;
+  uint64_t memo_hits;  // of the hits, those served by the thread's memo of its last walk
 };
 CacheStats thread_cache_stats() noexcept;
 

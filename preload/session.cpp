@@ -395,6 +395,7 @@ void on_fork_child() {
   g_live_fd = -1;
   modules_reset();
   forget_thread_cache();
+  cfi::memo_after_fork();
   forget_devices();
   forget_pools();
   python_stack_reset();

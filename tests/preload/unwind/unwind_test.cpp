@@ -279,6 +279,43 @@ TEST_CASE("two stacks that differ in one middle frame, walked in turn at the sam
   }
 }
 
+TEST_CASE("threads that ended leave their memo of the last walk to new threads", "[unwind]") {
+  // More threads, one after another, than there are memos: each must still get one (taken over
+  // from a thread that is gone) and serve its second walk of a stack from it.
+  for (int t = 0; t < 150; ++t) {
+    uint64_t memo_hits = 0, frames = 0;
+    bool same = false;
+    std::thread th([&] {
+      Capture r;
+      Chain c;
+      c.depth = 10;
+      for (int i = 0; i < 10; ++i) c.steps[i] = kSteps[i % 4];
+      c.leaf = [](Chain* ch) {
+        auto* x = static_cast<Capture*>(ch->arg);
+        int two = 2;
+        asm volatile("" : "+r"(two));
+        for (int i = 0; i < two; ++i) {
+          const uint64_t before = cfi::thread_cache_stats().memo_hits;
+          capture_both(x);
+          x->skip_lo = cfi::thread_cache_stats().memo_hits - before;
+        }
+      };
+      c.arg = &r;
+      run_chain(&c);
+      memo_hits = r.skip_lo;
+      r.skip_lo = 0;
+      same = same_frames(r);
+      frames = static_cast<uint64_t>(r.nfast);
+    });
+    th.join();
+    INFO("thread " << t);
+    REQUIRE(same);
+    // Every frame of the second walk but the unwinder's own (its pc is the caller's next
+    // instruction either way, but the walk starts inside unwind_fast at a new sp) from the memo.
+    CHECK(memo_hits + 2 >= frames);
+  }
+}
+
 TEST_CASE("a stack from a second thread", "[unwind]") {
   Capture r;
   std::thread t([&] {
