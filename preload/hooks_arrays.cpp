@@ -25,15 +25,12 @@ using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;
 using cumemtrace::preload::real_fn;
 using cumemtrace::preload::ReentryGuard;
+using cumemtrace::preload::u64;
 using cumemtrace::wire::Api;
 using cumemtrace::wire::Kind;
 namespace pl = cumemtrace::preload;
 
 namespace {
-
-uint64_t u64(const void* p) {
-  return reinterpret_cast<uint64_t>(p);
-}
 
 // Bytes per texel of a format with `channels` channels; block-compressed formats per texel of
 // their 4x4 blocks (BC1/BC4: 8 bytes a block, the others 16).

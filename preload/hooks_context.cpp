@@ -21,15 +21,12 @@
 using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;
 using cumemtrace::preload::ReentryGuard;
+using cumemtrace::preload::u64;
 using cumemtrace::wire::Api;
 using cumemtrace::wire::Kind;
 namespace pl = cumemtrace::preload;
 
 namespace {
-
-uint64_t u64(const void* p) {
-  return reinterpret_cast<uint64_t>(p);
-}
 
 void context_event(Kind kind, Api api, int device, CUcontext ctx) noexcept {
   EventArgs a{kind, api};

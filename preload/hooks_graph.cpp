@@ -29,6 +29,7 @@ using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;
 using cumemtrace::preload::real_fn;
 using cumemtrace::preload::ReentryGuard;
+using cumemtrace::preload::u64;
 using cumemtrace::wire::Api;
 using cumemtrace::wire::Kind;
 namespace pl = cumemtrace::preload;
@@ -66,10 +67,6 @@ std::atomic<bool> g_graph_memory_seen{false};
 constexpr int kMaxGraphDevices = 64;
 std::atomic<uint64_t> g_last_reserved[kMaxGraphDevices];
 std::atomic<uint64_t> g_last_used[kMaxGraphDevices];
-
-uint64_t u64(const void* p) {
-  return reinterpret_cast<uint64_t>(p);
-}
 
 void record_kind(Kind kind, Api api, uint64_t addr, uint64_t aux, uint64_t size = 0,
                  uint64_t stream = 0, uint8_t flags = 0) noexcept {

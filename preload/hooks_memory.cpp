@@ -18,15 +18,12 @@ using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;
 using cumemtrace::preload::real_fn;
 using cumemtrace::preload::ReentryGuard;
+using cumemtrace::preload::u64;
 using cumemtrace::wire::Api;
 using cumemtrace::wire::Kind;
 namespace pl = cumemtrace::preload;
 
 namespace {
-
-uint64_t u64(CUstream s) {
-  return reinterpret_cast<uint64_t>(s);
-}
 
 // A pool allocation's outcome, with the pool sampled off the hot path (pool_sampler.h) before
 // the allocation's own record: a pool grows inside the allocation call, so the sample holds the

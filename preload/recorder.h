@@ -36,6 +36,11 @@ struct EventArgs {
   uint8_t flags = 0;
 };
 
+// A driver handle or pointer as the 64-bit value an event carries.
+inline uint64_t u64(const void* p) noexcept {
+  return reinterpret_cast<uint64_t>(p);
+}
+
 // False once tracing is known to be off (disabled, failed, or AT_SECURE): hooks may then skip
 // the work of preparing an event.
 inline bool tracing_possible() noexcept {
