@@ -637,11 +637,11 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 // one compare against an array in L1 whose address does not depend on the frame, instead of a
 // hashed, seqlocked lookup in the shared cache that does (the walk's critical path). A rule depends
 // on the key alone, so a match is always the right rule; the stack pointer only says where in the
-// last walk to look (both walks are ordered by it). Two buffers: the walk reads the last one and
-// writes its own. `busy` keeps a signal handler's walk on the same thread away from a walk it
+// last walk to look (both walks are ordered by it). Three buffers: the walk reads the last two
+// and writes its own. `busy` keeps a signal handler's walk on the same thread away from a walk it
 // interrupted.
 //
-// Not thread_local: 7.7 KB of TLS would make a libcumemtrace.so that is dlopen'ed (rather than
+// Not thread_local: 11.5 KB of TLS would make a libcumemtrace.so that is dlopen'ed (rather than
 // preloaded) fail to load, since its initial-exec variables put its whole TLS block into the
 // small static TLS surplus. So a fixed pool of memos (bss: only the pages of memos in use are
 // ever touched), one claimed per thread with a CAS on its owner's tid; when none is free, a memo
@@ -659,7 +659,7 @@ struct alignas(64) FrameMemo {
   std::atomic<uint32_t> owner;  // tid, 0 when free
   unsigned last;                // index of the last complete walk
   bool busy;
-  MemoWalk walks[2];
+  MemoWalk walks[3];
 };
 FrameMemo g_memos[kMemos];
 // 1 + the index of this thread's memo; 0 before the first walk; -1: none was available.
@@ -684,7 +684,7 @@ __attribute__((noinline)) FrameMemo* claim_memo() {
         continue;
       }
       FrameMemo& m = g_memos[i];
-      m.walks[0].n = m.walks[1].n = 0;
+      m.walks[0].n = m.walks[1].n = m.walks[2].n = 0;
       m.last = 0;
       m.busy = false;
       t_memo = static_cast<int>(i) + 1;
@@ -703,10 +703,22 @@ inline FrameMemo* this_thread_memo() {
 
 // Claims the memo for one walk (none when a walk of this thread is in progress below us).
 struct MemoUse {
+  // The last two walks: a thread that alternates two kinds of event (an allocation and a free)
+  // finds the inner frames of this kind in the walk before the last.
+  struct Source {
+    const MemoWalk* walk = nullptr;
+    unsigned cursor = 0;
+
+    bool find(uint64_t sp, uint64_t key, uint64_t& rule) noexcept {
+      while (cursor < walk->n && walk->sp[cursor] < sp) ++cursor;
+      if (cursor >= walk->n || walk->sp[cursor] != sp || walk->key[cursor] != key) return false;
+      rule = walk->rule[cursor];
+      return true;
+    }
+  };
   FrameMemo* m;
-  const MemoWalk* last = nullptr;
+  Source last, before;
   MemoWalk* next = nullptr;
-  unsigned cursor = 0;
   unsigned written = 0;
 
   MemoUse() noexcept : m(this_thread_memo()) {
@@ -717,8 +729,9 @@ struct MemoUse {
     }
     m->busy = true;
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    last = &m->walks[m->last];
-    next = &m->walks[m->last ^ 1];
+    last.walk = &m->walks[m->last];
+    before.walk = &m->walks[(m->last + 2) % 3];
+    next = &m->walks[(m->last + 1) % 3];
   }
   ~MemoUse() {
     if (!m) return;
@@ -729,11 +742,7 @@ struct MemoUse {
   MemoUse& operator=(const MemoUse&) = delete;
 
   bool find(uint64_t sp, uint64_t key, uint64_t& rule) noexcept {
-    if (!m) return false;
-    while (cursor < last->n && last->sp[cursor] < sp) ++cursor;
-    if (cursor >= last->n || last->sp[cursor] != sp || last->key[cursor] != key) return false;
-    rule = last->rule[cursor];
-    return true;
+    return m && (last.find(sp, key, rule) || before.find(sp, key, rule));
   }
   void note(uint64_t sp, uint64_t key, uint64_t rule) noexcept {
     if (!m || written >= kMemoFrames) return;
@@ -747,7 +756,7 @@ struct MemoUse {
     if (!m) return;
     next->n = written;
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    m->last ^= 1;
+    m->last = (m->last + 1) % 3;
   }
 };
 
