@@ -3,14 +3,15 @@
 //
 // unwind_fast() walks the calling thread's stack from its own registers using per-address rules
 // (CFA = rsp/rbp + N, return address and caller's rbp at fixed offsets from the CFA) kept in a
-// global lock-free cache; a miss parses the FDE that libgcc's _Unwind_Find_FDE finds. It never
-// allocates, takes no lock on a hit, and never reads outside [its own rsp, the top of the mapping
-// that holds it). Whenever a frame needs more than that rule model (signal frames, CFA
-// expressions, code without unwind info, a stack it cannot bound) it gives up with kFallback and
-// the caller must use unwind_slow() (_Unwind_Backtrace) for that stack. Both report the same
-// frames: return addresses, innermost first, leading frames inside [skip_lo, skip_hi) dropped,
-// at most max_depth of them. The first frame unwind_fast() sees is its own; unwind_slow()'s is
-// the return address into its own body.
+// global lock-free cache, fronted by a per-thread memo of the thread's last two walks (a frame at
+// the same stack address with the same return address takes its rule from there); a miss parses
+// the FDE that libgcc's _Unwind_Find_FDE finds. It never allocates, takes no lock on a hit, and
+// never reads outside [its own rsp, the top of the mapping that holds it). Whenever a frame needs
+// more than that rule model (signal frames, CFA expressions, code without unwind info, a stack it
+// cannot bound) it gives up with kFallback and the caller must use unwind_slow()
+// (_Unwind_Backtrace) for that stack. Both report the same frames: return addresses, innermost
+// first, leading frames inside [skip_lo, skip_hi) dropped, at most max_depth of them. The first
+// frame unwind_fast() sees is its own; unwind_slow()'s is the return address into its own body.
 //
 // Cached rules are keyed by address only: code unloaded by dlclose and replaced by other code at
 // the same address would be unwound with stale rules (wrong frames, never a read outside the
