@@ -24,9 +24,9 @@ bool clocksource_is_tsc() noexcept {
 
 }  // namespace
 
-uint64_t monotonic_ns() noexcept {
+uint64_t clock_ns(clockid_t id) noexcept {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 

@@ -8,6 +8,8 @@
 // to the collector; noexcept and heap-free.
 #pragma once
 
+#include <time.h>
+
 #include <cstdint>
 
 #include "wire/wire_format.h"
@@ -25,7 +27,11 @@ extern bool g_event_clock_tsc;
 // RingHeader::time_source must say. `start_tsc` gets the TSC when the answer is kTimeTsc.
 wire::TimeSource choose_event_clock(uint64_t& start_tsc) noexcept;
 
-uint64_t monotonic_ns() noexcept;
+// clock_gettime(id) in ns: the one conversion the preload's clocks share.
+uint64_t clock_ns(clockid_t id) noexcept;
+inline uint64_t monotonic_ns() noexcept {
+  return clock_ns(CLOCK_MONOTONIC);
+}
 
 inline uint64_t event_time() noexcept {
 #if defined(__x86_64__)

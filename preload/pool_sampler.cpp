@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "event_clock.h"
 #include "real_driver.h"
 #include "recorder.h"
 
@@ -20,12 +21,6 @@ std::atomic<uint64_t> g_last_ns[kMaxDevices];
 // Devices whose current pool was allocated from: sampled again at exit. Pools named by
 // cuMemAllocFromPoolAsync are not (the program may have destroyed them by then).
 std::atomic<bool> g_current_used[kMaxDevices];
-
-uint64_t coarse_now_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 void sample(int device, uint64_t pool) noexcept {
   uint64_t handle = 0, reserved = 0, used = 0;
@@ -45,7 +40,7 @@ void after_pool_alloc(int device, uint64_t pool, bool force) noexcept {
   if (!pool && !g_current_used[device].load(std::memory_order_relaxed)) {
     g_current_used[device].store(true, std::memory_order_relaxed);
   }
-  const uint64_t now = coarse_now_ns();
+  const uint64_t now = clock_ns(CLOCK_MONOTONIC_COARSE);
   uint64_t last = g_last_ns[device].load(std::memory_order_relaxed);
   if (!force && last != 0 && now - last < kIntervalNs) return;
   // One thread samples per interval; the others go on.

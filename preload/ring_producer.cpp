@@ -42,7 +42,6 @@ bool RingProducer::collector_alive() const noexcept {
 bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
   const uint64_t cap = header_->capacity;
   uint64_t head = header_->head.load(std::memory_order_relaxed);
-  uint64_t wait_start = 0;
   uint64_t full_since = 0;  // when this reservation first found the ring full
   unsigned spins = 0;
   // Counts the time this reservation waited, whatever its outcome.
@@ -79,9 +78,7 @@ bool RingProducer::reserve(uint64_t n, uint64_t& ticket) noexcept {
     if (++spins < 64) {
       cpu_relax();
     } else {
-      const uint64_t now = monotonic_ns();
-      if (!wait_start) wait_start = now;
-      if (now - wait_start > max_wait_ns_) {
+      if (monotonic_ns() - full_since > max_wait_ns_) {
         header_->stalled.store(1, std::memory_order_relaxed);
         waited();
         return false;

@@ -50,12 +50,6 @@ bool g_process_hooks_installed = false;
 // in a forked child until its own session starts).
 std::atomic<wire::RingHeader*> g_request_ring{nullptr};
 
-uint64_t clock_ns(clockid_t id) {
-  timespec ts;
-  clock_gettime(id, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 // Parses a non-negative decimal; false on anything else (empty, sign, junk, overflow).
 bool parse_u64(const char* s, uint64_t& out) {
   if (!s || !*s) return false;
