@@ -11,6 +11,7 @@
 #include "module_map.h"
 #include "python_stack.h"
 #include "real_driver.h"
+#include "recording_meter.h"
 #include "session.h"
 #include "stack_capture.h"
 
@@ -138,16 +139,9 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a) noexcept {
   after_publish(a, ok, ticket);
 }
 
-}  // namespace
-
-void record(const EventArgs& a) noexcept {
-  if (!ensure_session()) return;
-  if (config().stack_depth && a.kind != wire::Kind::kExit) {
-    record_with_stack(a);
-    return;
-  }
-  // Stacks off: the hot path, one slot written in place and no frame buffer. The time is read
-  // just before the ticket is taken.
+// Stacks off: the hot path, one slot written in place and no frame buffer. The time is read
+// just before the ticket is taken.
+inline void record_without_stack(const EventArgs& a) noexcept {
   const uint32_t tid = current_tid();
   announce_device(a.device, tid);
   const uint64_t now = event_time();
@@ -157,6 +151,38 @@ void record(const EventArgs& a) noexcept {
   write_event(*ev, a, tid, now, 0, 0);
   ring().commit_one(ticket);
   after_publish(a, true, ticket);
+}
+
+inline void record_now(const EventArgs& a) noexcept {
+  if (config().stack_depth && a.kind != wire::Kind::kExit) {
+    record_with_stack(a);
+  } else {
+    record_without_stack(a);
+  }
+}
+
+// CUMEMTRACE_DEBUG: the same, timed (recording_meter.h).
+__attribute__((noinline)) void record_metered(const EventArgs& a) noexcept {
+  if (is_oom(a) || a.kind == wire::Kind::kContextCreated ||
+      a.kind == wire::Kind::kContextDestroyed || a.kind == wire::Kind::kExit) {
+    record_now(a);  // waits for the collector, or is the last record
+    return;
+  }
+  const uint64_t start = event_time();
+  record_now(a);
+  meter_add(a.kind == wire::Kind::kTorchBlock ? MeterClass::kTorchBlock : MeterClass::kDriver,
+            event_time() - start);
+}
+
+}  // namespace
+
+void record(const EventArgs& a) noexcept {
+  if (!ensure_session()) return;
+  if (__builtin_expect(config().debug, false)) {
+    record_metered(a);
+    return;
+  }
+  record_now(a);
 }
 
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept {

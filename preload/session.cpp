@@ -28,6 +28,7 @@
 #include "pool_sampler.h"
 #include "python_stack.h"
 #include "recorder.h"
+#include "recording_meter.h"
 #include "wire/control_protocol.h"
 
 extern char** environ;
@@ -328,6 +329,7 @@ void on_process_exit(int status, void*) {
   if (config().debug) {
     print_fallbacks();
     print_ring_waits();
+    print_meter();
   }
   // Before the exit record: the snapshot written at exit has each pool's final state. Runs
   // before CUDA's own atexit teardown (registered earlier, so run later).
@@ -463,6 +465,7 @@ bool start() {
   hdr->start_realtime_ns = clock_ns(CLOCK_REALTIME);
   hdr->time_source = choose_event_clock(hdr->start_tsc);
   hdr->start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
+  meter_start(event_time(), hdr->start_monotonic_ns);
   hdr->stack_depth = g_config.stack_depth;
   // A fresh memfd reads as zeros, so every slot's seq is 0 ("not yet written": ticket + 1 > 0).
   auto* slots = reinterpret_cast<wire::Slot*>(static_cast<char*>(map) + wire::kHeaderBytes);

@@ -14,7 +14,7 @@
 # off and default, as rows "pair base-..." (before/after comparisons).
 # Environment: PIN="A,B" runs the pair on CPU A, with the collector allowed on A and B (the
 # run-to-run spread of the pair comes mostly from where the scheduler puts the two); PAIR_ONLY=1
-# leaves the training loop out.
+# leaves the training loop out; METER=0 skips the in-process measure printed after the rounds.
 # Usage: bench/gpu/recording_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS=4] [STEPS=200] [PAIRS=200000] [BASE]
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -78,6 +78,16 @@ for ((r = 0; r < ROUNDS; r++)); do
     echo "cost ${line% *}|${line##* }" >>"$RES"
   done
 done
+# record()'s own time per event, summed inside the program (CUMEMTRACE_DEBUG=1,
+# preload/recording_meter.h): the part of (traced - bare) spent after the hook's driver queries.
+if [ "${METER:-1}" != 0 ]; then
+  echo "in-process, record() per event (CUMEMTRACE_DEBUG=1):"
+  for depth in 0 32; do
+    "$CT" run -q -o "$OUT/t" --stack-depth $depth -- env CUMEMTRACE_DEBUG=1 "$OUT/pair" "$PAIRS" 2>&1 |
+      grep "recording took" | sed "s/^/  stack depth $depth: /"
+    rm -rf "$OUT/t"
+  done
+fi
 cs=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)
 echo "clocksource: ${cs:-unknown}"
 [ "$cs" = tsc ] || echo "  (not tsc: clock_gettime may be a system call; see its row below)"

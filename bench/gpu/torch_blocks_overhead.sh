@@ -17,6 +17,10 @@
 # Usage: bench/gpu/torch_blocks_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS] [STEPS]
 # TRAIN_ARGS="--model resnet18 --batch 64" times a realistic step (tens of ms) instead of the
 # launch-bound default CNN; MODES="bare blocks bare-again torch-history" runs a subset.
+# Then one more `blocks` run with CUMEMTRACE_DEBUG=1, whose preload sums the time record() took
+# per event inside the program (preload/recording_meter.h): that sum per step, over the bare
+# median step, is the recording's cost resolved below the A/A noise of whole runs (METER=0 skips
+# it). It leaves out what recording costs the program indirectly (caches, the collector's core).
 set -u
 cd "$(dirname "$0")/../.."
 P=${1:-build}; ROUNDS=${2:-5}; STEPS=${3:-300}
@@ -50,18 +54,24 @@ for ((r = 0; r < ROUNDS; r++)); do
   done
   rm -rf "$OUT/t"
 done
-python3 - "$RES" "${MODES[@]}" <<'PY'
-import collections, statistics, sys
+if [ "${METER:-1}" != 0 ]; then
+  "$CT" run -q -o "$OUT/t" -- env CUMEMTRACE_DEBUG=1 python3 $TRAIN_SCRIPT "$STEPS" $TRAIN_OPTS \
+    >"$OUT/meter.txt" 2>&1
+  grep -E "recording took|ms_per_step" "$OUT/meter.txt" | sed 's/^/meter: /'
+fi
+python3 - "$RES" "$OUT/meter.txt" "$STEPS" "${MODES[@]}" <<'PY'
+import collections, re, statistics, sys
 v = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     parts = line.split()
     if len(parts) == 2:
         v[parts[0]].append(float(parts[1]))
+meter_path, steps, modes = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 med = {k: statistics.median(x) for k, x in v.items()}
 bare = med.get("bare")
 print("| mode | runs | median ms/step | min | max | spread | median over bare |")
 print("|---|---|---|---|---|---|---|")
-for k in sys.argv[2:]:
+for k in modes:
     if k not in v:
         print("| %s | 0 | - | - | - | - | - |" % k)
         continue
@@ -76,5 +86,21 @@ if bare and "blocks" in med and "torch-history" in med:
     ours, theirs = med["blocks"] - bare, med["torch-history"] - bare
     print("cumemtrace blocks: %+.2f%% over bare (target <= 3%%), %.2f of PyTorch's history cost "
           "(target <= 0.33)" % (100 * ours / bare, ours / theirs if theirs > 0 else float("nan")))
+# The metered run: "recording took N ns per event for M <class>: T ms in all, ..." per class.
+# Its steps are the timed ones plus torch_train.py's 3 warm-up steps (model set-up adds a few).
+try:
+    meter = open(meter_path).read()
+except OSError:
+    meter = ""
+total_ms, events = 0.0, 0
+for m in re.finditer(r"recording took (\d+) ns per event for (\d+) ([^:]+): ([0-9.]+) ms", meter):
+    print("in-process: %s: %s ns each, %d per step" % (m.group(3), m.group(1),
+                                                      int(m.group(2)) // (steps + 3)))
+    total_ms += float(m.group(4))
+    events += int(m.group(2))
+if events and bare:
+    per_step = total_ms / (steps + 3)
+    print("in-process: recording took %.3f ms per step = %.2f%% of the bare step (target <= 3%%)"
+          % (per_step, 100 * per_step / bare))
 PY
 rm -rf "$OUT"

@@ -4,6 +4,7 @@ collector's merge. The fake torch (tests/fake_torch) follows PyTorch's caching r
 below are what those rules give for tests/e2e/torch_blocks.py."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -110,6 +111,25 @@ def test_default_allocator_blocks_one_to_one(tmp_path):
     assert tool["devices"][0]["live_bytes"] == 22 * MiB == sum(g["total_size"] for g in segs)
     assert tool["devices"][0]["peak_bytes"] == 52 * MiB
     assert "block level" in snap["allocator_settings"]["mode"]
+
+
+def test_debug_meter_counts_every_recorded_event(tmp_path):
+    # CUMEMTRACE_DEBUG's recording meter (preload/recording_meter.h): one line per class, with
+    # exactly the events the hooks recorded: the snapshot's 14 PyTorch block events and the
+    # scenario's 4 driver events (its segments' allocations and frees), 18 as the exit summary
+    # counts them.
+    p, snaps = run(tmp_path, "basic", CUMEMTRACE_DEBUG="1")
+    assert p.returncode == 0, p.stderr
+    meter = dict((kind, int(n)) for n, kind in re.findall(
+        r"^cumemtrace: recording took \d+ ns per event for (\d+) (driver events|PyTorch block "
+        r"events): [0-9.]+ ms in all, [0-9.]+% of the [0-9.]+ s since tracing started$",
+        p.stderr, re.M))
+    assert meter == {"driver events": 4, "PyTorch block events": 14}, p.stderr
+    assert len(entries(final(snaps))) == 14
+    assert ": 18 events, 0 dropped;" in p.stderr
+    # Without CUMEMTRACE_DEBUG nothing is timed and nothing printed.
+    p, _ = run(tmp_path / "quiet", "basic")
+    assert p.returncode == 0 and "recording took" not in p.stderr, p.stderr
 
 
 def test_expandable_segments_blocks(tmp_path):

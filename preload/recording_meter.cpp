@@ -1,0 +1,61 @@
+#include "recording_meter.h"
+
+#include <atomic>
+#include <cstdio>
+
+#include "event_clock.h"
+#include "session.h"
+
+namespace cumemtrace::preload {
+
+namespace {
+
+struct alignas(64) ClassSums {
+  std::atomic<uint64_t> events{0};
+  std::atomic<uint64_t> ticks{0};
+};
+ClassSums g_sums[2];
+uint64_t g_start_time = 0;  // event_time() at the session's start
+uint64_t g_start_ns = 0;    // CLOCK_MONOTONIC then
+
+}  // namespace
+
+void meter_start(uint64_t start_event_time, uint64_t start_monotonic_ns) noexcept {
+  g_start_time = start_event_time;
+  g_start_ns = start_monotonic_ns;
+  for (auto& s : g_sums) {
+    s.events.store(0, std::memory_order_relaxed);
+    s.ticks.store(0, std::memory_order_relaxed);
+  }
+}
+
+void meter_add(MeterClass cls, uint64_t ticks) noexcept {
+  ClassSums& s = g_sums[static_cast<int>(cls)];
+  s.events.fetch_add(1, std::memory_order_relaxed);
+  s.ticks.fetch_add(ticks, std::memory_order_relaxed);
+}
+
+void print_meter() noexcept {
+  // ns per event_time() unit over the whole session (1 where the clock is CLOCK_MONOTONIC).
+  const uint64_t elapsed_ns = monotonic_ns() - g_start_ns;
+  const uint64_t elapsed_units = event_time() - g_start_time;
+  if (elapsed_ns == 0 || elapsed_units == 0) return;
+  const double ns_per_unit = static_cast<double>(elapsed_ns) / static_cast<double>(elapsed_units);
+  static const char* const kNames[] = {"driver events", "PyTorch block events"};
+  for (int c = 0; c < 2; ++c) {
+    const uint64_t n = g_sums[c].events.load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    const double ns =
+        static_cast<double>(g_sums[c].ticks.load(std::memory_order_relaxed)) * ns_per_unit;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "recording took %.0f ns per event for %llu %s: %.3f ms in all, %.2f%% of the "
+                  "%.3f s since tracing started",
+                  ns / static_cast<double>(n), static_cast<unsigned long long>(n), kNames[c],
+                  ns / 1e6, 100.0 * ns / static_cast<double>(elapsed_ns),
+                  static_cast<double>(elapsed_ns) / 1e9);
+    print_line(line);
+  }
+}
+
+}  // namespace cumemtrace::preload

@@ -1,0 +1,24 @@
+// Contract: CUMEMTRACE_DEBUG's measure of what recording costs inside the program: the time
+// record() spends on an event (its stack, its Python frames, its ring slots), summed over all
+// threads, for driver events and for PyTorch block events apart. Whole-process timings cannot
+// resolve a few percent on a real training loop (two bare runs of the same loop differ by 3–15%
+// on the GPU host: docs/performance.md); this sum can. Off unless CUMEMTRACE_DEBUG is set, when
+// the hot path pays one predictable branch. Events that wait for the collector (an OOM, a
+// context's creation or end) are left out: their wait is not recording. noexcept, heap-free.
+#pragma once
+
+#include <cstdint>
+
+namespace cumemtrace::preload {
+
+enum class MeterClass : int { kDriver = 0, kTorchBlock = 1 };
+
+// The session's start, in event_time() units and in CLOCK_MONOTONIC ns: converts the sums.
+void meter_start(uint64_t start_event_time, uint64_t start_monotonic_ns) noexcept;
+// One event of `cls` took `ticks` (event_time() units).
+void meter_add(MeterClass cls, uint64_t ticks) noexcept;
+// One line per class that had events: count, mean ns per event, total ms, and the share of the
+// time since the session started ("cumemtrace: recording took ...").
+void print_meter() noexcept;
+
+}  // namespace cumemtrace::preload
