@@ -649,17 +649,25 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 // none walks without a memo. A forked child's thread re-owns its memo (memo_after_fork).
 constexpr unsigned kMemoFrames = 160;
 constexpr unsigned kMemos = 64;
+// The thread's own rules by address, direct-mapped: 16 KB, the frames of about a thousand call
+// sites. Rules hold for the whole process, so a memo taken over from a gone thread keeps them.
+constexpr unsigned kThreadRuleBits = 10;
 struct MemoWalk {
   unsigned n;
   uint64_t sp[kMemoFrames];
   uint64_t key[kMemoFrames];
   uint64_t rule[kMemoFrames];
 };
+struct ThreadRule {
+  uint64_t key;  // 0: empty (no frame has pc 0)
+  uint64_t rule;
+};
 struct alignas(64) FrameMemo {
   std::atomic<uint32_t> owner;  // tid, 0 when free
   unsigned last;                // index of the last complete walk
   bool busy;
   MemoWalk walks[3];
+  ThreadRule rules[1u << kThreadRuleBits];
 };
 FrameMemo g_memos[kMemos];
 // 1 + the index of this thread's memo; 0 before the first walk; -1: none was available.
@@ -744,6 +752,23 @@ struct MemoUse {
   bool find(uint64_t sp, uint64_t key, uint64_t& rule) noexcept {
     return m && (last.find(sp, key, rule) || before.find(sp, key, rule));
   }
+  // The thread's table of rules by address.
+  ThreadRule* rule_slot(uint64_t key) noexcept {
+    return &m->rules[(key * 0x9E3779B97F4A7C15ull) >> (64 - kThreadRuleBits)];
+  }
+  bool table_get(uint64_t key, uint64_t& rule) noexcept {
+    if (!m) return false;
+    const ThreadRule* e = rule_slot(key);
+    if (e->key != key) return false;
+    rule = e->rule;
+    return true;
+  }
+  void table_put(uint64_t key, uint64_t rule) noexcept {
+    if (!m) return;
+    ThreadRule* e = rule_slot(key);
+    e->key = key;
+    e->rule = rule;
+  }
   void note(uint64_t sp, uint64_t key, uint64_t rule) noexcept {
     if (!m || written >= kMemoFrames) return;
     next->sp[written] = sp;
@@ -761,7 +786,7 @@ struct MemoUse {
 };
 
 __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
-                                          uint64_t skip_hi) noexcept {
+                                          uint64_t skip_hi, FirstSeen* first_seen) noexcept {
   if (max_depth == 0) return 0;
   uint64_t pc, sp, fp;
   // One asm statement: pc, rsp and rbp of the same instruction, hence of one CFI row.
@@ -785,18 +810,26 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
     if (!skipping || pc < skip_lo || pc >= skip_hi) {
       skipping = false;
       out[n++] = pc;
-      if (n >= max_depth) break;
+      if (n >= max_depth) {
+        if (first_seen) first_seen->add(pc);
+        break;
+      }
     }
     uint64_t rule;
     if (memo.find(sp, key, rule)) {
       ++t_hits;
       ++t_memo_hits;
+    } else if (memo.table_get(key, rule)) {
+      ++t_hits;
     } else if (cache_get(key, rule)) {
       ++t_hits;
+      memo.table_put(key, rule);
     } else {
       ++t_misses;
       rule = compute_rule((key & kExactBit) ? pc : pc - 1);
       cache_put(key, rule);
+      memo.table_put(key, rule);
+      if (first_seen && !skipping) first_seen->add(pc);
     }
     memo.note(sp, key, rule);
     const uint64_t kind = (rule >> 56) & 3;
@@ -824,7 +857,8 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
 }
 
 __attribute__((noinline)) int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
-                                          uint64_t skip_hi) noexcept {
+                                          uint64_t skip_hi, FirstSeen* first_seen) noexcept {
+  if (first_seen) first_seen->all = true;
   if (max_depth == 0) return 0;
   Walk w{out, max_depth, 0, skip_lo, skip_hi, true};
   _Unwind_Backtrace(on_frame, &w);

@@ -4,11 +4,14 @@
 // unwind_fast() walks the calling thread's stack from its own registers using per-address rules
 // (CFA = rsp/rbp + N, return address and caller's rbp at fixed offsets from the CFA) kept in a
 // global lock-free cache, fronted by a per-thread memo of the thread's last two walks (a frame at
-// the same stack address with the same return address takes its rule from there); a miss parses
-// the FDE that libgcc's _Unwind_Find_FDE finds. It never allocates, takes no lock on a hit, and
-// never reads outside [its own rsp, the top of the mapping that holds it). Whenever a frame needs
-// more than that rule model (signal frames, CFA expressions, code without unwind info, a stack it
-// cannot bound) it gives up with kFallback and the caller must use unwind_slow()
+// the same stack address with the same return address takes its rule from there) and a small
+// per-thread table of rules by address (dense, so it stays in the core's own caches where the
+// global table's scattered entries come from the shared L3: about 35 ns a frame on the GPU host
+// between PyTorch's allocations); a miss parses the FDE that libgcc's _Unwind_Find_FDE finds. It
+// never allocates, takes no lock on a hit, and never reads outside [its own rsp, the top of the
+// mapping that holds it). Whenever a frame needs more than that rule model (signal frames, CFA
+// expressions, code without unwind info, a stack it cannot bound) it gives up with kFallback and
+// the caller must use unwind_slow()
 // (_Unwind_Backtrace) for that stack. Both report the same frames: return addresses, innermost
 // first, leading frames inside [skip_lo, skip_hi) dropped, at most max_depth of them. The first
 // frame unwind_fast() sees is its own; unwind_slow()'s is the return address into its own body.
@@ -24,8 +27,29 @@ namespace cumemtrace::preload::cfi {
 
 inline constexpr int kFallback = -1;
 
-int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi) noexcept;
-int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi) noexcept;
+// The frames of a walk that the walker met for the first time (their rule was not cached), plus
+// the last frame when the walk stopped at max_depth (its rule was never looked up): the only
+// frames that can lie in a module loaded since the module map was last sent (module_map.h), so
+// the only ones the recorder checks against it. `all`: check every frame (more than fit, or the
+// stack came from unwind_slow, which caches nothing).
+struct FirstSeen {
+  static constexpr unsigned kMax = 16;
+  uint64_t pcs[kMax];
+  unsigned n = 0;
+  bool all = false;
+  void add(uint64_t pc) noexcept {
+    if (n < kMax) {
+      pcs[n++] = pc;
+    } else {
+      all = true;
+    }
+  }
+};
+
+int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
+                FirstSeen* first_seen = nullptr) noexcept;
+int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
+                FirstSeen* first_seen = nullptr) noexcept;
 
 // In a forked child: the calling thread (the child's only one) keeps its memo of the last walk
 // under its new thread id, so that no other thread of the child takes it over.

@@ -122,13 +122,36 @@ void after_publish(const EventArgs& a, bool published, uint64_t ticket) noexcept
   }
 }
 
-__attribute__((noinline)) void record_with_stack(const EventArgs& a) noexcept {
+// The times between a stack event's phases, read only when metered (recording_meter.h).
+template <bool kTimed>
+struct Laps {
+  uint64_t at[5] = {};
+  void lap(int i) noexcept {
+    if constexpr (kTimed) at[i] = event_time();
+  }
+};
+
+template <bool kTimed>
+__attribute__((noinline)) void record_with_stack(const EventArgs& a,
+                                                 StackPhases* phases = nullptr) noexcept {
+  Laps<kTimed> laps;
+  laps.lap(0);
   // Native return addresses, then (code, line) pairs of Python frames.
   uint64_t frames[wire::kMaxStackDepth + 2 * wire::kMaxPythonFrames];
-  const unsigned n = capture_stack(frames, config().stack_depth);
-  if (n) modules_note_frames(frames, n);
+  cfi::FirstSeen first_seen;
+  const unsigned n = capture_stack(frames, config().stack_depth, &first_seen);
+  laps.lap(1);
+  // Only frames the unwinder met for the first time can be in a module loaded since the map was
+  // sent: checking every frame cost 360 ns of a 23-frame PyTorch block event on the GPU host.
+  if (first_seen.all) {
+    modules_note_frames(frames, n);
+  } else if (first_seen.n) {
+    modules_note_frames(first_seen.pcs, first_seen.n);
+  }
+  laps.lap(2);
   const unsigned npy =
       config().python_stacks ? capture_python_stack(frames + n, wire::kMaxPythonFrames) : 0;
+  laps.lap(3);
   const uint32_t tid = current_tid();
   announce_device(a.device, tid);
   wire::EventPayload ev;
@@ -136,6 +159,13 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a) noexcept {
   uint64_t ticket = 0;
   const bool ok =
       ring().publish(ev, frames, (n + 2 * npy) * static_cast<uint32_t>(sizeof(uint64_t)), &ticket);
+  laps.lap(4);
+  if constexpr (kTimed) {
+    *phases = StackPhases{{laps.at[1] - laps.at[0], laps.at[2] - laps.at[1],
+                           laps.at[3] - laps.at[2], laps.at[4] - laps.at[3]},
+                          n,
+                          npy};
+  }
   after_publish(a, ok, ticket);
 }
 
@@ -155,7 +185,7 @@ inline void record_without_stack(const EventArgs& a) noexcept {
 
 inline void record_now(const EventArgs& a) noexcept {
   if (config().stack_depth && a.kind != wire::Kind::kExit) {
-    record_with_stack(a);
+    record_with_stack<false>(a);
   } else {
     record_without_stack(a);
   }
@@ -168,10 +198,17 @@ __attribute__((noinline)) void record_metered(const EventArgs& a) noexcept {
     record_now(a);  // waits for the collector, or is the last record
     return;
   }
+  const MeterClass cls =
+      a.kind == wire::Kind::kTorchBlock ? MeterClass::kTorchBlock : MeterClass::kDriver;
   const uint64_t start = event_time();
-  record_now(a);
-  meter_add(a.kind == wire::Kind::kTorchBlock ? MeterClass::kTorchBlock : MeterClass::kDriver,
-            event_time() - start);
+  if (config().stack_depth) {
+    StackPhases phases{};
+    record_with_stack<true>(a, &phases);
+    meter_add(cls, event_time() - start, &phases);
+  } else {
+    record_without_stack(a);
+    meter_add(cls, event_time() - start, nullptr);
+  }
 }
 
 }  // namespace

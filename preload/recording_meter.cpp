@@ -13,6 +13,10 @@ namespace {
 struct alignas(64) ClassSums {
   std::atomic<uint64_t> events{0};
   std::atomic<uint64_t> ticks{0};
+  std::atomic<uint64_t> stacked{0};  // events with a stack, which the sums below cover
+  std::atomic<uint64_t> phase_ticks[StackPhases::kCount] = {};
+  std::atomic<uint64_t> native_frames{0};
+  std::atomic<uint64_t> python_frames{0};
 };
 ClassSums g_sums[2];
 uint64_t g_start_time = 0;  // event_time() at the session's start
@@ -26,13 +30,24 @@ void meter_start(uint64_t start_event_time, uint64_t start_monotonic_ns) noexcep
   for (auto& s : g_sums) {
     s.events.store(0, std::memory_order_relaxed);
     s.ticks.store(0, std::memory_order_relaxed);
+    s.stacked.store(0, std::memory_order_relaxed);
+    for (auto& p : s.phase_ticks) p.store(0, std::memory_order_relaxed);
+    s.native_frames.store(0, std::memory_order_relaxed);
+    s.python_frames.store(0, std::memory_order_relaxed);
   }
 }
 
-void meter_add(MeterClass cls, uint64_t ticks) noexcept {
+void meter_add(MeterClass cls, uint64_t ticks, const StackPhases* phases) noexcept {
   ClassSums& s = g_sums[static_cast<int>(cls)];
   s.events.fetch_add(1, std::memory_order_relaxed);
   s.ticks.fetch_add(ticks, std::memory_order_relaxed);
+  if (!phases) return;
+  s.stacked.fetch_add(1, std::memory_order_relaxed);
+  for (int i = 0; i < StackPhases::kCount; ++i) {
+    s.phase_ticks[i].fetch_add(phases->ticks[i], std::memory_order_relaxed);
+  }
+  s.native_frames.fetch_add(phases->native_frames, std::memory_order_relaxed);
+  s.python_frames.fetch_add(phases->python_frames, std::memory_order_relaxed);
 }
 
 void print_meter() noexcept {
@@ -42,6 +57,7 @@ void print_meter() noexcept {
   if (elapsed_ns == 0 || elapsed_units == 0) return;
   const double ns_per_unit = static_cast<double>(elapsed_ns) / static_cast<double>(elapsed_units);
   static const char* const kNames[] = {"driver events", "PyTorch block events"};
+  static const char* const kName[] = {"driver event", "PyTorch block event"};
   for (int c = 0; c < 2; ++c) {
     const uint64_t n = g_sums[c].events.load(std::memory_order_relaxed);
     if (n == 0) continue;
@@ -54,6 +70,20 @@ void print_meter() noexcept {
                   ns / static_cast<double>(n), static_cast<unsigned long long>(n), kNames[c],
                   ns / 1e6, 100.0 * ns / static_cast<double>(elapsed_ns),
                   static_cast<double>(elapsed_ns) / 1e9);
+    print_line(line);
+    const uint64_t k = g_sums[c].stacked.load(std::memory_order_relaxed);
+    if (k == 0) continue;
+    const auto mean = [&](const std::atomic<uint64_t>& v) {
+      return static_cast<double>(v.load(std::memory_order_relaxed)) / static_cast<double>(k);
+    };
+    const auto& p = g_sums[c].phase_ticks;
+    std::snprintf(line, sizeof line,
+                  "of which, per %s with a stack: native stack %.0f ns (%.1f frames), module "
+                  "notes %.0f ns, Python stack %.0f ns (%.1f frames), ring %.0f ns",
+                  kName[c], mean(p[StackPhases::kNative]) * ns_per_unit,
+                  mean(g_sums[c].native_frames), mean(p[StackPhases::kModules]) * ns_per_unit,
+                  mean(p[StackPhases::kPython]) * ns_per_unit, mean(g_sums[c].python_frames),
+                  mean(p[StackPhases::kRing]) * ns_per_unit);
     print_line(line);
   }
 }

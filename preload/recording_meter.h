@@ -13,12 +13,22 @@ namespace cumemtrace::preload {
 
 enum class MeterClass : int { kDriver = 0, kTorchBlock = 1 };
 
+// Where a stack event's time went (event_time() units), and how many frames it carried.
+struct StackPhases {
+  enum : int { kNative, kModules, kPython, kRing, kCount };
+  uint64_t ticks[kCount];
+  unsigned native_frames;
+  unsigned python_frames;
+};
+
 // The session's start, in event_time() units and in CLOCK_MONOTONIC ns: converts the sums.
 void meter_start(uint64_t start_event_time, uint64_t start_monotonic_ns) noexcept;
-// One event of `cls` took `ticks` (event_time() units).
-void meter_add(MeterClass cls, uint64_t ticks) noexcept;
+// One event of `cls` took `ticks` (event_time() units); `phases`: its stack's, when it had one.
+void meter_add(MeterClass cls, uint64_t ticks, const StackPhases* phases) noexcept;
 // One line per class that had events: count, mean ns per event, total ms, and the share of the
-// time since the session started ("cumemtrace: recording took ...").
+// time since the session started ("cumemtrace: recording took ..."); for stack events, a second
+// line with the mean of each phase: the native stack, the module notes, the Python frames, and
+// the ring's slots.
 void print_meter() noexcept;
 
 }  // namespace cumemtrace::preload

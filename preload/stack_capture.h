@@ -8,8 +8,13 @@
 
 #include <cstdint>
 
+#include "cfi_unwinder.h"
+
 namespace cumemtrace::preload {
 
-unsigned capture_stack(uint64_t* out, unsigned max_depth) noexcept;
+// `first_seen` (optional) gets the frames that may lie in a module the collector has not been
+// told about (cfi_unwinder.h: FirstSeen): the recorder checks only those against the module map.
+unsigned capture_stack(uint64_t* out, unsigned max_depth,
+                       cfi::FirstSeen* first_seen = nullptr) noexcept;
 
 }  // namespace cumemtrace::preload

@@ -126,6 +126,11 @@ def test_debug_meter_counts_every_recorded_event(tmp_path):
         p.stderr, re.M))
     assert meter == {"driver events": 4, "PyTorch block events": 14}, p.stderr
     assert len(entries(final(snaps))) == 14
+    # And where a block event's time went: every phase, with the scenario's Python frames.
+    phases = re.search(r"^cumemtrace: of which, per PyTorch block event with a stack: native stack "
+                       r"\d+ ns \([0-9.]+ frames\), module notes \d+ ns, Python stack \d+ ns "
+                       r"\(([0-9.]+) frames\), ring \d+ ns$", p.stderr, re.M)
+    assert phases and float(phases.group(1)) > 0, p.stderr
     assert ": 18 events, 0 dropped;" in p.stderr
     # Without CUMEMTRACE_DEBUG nothing is timed and nothing printed.
     p, _ = run(tmp_path / "quiet", "basic")

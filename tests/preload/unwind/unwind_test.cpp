@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -39,7 +40,7 @@ struct Capture {
   int nfast = 0, nslow = 0;
 };
 
-using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t);
+using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t, cfi::FirstSeen*);
 UnwindFn const g_unwinders[2] = {&cfi::unwind_fast, &cfi::unwind_slow};
 
 // Both unwinders from one call site (a loop the compiler cannot unroll), so every frame above
@@ -50,7 +51,7 @@ __attribute__((noinline)) void capture_both(Capture* r) {
   int two = 2;
   asm volatile("" : "+r"(two));  // an unknown trip count: the loop stays one call site
   for (int i = 0; i < two; ++i) {
-    *counts[i] = g_unwinders[i](outs[i], r->max_depth, r->skip_lo, r->skip_hi);
+    *counts[i] = g_unwinders[i](outs[i], r->max_depth, r->skip_lo, r->skip_hi, nullptr);
   }
   asm volatile("" ::: "memory");
 }
@@ -228,6 +229,45 @@ TEST_CASE("capture_stack gives the slow path's frames", "[unwind]") {
   REQUIRE(b.nfast >= 3);
   REQUIRE(static_cast<int>(b.nfast) == b.nslow);
   for (unsigned i = 0; i < b.nfast; ++i) CHECK(b.fast[i] == b.slow[i]);
+}
+
+TEST_CASE("the walker names the frames it meets for the first time (for the module map)",
+          "[unwind]") {
+  struct Walks {
+    uint64_t f[3][64];
+    int n[3];
+    cfi::FirstSeen seen[3];
+  } w{};
+  Chain c;
+  c.depth = 8;
+  for (int i = 0; i < 8; ++i) c.steps[i] = kSteps[i % 5];
+  c.leaf = [](Chain* ch) {
+    auto* x = static_cast<Walks*>(ch->arg);
+    int three = 3;
+    asm volatile("" : "+r"(three));  // one call site for the three walks
+    for (int i = 0; i < three; ++i) {
+      x->n[i] = cfi::unwind_fast(x->f[i], i == 2 ? 3 : 64, 0, 0, &x->seen[i]);
+    }
+  };
+  c.arg = &w;
+  run_chain(&c);
+  REQUIRE(w.n[0] > 8);
+  REQUIRE(w.n[1] == w.n[0]);
+  // The first walk: the return address into this test's own leaf was never walked before.
+  REQUIRE(!w.seen[0].all);
+  CHECK(std::count(w.seen[0].pcs, w.seen[0].pcs + w.seen[0].n, w.f[0][1]) == 1);
+  // The same stack again: nothing is new.
+  CHECK(w.seen[1].n == 0);
+  CHECK(!w.seen[1].all);
+  // Stopped at max_depth: the last frame's rule was never looked up, so it is named.
+  REQUIRE(w.n[2] == 3);
+  REQUIRE(w.seen[2].n == 1);
+  CHECK(w.seen[2].pcs[0] == w.f[2][2]);
+  // The platform unwinder caches nothing: every frame must be checked.
+  cfi::FirstSeen slow;
+  uint64_t out[64];
+  cfi::unwind_slow(out, 64, 0, 0, &slow);
+  CHECK(slow.all);
 }
 
 // Captures the chain's stack twice from one call site (the second walk meets only return
