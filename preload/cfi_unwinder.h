@@ -18,7 +18,8 @@
 //
 // Cached rules are keyed by address only: code unloaded by dlclose and replaced by other code at
 // the same address would be unwound with stale rules (wrong frames, never a read outside the
-// stack).
+// stack), and its frames would not count as first seen (FirstSeen below): the new module is then
+// announced only once a frame outside the old one's cached addresses meets it.
 #pragma once
 
 #include <cstdint>
