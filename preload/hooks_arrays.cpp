@@ -12,14 +12,13 @@
 #include <cuda.h>
 
 #include "alloc_outcome.h"
+#include "export.h"
 #include "hook_table.h"
 #include "real_driver.h"
 #include "recorder.h"
 
 #undef cuArrayCreate
 #undef cuArray3DCreate
-
-#define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 
 using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;

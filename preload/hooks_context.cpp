@@ -12,11 +12,10 @@
 // allocation's hot path.
 #include <cuda.h>
 
+#include "export.h"
 #include "hook_table.h"
 #include "real_driver.h"
 #include "recorder.h"
-
-#define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 
 using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;

@@ -8,6 +8,7 @@
 
 #include <atomic>
 
+#include "export.h"
 #include "graph_capture.h"
 #include "hook_table.h"
 #include "real_driver.h"
@@ -22,8 +23,6 @@
 #undef cuGraphLaunch
 #undef cuGraphAddNode
 #undef cuGraphInstantiate
-
-#define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 
 using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;

@@ -5,11 +5,10 @@
 // that a reuse of the address is ordered after it.
 #include <cuda.h>
 
+#include "export.h"
 #include "hook_table.h"
 #include "real_driver.h"
 #include "recorder.h"
-
-#define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 
 using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;

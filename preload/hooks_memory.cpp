@@ -5,13 +5,12 @@
 #include <cuda.h>
 
 #include "alloc_outcome.h"
+#include "export.h"
 #include "graph_capture.h"
 #include "hook_table.h"
 #include "pool_sampler.h"
 #include "real_driver.h"
 #include "recorder.h"
-
-#define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 
 using cumemtrace::preload::after_alloc;
 using cumemtrace::preload::EventArgs;

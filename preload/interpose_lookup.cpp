@@ -7,12 +7,11 @@
 
 #include <cstring>
 
+#include "export.h"
 #include "hook_table.h"
 #include "real_driver.h"
 
 #undef cuGetProcAddress
-
-#define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace pl = cumemtrace::preload;
 using pl::HookId;

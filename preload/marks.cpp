@@ -13,10 +13,9 @@
 #include <atomic>
 #include <cstring>
 
+#include "export.h"
 #include "recorder.h"
 #include "wire/wire_format.h"
-
-#define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace cumemtrace::preload {
 namespace {

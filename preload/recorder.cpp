@@ -105,21 +105,19 @@ inline void write_event(wire::EventPayload& ev, const EventArgs& a, uint32_t tid
   ev.result = a.result;
 }
 
-bool is_oom(const EventArgs& a) noexcept {
-  return a.kind == wire::Kind::kOom || (a.kind == wire::Kind::kTorchBlock &&
-                                        a.aux == static_cast<uint64_t>(wire::TorchAction::kOom));
-}
-
 // The OOM snapshot is written before the program goes on (and maybe exits). A new context is
 // measured by the collector (NVML) before the thread that made it allocates anything, and the
 // driver's figure after a context's end is read before the program goes on (or exits).
+bool waits_for_collector(const EventArgs& a) noexcept {
+  const bool oom =
+      a.kind == wire::Kind::kOom || (a.kind == wire::Kind::kTorchBlock &&
+                                     a.aux == static_cast<uint64_t>(wire::TorchAction::kOom));
+  return oom || a.kind == wire::Kind::kContextCreated || a.kind == wire::Kind::kContextDestroyed;
+}
+
 void after_publish(const EventArgs& a, bool published, uint64_t ticket) noexcept {
-  if (!published) return;
   // 5 s: the collector may be loading NVML (first use) when the first context appears.
-  if (is_oom(a) || a.kind == wire::Kind::kContextCreated ||
-      a.kind == wire::Kind::kContextDestroyed) {
-    ring().wait_consumed(ticket, 5'000'000'000ull);
-  }
+  if (published && waits_for_collector(a)) ring().wait_consumed(ticket, 5'000'000'000ull);
 }
 
 // The times between a stack event's phases, read only when metered (recording_meter.h).
@@ -193,8 +191,7 @@ inline void record_now(const EventArgs& a) noexcept {
 
 // CUMEMTRACE_DEBUG: the same, timed (recording_meter.h).
 __attribute__((noinline)) void record_metered(const EventArgs& a) noexcept {
-  if (is_oom(a) || a.kind == wire::Kind::kContextCreated ||
-      a.kind == wire::Kind::kContextDestroyed || a.kind == wire::Kind::kExit) {
+  if (waits_for_collector(a) || a.kind == wire::Kind::kExit) {
     record_now(a);  // waits for the collector, or is the last record
     return;
   }

@@ -21,10 +21,9 @@
 #include <cstring>
 #include <functional>
 
+#include "export.h"
 #include "recorder.h"
 #include "wire/wire_format.h"
-
-#define CUMEMTRACE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace cumemtrace::preload {
 namespace {
