@@ -181,8 +181,12 @@ inline void record_without_stack(const EventArgs& a) noexcept {
   after_publish(a, true, ticket);
 }
 
+inline bool takes_stack(const EventArgs& a) noexcept {
+  return a.stack && config().stack_depth && a.kind != wire::Kind::kExit;
+}
+
 inline void record_now(const EventArgs& a) noexcept {
-  if (config().stack_depth && a.kind != wire::Kind::kExit) {
+  if (takes_stack(a)) {
     record_with_stack<false>(a);
   } else {
     record_without_stack(a);
@@ -198,7 +202,7 @@ __attribute__((noinline)) void record_metered(const EventArgs& a) noexcept {
   const MeterClass cls =
       a.kind == wire::Kind::kTorchBlock ? MeterClass::kTorchBlock : MeterClass::kDriver;
   const uint64_t start = event_time();
-  if (config().stack_depth) {
+  if (takes_stack(a)) {
     StackPhases phases{};
     record_with_stack<true>(a, &phases);
     meter_add(cls, event_time() - start, &phases);

@@ -34,6 +34,10 @@ struct EventArgs {
   uint64_t stream = 0;
   uint64_t aux = 0;
   uint8_t flags = 0;
+  // False: recorded without a stack even when stacks are on, because the collector gives the
+  // event a stack an earlier record of the same memory already carries (a PyTorch FREE_COMPLETED
+  // takes its FREE_REQUESTED's: collector/live/trace_model.h).
+  bool stack = true;
 };
 
 // A driver handle or pointer as the 64-bit value an event carries.

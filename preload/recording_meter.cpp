@@ -78,10 +78,11 @@ void print_meter() noexcept {
     };
     const auto& p = g_sums[c].phase_ticks;
     std::snprintf(line, sizeof line,
-                  "of which, per %s with a stack: native stack %.0f ns (%.1f frames), module "
-                  "notes %.0f ns, Python stack %.0f ns (%.1f frames), ring %.0f ns",
-                  kName[c], mean(p[StackPhases::kNative]) * ns_per_unit,
-                  mean(g_sums[c].native_frames), mean(p[StackPhases::kModules]) * ns_per_unit,
+                  "of which, per %s with a stack (%llu of %llu): native stack %.0f ns (%.1f "
+                  "frames), module notes %.0f ns, Python stack %.0f ns (%.1f frames), ring %.0f ns",
+                  kName[c], static_cast<unsigned long long>(k), static_cast<unsigned long long>(n),
+                  mean(p[StackPhases::kNative]) * ns_per_unit, mean(g_sums[c].native_frames),
+                  mean(p[StackPhases::kModules]) * ns_per_unit,
                   mean(p[StackPhases::kPython]) * ns_per_unit, mean(g_sums[c].python_frames),
                   mean(p[StackPhases::kRing]) * ns_per_unit);
     print_line(line);

@@ -12,7 +12,8 @@
 // The tracker runs on PyTorch's allocating or freeing thread WITH its per-device allocator mutex
 // held: it reads the entry's scalar fields at the offsets of the layout the Python side named
 // (checked there against the installed torch's version), and records one kTorchBlock through the
-// ordinary recorder (lock-free ring, the caller's native + Python stack, no heap, never the GIL).
+// ordinary recorder (lock-free ring, the caller's native + Python stack, no heap, never the GIL;
+// a FREE_COMPLETED without a stack, which the collector takes from its FREE_REQUESTED).
 //
 // This file alone is compiled with -fexceptions: the call into PyTorch could throw (bad_alloc
 // while it copies the std::function), and nothing may escape into Python's ctypes frame.
@@ -72,6 +73,10 @@ void on_trace(const TorchTraceEntry& entry) noexcept {
   a.stream = field<uint64_t>(p, l.stream);
   a.device = device;
   a.aux = static_cast<uint64_t>(action);
+  // PyTorch gives a completed free the context of its request (or, completed later by another
+  // call, of the allocation); the collector does the same with the request's stack, so this
+  // third of a training step's events is recorded without a walk.
+  a.stack = action != static_cast<int32_t>(wire::TorchAction::kFreeCompleted);
   record(a);
 }
 

@@ -57,7 +57,7 @@ done
 if [ "${METER:-1}" != 0 ]; then
   "$CT" run -q -o "$OUT/t" -- env CUMEMTRACE_DEBUG=1 python3 $TRAIN_SCRIPT "$STEPS" $TRAIN_OPTS \
     >"$OUT/meter.txt" 2>&1
-  grep -E "recording took|ms_per_step" "$OUT/meter.txt" | sed 's/^/meter: /'
+  grep -E "recording took|of which|ms_per_step" "$OUT/meter.txt" | sed 's/^/meter: /'
 fi
 python3 - "$RES" "$OUT/meter.txt" "$STEPS" "${MODES[@]}" <<'PY'
 import collections, re, statistics, sys

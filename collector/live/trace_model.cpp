@@ -801,11 +801,17 @@ void TraceModel::on_torch(const Record& r, int64_t t, StackId stack) {
     case wire::TorchAction::kFreeRequested:
       if (auto it = torch_blocks_.find(addr); it != torch_blocks_.end()) {
         it->second.pending_free = true;
+        it->second.free_stack = stack;
       }
       entry(Action::kFreeRequested, addr);
       break;
     case wire::TorchAction::kFreeCompleted:
-      torch_blocks_.erase(addr);
+      // Recorded without a walk: PyTorch's context for it is its request's, or the allocation's
+      // when the request is unknown (requested before tracing started).
+      if (auto it = torch_blocks_.find(addr); it != torch_blocks_.end()) {
+        if (stack < 0) stack = it->second.pending_free ? it->second.free_stack : it->second.stack;
+        torch_blocks_.erase(it);
+      }
       entry(Action::kFreeCompleted, addr);
       break;
     case wire::TorchAction::kSegmentAlloc: {

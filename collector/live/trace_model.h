@@ -18,15 +18,17 @@
 // memory's handle. CUDA arrays, mipmapped arrays and imported external memory are device
 // allocations at their handle's value (the sizes the preload found, wire_format.h).
 // PyTorch's caching allocator (kTorchBlock records, PyTorch's TraceEntry actions) is merged in:
-// its entries go into the trace in ring order with source = pytorch. Driver memory PyTorch owns
-// (a pytorch segment_alloc at the address of a live device allocation; driver mappings inside a
-// pytorch segment_map range) is adopted: its driver-level entries are taken out of the trace
-// (the driver records before PyTorch does, so they are among the newest entries) and its later
-// driver free/unmap writes none, so every byte of reserved memory is counted once; the live and
-// peak device bytes stay the driver's. At snapshot time PyTorch's segments (cudaMalloc'd ones,
-// and maximal mapped runs of expandable segments) are tiled with the live blocks: allocated and
-// pending-free blocks at their addresses with PyTorch's rounding (512 B; in the large pool of the
-// default allocator a remainder of at most 1 MiB stays in the block, under expandable_segments
+// its entries go into the trace in ring order with source = pytorch. A free_completed recorded
+// without a stack takes its block's free_requested stack (the allocation's when the request was
+// not seen), as PyTorch gives it its request's context; the preload walks none for it. Driver
+// memory PyTorch owns (a pytorch segment_alloc at the address of a live device allocation; driver
+// mappings inside a pytorch segment_map range) is adopted: its driver-level entries are taken out
+// of the trace (the driver records before PyTorch does, so they are among the newest entries) and
+// its later driver free/unmap writes none, so every byte of reserved memory is counted once; the
+// live and peak device bytes stay the driver's. At snapshot time PyTorch's segments (cudaMalloc'd
+// ones, and maximal mapped runs of expandable segments) are tiled with the live blocks: allocated
+// and pending-free blocks at their addresses with PyTorch's rounding (512 B; in the large pool of
+// the default allocator a remainder of at most 1 MiB stays in the block, under expandable_segments
 // none does), the gaps between them inactive.
 // CUDA graph memory (kGraph* records): the allocation and free nodes of each graph are kept, in
 // the order they were added; an instantiation copies its graph's nodes. A launch applies them in
@@ -233,7 +235,8 @@ class TraceModel {
   struct TorchBlock {  // a live block: allocated, or free requested and not yet completed
     uint64_t requested = 0;
     uint64_t stream = 0;
-    StackId stack = -1;
+    StackId stack = -1;       // the allocation's
+    StackId free_stack = -1;  // the free request's, which its completion shares
     bool pending_free = false;
   };
   struct TorchSegment {  // a cudaMalloc'd segment, or one mapped piece of an expandable segment

@@ -93,6 +93,13 @@ def test_default_allocator_blocks_one_to_one(tmp_path):
     assert entries(snap, "driver") == []
     alloc_a = snap["device_traces"][0][1]
     assert has_python_frame(alloc_a["frames"], line_of("basic-a"))
+    # A completed free carries its request's stack, as in PyTorch's own snapshot: the same
+    # frames, down to the Python line of the free (the preload walked none for it).
+    trace = [e for e in snap["device_traces"][0] if e.get("source") == "pytorch"]
+    req_b, done_b = trace[7], trace[8]
+    assert (req_b["action"], done_b["action"]) == ("free_requested", "free_completed")
+    assert has_python_frame(req_b["frames"], line_of("basic-free-b"))
+    assert done_b["frames"] == req_b["frames"]
     segs = sorted(snap["segments"], key=lambda g: g["address"])
     assert [g.get("source") for g in segs] == ["pytorch", "pytorch"]
     by_addr = {g["address"]: g for g in segs}
@@ -126,10 +133,11 @@ def test_debug_meter_counts_every_recorded_event(tmp_path):
         p.stderr, re.M))
     assert meter == {"driver events": 4, "PyTorch block events": 14}, p.stderr
     assert len(entries(final(snaps))) == 14
-    # And where a block event's time went: every phase, with the scenario's Python frames.
-    phases = re.search(r"^cumemtrace: of which, per PyTorch block event with a stack: native stack "
-                       r"\d+ ns \([0-9.]+ frames\), module notes \d+ ns, Python stack \d+ ns "
-                       r"\(([0-9.]+) frames\), ring \d+ ns$", p.stderr, re.M)
+    # And where a block event's time went: every phase, with the scenario's Python frames. The
+    # two free_completed events took no stack: the collector gives them their requests' stacks.
+    phases = re.search(r"^cumemtrace: of which, per PyTorch block event with a stack \(12 of 14\): "
+                       r"native stack \d+ ns \([0-9.]+ frames\), module notes \d+ ns, Python stack "
+                       r"\d+ ns \(([0-9.]+) frames\), ring \d+ ns$", p.stderr, re.M)
     assert phases and float(phases.group(1)) > 0, p.stderr
     assert ": 18 events, 0 dropped;" in p.stderr
     # Without CUMEMTRACE_DEBUG nothing is timed and nothing printed.

@@ -16,7 +16,7 @@ def basic():
     torch.cuda.alloc(5 * MiB + 100)
     torch.cuda.alloc(11 * MiB)
     torch.cuda.free(a, deferred=True)
-    torch.cuda.free(b)
+    torch.cuda.free(b)  # LINE basic-free-b
     e = torch.cuda.alloc(30 * MiB)
     torch.cuda.free(e)
     torch.cuda.empty_cache()

@@ -347,3 +347,33 @@ TEST_CASE("contexts: measured as the driver's figure less what the device alread
   CHECK(s.tool->events_total == 1);
   CHECK(s.tool->end_time_us == c[0].end_time_us);
 }
+
+TEST_CASE("a PyTorch free_completed without a stack takes its request's, else its allocation's") {
+  using wire::TorchAction;
+  Feeder f;
+  auto torch = [&](TorchAction a, uint64_t addr, uint64_t size, std::vector<uint64_t> frames) {
+    f.add(Kind::kTorchBlock, Api::kNone, addr, size, 0, static_cast<uint64_t>(a),
+          std::move(frames));
+  };
+  torch(TorchAction::kSegmentAlloc, 0x100000, 2 << 20, {0x10});
+  torch(TorchAction::kAlloc, 0x100000, 512, {0x20});          // a
+  torch(TorchAction::kAlloc, 0x100200, 512, {0x21});          // b
+  torch(TorchAction::kFreeRequested, 0x100000, 512, {0x30});  // a, completed at once
+  torch(TorchAction::kFreeCompleted, 0x100000, 512, {});
+  torch(TorchAction::kFreeRequested, 0x100200, 512, {0x31});  // b, completed by a later call
+  torch(TorchAction::kAlloc, 0x100400, 512, {0x22});          // c
+  torch(TorchAction::kFreeCompleted, 0x100200, 512, {});
+  torch(TorchAction::kFreeCompleted, 0x100400, 512, {});  // c's request was never seen
+  torch(TorchAction::kAlloc, 0x100600, 512, {0x23});      // d: a completion with its own stack
+  torch(TorchAction::kFreeRequested, 0x100600, 512, {0x32});
+  torch(TorchAction::kFreeCompleted, 0x100600, 512, {0x33});
+  const auto s = f.build();
+  const auto& tr = s.device_traces.at(0);
+  REQUIRE(tr.size() == 12);
+  REQUIRE(tr[4].action == Action::kFreeCompleted);
+  REQUIRE(tr[4].stack == tr[3].stack);  // a: its request's
+  REQUIRE(tr[7].stack == tr[5].stack);  // b: its request's, though completed later
+  REQUIRE(tr[8].stack == tr[6].stack);  // c: its allocation's
+  REQUIRE(tr[4].stack >= 0);
+  REQUIRE(tr[11].stack != tr[10].stack);  // d: recorded with its own, kept
+}
