@@ -10,7 +10,7 @@ namespace cfi = cumemtrace::preload::cfi;
 
 namespace {
 
-using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t, cfi::FirstSeen*);
+using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t, cfi::FirstSeen*, uint64_t);
 
 struct Job {
   benchmark::State* state;
@@ -22,7 +22,7 @@ __attribute__((noinline)) void capture_loop(const Job& job) {
   uint64_t frames[64];
   int n = 0;
   for (auto _ : *job.state) {
-    n = job.unwind(frames, job.max_depth, 0, 0, nullptr);
+    n = job.unwind(frames, job.max_depth, 0, 0, nullptr, 0);
     benchmark::DoNotOptimize(frames);
   }
   if (n != static_cast<int>(job.max_depth)) job.state->SkipWithError("short or fallen-back stack");

@@ -614,6 +614,7 @@ struct Walk {
   unsigned max;
   unsigned n;
   uint64_t lo, hi;
+  uint64_t stop_at;  // 0: none
   bool skipping;
 };
 
@@ -625,6 +626,9 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
     if (ip >= w->lo && ip < w->hi) return _URC_NO_REASON;
     w->skipping = false;
   }
+  // The context's CFA is its callee's, this frame's stack pointer: the frame before this one
+  // spanned up to it, so it held stop_at (as in unwind_fast).
+  if (w->stop_at && w->stop_at < _Unwind_GetCFA(ctx)) return _URC_END_OF_STACK;
   w->out[w->n++] = ip;
   return w->n >= w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
@@ -786,7 +790,8 @@ struct MemoUse {
 };
 
 __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
-                                          uint64_t skip_hi, FirstSeen* first_seen) noexcept {
+                                          uint64_t skip_hi, FirstSeen* first_seen,
+                                          uint64_t stop_at) noexcept {
   if (max_depth == 0) return 0;
   uint64_t pc, sp, fp;
   // One asm statement: pc, rsp and rbp of the same instruction, hence of one CFI row.
@@ -801,12 +806,15 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
     return kFallback;
   }
   const uint64_t floor = sp;
+  // A stop address outside this stack stops nothing.
+  if (stop_at <= floor || stop_at >= top) stop_at = UINT64_MAX;
   unsigned n = 0;
   bool skipping = true;
   uint64_t key = pc | kExactBit;
   MemoUse memo;
   for (;;) {
-    if (pc == 0) break;
+    // The frame before this one spanned [its stack pointer, this sp): it held stop_at.
+    if (pc == 0 || sp > stop_at) break;
     if (!skipping || pc < skip_lo || pc >= skip_hi) {
       skipping = false;
       out[n++] = pc;
@@ -857,10 +865,15 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
 }
 
 __attribute__((noinline)) int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
-                                          uint64_t skip_hi, FirstSeen* first_seen) noexcept {
+                                          uint64_t skip_hi, FirstSeen* first_seen,
+                                          uint64_t stop_at) noexcept {
   if (first_seen) first_seen->all = true;
   if (max_depth == 0) return 0;
-  Walk w{out, max_depth, 0, skip_lo, skip_hi, true};
+  if (stop_at) {  // as in unwind_fast: an address outside this stack stops nothing
+    const auto sp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+    if (stop_at <= sp || stop_at >= stack_top(sp)) stop_at = 0;
+  }
+  Walk w{out, max_depth, 0, skip_lo, skip_hi, stop_at, true};
   _Unwind_Backtrace(on_frame, &w);
   return static_cast<int>(w.n);
 }

@@ -13,8 +13,11 @@
 // expressions, code without unwind info, a stack it cannot bound) it gives up with kFallback and
 // the caller must use unwind_slow()
 // (_Unwind_Backtrace) for that stack. Both report the same frames: return addresses, innermost
-// first, leading frames inside [skip_lo, skip_hi) dropped, at most max_depth of them. The first
-// frame unwind_fast() sees is its own; unwind_slow()'s is the return address into its own body.
+// first, leading frames inside [skip_lo, skip_hi) dropped, at most max_depth of them, ending with
+// the frame whose stack frame holds the address `stop_at` when one does (the recorder's stop:
+// CPython's evaluation loop, whose callers the event's Python frames describe; an address outside
+// the thread's stack stops nothing). The first frame
+// unwind_fast() sees is its own; unwind_slow()'s is the return address into its own body.
 //
 // Cached rules are keyed by address only: code unloaded by dlclose and replaced by other code at
 // the same address would be unwound with stale rules (wrong frames, never a read outside the
@@ -48,9 +51,9 @@ struct FirstSeen {
 };
 
 int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
-                FirstSeen* first_seen = nullptr) noexcept;
+                FirstSeen* first_seen = nullptr, uint64_t stop_at = 0) noexcept;
 int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
-                FirstSeen* first_seen = nullptr) noexcept;
+                FirstSeen* first_seen = nullptr, uint64_t stop_at = 0) noexcept;
 
 // In a forked child: the calling thread (the child's only one) keeps its memo of the last walk
 // under its new thread id, so that no other thread of the child takes it over.

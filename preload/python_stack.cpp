@@ -447,14 +447,16 @@ bool announce_raw(uintptr_t code, uintptr_t filename, uintptr_t name, bool check
   return true;
 }
 
-// The frame the calling thread runs now (0: none), from its thread state.
-bool current_frame(uintptr_t ts, uintptr_t* frame, bool checked) noexcept {
+// The frame the calling thread runs now (0: none), from its thread state; 3.11/3.12 also give
+// the innermost evaluation loop's _PyCFrame, a local of that loop's C frame, as `loop_at`.
+bool current_frame(uintptr_t ts, uintptr_t* frame, uintptr_t* loop_at, bool checked) noexcept {
   const CpythonLayout& L = g_raw.layout;
   unsigned char b[8];
   if (!fetch(b, ts + L.tstate_frame, 8, checked)) return false;
   *frame = field<uintptr_t>(b, 0);
   if (L.model != FrameModel::kCFrame || *frame == 0) return true;
   const uintptr_t cframe = *frame;  // the _PyCFrame of the innermost evaluation loop
+  *loop_at = cframe;
   if (!plausible_object(cframe) || !fetch(b, cframe + L.cframe_current_frame, 8, checked)) {
     return false;
   }
@@ -480,14 +482,14 @@ bool code_units(const unsigned char* cb, int64_t* units, bool checked) noexcept 
 
 // Walks the calling thread's frames from its thread state. Returns the number of pairs, or -1
 // when something did not look like the layout says (the caller turns the reader off).
-int raw_capture(uint64_t* out, unsigned max) noexcept {
+int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
   const CpythonLayout& L = g_raw.layout;
   const bool object_frames = L.model == FrameModel::kFrameObject;
   const bool checked = g_probation.load(std::memory_order_relaxed) > 0;
   const auto ts = reinterpret_cast<uintptr_t>(g_raw.this_tstate());
   if (ts == 0) return 0;  // no thread state: a thread that never ran Python
   uintptr_t frame = 0;
-  if (!current_frame(ts, &frame, checked)) return -1;
+  if (!current_frame(ts, &frame, loop_at, checked)) return -1;
   int n = 0;
   for (unsigned hops = 0; frame && static_cast<unsigned>(n) < max && hops < kMaxHops; ++hops) {
     unsigned char frame_copy[kMaxFrameSpan];
@@ -495,6 +497,7 @@ int raw_capture(uint64_t* out, unsigned max) noexcept {
         plausible_object(frame) ? view(frame_copy, frame, g_raw.frame_span, checked) : nullptr;
     if (!fb) return -1;
     if (object_frames && field<uintptr_t>(fb, kObType) != g_raw.frame_type) return -1;
+    const uintptr_t here = frame;
     uintptr_t code = field<uintptr_t>(fb, L.frame_code);
     if (L.executable_tagged) code &= ~uintptr_t{3};  // _PyStackRef: reference-kind tag bits
     frame = field<uintptr_t>(fb, L.frame_previous);
@@ -502,8 +505,12 @@ int raw_capture(uint64_t* out, unsigned max) noexcept {
     if (L.frame_owner != kNoField) {
       const int owner = static_cast<signed char>(fb[L.frame_owner]);
       if (owner < 0 || owner > L.max_owner) return -1;
-      // An evaluation loop's entry frame (3.12+: f_code/f_executable is no code object).
-      if (L.owner_not_python >= 0 && owner >= L.owner_not_python) continue;
+      // An evaluation loop's entry frame (3.12+: f_code/f_executable is no code object), a
+      // local of that loop's C frame.
+      if (L.owner_not_python >= 0 && owner >= L.owner_not_python) {
+        if (*loop_at == 0) *loop_at = here;
+        continue;
+      }
       generator = owner == kOwnedByGenerator;
     }
 
@@ -613,7 +620,10 @@ void python_stack_reset() noexcept {
   for (auto& l : g_lines) l.store(0, std::memory_order_relaxed);
 }
 
-unsigned capture_python_stack(uint64_t* out, unsigned max) noexcept {
+unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) noexcept {
+  uint64_t unused = 0;
+  if (!loop_at) loop_at = &unused;
+  *loop_at = 0;
   int state = g_state.load(std::memory_order_acquire);
   if (state == kUnknown) {
     // One thread resolves; the others go without Python frames meanwhile.
@@ -625,8 +635,12 @@ unsigned capture_python_stack(uint64_t* out, unsigned max) noexcept {
   if (!g_api.is_initialized()) return 0;
   if (g_raw_on.load(std::memory_order_relaxed)) {
     const bool probation = g_probation.load(std::memory_order_relaxed) > 0;
-    const int n = raw_capture(out, max);
-    if (n >= 0 && (!probation || agrees_with_api(out, n))) return static_cast<unsigned>(n);
+    uintptr_t at = 0;
+    const int n = raw_capture(out, max, &at);
+    if (n >= 0 && (!probation || agrees_with_api(out, n))) {
+      *loop_at = n > 0 ? at : 0;
+      return static_cast<unsigned>(n);
+    }
     raw_off("a frame did not match the CPython layout");
   }
   return g_api_gc ? api_capture(out, max) : 0;

@@ -22,6 +22,9 @@ struct Config {
   bool debug = false;
   bool follow = true;         // trace forked/exec'd children too
   bool python_stacks = true;  // add the allocating thread's Python frames (python_stack.h)
+  // Keep the native frames above CPython's evaluation loop when Python frames are recorded
+  // (CUMEMTRACE_NATIVE_ABOVE_PYTHON=1): by default a stack stops at the loop's innermost frame.
+  bool native_above_python = false;
 };
 
 enum class SessionState : int { kIdle = 0, kStarting = 1, kRunning = 2, kOff = 3 };

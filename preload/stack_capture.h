@@ -14,7 +14,8 @@ namespace cumemtrace::preload {
 
 // `first_seen` (optional) gets the frames that may lie in a module the collector has not been
 // told about (cfi_unwinder.h: FirstSeen): the recorder checks only those against the module map.
-unsigned capture_stack(uint64_t* out, unsigned max_depth,
-                       cfi::FirstSeen* first_seen = nullptr) noexcept;
+// The walk ends with the frame whose stack frame holds `stop_at` (cfi_unwinder.h).
+unsigned capture_stack(uint64_t* out, unsigned max_depth, cfi::FirstSeen* first_seen = nullptr,
+                       uint64_t stop_at = 0) noexcept;
 
 }  // namespace cumemtrace::preload

@@ -99,15 +99,17 @@ def glibc_of(root):
     return (int(m.group(1)), int(m.group(2)))
 
 
-def run_in(root, build, args, out, extra_libs=None):
+def run_in(root, build, args, out, extra_libs=None, env=None):
     """`cumemtrace run -o out -- [chroot root] args` with the fake driver; root None: the host.
-    extra_libs: a further folder for LD_LIBRARY_PATH."""
+    extra_libs: a further folder for LD_LIBRARY_PATH; env: further variables."""
+    extra_env = env or {}
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUMEMTRACE_", "FAKE_CUDA_")) and k != "LD_PRELOAD"}
     env["LD_LIBRARY_PATH"] = os.path.join(build, "fake") + ":" + os.path.join(build, "lib")
     if extra_libs:
         env["LD_LIBRARY_PATH"] += ":" + extra_libs
     env["CUMEMTRACE_DEBUG"] = "1"
+    env.update(extra_env)
     ct = [os.path.join(build, "bin", "cumemtrace"), "run", "-o", str(out), "--"]
     if root is None:
         cmd = ct + args
@@ -132,15 +134,36 @@ def frames_by_size(out):
     return snap, got
 
 
-def check_frames(p, out, version):
+def native_counts(snap):
+    return [sum(1 for f in e["frames"] if not f["filename"].endswith(".py"))
+            for e in snap["device_traces"][0] if e["action"] == "alloc"]
+
+
+def check_frames(p, out, version, native_above_python=False, loop_named=True):
     assert p.returncode == 0, p.stderr
     assert "no Python frames" not in p.stderr, p.stderr
     assert "are off for this process" not in p.stderr, p.stderr  # the layout held throughout
-    _, got = frames_by_size(out)
+    snap, got = frames_by_size(out)
     want = expected(version)
     assert sorted(got) == sorted(want)
     for mib, frames in want.items():
         assert got[mib] == [frames] * 4, f"{mib} MiB"
+    # From 3.11 on the native walk ends at the innermost evaluation loop, where the collector
+    # puts the Python frames: nothing of the interpreter above it (CUMEMTRACE_NATIVE_ABOVE_PYTHON=1
+    # keeps it; 3.9 and 3.10 say nothing of where the loop's C frame is).
+    stops = version >= (3, 11) and not native_above_python
+    for e in snap["device_traces"][0]:
+        if e["action"] != "alloc" or not loop_named:
+            continue
+        names = [f["name"] for f in e["frames"]]
+        loops = [i for i, n in enumerate(names) if n == "_PyEval_EvalFrameDefault"]
+        assert loops, names
+        if not stops:
+            assert loops[0] < len(names) - 1, names
+        else:
+            assert loops == [len(names) - 1], names
+            assert e["frames"][-2]["filename"].endswith(".py"), names  # the outermost Python
+    return snap
 
 
 def other_pythons():
@@ -196,6 +219,13 @@ def test_host_python(tmp_path, mode):
     check_frames(p, tmp_path / "out", version)
 
 
+def test_native_frames_above_python_on_request(tmp_path):
+    version = version_of("/usr/bin/python3")
+    p = run_in(None, BUILD, ["/usr/bin/python3", SCRIPT, "nogil"], tmp_path / "out",
+               env={"CUMEMTRACE_NATIVE_ABOVE_PYTHON": "1"})
+    check_frames(p, tmp_path / "out", version, native_above_python=True)
+
+
 def host_shims(root, tmp_path):
     """A folder of links to the chroot's own copies of the libraries its interpreter and ctypes
     need that the host lacks (bullseye: libffi.so.7), for LD_LIBRARY_PATH."""
@@ -227,6 +257,15 @@ def test_chroot_python(chroots, tmp_path, suite, mode):
     build = os.path.realpath(os.environ.get("CT_PORTABLE_BUILD") or BUILD)
     if glibc_needed(build) <= glibc_of(root):
         p = run_in(root, build, ["/usr/bin/python3", SCRIPT, mode], tmp_path / "out")
+        # The host's collector cannot read the symbols of the chroot's interpreter, so the loop
+        # frame has no name here: the walk must stop short of where it goes on request.
+        snap = check_frames(p, tmp_path / "out", version, loop_named=False)
+        p = run_in(root, build, ["/usr/bin/python3", SCRIPT, mode], tmp_path / "full",
+                   env={"CUMEMTRACE_NATIVE_ABOVE_PYTHON": "1"})
+        full = check_frames(p, tmp_path / "full", version, loop_named=False)
+        stopped, kept = native_counts(snap), native_counts(full)
+        assert len(stopped) == len(kept) and all(a < b for a, b in zip(stopped, kept))
+        return
     else:
         python = os.path.realpath(os.path.join(root, "usr/bin/python3"))
         p = run_in(None, BUILD, [python, SCRIPT, mode], tmp_path / "out",

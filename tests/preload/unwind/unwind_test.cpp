@@ -35,12 +35,14 @@ constexpr unsigned kMaxFrames = 256;
 struct Capture {
   unsigned max_depth = kMaxFrames;
   uint64_t skip_lo = 0, skip_hi = 0;
+  uint64_t stop_at = 0;
+  bool mark = false;  // marked_leaf sets stop_at to a local of its own frame
   uint64_t fast[kMaxFrames] = {};
   uint64_t slow[kMaxFrames] = {};
   int nfast = 0, nslow = 0;
 };
 
-using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t, cfi::FirstSeen*);
+using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t, cfi::FirstSeen*, uint64_t);
 UnwindFn const g_unwinders[2] = {&cfi::unwind_fast, &cfi::unwind_slow};
 
 // Both unwinders from one call site (a loop the compiler cannot unroll), so every frame above
@@ -51,13 +53,22 @@ __attribute__((noinline)) void capture_both(Capture* r) {
   int two = 2;
   asm volatile("" : "+r"(two));  // an unknown trip count: the loop stays one call site
   for (int i = 0; i < two; ++i) {
-    *counts[i] = g_unwinders[i](outs[i], r->max_depth, r->skip_lo, r->skip_hi, nullptr);
+    *counts[i] = g_unwinders[i](outs[i], r->max_depth, r->skip_lo, r->skip_hi, nullptr, r->stop_at);
   }
   asm volatile("" ::: "memory");
 }
 
 void leaf_capture(Chain* c) {
   capture_both(static_cast<Capture*>(c->arg));
+}
+
+// A leaf whose frame holds the stop address of its capture, when asked to.
+__attribute__((noinline)) void marked_leaf(Chain* c) {
+  auto* r = static_cast<Capture*>(c->arg);
+  volatile int local = 0;
+  if (r->mark) r->stop_at = reinterpret_cast<uint64_t>(&local);
+  capture_both(r);
+  asm volatile("" ::"r"(local) : "memory");
 }
 
 // Frames that must agree: all of them when the unwinder's own frame is skipped, else from 1 on.
@@ -142,6 +153,36 @@ TEST_CASE("chains of one kind of frame, 1 to 60 deep", "[unwind]") {
       REQUIRE(same);
       CHECK(r.nfast >= depth + 3);
     }
+  }
+}
+
+TEST_CASE("a walk ends with the frame that holds the stop address", "[unwind]") {
+  // The recorder stops at CPython's evaluation loop, found by a local of its C frame; here the
+  // local is marked_leaf's, at the end of random chains. Both walks of a chain run from one call
+  // site, so that even the frames above the chain are the same.
+  std::mt19937 rng(7);
+  for (int round = 0; round < 50; ++round) {
+    Chain c = random_chain(rng, 1 + static_cast<int>(rng() % 30));
+    c.leaf = marked_leaf;
+    Capture full, cut, outside;
+    cut.mark = true;
+    outside.stop_at = reinterpret_cast<uint64_t>(&g_unwinders);  // not on the stack
+    for (Capture* r : {&full, &cut, &outside}) {
+      c.arg = r;
+      run_chain(&c);
+    }
+    std::string why;
+    INFO("round " << round << ", depth " << c.depth);
+    REQUIRE(same_frames(full, &why));
+    const bool cut_same = same_frames(cut, &why);
+    INFO(why << " fast " << cut.nfast << " slow " << cut.nslow);
+    REQUIRE(cut_same);
+    REQUIRE(same_frames(outside, &why));
+    // The unwinder, capture_both, then marked_leaf's frame, which holds the address.
+    REQUIRE(cut.nfast == 3);
+    REQUIRE(full.nfast > 3 + c.depth);
+    for (int i = 1; i < 3; ++i) REQUIRE(cut.fast[i] == full.fast[i]);
+    REQUIRE(outside.nfast == full.nfast);
   }
 }
 
