@@ -62,11 +62,13 @@ void leaf_capture(Chain* c) {
   capture_both(static_cast<Capture*>(c->arg));
 }
 
-// A leaf whose frame holds the stop address of its capture, when asked to.
+// A leaf whose frame holds the stop address of its capture, when asked to: its frame address
+// (the saved rbp's slot), not a local's, which AddressSanitizer may move to a heap-allocated
+// fake stack.
 __attribute__((noinline)) void marked_leaf(Chain* c) {
   auto* r = static_cast<Capture*>(c->arg);
   volatile int local = 0;
-  if (r->mark) r->stop_at = reinterpret_cast<uint64_t>(&local);
+  if (r->mark) r->stop_at = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
   capture_both(r);
   asm volatile("" ::"r"(local) : "memory");
 }
