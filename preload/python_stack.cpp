@@ -621,8 +621,6 @@ void python_stack_reset() noexcept {
 }
 
 unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) noexcept {
-  uint64_t unused = 0;
-  if (!loop_at) loop_at = &unused;
   *loop_at = 0;
   int state = g_state.load(std::memory_order_acquire);
   if (state == kUnknown) {

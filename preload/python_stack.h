@@ -30,13 +30,13 @@
 namespace cumemtrace::preload {
 
 // Writes up to `max` pairs into out[2*i], out[2*i+1]; returns the number of Python frames.
-// `loop_at` (optional) gets an address inside the C stack frame of the innermost evaluation loop
+// `loop_at` gets an address inside the C stack frame of the innermost evaluation loop
 // (_PyEval_EvalFrameDefault) that runs them, where the interpreter keeps a local it links into
 // the thread state (3.11+: its _PyCFrame, or its entry frame); 0 when unknown (3.9, 3.10, the
 // GIL-held path). Native frames above that one are the interpreter running the Python frames
 // returned, so the recorder's native walk may end there (its code may be split into pieces
 // that no symbol bounds, as in Debian's 3.14: the stack address finds it regardless).
-unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at = nullptr) noexcept;
+unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) noexcept;
 
 // Forgets the announced code objects (fork child: its collector has not seen them).
 void python_stack_reset() noexcept;

@@ -99,17 +99,16 @@ def glibc_of(root):
     return (int(m.group(1)), int(m.group(2)))
 
 
-def run_in(root, build, args, out, extra_libs=None, env=None):
+def run_in(root, build, args, out, extra_libs=None, extra_env=None):
     """`cumemtrace run -o out -- [chroot root] args` with the fake driver; root None: the host.
-    extra_libs: a further folder for LD_LIBRARY_PATH; env: further variables."""
-    extra_env = env or {}
+    extra_libs: a further folder for LD_LIBRARY_PATH; extra_env: further variables."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUMEMTRACE_", "FAKE_CUDA_")) and k != "LD_PRELOAD"}
     env["LD_LIBRARY_PATH"] = os.path.join(build, "fake") + ":" + os.path.join(build, "lib")
     if extra_libs:
         env["LD_LIBRARY_PATH"] += ":" + extra_libs
     env["CUMEMTRACE_DEBUG"] = "1"
-    env.update(extra_env)
+    env.update(extra_env or {})
     ct = [os.path.join(build, "bin", "cumemtrace"), "run", "-o", str(out), "--"]
     if root is None:
         cmd = ct + args
@@ -222,7 +221,7 @@ def test_host_python(tmp_path, mode):
 def test_native_frames_above_python_on_request(tmp_path):
     version = version_of("/usr/bin/python3")
     p = run_in(None, BUILD, ["/usr/bin/python3", SCRIPT, "nogil"], tmp_path / "out",
-               env={"CUMEMTRACE_NATIVE_ABOVE_PYTHON": "1"})
+               extra_env={"CUMEMTRACE_NATIVE_ABOVE_PYTHON": "1"})
     check_frames(p, tmp_path / "out", version, native_above_python=True)
 
 
@@ -261,7 +260,7 @@ def test_chroot_python(chroots, tmp_path, suite, mode):
         # frame has no name here: the walk must stop short of where it goes on request.
         snap = check_frames(p, tmp_path / "out", version, loop_named=False)
         p = run_in(root, build, ["/usr/bin/python3", SCRIPT, mode], tmp_path / "full",
-                   env={"CUMEMTRACE_NATIVE_ABOVE_PYTHON": "1"})
+                   extra_env={"CUMEMTRACE_NATIVE_ABOVE_PYTHON": "1"})
         full = check_frames(p, tmp_path / "full", version, loop_named=False)
         stopped, kept = native_counts(snap), native_counts(full)
         assert len(stopped) == len(kept) and all(a < b for a, b in zip(stopped, kept))
