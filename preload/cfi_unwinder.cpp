@@ -27,6 +27,7 @@ thread_local uint64_t t_hits __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_misses __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_fallbacks __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_memo_hits __attribute__((tls_model("initial-exec"))) = 0;
+thread_local uint64_t t_replayed __attribute__((tls_model("initial-exec"))) = 0;
 // Process-wide, touched only on a fallback (which costs microseconds anyway).
 std::atomic<uint64_t> g_fallback_stacks{0};
 std::atomic<uint64_t> g_fallback_pcs[4];
@@ -659,6 +660,7 @@ constexpr unsigned kThreadRuleBits = 10;
 struct MemoWalk {
   unsigned n;
   uint64_t sp[kMemoFrames];
+  uint64_t fp[kMemoFrames];  // rbp in the frame, before its rule restores the caller's
   uint64_t key[kMemoFrames];
   uint64_t rule[kMemoFrames];
 };
@@ -753,8 +755,12 @@ struct MemoUse {
   MemoUse(const MemoUse&) = delete;
   MemoUse& operator=(const MemoUse&) = delete;
 
-  bool find(uint64_t sp, uint64_t key, uint64_t& rule) noexcept {
-    return m && (last.find(sp, key, rule) || before.find(sp, key, rule));
+  // The source whose frame matched, for same_run(); null when neither did.
+  Source* find(uint64_t sp, uint64_t key, uint64_t& rule) noexcept {
+    if (!m) return nullptr;
+    if (last.find(sp, key, rule)) return &last;
+    if (before.find(sp, key, rule)) return &before;
+    return nullptr;
   }
   // The thread's table of rules by address.
   ThreadRule* rule_slot(uint64_t key) noexcept {
@@ -773,9 +779,10 @@ struct MemoUse {
     e->key = key;
     e->rule = rule;
   }
-  void note(uint64_t sp, uint64_t key, uint64_t rule) noexcept {
+  void note(uint64_t sp, uint64_t fp, uint64_t key, uint64_t rule) noexcept {
     if (!m || written >= kMemoFrames) return;
     next->sp[written] = sp;
+    next->fp[written] = fp;
     next->key[written] = key;
     next->rule[written] = rule;
     ++written;
@@ -788,6 +795,43 @@ struct MemoUse {
     m->last = (m->last + 1) % 3;
   }
 };
+
+// Frames replayed at most per match (the size of the caller's buffer of their rbp values).
+constexpr unsigned kReplayMax = 64;
+
+// How far a walk repeats `w` from its frame j on, when it stands where w stood at j (same stack
+// pointer and key) with rbp = fps[0]: the last frame k >= j such that every slot w read between
+// j and k holds what w read there, except the caller's rbp where a rule restores it, which need
+// only be the same where a later rule computes its CFA from it (code built without frame
+// pointers saves rbp as an ordinary register: it holds a different pointer at every call). A
+// walk is a function of its registers at a frame and of the slots it reads from there, so this
+// walk would meet w's frames j+1..k exactly, with rbp fps[i - j] at frame i. Each read's
+// address comes from the memo, not from the slot read before it: the reads overlap in the core,
+// where walking the same frames one by one is a chain of misses once a training step has
+// evicted the stack's outer lines (BM_fast_evicted in bench/bench_stack_capture.cpp).
+unsigned same_run(const MemoWalk& w, unsigned j, uint64_t fps[kReplayMax], uint64_t floor,
+                  uint64_t top) {
+  unsigned k = j;
+  uint64_t fp = fps[0];
+  for (; k + 1 < w.n && k + 1 - j < kReplayMax; ++k) {
+    const uint64_t rule = w.rule[k];
+    if (((rule >> 56) & 3) != kFrame) break;
+    const bool cfa_rbp = (rule >> 58) & 1;
+    if (cfa_rbp && fp != w.fp[k]) break;
+    const uint64_t cfa =
+        (cfa_rbp ? fp : w.sp[k]) + static_cast<uint64_t>(int64_t{static_cast<int32_t>(rule)});
+    if (cfa != w.sp[k + 1] || cfa <= w.sp[k] || cfa > top) break;
+    const uint64_t ra_at = cfa + static_cast<uint64_t>(int64_t{static_cast<int8_t>(rule >> 48)});
+    if (ra_at < floor || ra_at > top - 8 || load(ra_at) != w.key[k + 1]) break;
+    if ((rule >> 59) & 1) {
+      const uint64_t fp_at = cfa + static_cast<uint64_t>(int64_t{static_cast<int16_t>(rule >> 32)});
+      if (fp_at < floor || fp_at > top - 8) break;
+      fp = load(fp_at);
+    }
+    fps[k + 1 - j] = fp;
+  }
+  return k;
+}
 
 __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
                                           uint64_t skip_hi, FirstSeen* first_seen,
@@ -824,9 +868,44 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
       }
     }
     uint64_t rule;
-    if (memo.find(sp, key, rule)) {
+    if (MemoUse::Source* src = memo.find(sp, key, rule)) {
       ++t_hits;
       ++t_memo_hits;
+      const MemoWalk& w = *src->walk;
+      const unsigned j = src->cursor;
+      // Past the skipped frames only: those are emitted one by one.
+      uint64_t fps[kReplayMax];
+      fps[0] = fp;
+      const unsigned k = skipping ? j : same_run(w, j, fps, floor, top);
+      if (k > j) {
+        // Frames j+1..k as the loop would meet them, each checked against stop_at and
+        // max_depth as above, with the rule of the last one to go on from.
+        memo.note(sp, fp, key, rule);
+        bool done = false;
+        unsigned i = j + 1;
+        for (; i <= k; ++i) {
+          if (w.sp[i] > stop_at) {
+            done = true;
+            break;
+          }
+          out[n++] = w.key[i];
+          if (n >= max_depth) {
+            if (first_seen) first_seen->add(w.key[i]);
+            done = true;
+            break;
+          }
+          ++t_hits;
+          ++t_memo_hits;
+          ++t_replayed;
+          if (i < k) memo.note(w.sp[i], fps[i - j], w.key[i], w.rule[i]);
+        }
+        if (done) break;
+        src->cursor = k;
+        sp = w.sp[k];
+        fp = fps[k - j];
+        key = pc = w.key[k];
+        rule = w.rule[k];
+      }
     } else if (memo.table_get(key, rule)) {
       ++t_hits;
     } else if (cache_get(key, rule)) {
@@ -839,7 +918,7 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
       memo.table_put(key, rule);
       if (first_seen && !skipping) first_seen->add(pc);
     }
-    memo.note(sp, key, rule);
+    memo.note(sp, fp, key, rule);
     const uint64_t kind = (rule >> 56) & 3;
     if (kind == kOutermost) break;
     if (kind != kFrame) {
@@ -887,7 +966,7 @@ void memo_after_fork() noexcept {
 }
 
 CacheStats thread_cache_stats() noexcept {
-  return CacheStats{t_hits, t_misses, t_fallbacks, t_memo_hits};
+  return CacheStats{t_hits, t_misses, t_fallbacks, t_memo_hits, t_replayed};
 }
 
 FallbackStats fallback_stats() noexcept {

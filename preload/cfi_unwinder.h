@@ -4,7 +4,9 @@
 // unwind_fast() walks the calling thread's stack from its own registers using per-address rules
 // (CFA = rsp/rbp + N, return address and caller's rbp at fixed offsets from the CFA) kept in a
 // global lock-free cache, fronted by a per-thread memo of the thread's last two walks (a frame at
-// the same stack address with the same return address takes its rule from there) and a small
+// the same stack address with the same return address takes its rule from there, and the frames
+// after it are taken whole for as long as the stack slots they were read from are unchanged,
+// checked with independent reads instead of a chain of dependent ones) and a small
 // per-thread table of rules by address (dense, so it stays in the core's own caches where the
 // global table's scattered entries come from the shared L3: about 35 ns a frame on the GPU host
 // between PyTorch's allocations); a miss parses the FDE that libgcc's _Unwind_Find_FDE finds. It
@@ -65,6 +67,7 @@ struct CacheStats {
   uint64_t misses;
   uint64_t fallbacks;
   uint64_t memo_hits;  // of the hits, those served by the thread's memo of its last walk
+  uint64_t replayed;   // of those, frames taken whole from a memo whose slots still hold
 };
 CacheStats thread_cache_stats() noexcept;
 

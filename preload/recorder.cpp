@@ -146,7 +146,11 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a,
   // interpreter running those frames, about half of a PyTorch op's stack from Python.
   if (config().native_above_python) loop_at = 0;
   cfi::FirstSeen first_seen;
+  cfi::CacheStats walk_before{};
+  if constexpr (kTimed) walk_before = cfi::thread_cache_stats();
   const unsigned n = capture_stack(frames, config().stack_depth, &first_seen, loop_at);
+  cfi::CacheStats walk_after{};
+  if constexpr (kTimed) walk_after = cfi::thread_cache_stats();
   if (npy) std::memmove(frames + n, py, 2 * npy * sizeof(uint64_t));
   laps.lap(2);
   // Only frames the unwinder met for the first time can be in a module loaded since the map was
@@ -169,7 +173,9 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a,
     *phases = StackPhases{{laps.at[2] - laps.at[1], laps.at[3] - laps.at[2],
                            laps.at[1] - laps.at[0], laps.at[4] - laps.at[3]},
                           n,
-                          npy};
+                          npy,
+                          static_cast<unsigned>(walk_after.replayed - walk_before.replayed),
+                          static_cast<unsigned>(walk_after.memo_hits - walk_before.memo_hits)};
   }
   after_publish(a, ok, ticket);
 }
@@ -188,8 +194,36 @@ inline void record_without_stack(const EventArgs& a) noexcept {
   after_publish(a, true, ticket);
 }
 
+// Records that give memory back (or undo a record that did): stackless unless free stacks are on.
+inline bool releases_memory(const EventArgs& a) noexcept {
+  switch (a.kind) {
+    case wire::Kind::kFree:
+    case wire::Kind::kFreeFailed:
+    case wire::Kind::kRelease:
+    case wire::Kind::kUnmap:
+    case wire::Kind::kAddressFree:
+    case wire::Kind::kHostFree:
+    case wire::Kind::kUnmapImported:
+    case wire::Kind::kGraphFreeNode:
+      return true;
+    case wire::Kind::kTorchBlock:
+      switch (static_cast<wire::TorchAction>(a.aux)) {
+        case wire::TorchAction::kFreeRequested:
+        case wire::TorchAction::kFreeCompleted:
+        case wire::TorchAction::kSegmentFree:
+        case wire::TorchAction::kSegmentUnmap:
+          return true;
+        default:
+          return false;
+      }
+    default:
+      return false;
+  }
+}
+
 inline bool takes_stack(const EventArgs& a) noexcept {
-  return a.stack && config().stack_depth && a.kind != wire::Kind::kExit;
+  return a.stack && config().stack_depth && a.kind != wire::Kind::kExit &&
+         (config().free_stacks || !releases_memory(a));
 }
 
 inline void record_now(const EventArgs& a) noexcept {

@@ -17,6 +17,8 @@ struct alignas(64) ClassSums {
   std::atomic<uint64_t> phase_ticks[StackPhases::kCount] = {};
   std::atomic<uint64_t> native_frames{0};
   std::atomic<uint64_t> python_frames{0};
+  std::atomic<uint64_t> replayed_frames{0};
+  std::atomic<uint64_t> memo_frames{0};
 };
 ClassSums g_sums[2];
 uint64_t g_start_time = 0;  // event_time() at the session's start
@@ -34,6 +36,8 @@ void meter_start(uint64_t start_event_time, uint64_t start_monotonic_ns) noexcep
     for (auto& p : s.phase_ticks) p.store(0, std::memory_order_relaxed);
     s.native_frames.store(0, std::memory_order_relaxed);
     s.python_frames.store(0, std::memory_order_relaxed);
+    s.replayed_frames.store(0, std::memory_order_relaxed);
+    s.memo_frames.store(0, std::memory_order_relaxed);
   }
 }
 
@@ -48,6 +52,8 @@ void meter_add(MeterClass cls, uint64_t ticks, const StackPhases* phases) noexce
   }
   s.native_frames.fetch_add(phases->native_frames, std::memory_order_relaxed);
   s.python_frames.fetch_add(phases->python_frames, std::memory_order_relaxed);
+  s.replayed_frames.fetch_add(phases->replayed_frames, std::memory_order_relaxed);
+  s.memo_frames.fetch_add(phases->memo_frames, std::memory_order_relaxed);
 }
 
 void print_meter() noexcept {
@@ -63,7 +69,7 @@ void print_meter() noexcept {
     if (n == 0) continue;
     const double ns =
         static_cast<double>(g_sums[c].ticks.load(std::memory_order_relaxed)) * ns_per_unit;
-    char line[256];
+    char line[320];
     std::snprintf(line, sizeof line,
                   "recording took %.0f ns per event for %llu %s: %.3f ms in all, %.2f%% of the "
                   "%.3f s since tracing started",
@@ -77,14 +83,17 @@ void print_meter() noexcept {
       return static_cast<double>(v.load(std::memory_order_relaxed)) / static_cast<double>(k);
     };
     const auto& p = g_sums[c].phase_ticks;
-    std::snprintf(line, sizeof line,
-                  "of which, per %s with a stack (%llu of %llu): native stack %.0f ns (%.1f "
-                  "frames), module notes %.0f ns, Python stack %.0f ns (%.1f frames), ring %.0f ns",
-                  kName[c], static_cast<unsigned long long>(k), static_cast<unsigned long long>(n),
-                  mean(p[StackPhases::kNative]) * ns_per_unit, mean(g_sums[c].native_frames),
-                  mean(p[StackPhases::kModules]) * ns_per_unit,
-                  mean(p[StackPhases::kPython]) * ns_per_unit, mean(g_sums[c].python_frames),
-                  mean(p[StackPhases::kRing]) * ns_per_unit);
+    std::snprintf(
+        line, sizeof line,
+        "of which, per %s with a stack (%llu of %llu): native stack %.0f ns (%.1f "
+        "frames; walk: %.1f frames replayed, %.1f ruled by the memo), module notes %.0f ns, "
+        "Python stack %.0f ns (%.1f frames), ring %.0f ns",
+        kName[c], static_cast<unsigned long long>(k), static_cast<unsigned long long>(n),
+        mean(p[StackPhases::kNative]) * ns_per_unit, mean(g_sums[c].native_frames),
+        mean(g_sums[c].replayed_frames),
+        mean(g_sums[c].memo_frames) - mean(g_sums[c].replayed_frames),
+        mean(p[StackPhases::kModules]) * ns_per_unit, mean(p[StackPhases::kPython]) * ns_per_unit,
+        mean(g_sums[c].python_frames), mean(p[StackPhases::kRing]) * ns_per_unit);
     print_line(line);
   }
 }

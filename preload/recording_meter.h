@@ -19,6 +19,10 @@ struct StackPhases {
   uint64_t ticks[kCount];
   unsigned native_frames;
   unsigned python_frames;
+  // Of the native walk's frames (its skipped leading ones included): taken whole from a memo of
+  // the thread's recent walks, and given their rule by the memo's frame at the same place.
+  unsigned replayed_frames;
+  unsigned memo_frames;
 };
 
 // The session's start, in event_time() units and in CLOCK_MONOTONIC ns: converts the sums.

@@ -120,6 +120,13 @@ bool read_config(Config& c) {
     }
     c.native_above_python = s[0] == '1';
   }
+  if (const char* s = getenv("CUMEMTRACE_FREE_STACKS")) {
+    if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
+      print_line("invalid CUMEMTRACE_FREE_STACKS (expected 0 or 1); tracing disabled: ", s);
+      return false;
+    }
+    c.free_stacks = s[0] == '1';
+  }
   c.output = getenv("CUMEMTRACE_OUTPUT");
   c.collector = getenv("CUMEMTRACE_COLLECTOR");
   c.debug = getenv("CUMEMTRACE_DEBUG") != nullptr;

@@ -25,6 +25,11 @@ struct Config {
   // Keep the native frames above CPython's evaluation loop when Python frames are recorded
   // (CUMEMTRACE_NATIVE_ABOVE_PYTHON=1): by default a stack stops at the loop's innermost frame.
   bool native_above_python = false;
+  // Stacks for releases too (CUMEMTRACE_FREE_STACKS=1): frees, unmaps and PyTorch's free
+  // requests. Off by default, as in memray, heaptrack and PyTorch's context="alloc": the question
+  // is who holds memory, which the allocation's stack answers, and a release's walk costs as much
+  // as an allocation's (a third of a training step's block events are free requests).
+  bool free_stacks = false;
 };
 
 enum class SessionState : int { kIdle = 0, kStarting = 1, kRunning = 2, kOff = 3 };

@@ -55,6 +55,7 @@ struct RunArgs {
   uint64_t max_trace_events = 0;
   double snapshot_every = 0;
   bool no_follow = false;
+  bool free_stacks = false;
   bool quiet = false;
   bool allow_no_cuda = false;
   int error_exitcode = 1;
@@ -149,6 +150,7 @@ void prepend_python_path(const std::string& preload) {
     std::error_code ec;
     setenv("CUMEMTRACE_OUTPUT", std::filesystem::absolute(a.output, ec).c_str(), 1);
     setenv("CUMEMTRACE_STACK_DEPTH", std::to_string(a.stack_depth).c_str(), 1);
+    if (a.free_stacks) setenv("CUMEMTRACE_FREE_STACKS", "1", 1);
     setenv("CUMEMTRACE_BUFFER_MB", std::to_string(a.buffer_mb).c_str(), 1);
     setenv("NVTX_INJECTION64_PATH", preload.c_str(), 0);
     prepend_python_path(preload);
@@ -312,6 +314,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_option("--stack-depth", args->stack_depth, "native frames per event, 0 disables")
       ->check(between(0, 128))
       ->capture_default_str();
+  sub->add_flag("--free-stacks", args->free_stacks,
+                "record a stack for every release too (frees, unmaps, PyTorch's free requests); "
+                "by default only allocations carry one");
   sub->add_option("--buffer-mb", args->buffer_mb, "ring buffer size per process in MiB")
       ->check(between(1, 4096))
       ->capture_default_str();

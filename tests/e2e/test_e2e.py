@@ -302,7 +302,8 @@ def test_unwritable_output_runs_untraced_with_one_line(tmp_path):
 def test_missing_collector_and_bad_settings_disable_tracing(tmp_path):
     for env in ({"CUMEMTRACE_COLLECTOR": "/nonexistent/cumemtrace"},
                 {"CUMEMTRACE_STACK_DEPTH": "lots"}, {"CUMEMTRACE_BUFFER_MB": "0"},
-                {"CUMEMTRACE_PYTHON_STACKS": "yes"}, {"CUMEMTRACE_NATIVE_ABOVE_PYTHON": "2"}):
+                {"CUMEMTRACE_PYTHON_STACKS": "yes"}, {"CUMEMTRACE_NATIVE_ABOVE_PYTHON": "2"},
+                {"CUMEMTRACE_FREE_STACKS": "on"}):
         p = subprocess.run([prog("ct_static_like"), "exit", "6"], capture_output=True, text=True,
                            env=base_env(LD_PRELOAD=PRELOAD, CUMEMTRACE_OUTPUT=str(tmp_path), **env))
         assert p.returncode == 6

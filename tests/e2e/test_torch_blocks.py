@@ -23,9 +23,9 @@ def torch_env(**extra):
     return env
 
 
-def run(tmp_path, scenario, **env):
+def run(tmp_path, scenario, *run_options, **env):
     out = tmp_path / "traces"
-    cmd = [CT, "run", "-o", str(out), "--", sys.executable, SCRIPT, scenario]
+    cmd = [CT, "run", "-o", str(out), *run_options, "--", sys.executable, SCRIPT, scenario]
     p = subprocess.run(cmd, env=base_env(**torch_env(**env)), capture_output=True, text=True,
                        timeout=120)
     return p, snapshots(out)
@@ -93,13 +93,24 @@ def test_default_allocator_blocks_one_to_one(tmp_path):
     assert entries(snap, "driver") == []
     alloc_a = snap["device_traces"][0][1]
     assert has_python_frame(alloc_a["frames"], line_of("basic-a"))
-    # A completed free carries its request's stack, as in PyTorch's own snapshot: the same
-    # frames, down to the Python line of the free (the preload walked none for it).
+    # Releases carry no stack by default (PyTorch's context="alloc"): no "frames" key, as in
+    # PyTorch's own file for an event without context.
     trace = [e for e in snap["device_traces"][0] if e.get("source") == "pytorch"]
+    req_b, done_b = trace[7], trace[8]
+    assert (req_b["action"], done_b["action"]) == ("free_requested", "free_completed")
+    assert [e["action"] for e in trace if "frames" in e] == ["segment_alloc", "alloc"] * 2 + [
+        "alloc", "alloc", "segment_alloc", "alloc"]
+    # With --free-stacks (CUMEMTRACE_FREE_STACKS=1), a free request has its own, and its
+    # completion carries it, as in PyTorch's context="all": the same frames, down to the Python
+    # line of the free (the preload walked none for the completion).
+    p, snaps = run(tmp_path / "free-stacks", "basic", "--free-stacks")
+    assert p.returncode == 0, p.stderr
+    trace = [e for e in final(snaps)["device_traces"][0] if e.get("source") == "pytorch"]
     req_b, done_b = trace[7], trace[8]
     assert (req_b["action"], done_b["action"]) == ("free_requested", "free_completed")
     assert has_python_frame(req_b["frames"], line_of("basic-free-b"))
     assert done_b["frames"] == req_b["frames"]
+    assert all("frames" in e for e in trace)
     segs = sorted(snap["segments"], key=lambda g: g["address"])
     assert [g.get("source") for g in segs] == ["pytorch", "pytorch"]
     by_addr = {g["address"]: g for g in segs}
@@ -133,13 +144,18 @@ def test_debug_meter_counts_every_recorded_event(tmp_path):
         p.stderr, re.M))
     assert meter == {"driver events": 4, "PyTorch block events": 14}, p.stderr
     assert len(entries(final(snaps))) == 14
-    # And where a block event's time went: every phase, with the scenario's Python frames. The
-    # two free_completed events took no stack: the collector gives them their requests' stacks.
-    phases = re.search(r"^cumemtrace: of which, per PyTorch block event with a stack \(12 of 14\): "
-                       r"native stack \d+ ns \([0-9.]+ frames\), module notes \d+ ns, Python stack "
+    # And where a block event's time went: every phase, with the scenario's Python frames. Only
+    # the 8 allocations (3 segments, 5 blocks) took a stack: releases take none by default.
+    phases = re.search(r"^cumemtrace: of which, per PyTorch block event with a stack \(8 of 14\): "
+                       r"native stack \d+ ns \([0-9.]+ frames; walk: [0-9.]+ frames replayed, [0-9.]+ "
+                       r"ruled by the memo\), module notes \d+ ns, Python stack "
                        r"\d+ ns \(([0-9.]+) frames\), ring \d+ ns$", p.stderr, re.M)
     assert phases and float(phases.group(1)) > 0, p.stderr
     assert ": 18 events, 0 dropped;" in p.stderr
+    # With free stacks, the 4 releases but the 2 completions (which take their requests').
+    p, _ = run(tmp_path / "free", "basic", CUMEMTRACE_DEBUG="1", CUMEMTRACE_FREE_STACKS="1")
+    assert p.returncode == 0, p.stderr
+    assert "PyTorch block event with a stack (12 of 14)" in p.stderr, p.stderr
     # Without CUMEMTRACE_DEBUG nothing is timed and nothing printed.
     p, _ = run(tmp_path / "quiet", "basic")
     assert p.returncode == 0 and "recording took" not in p.stderr, p.stderr

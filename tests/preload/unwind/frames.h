@@ -5,6 +5,8 @@
 // turned into a tail call, so every step is one real frame.
 #pragma once
 
+#include <cstdint>
+
 namespace cumemtrace::unwind_test {
 
 struct Chain;
@@ -33,6 +35,9 @@ int unwind_step_o2fp(cumemtrace::unwind_test::Chain*, int);
 int unwind_step_lib(cumemtrace::unwind_test::Chain*, int);
 // Realigns its frame through a DRAP register: its CFA rule is an expression.
 int unwind_step_drap(cumemtrace::unwind_test::Chain*, int);
+// Holds unwind_test_salt + level in rbp across its call (a callee-saved register used for data).
+int unwind_step_rbp_data(cumemtrace::unwind_test::Chain*, int);
+extern volatile uint64_t unwind_test_salt;
 // Calls unwind_step_lib directly, that is through the PLT.
 int unwind_step_plt(cumemtrace::unwind_test::Chain*, int);
 // Direct self-recursion n deep, then leaf(chain).

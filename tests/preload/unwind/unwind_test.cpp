@@ -330,7 +330,8 @@ void capture_twice(Chain* c) {
       capture_both(&x->r);
       const cfi::CacheStats after = cfi::thread_cache_stats();
       x->second = {after.hits - before.hits, after.misses - before.misses,
-                   after.fallbacks - before.fallbacks, after.memo_hits - before.memo_hits};
+                   after.fallbacks - before.fallbacks, after.memo_hits - before.memo_hits,
+                   after.replayed - before.replayed};
     }
   };
   run_chain(c);
@@ -367,6 +368,93 @@ TEST_CASE("two stacks that differ in one middle frame, walked in turn at the sam
     const bool same = same_frames(r, &why);
     INFO("round " << round << ": " << why);
     REQUIRE(same);
+  }
+}
+
+TEST_CASE("a repeated stack is replayed from the memo, up to the first slot that changed",
+          "[unwind]") {
+  // One chain walked again and again, each time with one step changed (its kind, which moves
+  // the return address above it, or its variable-size frame, which moves every frame inside
+  // it), and a random depth limit or a stop inside the leaf. The fast walker takes frames whole
+  // from its last walks while their slots hold the same values; every walk must still give
+  // exactly the slow unwinder's frames, and most frames must come from the replay.
+  std::mt19937 rng(2026);
+  Chain c = random_chain(rng, 40);
+  c.leaf = marked_leaf;
+  uint64_t frames = 0, replayed = 0;
+  for (int round = 0; round < 400; ++round) {
+    const int at = static_cast<int>(rng() % 40);
+    if (rng() % 2) {
+      c.steps[at] = kSteps[rng() % 5];
+    } else {
+      c.alloca_bytes[at] = rng() % 4 == 0 ? 1 + rng() % 700 : 0;
+    }
+    Capture r;
+    if (rng() % 4 == 0) r.max_depth = 1 + rng() % 60;
+    r.mark = rng() % 8 == 0;
+    c.arg = &r;
+    const cfi::CacheStats before = cfi::thread_cache_stats();
+    run_chain(&c);
+    const cfi::CacheStats after = cfi::thread_cache_stats();
+    std::string why;
+    const bool same = same_frames(r, &why);
+    INFO("round " << round << " changed step " << at << ", limit " << r.max_depth
+                  << (r.mark ? ", stopped in the leaf" : "") << ": " << why);
+    REQUIRE(same);
+    if (r.mark) REQUIRE(r.nfast == 3);
+    frames += static_cast<uint64_t>(r.nfast);
+    replayed += after.replayed - before.replayed;
+  }
+  // One changed step in 40 leaves the frames on one side of it as they were: most of each walk.
+  INFO(replayed << " of " << frames << " frames replayed");
+  CHECK(replayed * 2 > frames);
+}
+
+TEST_CASE("a second walk of the same stack is replayed after its first two frames", "[unwind]") {
+  TwoWalks w;
+  Chain c;
+  c.depth = 30;
+  for (int i = 0; i < 30; ++i) c.steps[i] = kSteps[i % 5];
+  c.arg = &w;
+  capture_twice(&c);
+  REQUIRE(same_frames(w.r));
+  // The unwinder's own frame starts at a new stack address (the loop in capture_both calls it
+  // from the same site, but the frame's exact pc keys differ from the return address's), then
+  // one frame is matched in the memo and the rest replayed.
+  CHECK(w.second.replayed + 3 >= static_cast<uint64_t>(w.r.nfast));
+}
+
+TEST_CASE("a replay goes on past saved rbp values that no rule computes a CFA from", "[unwind]") {
+  // Frames that keep data in rbp, so that the slots where their callees save it hold a new
+  // value at every run of the chain; between them, -O0 frames whose CFA is their real frame
+  // pointer. The chain runs twice from one call site, so its frames sit at the same addresses.
+  for (int round = 0; round < 20; ++round) {
+    TwoWalks w;
+    Chain c;
+    c.depth = 24;
+    for (int i = 0; i < 24; ++i) {
+      c.steps[i] = i % 3 == 0 ? &unwind_step_o0 : &unwind_step_rbp_data;
+    }
+    c.arg = &w;
+    c.leaf = [](Chain* ch) {
+      auto* x = static_cast<TwoWalks*>(ch->arg);
+      const cfi::CacheStats before = cfi::thread_cache_stats();
+      capture_both(&x->r);
+      const cfi::CacheStats after = cfi::thread_cache_stats();
+      x->second.replayed = after.replayed - before.replayed;
+    };
+    int two = 2;
+    asm volatile("" : "+r"(two));
+    for (int i = 0; i < two; ++i) {
+      unwind_test_salt = unwind_test_salt + 0x1000;
+      run_chain(&c);
+    }
+    std::string why;
+    const bool same = same_frames(w.r, &why);
+    INFO("round " << round << ": " << why);
+    REQUIRE(same);
+    REQUIRE(w.r.nfast > 24);
+    CHECK(w.second.replayed + 3 >= static_cast<uint64_t>(w.r.nfast));
   }
 }
 
