@@ -63,6 +63,15 @@ class Dom(html.parser.HTMLParser):
         self.hidden_rows = 0
         self.dim_paths = 0
         self.zoomed = 0
+        self.h3 = []  # headings' text
+        self.hist_titles = []  # the size histogram's bar tooltips
+        self.in_h3 = self.in_hist = self.in_title = False
+
+    def handle_data(self, data):
+        if self.in_h3:
+            self.h3[-1] += data
+        if self.in_hist and self.in_title:
+            self.hist_titles[-1] += data
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -86,10 +95,33 @@ class Dom(html.parser.HTMLParser):
                 self.tables[self.current_table].append(a.get("data-site"))
         if a.get("id") == "render-time":
             self.render_time = True
+        if tag == "h3":
+            self.in_h3 = True
+            self.h3.append("")
+        if tag == "svg" and "hist" in cls:
+            self.in_hist = True
+        if tag == "title" and self.in_hist:
+            self.in_title = True
+            self.hist_titles.append("")
 
     def handle_endtag(self, tag):
         if tag == "table":
             self.current_table = None
+        if tag == "h3":
+            self.in_h3 = False
+        if tag == "svg":
+            self.in_hist = False
+        if tag == "title":
+            self.in_title = False
+
+
+def check_histogram(dom, where):
+    """The size histogram's heading counts what its bars count (one number, not the timeline's
+    allocations, which for a file with PyTorch's blocks are its segments)."""
+    (heading,) = [h for h in dom.h3 if h.startswith("Allocation sizes (")]
+    said = int(heading.split("(")[1].split()[0].replace(",", ""))
+    bars = sum(int(t.split(": ")[1].split()[0].replace(",", "")) for t in dom.hist_titles)
+    assert said == bars > 0, f"{where}: heading {heading!r}, bars count {bars}"
 
 
 def load_dom(browser, page, fragment=""):
@@ -163,6 +195,7 @@ def main():
     assert exit_sites and exit_sites[0] == "leaky_cache_grow (cache.py:42)", exit_sites
     assert "leaky_cache_grow (cache.py:42)" in dom.tables.get("peak", []), dom.tables
     assert len(dom.series_paths) == 8, f"synthetic: {len(dom.series_paths)} series, wanted 8 sites"
+    check_histogram(dom, "synthetic")
     # Search and zoom, as a link can request them: only leak rows stay, other series dim.
     dom = load_dom(browser, page, "#search=leaky_cache&zoom=0.5,0.75")
     assert dom.zoomed == 1, "the chart did not zoom"
@@ -185,6 +218,7 @@ def main():
     py = [f for f in biggest["frames"] if f["filename"].endswith(".py")]
     want = f"{py[0]['name']} ({os.path.basename(py[0]['filename'])}:{py[0]['line']})" if py else None
     exit_sites = dom.tables.get("exit", [])
+    check_histogram(dom, "fixture")
     if want:
         assert want in exit_sites, f"fixture: {want} not in the exit table {exit_sites}"
     else:

@@ -333,7 +333,10 @@
   // ---------- size histogram ----------
   function histogram(dev, parent) {
     if (!dev.sizes.length) return;
-    parent.append(el('h3', { text: 'Allocation sizes (' + dev.allocations.toLocaleString('en') + ' allocations)' }));
+    // The count of what the bars count (requests: PyTorch's tensors where its blocks are in the
+    // file), not the timeline's allocations (its segments, then), which the card shows.
+    const requests = dev.sizes.reduce((n, b) => n + b[1], 0);
+    parent.append(el('h3', { text: 'Allocation sizes (' + plural(requests, 'requested allocation') + ')' }));
     const svg = sv('svg', { class: 'hist' });
     parent.append(svg);
     const lo = dev.sizes[0][0];
