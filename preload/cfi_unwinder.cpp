@@ -882,8 +882,7 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
         // max_depth as above, with the rule of the last one to go on from.
         memo.note(sp, fp, key, rule);
         bool done = false;
-        unsigned i = j + 1;
-        for (; i <= k; ++i) {
+        for (unsigned i = j + 1; i <= k; ++i) {
           if (w.sp[i] > stop_at) {
             done = true;
             break;

@@ -65,6 +65,20 @@ bool parse_u64(const char* s, uint64_t& out) {
   return true;
 }
 
+// A 0/1 variable into `on` when set; false (after one line) for any other value.
+bool read_switch(const char* name, bool& on) {
+  const char* s = getenv(name);
+  if (!s) return true;
+  if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "invalid %s (expected 0 or 1); tracing disabled: ", name);
+    print_line(msg, s);
+    return false;
+  }
+  on = s[0] == '1';
+  return true;
+}
+
 bool read_config(Config& c) {
   uint64_t v;
   if (const char* s = getenv("CUMEMTRACE_STACK_DEPTH")) {
@@ -106,26 +120,10 @@ bool read_config(Config& c) {
       return false;
     }
   }
-  if (const char* s = getenv("CUMEMTRACE_PYTHON_STACKS")) {
-    if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
-      print_line("invalid CUMEMTRACE_PYTHON_STACKS (expected 0 or 1); tracing disabled: ", s);
-      return false;
-    }
-    c.python_stacks = s[0] == '1';
-  }
-  if (const char* s = getenv("CUMEMTRACE_NATIVE_ABOVE_PYTHON")) {
-    if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
-      print_line("invalid CUMEMTRACE_NATIVE_ABOVE_PYTHON (expected 0 or 1); tracing disabled: ", s);
-      return false;
-    }
-    c.native_above_python = s[0] == '1';
-  }
-  if (const char* s = getenv("CUMEMTRACE_FREE_STACKS")) {
-    if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0) {
-      print_line("invalid CUMEMTRACE_FREE_STACKS (expected 0 or 1); tracing disabled: ", s);
-      return false;
-    }
-    c.free_stacks = s[0] == '1';
+  if (!read_switch("CUMEMTRACE_PYTHON_STACKS", c.python_stacks) ||
+      !read_switch("CUMEMTRACE_NATIVE_ABOVE_PYTHON", c.native_above_python) ||
+      !read_switch("CUMEMTRACE_FREE_STACKS", c.free_stacks)) {
+    return false;
   }
   c.output = getenv("CUMEMTRACE_OUTPUT");
   c.collector = getenv("CUMEMTRACE_COLLECTOR");
