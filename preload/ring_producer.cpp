@@ -117,6 +117,7 @@ bool RingProducer::publish(wire::EventPayload& ev, const void* extra, uint32_t e
     h->dropped.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
+  after_last_turn(ticket, 1 + extra_slots);
   const auto* bytes = static_cast<const unsigned char*>(extra);
   for (uint32_t i = 0; i < extra_slots; ++i) {
     wire::Slot& s = slots_[(ticket + 1 + i) & mask_];
