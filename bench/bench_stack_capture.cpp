@@ -3,6 +3,9 @@
 // target). The `evicted` variants stream 8 MiB through the caches before every timed walk, as a
 // training step does between two allocations: the walk then reads its stack slots and the
 // memo's rules from L3 or memory instead of L1, which is what it costs inside PyTorch.
+// BM_sites_evicted walks from 12 call sites in turn, as a training step allocates from a few
+// dozen: each walk's last two neighbours are other call sites, so only the unwinder's index of
+// recent walks finds the frames this call site had the round before.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -72,10 +75,73 @@ void BM_unwind_backtrace(benchmark::State& state) {
   deep(40, Job{&state, &cfi::unwind_slow, static_cast<unsigned>(state.range(0))});
 }
 
+// 12 call sites, each a different 16-frame chain (at every level one of two functions, chosen
+// by a bit of the site's number) under the same 20 outer frames.
+struct Sites {
+  benchmark::State* state;
+  double seconds = 0;
+  unsigned frames = 0;
+};
+__attribute__((noinline)) void site_step_a(int level, unsigned which, Sites& s);
+__attribute__((noinline)) void site_step_b(int level, unsigned which, Sites& s);
+
+void site_next(int level, unsigned which, Sites& s) {
+  if (level == 0) {
+    evict_caches();
+    uint64_t frames[64];
+    const auto t0 = std::chrono::steady_clock::now();
+    const int n = cfi::unwind_fast(frames, 32, 0, 0, nullptr, 0);
+    const auto t1 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(frames);
+    s.seconds = std::chrono::duration<double>(t1 - t0).count();
+    s.frames = n > 0 ? static_cast<unsigned>(n) : 0;
+    return;
+  }
+  ((which >> (level % 4)) & 1 ? site_step_a : site_step_b)(level - 1, which, s);
+}
+void site_step_a(int level, unsigned which, Sites& s) {
+  site_next(level, which, s);
+  asm volatile("" ::: "memory");
+}
+void site_step_b(int level, unsigned which, Sites& s) {
+  volatile char pad[48];
+  pad[0] = 0;
+  site_next(level, which ^ pad[0], s);
+  asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void sites_loop(Sites& s) {
+  const uint64_t replayed_before = cfi::thread_cache_stats().replayed;
+  unsigned i = 0;
+  for (auto _ : *s.state) {
+    site_next(16, i++ % 12, s);
+    s.state->SetIterationTime(s.seconds);
+  }
+  if (s.frames != 32) s.state->SkipWithError("short or fallen-back stack");
+  const cfi::CacheStats st = cfi::thread_cache_stats();
+  s.state->counters["replayed"] = benchmark::Counter(
+      static_cast<double>(st.replayed - replayed_before), benchmark::Counter::kAvgIterations);
+}
+
+__attribute__((noinline)) void sites_deep(int depth, Sites& s) {
+  if (depth <= 1) {
+    sites_loop(s);
+  } else {
+    sites_deep(depth - 1, s);
+  }
+  asm volatile("" ::: "memory");
+}
+
+void BM_sites_evicted(benchmark::State& state) {
+  Sites s{&state};
+  sites_deep(20, s);
+}
+
 }  // namespace
 
 BENCHMARK(BM_fast)->Arg(8)->Arg(32);
-BENCHMARK(BM_fast_evicted)->Arg(8)->Arg(32)->UseManualTime()->Iterations(3000);
+BENCHMARK(BM_fast_evicted)->Arg(1)->Arg(8)->Arg(32)->UseManualTime()->Iterations(3000);
+BENCHMARK(BM_sites_evicted)->UseManualTime()->Iterations(3000);
 BENCHMARK(BM_unwind_backtrace)->Arg(8)->Arg(32);
 
 BENCHMARK_MAIN();

@@ -636,34 +636,46 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 
 }  // namespace
 
-// The rules of this thread's last walk, by stack position. A thread that records many events
-// walks much the same stack each time: the same code at the same stack addresses, at least in the
-// outer frames. A frame whose (stack pointer, key) is in the last walk takes its rule from there:
-// one compare against an array in L1 whose address does not depend on the frame, instead of a
-// hashed, seqlocked lookup in the shared cache that does (the walk's critical path). A rule depends
-// on the key alone, so a match is always the right rule; the stack pointer only says where in the
-// last walk to look (both walks are ordered by it). Three buffers: the walk reads the last two
-// and writes its own. `busy` keeps a signal handler's walk on the same thread away from a walk it
-// interrupted.
+// The rules of this thread's recent walks, by stack position. A thread that records many events
+// walks much the same stacks each time: the same code at the same stack addresses. A frame whose
+// (stack pointer, key) is in a recent walk takes its rule from there, and same_run() below takes
+// the frames after it whole while the stack still holds what that walk read. A rule depends on
+// the key alone, so a match is always the right rule; the stack pointer only says where in that
+// walk to look (a walk is ordered by it).
 //
-// Not thread_local: 11.5 KB of TLS would make a libcumemtrace.so that is dlopen'ed (rather than
+// Where to look: first the last two walks, through cursors that only move outward (a thread
+// that alternates two kinds of event, an allocation and a free, finds this kind's inner frames in
+// the walk before the last); then an index of every frame of the last kWalks walks by (stack
+// pointer, key), which finds the walk that last passed through this frame at this address. A
+// training step allocates from a few dozen call sites in turn, each a different chain of
+// library frames under the same interpreter frames: the last two walks are other call sites,
+// whose frames part from this one's a few frames up (on the H200 a PyTorch allocation replayed
+// 8-10 of its 24-31 frames from them), while the index finds this call site's walk of the
+// previous step wherever the chain parts from a recent one. `busy` keeps a signal handler's
+// walk on the same thread away from a walk it interrupted.
+//
+// Not thread_local: 100 KB of TLS would make a libcumemtrace.so that is dlopen'ed (rather than
 // preloaded) fail to load, since its initial-exec variables put its whole TLS block into the
 // small static TLS surplus. So a fixed pool of memos (bss: only the pages of memos in use are
 // ever touched), one claimed per thread with a CAS on its owner's tid; when none is free, a memo
 // whose owner thread is gone (tgkill(pid, tid, 0) says ESRCH) is taken over. A thread that finds
 // none walks without a memo. A forked child's thread re-owns its memo (memo_after_fork).
-constexpr unsigned kMemoFrames = 160;
+constexpr unsigned kMemoFrames = 64;  // a deeper walk keeps its first 64 frames
+constexpr unsigned kWalks = 32;       // walks kept per thread (a step's call sites)
+constexpr unsigned kIndexBits = 12;   // 4096 entries for up to 2048 frames
 constexpr unsigned kMemos = 64;
 // The thread's own rules by address, direct-mapped: 16 KB, the frames of about a thousand call
 // sites. Rules hold for the whole process, so a memo taken over from a gone thread keeps them.
 constexpr unsigned kThreadRuleBits = 10;
 struct MemoWalk {
-  unsigned n;
+  unsigned n;    // frames kept; 0 while the walk is being written
+  uint32_t gen;  // bumped when the slot is rewritten: index entries of the walk before go stale
   uint64_t sp[kMemoFrames];
   uint64_t fp[kMemoFrames];  // rbp in the frame, before its rule restores the caller's
   uint64_t key[kMemoFrames];
   uint64_t rule[kMemoFrames];
 };
+static_assert(kWalks <= 256 && kMemoFrames <= 256, "an index entry holds both in a byte");
 struct ThreadRule {
   uint64_t key;  // 0: empty (no frame has pc 0)
   uint64_t rule;
@@ -672,7 +684,11 @@ struct alignas(64) FrameMemo {
   std::atomic<uint32_t> owner;  // tid, 0 when free
   unsigned last;                // index of the last complete walk
   bool busy;
-  MemoWalk walks[3];
+  MemoWalk walks[kWalks];
+  // (stack pointer, key) -> where the last walk through that frame holds it: the walk's gen
+  // (32 bits), its slot (8), the frame's index in it (8), and 16 bits of the hash, which spare
+  // a load of the walk when another frame owns the entry. Checked against the walk itself.
+  uint64_t index[1u << kIndexBits];
   ThreadRule rules[1u << kThreadRuleBits];
 };
 FrameMemo g_memos[kMemos];
@@ -698,7 +714,9 @@ __attribute__((noinline)) FrameMemo* claim_memo() {
         continue;
       }
       FrameMemo& m = g_memos[i];
-      m.walks[0].n = m.walks[1].n = m.walks[2].n = 0;
+      // The walks of a gone owner are at its stack's addresses; their index entries stay
+      // valid only while a walk's gen matches, and n = 0 matches none.
+      for (MemoWalk& w : m.walks) w.n = 0;
       m.last = 0;
       m.busy = false;
       t_memo = static_cast<int>(i) + 1;
@@ -715,10 +733,13 @@ inline FrameMemo* this_thread_memo() {
   return i == 0 ? claim_memo() : nullptr;
 }
 
+inline uint64_t index_hash(uint64_t sp, uint64_t key) noexcept {
+  return (sp * 0x9E3779B97F4A7C15ull) ^ (key * 0xC2B2AE3D27D4EB4Full);
+}
+
 // Claims the memo for one walk (none when a walk of this thread is in progress below us).
 struct MemoUse {
-  // The last two walks: a thread that alternates two kinds of event (an allocation and a free)
-  // finds the inner frames of this kind in the walk before the last.
+  // A walk to take rules and replays from, and where in it the last match was.
   struct Source {
     const MemoWalk* walk = nullptr;
     unsigned cursor = 0;
@@ -731,8 +752,9 @@ struct MemoUse {
     }
   };
   FrameMemo* m;
-  Source last, before;
+  Source last, before, found;  // found: the walk the index gave last, if any
   MemoWalk* next = nullptr;
+  unsigned next_slot = 0;
   unsigned written = 0;
 
   MemoUse() noexcept : m(this_thread_memo()) {
@@ -744,8 +766,11 @@ struct MemoUse {
     m->busy = true;
     std::atomic_signal_fence(std::memory_order_seq_cst);
     last.walk = &m->walks[m->last];
-    before.walk = &m->walks[(m->last + 2) % 3];
-    next = &m->walks[(m->last + 1) % 3];
+    before.walk = &m->walks[(m->last + kWalks - 1) % kWalks];
+    next_slot = (m->last + 1) % kWalks;
+    next = &m->walks[next_slot];
+    next->n = 0;
+    ++next->gen;
   }
   ~MemoUse() {
     if (!m) return;
@@ -755,12 +780,25 @@ struct MemoUse {
   MemoUse(const MemoUse&) = delete;
   MemoUse& operator=(const MemoUse&) = delete;
 
-  // The source whose frame matched, for same_run(); null when neither did.
+  // The source whose frame matched, for same_run(); null when none did.
   Source* find(uint64_t sp, uint64_t key, uint64_t& rule) noexcept {
     if (!m) return nullptr;
     if (last.find(sp, key, rule)) return &last;
     if (before.find(sp, key, rule)) return &before;
-    return nullptr;
+    if (found.walk && found.find(sp, key, rule)) return &found;
+    const uint64_t h = index_hash(sp, key);
+    const uint64_t e = m->index[h >> (64 - kIndexBits)];
+    if ((e & 0xffff) != (h & 0xffff)) return nullptr;
+    const MemoWalk& w = m->walks[(e >> 24) & 0xff];
+    const unsigned j = (e >> 16) & 0xff;
+    // n is 0 for the walk being written, so an entry of this walk never matches.
+    if (w.gen != static_cast<uint32_t>(e >> 32) || j >= w.n || w.sp[j] != sp || w.key[j] != key) {
+      return nullptr;
+    }
+    found.walk = &w;
+    found.cursor = j;
+    rule = w.rule[j];
+    return &found;
   }
   // The thread's table of rules by address.
   ThreadRule* rule_slot(uint64_t key) noexcept {
@@ -779,12 +817,22 @@ struct MemoUse {
     e->key = key;
     e->rule = rule;
   }
-  void note(uint64_t sp, uint64_t fp, uint64_t key, uint64_t rule) noexcept {
+  // Every frame goes into the walk; the index gets the frames where a lookup happened (walked
+  // ones, and the first of each replayed run), not the replayed ones: a store to a random line
+  // of the index per frame cost more than the replay saved once a step had evicted it
+  // (BM_sites_evicted). A walk that repeats one from the index enters its own start there, so
+  // the next round finds it; the frames it replayed are found through their first.
+  void note(uint64_t sp, uint64_t fp, uint64_t key, uint64_t rule, bool index_it = true) noexcept {
     if (!m || written >= kMemoFrames) return;
     next->sp[written] = sp;
     next->fp[written] = fp;
     next->key[written] = key;
     next->rule[written] = rule;
+    if (index_it) {
+      const uint64_t h = index_hash(sp, key);
+      m->index[h >> (64 - kIndexBits)] = (uint64_t{next->gen} << 32) | (uint64_t{next_slot} << 24) |
+                                         (uint64_t{written} << 16) | (h & 0xffff);
+    }
     ++written;
   }
   // The walk ended normally: it becomes the last one.
@@ -792,7 +840,7 @@ struct MemoUse {
     if (!m) return;
     next->n = written;
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    m->last = (m->last + 1) % 3;
+    m->last = next_slot;
   }
 };
 
@@ -896,7 +944,7 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
           ++t_hits;
           ++t_memo_hits;
           ++t_replayed;
-          if (i < k) memo.note(w.sp[i], fps[i - j], w.key[i], w.rule[i]);
+          if (i < k) memo.note(w.sp[i], fps[i - j], w.key[i], w.rule[i], false);
         }
         if (done) break;
         src->cursor = k;

@@ -413,6 +413,42 @@ TEST_CASE("a repeated stack is replayed from the memo, up to the first slot that
   CHECK(replayed * 2 > frames);
 }
 
+TEST_CASE("call sites taken in turn are each replayed from their own last walk", "[unwind]") {
+  // As in a training step: a dozen call sites, each its own chain of frames, allocate in turn
+  // from the same loop, and the step repeats. The last two walks are always other call sites,
+  // whose frames part from this one's at the first step; the index of recent walks finds this
+  // call site's walk of the previous round, so from the second round on every frame but the
+  // first few is replayed. Every walk must still give exactly the slow unwinder's frames.
+  std::mt19937 rng(1124);
+  constexpr int kSites = 12;
+  std::vector<Chain> sites;
+  for (int i = 0; i < kSites; ++i) {
+    sites.push_back(random_chain(rng, 10 + static_cast<int>(rng() % 20)));
+    sites.back().leaf = leaf_capture;
+  }
+  uint64_t frames = 0, replayed = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < kSites; ++i) {
+      Capture r;
+      sites[i].arg = &r;
+      const cfi::CacheStats before = cfi::thread_cache_stats();
+      run_chain(&sites[i]);
+      const cfi::CacheStats after = cfi::thread_cache_stats();
+      std::string why;
+      const bool same = same_frames(r, &why);
+      INFO("round " << round << ", site " << i << ": " << why);
+      REQUIRE(same);
+      if (round == 0) continue;
+      frames += static_cast<uint64_t>(r.nfast);
+      replayed += after.replayed - before.replayed;
+      // The unwinder's own frame and the one it is matched at are walked, the rest replayed.
+      CHECK(after.replayed - before.replayed + 2 >= static_cast<uint64_t>(r.nfast));
+    }
+  }
+  INFO(replayed << " of " << frames << " frames replayed");
+  CHECK(replayed + 2 * 19 * kSites >= frames);
+}
+
 TEST_CASE("a replay goes on past saved rbp values that no rule computes a CFA from", "[unwind]") {
   // Frames that keep data in rbp, so that the slots where their callees save it hold a new
   // value at every run of the chain; between them, -O0 frames whose CFA is their real frame
