@@ -54,25 +54,30 @@ __attribute__((noinline)) void capture_loop(const Job& job) {
   job.state->counters["fallbacks"] = static_cast<double>(s.fallbacks);
 }
 
-__attribute__((noinline)) void deep(int depth, const Job& job) {
+// `depth` frames of this function, then body(): the outer frames every timed walk goes through.
+template <typename Body>
+__attribute__((noinline)) void nest(int depth, const Body& body) {
   if (depth <= 1) {
-    capture_loop(job);
+    body();
   } else {
-    deep(depth - 1, job);
+    nest(depth - 1, body);
   }
   asm volatile("" ::: "memory");
 }
 
 void BM_fast(benchmark::State& state) {
-  deep(40, Job{&state, &cfi::unwind_fast, static_cast<unsigned>(state.range(0))});
+  const Job job{&state, &cfi::unwind_fast, static_cast<unsigned>(state.range(0))};
+  nest(40, [&] { capture_loop(job); });
 }
 
 void BM_fast_evicted(benchmark::State& state) {
-  deep(40, Job{&state, &cfi::unwind_fast, static_cast<unsigned>(state.range(0)), true});
+  const Job job{&state, &cfi::unwind_fast, static_cast<unsigned>(state.range(0)), true};
+  nest(40, [&] { capture_loop(job); });
 }
 
 void BM_unwind_backtrace(benchmark::State& state) {
-  deep(40, Job{&state, &cfi::unwind_slow, static_cast<unsigned>(state.range(0))});
+  const Job job{&state, &cfi::unwind_slow, static_cast<unsigned>(state.range(0))};
+  nest(40, [&] { capture_loop(job); });
 }
 
 // 12 call sites, each a different 16-frame chain (at every level one of two functions, chosen
@@ -123,18 +128,9 @@ __attribute__((noinline)) void sites_loop(Sites& s) {
       static_cast<double>(st.replayed - replayed_before), benchmark::Counter::kAvgIterations);
 }
 
-__attribute__((noinline)) void sites_deep(int depth, Sites& s) {
-  if (depth <= 1) {
-    sites_loop(s);
-  } else {
-    sites_deep(depth - 1, s);
-  }
-  asm volatile("" ::: "memory");
-}
-
 void BM_sites_evicted(benchmark::State& state) {
   Sites s{&state};
-  sites_deep(20, s);
+  nest(20, [&] { sites_loop(s); });
 }
 
 }  // namespace

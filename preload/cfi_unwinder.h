@@ -2,14 +2,15 @@
 // from signal handlers of the process it runs in.
 //
 // unwind_fast() walks the calling thread's stack from its own registers using per-address rules
-// (CFA = rsp/rbp + N, return address and caller's rbp at fixed offsets from the CFA) kept in a
-// global lock-free cache, fronted by a per-thread memo of the thread's last two walks (a frame at
-// the same stack address with the same return address takes its rule from there, and the frames
-// after it are taken whole for as long as the stack slots they were read from are unchanged,
-// checked with independent reads instead of a chain of dependent ones) and a small
-// per-thread table of rules by address (dense, so it stays in the core's own caches where the
-// global table's scattered entries come from the shared L3: about 35 ns a frame on the GPU host
-// between PyTorch's allocations); a miss parses the FDE that libgcc's _Unwind_Find_FDE finds. It
+// (cfi_rules.h: CFA = rsp/rbp + N, return address and caller's rbp at fixed offsets from the CFA)
+// kept in a global lock-free cache, fronted by a per-thread memo of the thread's last 32 walks
+// with an index of their frames (a frame at the same stack address with the same return address
+// as in one of them takes its rule from there, and the frames after it are taken whole for as
+// long as the stack slots they were read from are unchanged, checked with independent reads
+// instead of a chain of dependent ones) and a small per-thread table of rules by address (dense,
+// so it stays in the core's own caches where the global table's scattered entries come from the
+// shared L3: about 35 ns a frame on the GPU host between PyTorch's allocations); a miss parses
+// the FDE that libgcc's _Unwind_Find_FDE finds (cfi_rules.cpp). It
 // never allocates, takes no lock on a hit, and never reads outside [its own rsp, the top of the
 // mapping that holds it). Whenever a frame needs more than that rule model (signal frames, CFA
 // expressions, code without unwind info, a stack it cannot bound) it gives up with kFallback and
