@@ -16,12 +16,6 @@ namespace cumemtrace::preload::cfi {
 
 namespace {
 
-uint64_t pack_frame(bool cfa_rbp, int32_t cfa_off, bool rbp_saved, int16_t rbp_off, int8_t ra_off) {
-  return static_cast<uint32_t>(cfa_off) | uint64_t{static_cast<uint16_t>(rbp_off)} << 32 |
-         uint64_t{static_cast<uint8_t>(ra_off)} << 48 | kFrame << 56 | uint64_t{cfa_rbp} << 58 |
-         uint64_t{rbp_saved} << 59;
-}
-
 // ---------------------------------------------------------------------------------------------
 // CIE/FDE parsing. All reads stay inside the entry's own length; anything unexpected gives up.
 struct Reader {

@@ -24,6 +24,12 @@ enum Kind : uint64_t { kEmpty = 0, kFrame = 1, kOutermost = 2, kUnsupported = 3 
 
 inline constexpr uint64_t kUnsupportedRule = kUnsupported << 56;
 
+constexpr uint64_t pack_frame(bool cfa_rbp, int32_t cfa_off, bool rbp_saved, int16_t rbp_off,
+                              int8_t ra_off) noexcept {
+  return static_cast<uint32_t>(cfa_off) | uint64_t{static_cast<uint16_t>(rbp_off)} << 32 |
+         uint64_t{static_cast<uint8_t>(ra_off)} << 48 | kFrame << 56 | uint64_t{cfa_rbp} << 58 |
+         uint64_t{rbp_saved} << 59;
+}
 constexpr uint64_t rule_kind(uint64_t rule) noexcept {
   return (rule >> 56) & 3;
 }
@@ -42,6 +48,14 @@ constexpr bool rbp_saved(uint64_t rule) noexcept {
 constexpr int64_t rbp_offset(uint64_t rule) noexcept {
   return static_cast<int16_t>(rule >> 32);
 }
+
+static_assert(rule_kind(pack_frame(true, -24, true, -16, -8)) == kFrame &&
+                  cfa_from_rbp(pack_frame(true, -24, true, -16, -8)) &&
+                  cfa_offset(pack_frame(true, -24, true, -16, -8)) == -24 &&
+                  rbp_saved(pack_frame(true, -24, true, -16, -8)) &&
+                  rbp_offset(pack_frame(true, -24, true, -16, -8)) == -16 &&
+                  ra_offset(pack_frame(true, -24, true, -16, -8)) == -8,
+              "the decoders read back what pack_frame packs");
 
 // The rule for code address `pc` (a return address minus one, or an exact pc): a kFrame rule,
 // kOutermost << 56 where the CFI says the return address is undefined (the thread's first

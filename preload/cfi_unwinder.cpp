@@ -222,7 +222,7 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 // previous step wherever the chain parts from a recent one. `busy` keeps a signal handler's
 // walk on the same thread away from a walk it interrupted.
 //
-// Not thread_local: 100 KB of TLS would make a libcumemtrace.so that is dlopen'ed (rather than
+// Not thread_local: 112 KB of TLS would make a libcumemtrace.so that is dlopen'ed (rather than
 // preloaded) fail to load, since its initial-exec variables put its whole TLS block into the
 // small static TLS surplus. So a fixed pool of memos (bss: only the pages of memos in use are
 // ever touched), one claimed per thread with a CAS on its owner's tid; when none is free, a memo
