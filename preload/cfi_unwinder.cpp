@@ -1,6 +1,7 @@
 #include "cfi_unwinder.h"
 
 #include "cfi_rules.h"
+#include "thread_slots.h"
 
 #include <fcntl.h>
 #include <sys/syscall.h>
@@ -8,13 +9,14 @@
 #include <unwind.h>
 
 #include <atomic>
-#include <cerrno>
 #include <csignal>
 #include <cstring>
 
 namespace cumemtrace::preload::cfi {
 
 namespace {
+
+using preload::ThreadSlots;
 
 thread_local uint64_t t_hits __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_misses __attribute__((tls_model("initial-exec"))) = 0;
@@ -222,12 +224,8 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 // previous step wherever the chain parts from a recent one. `busy` keeps a signal handler's
 // walk on the same thread away from a walk it interrupted.
 //
-// Not thread_local: 112 KB of TLS would make a libcumemtrace.so that is dlopen'ed (rather than
-// preloaded) fail to load, since its initial-exec variables put its whole TLS block into the
-// small static TLS surplus. So a fixed pool of memos (bss: only the pages of memos in use are
-// ever touched), one claimed per thread with a CAS on its owner's tid; when none is free, a memo
-// whose owner thread is gone (tgkill(pid, tid, 0) says ESRCH) is taken over. A thread that finds
-// none walks without a memo. A forked child's thread re-owns its memo (memo_after_fork).
+// Not thread_local (112 KB): a pool of memos, one claimed per thread (thread_slots.h). A thread
+// that finds none walks without a memo.
 constexpr unsigned kMemoFrames = 64;  // a deeper walk keeps its first 64 frames
 constexpr unsigned kWalks = 32;       // walks kept per thread (a step's call sites)
 constexpr unsigned kIndexBits = 12;   // 4096 entries for up to 2048 frames
@@ -248,9 +246,8 @@ struct ThreadRule {
   uint64_t key;  // 0: empty (no frame has pc 0)
   uint64_t rule;
 };
-struct alignas(64) FrameMemo {
-  std::atomic<uint32_t> owner;  // tid, 0 when free
-  unsigned last;                // index of the last complete walk
+struct FrameMemo {
+  unsigned last;  // index of the last complete walk
   bool busy;
   MemoWalk walks[kWalks];
   // (stack pointer, key) -> where the last walk through that frame holds it: the walk's gen
@@ -258,47 +255,19 @@ struct alignas(64) FrameMemo {
   // a load of the walk when another frame owns the entry. Checked against the walk itself.
   uint64_t index[1u << kIndexBits];
   ThreadRule rules[1u << kThreadRuleBits];
-};
-FrameMemo g_memos[kMemos];
-// 1 + the index of this thread's memo; 0 before the first walk; -1: none was available.
-thread_local int t_memo __attribute__((tls_model("initial-exec"))) = 0;
 
-bool owner_gone(uint32_t tid) {
-  return syscall(SYS_tgkill, getpid(), static_cast<pid_t>(tid), 0) != 0 && errno == ESRCH;
-}
-
-__attribute__((noinline)) FrameMemo* claim_memo() {
-  const int saved_errno = errno;  // a hook (or a signal handler) must leave errno as it was
-  struct Restore {
-    int e;
-    ~Restore() { errno = e; }
-  } restore{saved_errno};
-  const auto tid = static_cast<uint32_t>(syscall(SYS_gettid));
-  for (int pass = 0; pass < 2; ++pass) {
-    for (unsigned i = 0; i < kMemos; ++i) {
-      uint32_t seen = g_memos[i].owner.load(std::memory_order_relaxed);
-      if (seen != 0 && (pass == 0 || !owner_gone(seen))) continue;
-      if (!g_memos[i].owner.compare_exchange_strong(seen, tid, std::memory_order_acquire)) {
-        continue;
-      }
-      FrameMemo& m = g_memos[i];
-      // The walks of a gone owner are at its stack's addresses; their index entries stay
-      // valid only while a walk's gen matches, and n = 0 matches none.
-      for (MemoWalk& w : m.walks) w.n = 0;
-      m.last = 0;
-      m.busy = false;
-      t_memo = static_cast<int>(i) + 1;
-      return &m;
-    }
+  // The walks of a gone owner are at its stack's addresses; their index entries stay valid only
+  // while a walk's gen matches, and n = 0 matches none.
+  void claimed() noexcept {
+    for (MemoWalk& w : walks) w.n = 0;
+    last = 0;
+    busy = false;
   }
-  t_memo = -1;
-  return nullptr;
-}
+};
+constinit ThreadSlots<FrameMemo, kMemos> g_memos;
 
 inline FrameMemo* this_thread_memo() {
-  const int i = t_memo;
-  if (i > 0) return &g_memos[i - 1];
-  return i == 0 ? claim_memo() : nullptr;
+  return g_memos.mine();
 }
 
 inline uint64_t index_hash(uint64_t sp, uint64_t key) noexcept {
@@ -571,11 +540,7 @@ __attribute__((noinline)) int unwind_slow(uint64_t* out, unsigned max_depth, uin
 }
 
 void memo_after_fork() noexcept {
-  const int i = t_memo;
-  if (i > 0) {
-    g_memos[i - 1].owner.store(static_cast<uint32_t>(syscall(SYS_gettid)),
-                               std::memory_order_relaxed);
-  }
+  g_memos.after_fork();
 }
 
 CacheStats thread_cache_stats() noexcept {
