@@ -13,6 +13,7 @@
 #include "real_driver.h"
 #include "recorder.h"
 #include "session.h"
+#include "thread_slots.h"
 
 namespace cumemtrace::preload {
 
@@ -117,6 +118,70 @@ int line_of(uintptr_t code, uint64_t key, int64_t addrq) noexcept {
   }
   return line;
 }
+
+// Bumped after every announcement (and at fork): entries of the threads' memos found before it
+// are stale, since the announcement may have named another code object at a reused address.
+std::atomic<uint64_t> g_announce_gen{1};
+
+// Each thread's memo of the frames it read. A training loop asks the same questions at every
+// step (the same code objects at the same instructions), and their answers (announced, line)
+// came from four lines that nothing else touches between two events: the heads of the file
+// and function name strs, the shared announce table and the shared line cache; a step evicts
+// them (about 100 ns a frame on the H200). An entry keeps the answer under everything it
+// depends on that the reader has in hand from the code object anyway: the code's address, its
+// file and name objects, length, first line and line table object, and the instruction. A
+// code object rebuilt at a freed one's address misses unless all of those are equal (its
+// names objects at their old addresses too); one announced since the entry was made (its gen)
+// makes every entry stale. `busy` keeps a signal handler's capture away from one it
+// interrupted (an entry is several words).
+struct PyMemoEntry {
+  uint64_t code, filename, name, linetable;
+  int64_t units, addrq;
+  int32_t firstlineno, line;
+  uint64_t gen;  // g_announce_gen when the answer was found; 0: empty
+};
+constexpr unsigned kPyMemoBits = 9;  // 512 entries, 32 KB: a model's frames and their lines
+struct PyMemo {
+  bool busy;
+  PyMemoEntry entries[1u << kPyMemoBits];
+  // Entries hold process-wide answers, so a memo taken over from a gone thread keeps them.
+  void claimed() noexcept { busy = false; }
+};
+constexpr unsigned kPyMemos = 64;
+constinit ThreadSlots<PyMemo, kPyMemos> g_py_memos;
+
+// The calling thread's memo for one capture: none while the layout is on probation (every
+// frame is then checked the long way) or inside a capture it interrupted.
+struct PyMemoUse {
+  PyMemo* m = nullptr;
+  uint64_t gen = 0;
+
+  explicit PyMemoUse(bool checked) noexcept {
+    if (checked) return;
+    m = g_py_memos.mine();
+    if (!m || m->busy) {
+      m = nullptr;
+      return;
+    }
+    m->busy = true;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    gen = g_announce_gen.load(std::memory_order_acquire);
+  }
+  ~PyMemoUse() {
+    if (!m) return;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    m->busy = false;
+  }
+  PyMemoUse(const PyMemoUse&) = delete;
+  PyMemoUse& operator=(const PyMemoUse&) = delete;
+
+  PyMemoEntry* entry(uint64_t code, int64_t addrq) noexcept {
+    if (!m) return nullptr;
+    const uint64_t h =
+        (code ^ static_cast<uint64_t>(addrq) * 0xC2B2AE3D27D4EB4Full) * 0x9E3779B97F4A7C15ull;
+    return &m->entries[h >> (64 - kPyMemoBits)];
+  }
+};
 
 // The GIL-held path's signature: the code object is kept alive by our reference, so its
 // address is never reused. Raw signatures are odd, so they never equal it.
@@ -269,6 +334,7 @@ void announce_pinned(void* code) noexcept {
   g_api.incref(code);  // never freed: its address stays its own
   buf[sizeof buf - 1] = '\0';
   record_bytes(wire::Kind::kPyCode, reinterpret_cast<uint64_t>(code), buf, n);
+  g_announce_gen.fetch_add(1, std::memory_order_release);
 }
 
 // --- GIL-less reads --------------------------------------------------------------------------
@@ -444,6 +510,7 @@ bool announce_raw(uintptr_t code, uintptr_t filename, uintptr_t name, bool check
   if (!read_str(name, buf + nf + 1, sizeof buf - nf - 2, &nn, checked)) return false;
   buf[nf + 1 + nn] = '\0';
   record_bytes(wire::Kind::kPyCode, code, buf, nf + 1 + nn + 1);
+  g_announce_gen.fetch_add(1, std::memory_order_release);
   return true;
 }
 
@@ -490,6 +557,7 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
   if (ts == 0) return 0;  // no thread state: a thread that never ran Python
   uintptr_t frame = 0;
   if (!current_frame(ts, &frame, loop_at, checked)) return -1;
+  PyMemoUse memo(checked);
   int n = 0;
   for (unsigned hops = 0; frame && static_cast<unsigned>(n) < max && hops < kMaxHops; ++hops) {
     unsigned char frame_copy[kMaxFrameSpan];
@@ -545,6 +613,17 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
 
     const uintptr_t filename = field<uintptr_t>(cb, L.code_filename);
     const uintptr_t name = field<uintptr_t>(cb, L.code_name);
+    const int32_t firstlineno = field<int32_t>(cb, L.code_firstlineno);
+    const uintptr_t linetable = field<uintptr_t>(cb, L.code_linetable);
+    out[2 * n] = code;
+    PyMemoEntry* e = memo.entry(code, addrq);
+    if (e && e->gen == memo.gen && e->code == code && e->addrq == addrq &&
+        e->filename == filename && e->name == name && e->linetable == linetable &&
+        e->units == units && e->firstlineno == firstlineno) {
+      out[2 * n + 1] = static_cast<uint64_t>(static_cast<int64_t>(e->line));
+      ++n;
+      continue;
+    }
     uint64_t kf = 0, kn = 0;
     if (!str_key(filename, &kf, checked) || !str_key(name, &kn, checked)) return -1;
     const uint64_t sig = ((kf * 0x9E3779B97F4A7C15ull) ^ (kn + 0x632BE59BD9B4E019ull)) | 1;
@@ -553,11 +632,14 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
       if (!announce_raw(code, filename, name, checked)) return -1;
       mark_announced(slot, sig);
     }
-    out[2 * n] = code;
-    const uint64_t key = line_key(code, sig, units, field<int32_t>(cb, L.code_firstlineno),
-                                  field<uintptr_t>(cb, L.code_linetable), addrq);
-    out[2 * n + 1] = static_cast<uint64_t>(line_of(code, key, addrq));
+    const uint64_t key = line_key(code, sig, units, firstlineno, linetable, addrq);
+    const int line = line_of(code, key, addrq);
+    out[2 * n + 1] = static_cast<uint64_t>(line);
     ++n;
+    // Kept under the generation read before this answer was checked: an announcement since
+    // (this one included) leaves it stale, never wrong.
+    if (e)
+      *e = PyMemoEntry{code, filename, name, linetable, units, addrq, firstlineno, line, memo.gen};
   }
   if (checked) g_probation.fetch_sub(n + 1, std::memory_order_relaxed);
   return n;
@@ -618,6 +700,9 @@ void python_stack_reset() noexcept {
     s.sig.store(0, std::memory_order_relaxed);
   }
   for (auto& l : g_lines) l.store(0, std::memory_order_relaxed);
+  // The new session's collector has heard of no code object: every memo entry is stale.
+  g_announce_gen.fetch_add(1, std::memory_order_release);
+  g_py_memos.after_fork();
 }
 
 unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) noexcept {

@@ -23,6 +23,9 @@
 // the two strings: the reader holds no reference, so an address may be reused by another code
 // object, which is then announced again and replaces the earlier announcement for later
 // records. The GIL-held fallback keeps its code objects alive with a reference instead.
+// Each thread keeps a memo of the (code, instruction) answers it found, so that a frame met
+// again (a training loop's every step) is one read of its code object's header instead of its
+// names and two shared tables; any announcement makes every memo entry stale.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +41,8 @@ namespace cumemtrace::preload {
 // that no symbol bounds, as in Debian's 3.14: the stack address finds it regardless).
 unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) noexcept;
 
-// Forgets the announced code objects (fork child: its collector has not seen them).
+// Forgets the announced code objects and every thread's memo of them (fork child: its collector
+// has not seen them).
 void python_stack_reset() noexcept;
 
 }  // namespace cumemtrace::preload

@@ -10,6 +10,7 @@ stacks must name load_weights() and its callers.
 import ctypes
 import sys
 import threading
+import types
 
 NOGIL = len(sys.argv) > 1 and sys.argv[1] == "nogil"
 cuda = (ctypes.CDLL if NOGIL else ctypes.PyDLL)("libcuda.so.1")
@@ -76,6 +77,39 @@ def same_name_other_lines(rounds):
         ns.clear()
 
 
+def reannounced_address():
+    """One code address named fn_a, then fn_b (announced by another thread), then fn_a again,
+    with every object the reader compares at its old address: copies of one template that share
+    its line table, named with the same str objects. The main thread's memo of what it read
+    still holds fn_a's answer for that address and instruction when fn_a comes back: it must
+    not outlive the announcement of fn_b, or the last allocation would be named fn_b."""
+    template = compile("def fn(f, n):\n    return f(n)\n", "<template>", "exec").co_consts[0]
+    names = {"fn_a": "<reused_a>", "fn_b": "<reused_b>"}
+
+    def call(name, nbytes):
+        fields = {"co_name": name, "co_filename": names[name]}
+        if sys.version_info >= (3, 11):
+            fields["co_qualname"] = name
+        code = template.replace(**fields)
+        print(f"reused {name} {id(code):#x}", file=sys.stderr)
+        fn = types.FunctionType(code, globals())
+        del code
+        ptr = fn(load_weights, nbytes)
+        check(cuda.cuMemFree_v2(ctypes.c_uint64(ptr)))
+
+    def in_worker():
+        ctx = ctypes.c_void_p()
+        check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
+        check(cuda.cuCtxSetCurrent(ctx))
+        call("fn_b", 81 << 20)
+
+    call("fn_a", 80 << 20)
+    t = threading.Thread(target=in_worker, name="other")
+    t.start()
+    t.join()
+    call("fn_a", 82 << 20)
+
+
 def non_ascii_names():
     """A function and file named outside ASCII (Latin-1, 2- and 4-byte characters)."""
     ns = {}
@@ -92,4 +126,5 @@ if NOGIL:
     t.join()
     short_lived_code(24)  # enough frames to outlast the checked-read probation
     same_name_other_lines(12)
+    reannounced_address()
     non_ascii_names()

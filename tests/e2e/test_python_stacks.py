@@ -130,6 +130,24 @@ def test_cached_lines_follow_the_code_object(tmp_path):
     assert lines == {i: ([i + 2], [line_of("PY_ALLOC_LINE")]) for i in range(12)}
 
 
+@needs_gilless
+def test_memo_answers_do_not_outlive_a_reannounced_address(tmp_path):
+    p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"])
+    assert p.returncode == 0, p.stderr
+    reused = re.findall(r"^reused (fn_\w) (0x[0-9a-f]+)$", p.stderr, re.M)
+    assert [n for n, _ in reused] == ["fn_a", "fn_b", "fn_a"]
+    assert len({a for _, a in reused}) == 1, reused  # the point: one address, three code objects
+    (snap,) = snaps.values()
+    named = {}
+    for entry in snap["device_traces"][0]:
+        if entry["action"] == "alloc" and 80 * MiB <= entry["size"] <= 82 * MiB:
+            named[entry["size"] // MiB] = [(f["filename"], f["name"], f["line"])
+                                           for f in entry["frames"]
+                                           if f["filename"].startswith("<reused_")]
+    assert named == {80: [("<reused_a>", "fn_a", 2)], 81: [("<reused_b>", "fn_b", 2)],
+                     82: [("<reused_a>", "fn_a", 2)]}
+
+
 def test_python_stacks_can_be_turned_off(tmp_path):
     p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"], CUMEMTRACE_PYTHON_STACKS=0)
     assert p.returncode == 0, p.stderr
