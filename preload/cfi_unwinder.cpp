@@ -266,10 +266,6 @@ struct FrameMemo {
 };
 constinit ThreadSlots<FrameMemo, kMemos> g_memos;
 
-inline FrameMemo* this_thread_memo() {
-  return g_memos.mine();
-}
-
 inline uint64_t index_hash(uint64_t sp, uint64_t key) noexcept {
   return (sp * 0x9E3779B97F4A7C15ull) ^ (key * 0xC2B2AE3D27D4EB4Full);
 }
@@ -288,31 +284,21 @@ struct MemoUse {
       return true;
     }
   };
+  ThreadSlots<FrameMemo, kMemos>::Use use;
   FrameMemo* m;
   Source last, before, found;  // found: the walk the index gave last, if any
   MemoWalk* next = nullptr;
   unsigned next_slot = 0;
   unsigned written = 0;
 
-  MemoUse() noexcept : m(this_thread_memo()) {
+  MemoUse() noexcept : use(g_memos), m(use.get()) {
     if (!m) return;
-    if (m->busy) {
-      m = nullptr;
-      return;
-    }
-    m->busy = true;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
     last.walk = &m->walks[m->last];
     before.walk = &m->walks[(m->last + kWalks - 1) % kWalks];
     next_slot = (m->last + 1) % kWalks;
     next = &m->walks[next_slot];
     next->n = 0;
     ++next->gen;
-  }
-  ~MemoUse() {
-    if (!m) return;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    m->busy = false;
   }
   MemoUse(const MemoUse&) = delete;
   MemoUse& operator=(const MemoUse&) = delete;

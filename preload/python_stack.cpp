@@ -153,27 +153,13 @@ constinit ThreadSlots<PyMemo, kPyMemos> g_py_memos;
 // The calling thread's memo for one capture: none while the layout is on probation (every
 // frame is then checked the long way) or inside a capture it interrupted.
 struct PyMemoUse {
-  PyMemo* m = nullptr;
+  ThreadSlots<PyMemo, kPyMemos>::Use use;
+  PyMemo* m;
   uint64_t gen = 0;
 
-  explicit PyMemoUse(bool checked) noexcept {
-    if (checked) return;
-    m = g_py_memos.mine();
-    if (!m || m->busy) {
-      m = nullptr;
-      return;
-    }
-    m->busy = true;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    gen = g_announce_gen.load(std::memory_order_acquire);
+  explicit PyMemoUse(bool checked) noexcept : use(g_py_memos), m(checked ? nullptr : use.get()) {
+    if (m) gen = g_announce_gen.load(std::memory_order_acquire);
   }
-  ~PyMemoUse() {
-    if (!m) return;
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    m->busy = false;
-  }
-  PyMemoUse(const PyMemoUse&) = delete;
-  PyMemoUse& operator=(const PyMemoUse&) = delete;
 
   PyMemoEntry* entry(uint64_t code, int64_t addrq) noexcept {
     if (!m) return nullptr;

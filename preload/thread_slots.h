@@ -7,7 +7,9 @@
 // without. T::claimed() runs when a thread takes a slot (a gone owner's state is still in it).
 // after_fork(): the forked child's thread (its only one) keeps its slot under its new tid, so
 // that no other thread of the child takes it over. No allocation, no lock; errno is preserved.
-// One instance per T (the thread's slot index is a static of the class).
+// Use: the thread's T for the length of one use (T has a `bool busy`), none while a use of it on
+// this thread is in progress below (a signal handler interrupted it). One instance per T (the
+// thread's slot index is a static of the class).
 #pragma once
 
 #include <sys/syscall.h>
@@ -27,6 +29,29 @@ class ThreadSlots {
     if (i > 0) return &slots_[i - 1].value;
     return i == 0 ? claim() : nullptr;
   }
+
+  class Use {
+   public:
+    explicit Use(ThreadSlots& slots) noexcept : t_(slots.mine()) {
+      if (!t_ || t_->busy) {
+        t_ = nullptr;
+        return;
+      }
+      t_->busy = true;
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    }
+    ~Use() {
+      if (!t_) return;
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      t_->busy = false;
+    }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+    T* get() const noexcept { return t_; }
+
+   private:
+    T* t_;
+  };
 
   void after_fork() noexcept {
     const int i = t_index;
