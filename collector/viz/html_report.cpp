@@ -78,6 +78,7 @@ json device_json(const ReportDevice& d) {
           {"time_axis", d.time_axis},
           {"x0", d.x_begin},
           {"x1", d.x_end},
+          {"origin", d.time_origin},
           {"entries", d.entries},
           {"allocations", d.allocations},
           {"frees", d.frees},

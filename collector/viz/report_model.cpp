@@ -145,6 +145,7 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   d.time_axis = !tr.empty() && tmax > tmin;
   d.x_begin = d.time_axis ? tmin : 0;
   d.x_end = d.time_axis ? tmax : static_cast<int64_t>(tr.size());
+  d.time_origin = d.time_axis ? analysis::time_origin(s) : 0;
   // Clocks of different threads can step back a little; the x axis never does.
   auto x_of = [&](std::ptrdiff_t i) {
     if (i < 0) return d.x_begin;

@@ -97,6 +97,9 @@ struct ReportDevice {
   bool time_axis = true;
   int64_t x_begin = 0;
   int64_t x_end = 0;
+  // Times are labelled relative to this, the origin `report` and the summary line use
+  // (analysis::time_origin): a moment reads the same in every view.
+  int64_t time_origin = 0;
   size_t entries = 0;
   uint64_t allocations = 0;
   uint64_t frees = 0;

@@ -124,6 +124,23 @@ def check_histogram(dom, where):
     assert said == bars > 0, f"{where}: heading {heading!r}, bars count {bars}"
 
 
+def check_peak_time(cumemtrace, snapshot, dom, where):
+    """The page says when the peak was as `report` does: the same moment from the same origin
+    (the traced program's start), to the page's last digit."""
+    rep = json.loads(subprocess.run([cumemtrace, "report", "--format", "json", snapshot],
+                                    capture_output=True, text=True, check=True).stdout)
+    dev = rep["devices"][0]
+    want_us = dev["peak_time_us"] - rep["time_origin_us"]
+    (heading,) = [h for h in dom.h3 if h.startswith("Live at peak (")]
+    said = heading.split("(+", 1)[1].split(")")[0]
+    value, unit = said.split()
+    scale = {"s": 1e6, "ms": 1e3, "\u00b5s": 1}[unit]
+    digits = len(value.split(".")[1]) if "." in value else 0
+    tolerance = scale * 10 ** -digits / 2 + 0.5
+    assert abs(float(value) * scale - want_us) <= tolerance, \
+        f"{where}: page says the peak was at +{said}, report at +{want_us} us"
+
+
 def load_dom(browser, page, fragment=""):
     dom = Dom()
     dom.feed(chromium(browser, page, "--dump-dom", fragment=fragment))
@@ -187,7 +204,9 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
 
     syn = out / "synthetic.json"
-    subprocess.run([sys.executable, HERE / "make_synthetic.py", "--events", "20000", syn], check=True)
+    # The program started 2 s before its first event: every view counts from the start.
+    subprocess.run([sys.executable, HERE / "make_synthetic.py", "--events", "20000",
+                    "--started-before-us", "2000000", syn], check=True)
     page = out / "synthetic.html"
     html_report(a.cumemtrace, syn, page)
     dom = load_dom(browser, page)
@@ -196,6 +215,7 @@ def main():
     assert "leaky_cache_grow (cache.py:42)" in dom.tables.get("peak", []), dom.tables
     assert len(dom.series_paths) == 8, f"synthetic: {len(dom.series_paths)} series, wanted 8 sites"
     check_histogram(dom, "synthetic")
+    check_peak_time(a.cumemtrace, syn, dom, "synthetic")
     # Search and zoom, as a link can request them: only leak rows stay, other series dim.
     dom = load_dom(browser, page, "#search=leaky_cache&zoom=0.5,0.75")
     assert dom.zoomed == 1, "the chart did not zoom"
@@ -219,6 +239,7 @@ def main():
     want = f"{py[0]['name']} ({os.path.basename(py[0]['filename'])}:{py[0]['line']})" if py else None
     exit_sites = dom.tables.get("exit", [])
     check_histogram(dom, "fixture")
+    check_peak_time(a.cumemtrace, fixture, dom, "fixture")
     if want:
         assert want in exit_sites, f"fixture: {want} not in the exit table {exit_sites}"
     else:

@@ -40,16 +40,16 @@
     if (i === 0) return n + ' B';
     return (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)) + ' ' + units[i];
   }
-  // Time since the first event, in the unit the run's length calls for (µs for short runs).
+  // Time since the origin `report` uses (the traced program's start), in the unit the latest
+  // moment calls for, with the decimals the chart's span needs to tell its ticks apart.
   function fmtX(dev, x) {
     if (!dev.time_axis) return 'event ' + x;
-    const us = x - dev.x0;
+    const us = x - dev.origin;
+    const last = Math.max(dev.x1 - dev.origin, 0);
     const span = dev.x1 - dev.x0;
-    if (span >= 100e6) return '+' + (us / 1e6).toFixed(1) + ' s';
-    if (span >= 10e6) return '+' + (us / 1e6).toFixed(2) + ' s';
-    if (span >= 1e6) return '+' + (us / 1e6).toFixed(3) + ' s';
-    if (span >= 10e3) return '+' + (us / 1e3).toFixed(2) + ' ms';
-    if (span >= 1e3) return '+' + (us / 1e3).toFixed(3) + ' ms';
+    const digits = (unit) => Math.min(6, Math.max(0, Math.ceil(Math.log10(unit * 100 / Math.max(span, 1)))));
+    if (last >= 1e6) return '+' + (us / 1e6).toFixed(digits(1e6)) + ' s';
+    if (last >= 1e3) return '+' + (us / 1e3).toFixed(digits(1e3)) + ' ms';
     return '+' + Math.round(us) + ' \u00b5s';
   }
   function plural(n, word) {
