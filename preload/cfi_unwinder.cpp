@@ -443,13 +443,14 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
       ++t_memo_hits;
       const MemoWalk& w = *src->walk;
       const unsigned j = src->cursor;
-      // Past the skipped frames only: those are emitted one by one.
       uint64_t fps[kReplayMax];
       fps[0] = fp;
-      const unsigned k = skipping ? j : same_run(w, j, fps, floor, top);
+      const unsigned k = same_run(w, j, fps, floor, top);
       if (k > j) {
-        // Frames j+1..k as the loop would meet them, each checked against stop_at and
-        // max_depth as above, with the rule of the last one to go on from.
+        // Frames j+1..k as the loop would meet them, each checked against stop_at, the skipped
+        // range and max_depth as above, with the rule of the last one to go on from. The
+        // skipped frames (the recorder's own, five or six of them) are replayed too: one by
+        // one they cost a lookup each, most of a PyTorch block event's lookups.
         memo.note(sp, fp, key, rule);
         bool done = false;
         for (unsigned i = j + 1; i <= k; ++i) {
@@ -457,11 +458,15 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
             done = true;
             break;
           }
-          out[n++] = w.key[i];
-          if (n >= max_depth) {
-            if (first_seen) first_seen->add(w.key[i]);
-            done = true;
-            break;
+          const uint64_t pc_i = w.key[i];
+          if (!skipping || pc_i < skip_lo || pc_i >= skip_hi) {
+            skipping = false;
+            out[n++] = pc_i;
+            if (n >= max_depth) {
+              if (first_seen) first_seen->add(pc_i);
+              done = true;
+              break;
+            }
           }
           ++t_hits;
           ++t_memo_hits;

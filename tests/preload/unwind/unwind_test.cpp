@@ -426,7 +426,12 @@ TEST_CASE("call sites taken in turn are each replayed from their own last walk",
     sites.push_back(random_chain(rng, 10 + static_cast<int>(rng() % 20)));
     sites.back().leaf = leaf_capture;
   }
-  uint64_t frames = 0, replayed = 0;
+  // Frames a walk met without replaying them: the unwinder's own first frame, and the one where
+  // this chain parts from the last walk (another site's), where the index finds this site's.
+  // The index is direct-mapped, and which frames share an entry depends on the addresses ASLR
+  // gave this run, so now and then a walk meets one more (1 run in 40 before the recorder's own
+  // frames were replayed too): allowed for 1 walk in 20, and 1 frame in 20 walks overall.
+  uint64_t walks = 0, walked = 0, longer = 0;
   for (int round = 0; round < 20; ++round) {
     for (int i = 0; i < kSites; ++i) {
       Capture r;
@@ -439,14 +444,16 @@ TEST_CASE("call sites taken in turn are each replayed from their own last walk",
       INFO("round " << round << ", site " << i << ": " << why);
       REQUIRE(same);
       if (round == 0) continue;
-      frames += static_cast<uint64_t>(r.nfast);
-      replayed += after.replayed - before.replayed;
-      // The unwinder's own frame and the one it is matched at are walked, the rest replayed.
-      CHECK(after.replayed - before.replayed + 2 >= static_cast<uint64_t>(r.nfast));
+      const uint64_t met = after.hits + after.misses - before.hits - before.misses;
+      const uint64_t w = met - (after.replayed - before.replayed);
+      ++walks;
+      walked += w;
+      longer += w > 2;
     }
   }
-  INFO(replayed << " of " << frames << " frames replayed");
-  CHECK(replayed + 2 * 19 * kSites >= frames);
+  INFO(walked << " frames walked in " << walks << " walks, " << longer << " walks met more than 2");
+  CHECK(longer * 20 <= walks);
+  CHECK(walked * 20 <= walks * (2 * 20 + 1));
 }
 
 TEST_CASE("a replay goes on past saved rbp values that no rule computes a CFA from", "[unwind]") {
