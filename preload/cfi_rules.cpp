@@ -35,26 +35,27 @@ struct Reader {
     p += sizeof(T);
     return v;
   }
-  uint64_t uleb() {
+  // An LEB128 number's bits; `end` gets the shift past its last byte, `last` that byte.
+  uint64_t leb(unsigned& end, uint8_t& last) {
     uint64_t v = 0;
     for (unsigned shift = 0;; shift += 7) {
-      if (!need(1) || shift >= 64) return ok = false, 0;
-      const uint8_t b = *p++;
-      v |= uint64_t{b & 0x7fu} << shift;
-      if (!(b & 0x80)) return v;
+      if (!need(1) || shift >= 64) return ok = false, end = 64, last = 0, 0;
+      last = *p++;
+      v |= uint64_t{last & 0x7fu} << shift;
+      if (!(last & 0x80)) return end = shift + 7, v;
     }
   }
+  uint64_t uleb() {
+    unsigned end;
+    uint8_t last;
+    return leb(end, last);
+  }
   int64_t sleb() {
-    uint64_t v = 0;
-    for (unsigned shift = 0;; shift += 7) {
-      if (!need(1) || shift >= 64) return ok = false, 0;
-      const uint8_t b = *p++;
-      v |= uint64_t{b & 0x7fu} << shift;
-      if (!(b & 0x80)) {
-        if (shift + 7 < 64 && (b & 0x40)) v |= ~uint64_t{0} << (shift + 7);
-        return static_cast<int64_t>(v);
-      }
-    }
+    unsigned end;
+    uint8_t last;
+    uint64_t v = leb(end, last);
+    if (end < 64 && (last & 0x40)) v |= ~uint64_t{0} << end;
+    return static_cast<int64_t>(v);
   }
   void skip(uint64_t n) {
     if (need(n)) p += n;

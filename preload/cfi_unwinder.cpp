@@ -221,8 +221,8 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 // library frames under the same interpreter frames: the last two walks are other call sites,
 // whose frames part from this one's a few frames up (on the H200 a PyTorch allocation replayed
 // 8-10 of its 24-31 frames from them), while the index finds this call site's walk of the
-// previous step wherever the chain parts from a recent one. `busy` keeps a signal handler's
-// walk on the same thread away from a walk it interrupted.
+// previous step wherever the chain parts from a recent one. A signal handler's walk on the same
+// thread stays away from a walk it interrupted (ThreadSlots::Use).
 //
 // Not thread_local (112 KB): a pool of memos, one claimed per thread (thread_slots.h). A thread
 // that finds none walks without a memo.
@@ -248,7 +248,6 @@ struct ThreadRule {
 };
 struct FrameMemo {
   unsigned last;  // index of the last complete walk
-  bool busy;
   MemoWalk walks[kWalks];
   // (stack pointer, key) -> where the last walk through that frame holds it: the walk's gen
   // (32 bits), its slot (8), the frame's index in it (8), and 16 bits of the hash, which spare
@@ -261,7 +260,6 @@ struct FrameMemo {
   void claimed() noexcept {
     for (MemoWalk& w : walks) w.n = 0;
     last = 0;
-    busy = false;
   }
 };
 constinit ThreadSlots<FrameMemo, kMemos> g_memos;

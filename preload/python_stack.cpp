@@ -132,8 +132,8 @@ std::atomic<uint64_t> g_announce_gen{1};
 // file and name objects, length, first line and line table object, and the instruction. A
 // code object rebuilt at a freed one's address misses unless all of those are equal (its
 // names objects at their old addresses too); one announced since the entry was made (its gen)
-// makes every entry stale. `busy` keeps a signal handler's capture away from one it
-// interrupted (an entry is several words).
+// makes every entry stale. A signal handler's capture stays away from one it interrupted (an
+// entry is several words: ThreadSlots::Use).
 struct PyMemoEntry {
   uint64_t code, filename, name, linetable;
   int64_t units, addrq;
@@ -142,10 +142,9 @@ struct PyMemoEntry {
 };
 constexpr unsigned kPyMemoBits = 9;  // 512 entries, 32 KB: a model's frames and their lines
 struct PyMemo {
-  bool busy;
   PyMemoEntry entries[1u << kPyMemoBits];
   // Entries hold process-wide answers, so a memo taken over from a gone thread keeps them.
-  void claimed() noexcept { busy = false; }
+  void claimed() noexcept {}
 };
 constexpr unsigned kPyMemos = 64;
 constinit ThreadSlots<PyMemo, kPyMemos> g_py_memos;

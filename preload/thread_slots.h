@@ -7,9 +7,9 @@
 // without. T::claimed() runs when a thread takes a slot (a gone owner's state is still in it).
 // after_fork(): the forked child's thread (its only one) keeps its slot under its new tid, so
 // that no other thread of the child takes it over. No allocation, no lock; errno is preserved.
-// Use: the thread's T for the length of one use (T has a `bool busy`), none while a use of it on
-// this thread is in progress below (a signal handler interrupted it). One instance per T (the
-// thread's slot index is a static of the class).
+// Use: the thread's T for the length of one use, none while a use of it on this thread is in
+// progress below (a signal handler interrupted it: a T is several words, never consistent in
+// between). One instance per T (the thread's slot index is a static of the class).
 #pragma once
 
 #include <sys/syscall.h>
@@ -25,32 +25,31 @@ template <typename T, unsigned N>
 class ThreadSlots {
  public:
   T* mine() noexcept {
-    const int i = t_index;
-    if (i > 0) return &slots_[i - 1].value;
-    return i == 0 ? claim() : nullptr;
+    Slot* s = mine_slot();
+    return s ? &s->value : nullptr;
   }
 
   class Use {
    public:
-    explicit Use(ThreadSlots& slots) noexcept : t_(slots.mine()) {
-      if (!t_ || t_->busy) {
-        t_ = nullptr;
+    explicit Use(ThreadSlots& slots) noexcept : s_(slots.mine_slot()) {
+      if (!s_ || s_->busy) {
+        s_ = nullptr;
         return;
       }
-      t_->busy = true;
+      s_->busy = true;
       std::atomic_signal_fence(std::memory_order_seq_cst);
     }
     ~Use() {
-      if (!t_) return;
+      if (!s_) return;
       std::atomic_signal_fence(std::memory_order_seq_cst);
-      t_->busy = false;
+      s_->busy = false;
     }
     Use(const Use&) = delete;
     Use& operator=(const Use&) = delete;
-    T* get() const noexcept { return t_; }
+    T* get() const noexcept { return s_ ? &s_->value : nullptr; }
 
    private:
-    T* t_;
+    typename ThreadSlots::Slot* s_;
   };
 
   void after_fork() noexcept {
@@ -61,18 +60,25 @@ class ThreadSlots {
  private:
   struct alignas(64) Slot {
     std::atomic<uint32_t> owner{0};  // tid, 0 when free
+    bool busy = false;               // a Use of it is in progress on its owner thread
     T value{};
   };
+
+  Slot* mine_slot() noexcept {
+    const int i = t_index;
+    if (i > 0) return &slots_[i - 1];
+    return i == 0 ? claim() : nullptr;
+  }
 
   static uint32_t this_tid() noexcept { return static_cast<uint32_t>(syscall(SYS_gettid)); }
   static bool owner_gone(uint32_t tid) noexcept {
     return syscall(SYS_tgkill, getpid(), static_cast<pid_t>(tid), 0) != 0 && errno == ESRCH;
   }
 
-  __attribute__((noinline)) T* claim() noexcept {
+  __attribute__((noinline)) Slot* claim() noexcept {
     const int saved_errno = errno;  // a hook (or a signal handler) must leave errno as it was
     const uint32_t tid = this_tid();
-    T* got = nullptr;
+    Slot* got = nullptr;
     t_index = -1;
     for (int pass = 0; pass < 2 && !got; ++pass) {
       for (unsigned i = 0; i < N; ++i) {
@@ -81,8 +87,9 @@ class ThreadSlots {
         if (!slots_[i].owner.compare_exchange_strong(seen, tid, std::memory_order_acquire)) {
           continue;
         }
-        got = &slots_[i].value;
-        got->claimed();
+        got = &slots_[i];
+        got->busy = false;  // a gone owner may have died inside a use
+        got->value.claimed();
         t_index = static_cast<int>(i) + 1;
         break;
       }
