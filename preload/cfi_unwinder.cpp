@@ -224,7 +224,7 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
 // previous step wherever the chain parts from a recent one. A signal handler's walk on the same
 // thread stays away from a walk it interrupted (ThreadSlots::Use).
 //
-// Not thread_local (112 KB): a pool of memos, one claimed per thread (thread_slots.h). A thread
+// Not thread_local (97 KB): a pool of memos, one claimed per thread (thread_slots.h). A thread
 // that finds none walks without a memo.
 constexpr unsigned kMemoFrames = 64;  // a deeper walk keeps its first 64 frames
 constexpr unsigned kWalks = 32;       // walks kept per thread (a step's call sites)
@@ -233,13 +233,18 @@ constexpr unsigned kMemos = 64;
 // The thread's own rules by address, direct-mapped: 16 KB, the frames of about a thousand call
 // sites. Rules hold for the whole process, so a memo taken over from a gone thread keeps them.
 constexpr unsigned kThreadRuleBits = 10;
+// One frame of a walk, where the walk stood and how it went on from there; 24 bytes, so a
+// replay of a PyTorch allocation's 28 frames reads 11 lines of the memo. The frame's rbp is not
+// kept: where a rule computes the CFA from it, the next frame's stack pointer says what it was.
+struct MemoFrame {
+  uint64_t sp;
+  uint64_t key;
+  uint64_t rule;
+};
 struct MemoWalk {
   unsigned n;    // frames kept; 0 while the walk is being written
   uint32_t gen;  // bumped when the slot is rewritten: index entries of the walk before go stale
-  uint64_t sp[kMemoFrames];
-  uint64_t fp[kMemoFrames];  // rbp in the frame, before its rule restores the caller's
-  uint64_t key[kMemoFrames];
-  uint64_t rule[kMemoFrames];
+  MemoFrame f[kMemoFrames];
 };
 static_assert(kWalks <= 256 && kMemoFrames <= 256, "an index entry holds both in a byte");
 struct ThreadRule {
@@ -276,9 +281,11 @@ struct MemoUse {
     unsigned cursor = 0;
 
     bool find(uint64_t sp, uint64_t key, uint64_t& rule) noexcept {
-      while (cursor < walk->n && walk->sp[cursor] < sp) ++cursor;
-      if (cursor >= walk->n || walk->sp[cursor] != sp || walk->key[cursor] != key) return false;
-      rule = walk->rule[cursor];
+      while (cursor < walk->n && walk->f[cursor].sp < sp) ++cursor;
+      if (cursor >= walk->n || walk->f[cursor].sp != sp || walk->f[cursor].key != key) {
+        return false;
+      }
+      rule = walk->f[cursor].rule;
       return true;
     }
   };
@@ -313,12 +320,13 @@ struct MemoUse {
     const MemoWalk& w = m->walks[(e >> 24) & 0xff];
     const unsigned j = (e >> 16) & 0xff;
     // n is 0 for the walk being written, so an entry of this walk never matches.
-    if (w.gen != static_cast<uint32_t>(e >> 32) || j >= w.n || w.sp[j] != sp || w.key[j] != key) {
+    if (w.gen != static_cast<uint32_t>(e >> 32) || j >= w.n || w.f[j].sp != sp ||
+        w.f[j].key != key) {
       return nullptr;
     }
     found.walk = &w;
     found.cursor = j;
-    rule = w.rule[j];
+    rule = w.f[j].rule;
     return &found;
   }
   // The thread's table of rules by address.
@@ -343,12 +351,9 @@ struct MemoUse {
   // of the index per frame cost more than the replay saved once a step had evicted it
   // (BM_sites_evicted). A walk that repeats one from the index enters its own start there, so
   // the next round finds it; the frames it replayed are found through their first.
-  void note(uint64_t sp, uint64_t fp, uint64_t key, uint64_t rule, bool index_it = true) noexcept {
+  void note(uint64_t sp, uint64_t key, uint64_t rule, bool index_it = true) noexcept {
     if (!m || written >= kMemoFrames) return;
-    next->sp[written] = sp;
-    next->fp[written] = fp;
-    next->key[written] = key;
-    next->rule[written] = rule;
+    next->f[written] = MemoFrame{sp, key, rule};
     if (index_it) {
       const uint64_t h = index_hash(sp, key);
       m->index[h >> (64 - kIndexBits)] = (uint64_t{next->gen} << 32) | (uint64_t{next_slot} << 24) |
@@ -365,38 +370,43 @@ struct MemoUse {
   }
 };
 
-// Frames replayed at most per match (the size of the caller's buffer of their rbp values).
-constexpr unsigned kReplayMax = 64;
-
 // How far a walk repeats `w` from its frame j on, when it stands where w stood at j (same stack
-// pointer and key) with rbp = fps[0]: the last frame k >= j such that every slot w read between
-// j and k holds what w read there, except the caller's rbp where a rule restores it, which need
+// pointer and key) with rbp = `fp`: the last frame k >= j such that every slot w read between j
+// and k holds what w read there, except the caller's rbp where a rule restores it, which need
 // only be the same where a later rule computes its CFA from it (code built without frame
 // pointers saves rbp as an ordinary register: it holds a different pointer at every call). A
 // walk is a function of its registers at a frame and of the slots it reads from there, so this
-// walk would meet w's frames j+1..k exactly, with rbp fps[i - j] at frame i. Each read's
-// address comes from the memo, not from the slot read before it: the reads overlap in the core,
-// where walking the same frames one by one is a chain of misses once a training step has
-// evicted the stack's outer lines (BM_fast_evicted in bench/bench_stack_capture.cpp).
-unsigned same_run(const MemoWalk& w, unsigned j, uint64_t fps[kReplayMax], uint64_t floor,
-                  uint64_t top) {
+// walk would meet w's frames j+1..k exactly; `fp` becomes rbp at frame k.
+//
+// Every read's address comes from the memo (the next frame's stack pointer), never from a slot
+// read before it, and what was read is compared afterwards: the reads overlap in the core. Where
+// a frame's CFA is rbp-based, computing the next addresses from the rbp just loaded made each
+// frame wait for the previous one's load, a chain of misses once a training step has evicted
+// the stack's outer lines (BM_fast_evicted in bench/bench_stack_capture.cpp); the comparison of
+// the CFA with the memo's stack pointer checks that rbp all the same.
+unsigned same_run(const MemoWalk& w, unsigned j, uint64_t& fp, uint64_t floor, uint64_t top) {
   unsigned k = j;
-  uint64_t fp = fps[0];
-  for (; k + 1 < w.n && k + 1 - j < kReplayMax; ++k) {
-    const uint64_t rule = w.rule[k];
+  for (; k + 1 < w.n; ++k) {
+    const MemoFrame& at = w.f[k];
+    const MemoFrame& next = w.f[k + 1];
+    const uint64_t rule = at.rule;
     if (rule_kind(rule) != kFrame) break;
-    const bool cfa_rbp = cfa_from_rbp(rule);
-    if (cfa_rbp && fp != w.fp[k]) break;
-    const uint64_t cfa = (cfa_rbp ? fp : w.sp[k]) + static_cast<uint64_t>(cfa_offset(rule));
-    if (cfa != w.sp[k + 1] || cfa <= w.sp[k] || cfa > top) break;
+    const uint64_t cfa = next.sp;  // what this frame's rule must compute, checked below
+    if (cfa <= at.sp || cfa > top) break;
     const uint64_t ra_at = cfa + static_cast<uint64_t>(ra_offset(rule));
-    if (ra_at < floor || ra_at > top - 8 || load(ra_at) != w.key[k + 1]) break;
+    if (ra_at < floor || ra_at > top - 8) break;
+    const uint64_t ra = load(ra_at);
+    uint64_t caller_fp = fp;
     if (rbp_saved(rule)) {
       const uint64_t fp_at = cfa + static_cast<uint64_t>(rbp_offset(rule));
       if (fp_at < floor || fp_at > top - 8) break;
-      fp = load(fp_at);
+      caller_fp = load(fp_at);
     }
-    fps[k + 1 - j] = fp;
+    if ((cfa_from_rbp(rule) ? fp : at.sp) + static_cast<uint64_t>(cfa_offset(rule)) != cfa ||
+        ra != next.key) {
+      break;
+    }
+    fp = caller_fp;
   }
   return k;
 }
@@ -441,22 +451,21 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
       ++t_memo_hits;
       const MemoWalk& w = *src->walk;
       const unsigned j = src->cursor;
-      uint64_t fps[kReplayMax];
-      fps[0] = fp;
-      const unsigned k = same_run(w, j, fps, floor, top);
+      uint64_t fp_k = fp;
+      const unsigned k = same_run(w, j, fp_k, floor, top);
       if (k > j) {
         // Frames j+1..k as the loop would meet them, each checked against stop_at, the skipped
         // range and max_depth as above, with the rule of the last one to go on from. The
         // skipped frames (the recorder's own, five or six of them) are replayed too: one by
         // one they cost a lookup each, most of a PyTorch block event's lookups.
-        memo.note(sp, fp, key, rule);
+        memo.note(sp, key, rule);
         bool done = false;
         for (unsigned i = j + 1; i <= k; ++i) {
-          if (w.sp[i] > stop_at) {
+          if (w.f[i].sp > stop_at) {
             done = true;
             break;
           }
-          const uint64_t pc_i = w.key[i];
+          const uint64_t pc_i = w.f[i].key;
           if (!skipping || pc_i < skip_lo || pc_i >= skip_hi) {
             skipping = false;
             out[n++] = pc_i;
@@ -469,14 +478,14 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
           ++t_hits;
           ++t_memo_hits;
           ++t_replayed;
-          if (i < k) memo.note(w.sp[i], fps[i - j], w.key[i], w.rule[i], false);
+          if (i < k) memo.note(w.f[i].sp, pc_i, w.f[i].rule, false);
         }
         if (done) break;
         src->cursor = k;
-        sp = w.sp[k];
-        fp = fps[k - j];
-        key = pc = w.key[k];
-        rule = w.rule[k];
+        sp = w.f[k].sp;
+        fp = fp_k;
+        key = pc = w.f[k].key;
+        rule = w.f[k].rule;
       }
     } else if (memo.table_get(key, rule)) {
       ++t_hits;
@@ -490,7 +499,7 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
       memo.table_put(key, rule);
       if (first_seen && !skipping) first_seen->add(pc);
     }
-    memo.note(sp, fp, key, rule);
+    memo.note(sp, key, rule);
     const uint64_t kind = rule_kind(rule);
     if (kind == kOutermost) break;
     if (kind != kFrame) {
