@@ -43,6 +43,7 @@ constexpr int kLayoutCount = sizeof kLayouts / sizeof kLayouts[0];
 
 std::atomic<int> g_layout{0};  // 1-based index into kLayouts once attached; 0 before
 std::atomic<bool> g_attach_tried{false};
+std::atomic<bool> g_bench_paused{false};  // cumemtrace_bench_pause_torch_blocks
 
 template <typename T>
 T field(const unsigned char* p, size_t offset) noexcept {
@@ -52,6 +53,7 @@ T field(const unsigned char* p, size_t offset) noexcept {
 }
 
 void on_trace(const TorchTraceEntry& entry) noexcept {
+  if (g_bench_paused.load(std::memory_order_relaxed)) return;
   const int layout = g_layout.load(std::memory_order_acquire);
   if (layout <= 0) return;
   const EntryLayout& l = kLayouts[layout - 1];
@@ -84,6 +86,7 @@ void on_trace(const TorchTraceEntry& entry) noexcept {
 }  // namespace cumemtrace::preload
 
 using cumemtrace::preload::g_attach_tried;
+using cumemtrace::preload::g_bench_paused;
 using cumemtrace::preload::g_layout;
 using cumemtrace::preload::kLayoutCount;
 using cumemtrace::preload::TraceTracker;
@@ -106,6 +109,15 @@ CUMEMTRACE_EXPORT int cumemtrace_torch_attach(void* allocator, void* method, int
     return -3;
   }
   return 0;
+}
+
+// For bench/gpu/torch_blocks_ab.py only: while `paused` is nonzero, PyTorch's block events are
+// not recorded (PyTorch still builds and passes them: the tracker cannot be detached), so one
+// process can alternate blocks of training steps with and without block capture and compare
+// them under the same host conditions. A snapshot of such a run misses those events: never for
+// real use, hence not in include/cumemtrace.h.
+CUMEMTRACE_EXPORT void cumemtrace_bench_pause_torch_blocks(int paused) noexcept {
+  g_bench_paused.store(paused != 0, std::memory_order_relaxed);
 }
 
 // Records what the capture found (lines of key=value) for the snapshot's tool section.

@@ -131,6 +131,18 @@ def test_default_allocator_blocks_one_to_one(tmp_path):
     assert "block level" in snap["allocator_settings"]["mode"]
 
 
+def test_bench_pause_drops_block_events_only_while_paused(tmp_path):
+    # bench/gpu/torch_blocks_ab.py's switch: the two requests made while paused (and the 20 MiB
+    # segment behind the first) are missing; the ones before and after are there, in one segment,
+    # the last one after the 2,048 bytes that the unrecorded request of 2,000 took.
+    p, snaps = run(tmp_path, "bench_pause")
+    assert p.returncode == 0, p.stderr
+    got = entries(final(snaps))
+    s1 = got[0][1]
+    assert got == [("segment_alloc", s1, 2 * MiB), ("alloc", s1, 1000),
+                   ("alloc", s1 + 1024 + 2048, 3000)]
+
+
 def test_debug_meter_counts_every_recorded_event(tmp_path):
     # CUMEMTRACE_DEBUG's recording meter (preload/recording_meter.h): one line per class, with
     # exactly the events the hooks recorded: the snapshot's 14 PyTorch block events and the

@@ -57,6 +57,18 @@ def oom():
         print("caught:", e, flush=True)
 
 
+def bench_pause():
+    import ctypes
+    pause = ctypes.CDLL(None).cumemtrace_bench_pause_torch_blocks
+    pause.argtypes = [ctypes.c_int]
+    torch.cuda.alloc(1000)
+    pause(1)
+    torch.cuda.alloc(3 * MiB)  # a segment and a block, neither recorded
+    torch.cuda.alloc(2000)
+    pause(0)
+    torch.cuda.alloc(3000)
+
+
 def kill():
     torch.cuda.alloc(1000)
     torch.cuda.alloc(3 * MiB)
@@ -65,4 +77,5 @@ def kill():
 
 if __name__ == "__main__":
     {"basic": basic, "expandable": expandable, "expandable_split": expandable_split,
-     "async_backend": async_backend, "oom": oom, "kill": kill}[sys.argv[1]]()
+     "async_backend": async_backend, "oom": oom, "kill": kill,
+     "bench_pause": bench_pause}[sys.argv[1]]()

@@ -90,6 +90,23 @@ def train_step(model, opt, batch, size=32):
     opt.step()
 
 
+def make_step(model_name, batch, image_size=None):
+    """The model and optimizer of --model, and a function that runs training step i on them."""
+    if model_name == "gpt":
+        model = Gpt().cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        # Batch fixed, sequence length varied: shapes change from step to step, as the other
+        # models' batch sizes do, so the allocator's cache is exercised.
+        return lambda i: train_step_gpt(model, opt, batch, 256 + (i % 4) * 32)
+    if model_name == "resnet18":
+        import torchvision
+        model, size = torchvision.models.resnet18(num_classes=10).cuda(), image_size or 224
+    else:
+        model, size = Net().cuda(), 32
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    return lambda i: train_step(model, opt, batch + (i % 4) * 16, size)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("steps", type=int)
@@ -111,21 +128,7 @@ def main():
         _gpu_trace.register_callback_for_memory_deallocation(
             lambda *a: hooked.append(("free", a[-1])))
         torch._C._activate_gpu_trace()
-    if args.model == "resnet18":
-        import torchvision
-        model, size = torchvision.models.resnet18(num_classes=10).cuda(), args.image_size or 224
-    elif args.model == "gpt":
-        model, size = Gpt().cuda(), 256
-    else:
-        model, size = Net().cuda(), 32
-    if args.model == "gpt":
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-        # Batch fixed, sequence length varied: shapes change from step to step, as the other
-        # models' batch sizes do, so the allocator's cache is exercised.
-        step = lambda i: train_step_gpt(model, opt, args.batch, size + (i % 4) * 32)  # noqa: E731
-    else:
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        step = lambda i: train_step(model, opt, args.batch + (i % 4) * 16, size)  # noqa: E731
+    step = make_step(args.model, args.batch, args.image_size)
     for _ in range(3):
         step(0)
     torch.cuda.synchronize()
