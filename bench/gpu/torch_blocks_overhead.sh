@@ -20,7 +20,8 @@
 # Then one more `blocks` run with CUMEMTRACE_DEBUG=1, whose preload sums the time record() took
 # per event inside the program (preload/recording_meter.h): that sum per step, over the bare
 # median step, is the recording's cost resolved below the A/A noise of whole runs (METER=0 skips
-# it). It leaves out what recording costs the program indirectly (caches, the collector's core).
+# it). It leaves out what recording costs the program indirectly (caches, the collector's core);
+# bench/gpu/torch_blocks_ab.py measures that too, inside one process.
 set -u
 cd "$(dirname "$0")/../.."
 P=${1:-build}; ROUNDS=${2:-5}; STEPS=${3:-300}
