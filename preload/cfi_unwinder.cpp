@@ -411,17 +411,12 @@ unsigned same_run(const MemoWalk& w, unsigned j, uint64_t& fp, uint64_t floor, u
   return k;
 }
 
-__attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
-                                          uint64_t skip_hi, FirstSeen* first_seen,
-                                          uint64_t stop_at) noexcept {
+__attribute__((noinline)) int unwind_fast_from(const WalkStart& start, uint64_t* out,
+                                               unsigned max_depth, uint64_t skip_lo,
+                                               uint64_t skip_hi, FirstSeen* first_seen,
+                                               uint64_t stop_at) noexcept {
   if (max_depth == 0) return 0;
-  uint64_t pc, sp, fp;
-  // One asm statement: pc, rsp and rbp of the same instruction, hence of one CFI row.
-  asm volatile(
-      "mov %%rbp, %2\n\t"
-      "mov %%rsp, %1\n\t"
-      "lea 0(%%rip), %0"
-      : "=r"(pc), "=r"(sp), "=r"(fp));
+  uint64_t pc = start.pc, sp = start.sp, fp = start.fp;
   const uint64_t top = stack_top(sp);
   if (top < sp + 16) {
     note_fallback(0);
@@ -521,6 +516,14 @@ __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uin
   }
   memo.keep();
   return static_cast<int>(n);
+}
+
+// Its own frame stays below the walk's start: `here` is passed by address, so no tail call.
+__attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
+                                          uint64_t skip_hi, FirstSeen* first_seen,
+                                          uint64_t stop_at) noexcept {
+  const WalkStart here = walk_start_here();
+  return unwind_fast_from(here, out, max_depth, skip_lo, skip_hi, first_seen, stop_at);
 }
 
 __attribute__((noinline)) int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo,

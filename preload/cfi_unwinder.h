@@ -53,8 +53,33 @@ struct FirstSeen {
   }
 };
 
+// Where a walk may start instead of unwind_fast()'s own frame: the pc, rsp and rbp of one
+// instruction of a function that is still running (it called, directly or not, the function that
+// walks). The frames in between are never walked: the recorder starts at the hook that took the
+// event, so its own five or six frames, which it would skip anyway, cost nothing. Valid only while
+// that function has not returned, on its own thread; pc 0: none.
+struct WalkStart {
+  uint64_t pc = 0, sp = 0, fp = 0;
+};
+// The caller's own (pc, rsp, rbp), read by one asm statement, hence of one CFI row. Always inlined
+// into the function whose frame it describes. A function that passes it down must not let the
+// compiler turn that call into a tail call (passing its address keeps the frame alive).
+__attribute__((always_inline)) inline WalkStart walk_start_here() noexcept {
+  WalkStart s;
+  asm volatile(
+      "mov %%rbp, %2\n\t"
+      "mov %%rsp, %1\n\t"
+      "lea 0(%%rip), %0"
+      : "=r"(s.pc), "=r"(s.sp), "=r"(s.fp));
+  return s;
+}
+
 int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
                 FirstSeen* first_seen = nullptr, uint64_t stop_at = 0) noexcept;
+// The same walk from `start` instead of from unwind_fast()'s own frame: frame 0 is start.pc.
+int unwind_fast_from(const WalkStart& start, uint64_t* out, unsigned max_depth, uint64_t skip_lo,
+                     uint64_t skip_hi, FirstSeen* first_seen = nullptr,
+                     uint64_t stop_at = 0) noexcept;
 int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
                 FirstSeen* first_seen = nullptr, uint64_t stop_at = 0) noexcept;
 

@@ -130,7 +130,7 @@ struct Laps {
 };
 
 template <bool kTimed>
-__attribute__((noinline)) void record_with_stack(const EventArgs& a,
+__attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::WalkStart* start,
                                                  StackPhases* phases = nullptr) noexcept {
   Laps<kTimed> laps;
   laps.lap(0);
@@ -148,7 +148,7 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a,
   cfi::FirstSeen first_seen;
   cfi::CacheStats walk_before{};
   if constexpr (kTimed) walk_before = cfi::thread_cache_stats();
-  const unsigned n = capture_stack(frames, config().stack_depth, &first_seen, loop_at);
+  const unsigned n = capture_stack(frames, config().stack_depth, &first_seen, loop_at, start);
   cfi::CacheStats walk_after{};
   if constexpr (kTimed) walk_after = cfi::thread_cache_stats();
   if (npy) std::memmove(frames + n, py, 2 * npy * sizeof(uint64_t));
@@ -226,18 +226,19 @@ inline bool takes_stack(const EventArgs& a) noexcept {
          (config().free_stacks || !releases_memory(a));
 }
 
-inline void record_now(const EventArgs& a) noexcept {
+inline void record_now(const EventArgs& a, const cfi::WalkStart* start) noexcept {
   if (takes_stack(a)) {
-    record_with_stack<false>(a);
+    record_with_stack<false>(a, start);
   } else {
     record_without_stack(a);
   }
 }
 
 // CUMEMTRACE_DEBUG: the same, timed (recording_meter.h).
-__attribute__((noinline)) void record_metered(const EventArgs& a) noexcept {
+__attribute__((noinline)) void record_metered(const EventArgs& a,
+                                              const cfi::WalkStart* walk_start) noexcept {
   if (waits_for_collector(a) || a.kind == wire::Kind::kExit) {
-    record_now(a);  // waits for the collector, or is the last record
+    record_now(a, walk_start);  // waits for the collector, or is the last record
     return;
   }
   const MeterClass cls =
@@ -245,7 +246,7 @@ __attribute__((noinline)) void record_metered(const EventArgs& a) noexcept {
   const uint64_t start = event_time();
   if (takes_stack(a)) {
     StackPhases phases{};
-    record_with_stack<true>(a, &phases);
+    record_with_stack<true>(a, walk_start, &phases);
     meter_add(cls, event_time() - start, &phases);
   } else {
     record_without_stack(a);
@@ -257,11 +258,14 @@ __attribute__((noinline)) void record_metered(const EventArgs& a) noexcept {
 
 void record(const EventArgs& a) noexcept {
   if (!ensure_session()) return;
+  // The walk starts at the hook's frame, or at this one: never at the recorder's frames below.
+  // Passed by address, so this frame stays until the walk is done (no tail call).
+  const cfi::WalkStart start = a.walk_start.pc ? a.walk_start : cfi::walk_start_here();
   if (__builtin_expect(config().debug, false)) {
-    record_metered(a);
+    record_metered(a, &start);
     return;
   }
-  record_now(a);
+  record_now(a, &start);
 }
 
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept {

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cfi_unwinder.h"
 #include "session.h"
 #include "wire/wire_format.h"
 
@@ -38,6 +39,9 @@ struct EventArgs {
   // event a stack an earlier record of the same memory already carries (a PyTorch FREE_COMPLETED
   // takes its FREE_REQUESTED's: collector/live/trace_model.h).
   bool stack = true;
+  // Where the stack walk starts (cfi_unwinder.h): the hook's own frame, captured by the hook with
+  // cfi::walk_start_here(). Unset: record() starts it at its own frame.
+  cfi::WalkStart walk_start{};
 };
 
 // A driver handle or pointer as the 64-bit value an event carries.

@@ -47,14 +47,16 @@ void init_self_range() noexcept {
 }  // namespace
 
 unsigned capture_stack(uint64_t* out, unsigned max_depth, cfi::FirstSeen* first_seen,
-                       uint64_t stop_at) noexcept {
+                       uint64_t stop_at, const cfi::WalkStart* start) noexcept {
   if (max_depth == 0) return 0;
   if (!g_self_hi.load(std::memory_order_acquire)) init_self_range();
   const uint64_t lo = g_self_lo.load(std::memory_order_relaxed);
   const uint64_t hi = g_self_hi.load(std::memory_order_relaxed);
   int n = cfi::kFallback;
   if (!g_slow_only.load(std::memory_order_relaxed)) {
-    n = cfi::unwind_fast(out, max_depth, lo, hi, first_seen, stop_at);
+    n = start && start->pc
+            ? cfi::unwind_fast_from(*start, out, max_depth, lo, hi, first_seen, stop_at)
+            : cfi::unwind_fast(out, max_depth, lo, hi, first_seen, stop_at);
   }
   if (n == cfi::kFallback) {
     n = cfi::unwind_slow(out, max_depth, lo, hi, first_seen, stop_at);

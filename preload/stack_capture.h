@@ -14,8 +14,9 @@ namespace cumemtrace::preload {
 
 // `first_seen` (optional) gets the frames that may lie in a module the collector has not been
 // told about (cfi_unwinder.h: FirstSeen): the recorder checks only those against the module map.
-// The walk ends with the frame whose stack frame holds `stop_at` (cfi_unwinder.h).
+// The walk ends with the frame whose stack frame holds `stop_at` (cfi_unwinder.h). `start`: where
+// the cached walker starts (cfi::WalkStart; the slow path walks from its own frame and skips).
 unsigned capture_stack(uint64_t* out, unsigned max_depth, cfi::FirstSeen* first_seen = nullptr,
-                       uint64_t stop_at = 0) noexcept;
+                       uint64_t stop_at = 0, const cfi::WalkStart* start = nullptr) noexcept;
 
 }  // namespace cumemtrace::preload

@@ -69,6 +69,7 @@ void on_trace(const TorchTraceEntry& entry) noexcept {
   ReentryGuard guard;
   if (!guard.outer || !tracing_possible()) return;
   EventArgs a{};
+  a.walk_start = cfi::walk_start_here();  // the stack walk starts here (recorder.h)
   a.kind = wire::Kind::kTorchBlock;
   a.addr = field<uint64_t>(p, l.addr);
   a.size = field<uint64_t>(p, l.size);

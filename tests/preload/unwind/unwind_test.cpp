@@ -188,6 +188,72 @@ TEST_CASE("a walk ends with the frame that holds the stop address", "[unwind]") 
   }
 }
 
+// A walk from a start captured in an outer frame (the recorder's hook), made two calls deeper.
+struct FromStart {
+  unsigned max_depth = kMaxFrames;
+  bool mark = false;  // start_leaf stops the walk at its own frame
+  uint64_t stop_at = 0;
+  uint64_t start_pc = 0;
+  uint64_t from[kMaxFrames] = {};
+  uint64_t slow[kMaxFrames] = {};
+  int nfrom = 0, nslow = 0;
+};
+__attribute__((noinline)) void walk_from_below(const cfi::WalkStart& start, FromStart* r) {
+  r->nfrom = cfi::unwind_fast_from(start, r->from, r->max_depth, 0, 0, nullptr, r->stop_at);
+  r->nslow = cfi::unwind_slow(r->slow, kMaxFrames, 0, 0, nullptr, 0);
+  asm volatile("" ::: "memory");
+}
+__attribute__((noinline)) void walk_from_between(const cfi::WalkStart& start, FromStart* r) {
+  walk_from_below(start, r);
+  asm volatile("" ::: "memory");
+}
+// The chain's leaf: captures its own frame, then walks from it two frames further down.
+__attribute__((noinline)) void start_leaf(Chain* c) {
+  auto* r = static_cast<FromStart*>(c->arg);
+  const cfi::WalkStart start = cfi::walk_start_here();
+  r->start_pc = start.pc;
+  if (r->mark) r->stop_at = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+  walk_from_between(start, r);
+  asm volatile("" ::: "memory");
+}
+
+TEST_CASE("a walk from a start captured in an outer frame skips the frames below it", "[unwind]") {
+  // The slow walk from walk_from_below sees [unwind_slow's body, walk_from_below,
+  // walk_from_between, start_leaf, the chain, ...]; the walk from start_leaf's captured state
+  // sees [start_leaf at the capture, the chain, ...]: the same frames from the chain on.
+  std::mt19937 rng(4242);
+  for (int round = 0; round < 300; ++round) {
+    Chain c = random_chain(rng, 1 + static_cast<int>(rng() % 40));
+    c.leaf = start_leaf;
+    FromStart r;
+    if (round % 3 == 1) r.max_depth = 1 + rng() % 20;
+    c.arg = &r;
+    run_chain(&c);
+    INFO("round " << round << ", depth " << c.depth << ", max " << r.max_depth);
+    REQUIRE(r.nfrom != cfi::kFallback);
+    REQUIRE(r.nfrom >= 1);
+    CHECK(r.from[0] == r.start_pc);
+    // Frames 1.. of the walk from the start are the slow walk's last ones, less any cut by
+    // max_depth: the slow walk's frame 4 is start_leaf's return address into the chain.
+    REQUIRE(r.nslow >= 5);
+    const int expect = std::min<int>(static_cast<int>(r.max_depth), r.nslow - 3);
+    REQUIRE(r.nfrom == expect);
+    for (int i = 1; i < r.nfrom; ++i) REQUIRE(r.from[i] == r.slow[i + 3]);
+    // The frame the slow walk saw in start_leaf is its return address from walk_from_between,
+    // after the capture.
+    CHECK(r.slow[3] > r.start_pc);
+  }
+  // A stop address in start_leaf's own frame ends the walk there, at its first frame.
+  Chain c = random_chain(rng, 12);
+  c.leaf = start_leaf;
+  FromStart r;
+  r.mark = true;
+  c.arg = &r;
+  run_chain(&c);
+  REQUIRE(r.nfrom == 1);
+  CHECK(r.from[0] == r.start_pc);
+}
+
 TEST_CASE("direct self-recursion 1 to 60 deep", "[unwind]") {
   for (int kind = 0; kind < 4; ++kind) {
     for (int depth = 1; depth <= 60; ++depth) {
