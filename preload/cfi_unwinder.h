@@ -1,7 +1,8 @@
 // Contract: a caching DWARF-CFI stack walker for x86-64 Linux, safe to call from any thread and
 // from signal handlers of the process it runs in.
 //
-// unwind_fast() walks the calling thread's stack from its own registers using per-address rules
+// unwind_fast() walks the calling thread's stack from its own registers (unwind_fast_from(): from
+// those of a live frame further out, WalkStart below) using per-address rules
 // (cfi_rules.h: CFA = rsp/rbp + N, return address and caller's rbp at fixed offsets from the CFA)
 // kept in a global lock-free cache, fronted by a per-thread memo of the thread's last 32 walks
 // with an index of their frames (a frame at the same stack address with the same return address
