@@ -218,7 +218,15 @@ const std::string& SiteTable::site(int32_t stack) const {
 std::string SiteTable::library(int32_t stack) const {
   const int j = site_frame(stack);
   if (j < 0) return "(unknown)";
-  const auto& f = s_.stacks[static_cast<size_t>(stack)][static_cast<size_t>(j)];
+  const auto& st = s_.stacks[static_cast<size_t>(stack)];
+  // The innermost native frame of the program's code is the library that asked: a Python site
+  // ("Linear.forward (linear.py:134)") names the line, not the library whose memory it is.
+  for (const auto& f : st) {
+    if (!is_python(f) && !is_runtime_frame(f) && !f.filename.empty() && f.filename != "??") {
+      return std::string(base_name(f.filename));
+    }
+  }
+  const auto& f = st[static_cast<size_t>(j)];
   if (f.filename.empty() || f.filename == "??") return "(unknown)";
   return std::string(base_name(f.filename));
 }

@@ -55,8 +55,9 @@ class SiteTable {
   int site_frame(int32_t stack) const;
   // The site label of a stack; kNoStackSite for kNoStack.
   const std::string& site(int32_t stack) const;
-  // Where the site's code lives: the base name of the site frame's file (a shared library such
-  // as libcublasLt.so.12, or a source file), "(unknown)" without one.
+  // The library that asked for the memory: the base name of the file of the innermost native
+  // frame outside the CUDA runtime and allocators (a shared library such as libcublasLt.so.12,
+  // or a source file), else of the site frame's; "(unknown)" without one.
   std::string library(int32_t stack) const;
   // Frames of a stack from the site outwards (at most `max`), machinery skipped; all frames
   // from the innermost when the whole stack is machinery.

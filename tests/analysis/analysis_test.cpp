@@ -77,6 +77,28 @@ TEST_CASE("site is the innermost program frame", "[model]") {
   CHECK(lines[1] == "at main (tests/programs/scenarios.cpp:142)");
 }
 
+TEST_CASE("a site's library is its innermost native frame, not its Python line", "[model]") {
+  snap::Snapshot s;
+  s.stacks = {
+      // A library's workspace asked for under a Python line: the site is the line, the library
+      // the native code below it, past the runtime's frames.
+      {{"/usr/lib/libcudart.so.13", 0, "cudaMalloc"},
+       {"/venv/nvidia/cu13/lib/libcublasLt.so.13", 0, "cublasLtMatmul"},
+       {"/venv/torch/lib/libtorch_cuda.so", 0, "at::cuda::blas::gemm"},
+       {"/venv/torch/nn/modules/linear.py", 134, "Linear.forward"}},
+      // Python frames only: the site's file is all there is.
+      {{"/work/app/model.py", 7, "build"}},
+      // Native only, with the runtime innermost.
+      {{"/usr/lib/libcudart.so.13", 0, "cudaMalloc"}, {"/opt/app/libsolver.so", 0, "solve"}},
+  };
+  const SiteTable sites(s);
+  CHECK(sites.site(0) == "Linear.forward (linear.py:134)");
+  CHECK(sites.library(0) == "libcublasLt.so.13");
+  CHECK(sites.library(1) == "model.py");
+  CHECK(sites.library(2) == "libsolver.so");
+  CHECK(sites.library(snap::kNoStack) == "(unknown)");
+}
+
 TEST_CASE("replay finds the peak and what was live at it", "[model]") {
   const auto s = leaky();
   DeviceReplay r(s, 0);
