@@ -273,6 +273,7 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
     }
     if (adds(flavor_, e.action)) ++tl_.allocations;
     if (removes(flavor_, e.action)) ++tl_.frees;
+    if (is_request(flavor_, e)) ++tl_.requests;
     rel_[i] = rel;
     if (rel > max_rel) {
       max_rel = rel;

@@ -93,6 +93,9 @@ struct Timeline {
   uint64_t end_bytes = 0;
   uint64_t allocations = 0;  // entries that added memory
   uint64_t frees = 0;        // entries that removed memory
+  // Entries that are requests (is_request): the size histogram's count. In a cumemtrace file
+  // with PyTorch's blocks the units are segments and these are its tensors, a different number.
+  uint64_t requests = 0;
   // PyTorch's caching allocator (its own files, or merged in): reserved = its segments (cache
   // included), allocated = its tensors.
   bool has_reserved = false;

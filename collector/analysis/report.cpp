@@ -238,6 +238,11 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
       out << fmt::format("  live before the first trace entry: {}\n", format_bytes(tl.start_bytes));
     }
     out << fmt::format("  allocations: {}, frees: {}\n", tl.allocations, tl.frees);
+    // With PyTorch's blocks in a cumemtrace file the allocations above are segments (PyTorch's
+    // and other libraries' memory); the program's tensors are its requests.
+    if (tl.has_reserved && !tl.pool_layer && r.flavor == Flavor::kCumemtrace) {
+      out << fmt::format("  tensor allocations (PyTorch's requests): {}\n", tl.requests);
+    }
     out << fmt::format("  live at exit: {} in {}\n", format_bytes(d.live_at_exit_bytes),
                        plural(d.live_at_exit_count, "allocation"));
     print_layers(out, d, r.time_origin_us);
@@ -328,6 +333,7 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
                {"end_bytes", tl.end_bytes},
                {"allocations", tl.allocations},
                {"frees", tl.frees},
+               {"requests", tl.requests},
                {"live_at_exit_bytes", d.live_at_exit_bytes},
                {"live_at_exit_count", d.live_at_exit_count},
                {"at_peak", sites_json(d.at_peak, sites, o.top, o.frames)}};

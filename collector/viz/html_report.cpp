@@ -82,6 +82,7 @@ json device_json(const ReportDevice& d) {
           {"entries", d.entries},
           {"allocations", d.allocations},
           {"frees", d.frees},
+          {"requests", d.requests},
           {"series", d.series},
           {"points",
            {{"x", xs},

@@ -137,6 +137,7 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   d.entries = tr.size();
   d.allocations = tl.allocations;
   d.frees = tl.frees;
+  d.requests = tl.requests;
   int64_t tmin = INT64_MAX, tmax = INT64_MIN;
   for (const auto& e : tr) {
     tmin = std::min(tmin, e.time_us);

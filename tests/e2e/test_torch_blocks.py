@@ -131,6 +131,24 @@ def test_default_allocator_blocks_one_to_one(tmp_path):
     assert "block level" in snap["allocator_settings"]["mode"]
 
 
+def test_report_counts_segments_and_tensors_apart(tmp_path):
+    # The timeline's units are segments (3 made, 1 freed by empty_cache); the program's tensors
+    # are its 5 requests, the number the HTML's size histogram and card show too.
+    p, snaps = run(tmp_path, "basic")
+    assert p.returncode == 0, p.stderr
+    (name,) = [n for n in snaps if not n.endswith(".oom.json")]
+    path = str(tmp_path / "traces" / name)
+    rep = subprocess.run([CT, "report", "--format", "json", path], capture_output=True, text=True,
+                         timeout=60)
+    (dev,) = json.loads(rep.stdout)["devices"]
+    assert (dev["allocations"], dev["frees"], dev["requests"]) == (3, 1, 5)
+    text = subprocess.run([CT, "report", path], capture_output=True, text=True, timeout=60).stdout
+    assert "  allocations: 3, frees: 1\n  tensor allocations (PyTorch's requests): 5\n" in text
+    page = tmp_path / "r.html"
+    subprocess.run([CT, "html", "-o", str(page), path], check=True, capture_output=True, timeout=60)
+    assert '"requests":5' in page.read_text()
+
+
 def test_bench_pause_drops_block_events_only_while_paused(tmp_path):
     # bench/gpu/torch_blocks_ab.py's switch: the two requests made while paused (and the 20 MiB
     # segment behind the first) are missing; the ones before and after are there, in one segment,

@@ -93,7 +93,10 @@
     for (const d of data.devices) {
       cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' peak' }), el('b', { text: fmtBytes(d.peak.bytes) }), el('span', { text: 'at ' + fmtX(d, d.peak.x) })));
       cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' live at exit' }), el('b', { text: fmtBytes(d.at_exit.bytes) }), el('span', { text: plural(d.at_exit.count, 'block') })));
-      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' allocations' }), el('b', { text: d.allocations.toLocaleString('en') }), el('span', { text: plural(d.frees, 'free') + ', ' + plural(d.entries, 'event') })));
+      // With PyTorch's blocks the timeline's units are segments (PyTorch's and other libraries'
+      // memory): the card says so and names the tensors too, the histogram's count.
+      const segments = d.points.allocated !== null && !d.pool_layer;
+      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + (segments ? ' driver allocations' : ' allocations') }), el('b', { text: d.allocations.toLocaleString('en') }), el('span', { text: plural(d.frees, 'free') + ', ' + (segments ? plural(d.requests, 'tensor allocation') + ', ' : '') + plural(d.entries, 'event') })));
       if (d.ooms.length) cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device }), el('b', { class: 'warn', text: d.oom_count.toLocaleString('en') + ' OOM' }), el('span', { text: 'first asked ' + fmtBytes(d.ooms[0][1]) })));
     }
     app.append(cards);
@@ -335,7 +338,7 @@
     if (!dev.sizes.length) return;
     // The count of what the bars count (requests: PyTorch's tensors where its blocks are in the
     // file), not the timeline's allocations (its segments, then), which the card shows.
-    const requests = dev.sizes.reduce((n, b) => n + b[1], 0);
+    const requests = dev.requests;
     parent.append(el('h3', { text: 'Allocation sizes (' + plural(requests, 'requested allocation') + ')' }));
     const svg = sv('svg', { class: 'hist' });
     parent.append(svg);
