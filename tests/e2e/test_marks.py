@@ -191,7 +191,11 @@ def maps_has(pid, text):
 
 def test_signal_snapshots_while_running(tmp_path):
     out = tmp_path / "traces"
-    run = subprocess.Popen([CT, "run", "-o", str(out), "--", prog("ct_static_like"), "spin", "4"],
+    # The program runs until the test is done with it (a fixed 4 s raced the snapshots on a
+    # loaded machine), 120 s at most.
+    stop = tmp_path / "stop"
+    run = subprocess.Popen([CT, "run", "-o", str(out), "--", prog("ct_static_like"), "spin", "120",
+                            str(stop)],
                            env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         target = wait_for(lambda: children(run.pid), "the traced child")[0]
@@ -204,6 +208,7 @@ def test_signal_snapshots_while_running(tmp_path):
         wait_for(lambda: (out / f"{name}.request-2.json").exists(), "request-2")
         assert run.poll() is None  # the target runs on
     finally:
+        stop.touch()
         _, err = run.communicate(timeout=60)
     assert run.returncode == 0, err
     snaps = snapshots(out)
