@@ -258,14 +258,20 @@ __attribute__((noinline)) void record_metered(const EventArgs& a,
 
 void record(const EventArgs& a) noexcept {
   if (!ensure_session()) return;
+  // A stack-less event goes straight on (a tail call: nothing of this frame is needed).
+  const bool debug = __builtin_expect(config().debug, false);
+  if (!debug && !takes_stack(a)) {
+    record_without_stack(a);
+    return;
+  }
   // The walk starts at the hook's frame, or at this one: never at the recorder's frames below.
   // Passed by address, so this frame stays until the walk is done (no tail call).
   const cfi::WalkStart start = a.walk_start.pc ? a.walk_start : cfi::walk_start_here();
-  if (__builtin_expect(config().debug, false)) {
+  if (debug) {
     record_metered(a, &start);
     return;
   }
-  record_now(a, &start);
+  record_with_stack<false>(a, &start);
 }
 
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept {
