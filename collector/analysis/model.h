@@ -115,6 +115,13 @@ struct Timeline {
   int64_t driver_peak_time_us = 0;
 };
 
+// A cumemtrace file with PyTorch's caching-allocator blocks: its units (allocations, frees) are
+// segments, PyTorch's and other libraries', and its requests are PyTorch's tensors, so every
+// view names the two apart (report's text, the HTML card).
+inline bool tensors_apart(const Timeline& tl, Flavor f) {
+  return tl.has_reserved && !tl.pool_layer && f == Flavor::kCumemtrace;
+}
+
 // The layers of a device's memory at one moment (contract section 6).
 struct Breakdown {
   std::string moment;  // "peak", "oom" or "exit"

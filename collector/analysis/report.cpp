@@ -240,7 +240,7 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
     out << fmt::format("  allocations: {}, frees: {}\n", tl.allocations, tl.frees);
     // With PyTorch's blocks in a cumemtrace file the allocations above are segments (PyTorch's
     // and other libraries' memory); the program's tensors are its requests.
-    if (tl.has_reserved && !tl.pool_layer && r.flavor == Flavor::kCumemtrace) {
+    if (tensors_apart(tl, r.flavor)) {
       out << fmt::format("  tensor allocations (PyTorch's requests): {}\n", tl.requests);
     }
     out << fmt::format("  live at exit: {} in {}\n", format_bytes(d.live_at_exit_bytes),

@@ -83,6 +83,7 @@ json device_json(const ReportDevice& d) {
           {"allocations", d.allocations},
           {"frees", d.frees},
           {"requests", d.requests},
+          {"tensors_apart", d.tensors_apart},
           {"series", d.series},
           {"points",
            {{"x", xs},

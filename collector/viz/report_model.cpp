@@ -138,6 +138,7 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   d.allocations = tl.allocations;
   d.frees = tl.frees;
   d.requests = tl.requests;
+  d.tensors_apart = analysis::tensors_apart(tl, rp.flavor());
   int64_t tmin = INT64_MAX, tmax = INT64_MIN;
   for (const auto& e : tr) {
     tmin = std::min(tmin, e.time_us);

@@ -103,7 +103,9 @@ struct ReportDevice {
   size_t entries = 0;
   uint64_t allocations = 0;
   uint64_t frees = 0;
-  uint64_t requests = 0;            // analysis::Timeline::requests: the size histogram's count
+  uint64_t requests = 0;
+  bool tensors_apart = false;  // analysis::tensors_apart: the card names segments and tensors //
+                               // analysis::Timeline::requests: the size histogram's count
   std::vector<std::string> series;  // site labels; the last is "other" when there are more sites
   std::vector<TimelinePoint> points;
   uint64_t peak_bytes = 0;

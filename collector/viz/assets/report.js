@@ -95,7 +95,7 @@
       cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' live at exit' }), el('b', { text: fmtBytes(d.at_exit.bytes) }), el('span', { text: plural(d.at_exit.count, 'block') })));
       // With PyTorch's blocks the timeline's units are segments (PyTorch's and other libraries'
       // memory): the card says so and names the tensors too, the histogram's count.
-      const segments = d.points.allocated !== null && !d.pool_layer;
+      const segments = d.tensors_apart;
       cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + (segments ? ' driver allocations' : ' allocations') }), el('b', { text: d.allocations.toLocaleString('en') }), el('span', { text: plural(d.frees, 'free') + ', ' + (segments ? plural(d.requests, 'tensor allocation') + ', ' : '') + plural(d.entries, 'event') })));
       if (d.ooms.length) cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device }), el('b', { class: 'warn', text: d.oom_count.toLocaleString('en') + ' OOM' }), el('span', { text: 'first asked ' + fmtBytes(d.ooms[0][1]) })));
     }
