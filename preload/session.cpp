@@ -50,6 +50,10 @@ bool g_process_hooks_installed = false;
 // The ring the SIGUSR2 handler counts requests in; null while there is none (before the session,
 // in a forked child until its own session starts).
 std::atomic<wire::RingHeader*> g_request_ring{nullptr};
+// Requests that arrived after the handler was installed (the ring's name in /proc/PID/maps tells
+// `cumemtrace snapshot` it may signal) but before the collector acknowledged the ring: moved into
+// the ring once attached, so a request made right after start-up is written, not lost.
+std::atomic<uint32_t> g_early_requests{0};
 
 // Parses a non-negative decimal; false on anything else (empty, sign, junk, overflow).
 bool parse_u64(const char* s, uint64_t& out) {
@@ -122,7 +126,8 @@ bool read_config(Config& c) {
   }
   if (!read_switch("CUMEMTRACE_PYTHON_STACKS", c.python_stacks) ||
       !read_switch("CUMEMTRACE_NATIVE_ABOVE_PYTHON", c.native_above_python) ||
-      !read_switch("CUMEMTRACE_FREE_STACKS", c.free_stacks)) {
+      !read_switch("CUMEMTRACE_FREE_STACKS", c.free_stacks) ||
+      !read_switch("CUMEMTRACE_TORCH_NATIVE_STACKS", c.torch_native_stacks)) {
     return false;
   }
   c.output = getenv("CUMEMTRACE_OUTPUT");
@@ -353,8 +358,10 @@ void on_process_exit(int status, void*) {
 
 // `kill -USR2 PID` / `cumemtrace snapshot PID`: only an atomic increment, async-signal-safe.
 void on_snapshot_signal(int) {
-  if (wire::RingHeader* h = g_request_ring.load(std::memory_order_relaxed)) {
+  if (wire::RingHeader* h = g_request_ring.load(std::memory_order_acquire)) {
     h->snapshot_requests.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    g_early_requests.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -380,6 +387,7 @@ void install_snapshot_signal() {
 // (the child's session takes it again when it starts).
 void release_snapshot_signal() {
   g_request_ring.store(nullptr, std::memory_order_relaxed);
+  g_early_requests.store(0, std::memory_order_relaxed);
   struct sigaction old {};
   if (sigaction(SIGUSR2, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
       old.sa_handler == on_snapshot_signal) {
@@ -512,7 +520,11 @@ bool start() {
   g_live_fd = live[0];
   g_ring_map = map;
   g_ring.attach(hdr, slots, g_config.max_wait_ns);
-  g_request_ring.store(hdr, std::memory_order_relaxed);
+  // A request the handler counts from here on goes to the ring; one before, to the early count.
+  g_request_ring.store(hdr, std::memory_order_release);
+  if (const uint32_t early = g_early_requests.exchange(0, std::memory_order_relaxed)) {
+    hdr->snapshot_requests.fetch_add(early, std::memory_order_relaxed);
+  }
   return true;
 }
 

@@ -222,6 +222,46 @@ def test_signal_snapshots_while_running(tmp_path):
     assert f"wrote {out}/{name}.request-1.json" in err
 
 
+def test_snapshot_request_during_start_up_is_kept(tmp_path):
+    # The ring's name appears in /proc/PID/maps (and `cumemtrace snapshot` may signal) before the
+    # collector has acknowledged the ring. A request in that window used to be dropped: the
+    # handler had no ring to count it in, and `snapshot` had already said it was sent. The window
+    # is held open here by stopping the collector (the `run` process) while tracing starts.
+    out = tmp_path / "traces"
+    stop, go = tmp_path / "stop", tmp_path / "go"
+    run = subprocess.Popen([CT, "run", "-o", str(out), "--", prog("ct_static_like"), "spin", "120",
+                            str(stop), str(go)],
+                           env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopped = False
+    try:
+        target = wait_for(lambda: children(run.pid), "the traced child")[0]
+        os.kill(run.pid, signal.SIGSTOP)
+        stopped = True
+        go.touch()
+        wait_for(lambda: maps_has(target, "cumemtrace-ring-usr2"), "the ring")
+        q = subprocess.run([CT, "snapshot", str(target)], capture_output=True, text=True)
+        assert q.returncode == 0, q.stderr
+        time.sleep(0.2)  # the signal is handled while the collector cannot have acknowledged
+        os.kill(run.pid, signal.SIGCONT)
+        stopped = False
+        name = f"ct_static_like.{target}"
+        wait_for(lambda: (out / f"{name}.request-1.json").exists(), "request-1")
+    finally:
+        if stopped:
+            os.kill(run.pid, signal.SIGCONT)
+        go.touch()
+        stop.touch()
+        _, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err
+    snaps = snapshots(out)
+    assert sorted(snaps) == sorted([f"{name}.json", f"{name}.request-1.json"])
+    t = snaps[f"{name}.request-1.json"]
+    # Taken when the collector saw the request: before or after it read the 1 MiB allocation
+    # that started tracing, as it happened to drain.
+    assert (t["cumemtrace"]["reason"], t["cumemtrace"]["tag"]) == ("request", "request-1")
+    assert t["cumemtrace"]["ended"]["how"] == "running"
+
+
 def test_snapshot_command_refuses_what_it_cannot_ask(tmp_path):
     p = subprocess.run([CT, "snapshot", "999999999"], capture_output=True, text=True)
     assert p.returncode == 2 and "no process with pid 999999999" in p.stderr

@@ -454,13 +454,20 @@ void sleep_seconds(double seconds) {
   }
 }
 
-// spin [SECONDS [STOP_FILE]]: holds 1 MiB for SECONDS, or until STOP_FILE exists (a test that
-// needs the program running while it asks for snapshots ends it when done, however slow the
-// machine is, instead of racing a fixed time).
+// spin [SECONDS [STOP_FILE [GO_FILE]]]: holds 1 MiB for SECONDS, or until STOP_FILE exists (a
+// test that needs the program running while it asks for snapshots ends it when done, however
+// slow the machine is, instead of racing a fixed time). With GO_FILE the allocation, and so the
+// start of tracing, waits until that file exists (at most SECONDS).
 int scenario_spin(const Driver& d, int argc, char** argv) {
   require("spin", d.memFree);
   const double seconds = argc > 2 ? std::strtod(argv[2], nullptr) : 1.0;
   const char* stop_file = argc > 3 ? argv[3] : nullptr;
+  if (argc > 4) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < deadline && access(argv[4], F_OK) != 0) {
+      sleep_seconds(0.01);
+    }
+  }
   const CUdeviceptr p = alloc_1mib_on_device0(d, "spin");
   if (stop_file) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
