@@ -145,10 +145,14 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::
   // With Python frames, the native walk ends at the innermost evaluation loop: above it is the
   // interpreter running those frames, about half of a PyTorch op's stack from Python.
   if (config().native_above_python) loop_at = 0;
+  // A PyTorch block event with Python frames has those alone unless native ones are asked for
+  // (session.h: Config::torch_native_stacks).
+  const bool native = npy == 0 || a.kind != wire::Kind::kTorchBlock || config().torch_native_stacks;
   cfi::FirstSeen first_seen;
   cfi::CacheStats walk_before{};
   if constexpr (kTimed) walk_before = cfi::thread_cache_stats();
-  const unsigned n = capture_stack(frames, config().stack_depth, &first_seen, loop_at, start);
+  const unsigned n =
+      native ? capture_stack(frames, config().stack_depth, &first_seen, loop_at, start) : 0;
   cfi::CacheStats walk_after{};
   if constexpr (kTimed) walk_after = cfi::thread_cache_stats();
   if (npy) std::memmove(frames + n, py, 2 * npy * sizeof(uint64_t));

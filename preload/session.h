@@ -30,9 +30,20 @@ struct Config {
   // is who holds memory, which the allocation's stack answers, and a release's walk costs as much
   // as an allocation's (a third of a training step's block events are free requests).
   bool free_stacks = false;
+  // Native frames for PyTorch's block events on a thread with Python frames
+  // (CUMEMTRACE_TORCH_NATIVE_STACKS=1). Off by default, like PyTorch's own stacks="python" and
+  // memray without --native: a tensor's site is its innermost Python frame either way
+  // (collector/analysis/frames.h), and the native part of such a stack is the caching allocator
+  // and the op dispatcher below that line, which cost three quarters of a block event's recording
+  // (docs/performance.md, ninth round). Block events without Python frames (the autograd engine's
+  // threads, C++ programs) and every driver event keep their native stack.
+  bool torch_native_stacks = false;
 };
 
-enum class SessionState : int { kIdle = 0, kStarting = 1, kRunning = 2, kOff = 3 };
+// States below kOff may record (tracing_possible()). kPaused: a running session whose hooks
+// record nothing for now, only ever set by cumemtrace_bench_pause_recording (a benchmark's
+// in-process A/B); everything else treats it as not running.
+enum class SessionState : int { kIdle = 0, kStarting = 1, kRunning = 2, kOff = 3, kPaused = 4 };
 
 // The process's one configuration and ring (defined in session.cpp; read inline per event).
 extern Config g_config;

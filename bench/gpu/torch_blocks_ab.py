@@ -16,6 +16,13 @@ Run under cumemtrace (the script refuses to run without the preload):
 --aa never pauses: the same comparison between blocks that differ in nothing, the noise floor.
 Prints the median ms per step of each kind of block and the median of the per-pair costs (each
 capturing block against the mean of the paused blocks on either side).
+
+--torch-history STACKS measures PyTorch's own recorder the same way, in a process without
+cumemtrace: torch.cuda.memory._record_memory_history(stacks=STACKS, context=...) turned on for
+the capturing blocks and off (enabled=None) for the others. STACKS is "all" (Python and C++
+frames, PyTorch's default) or "python"; --torch-context is "all" (PyTorch's default: a stack for
+every allocation and free) or "alloc" (allocations only, what cumemtrace records by default).
+Turning PyTorch's recorder off removes all of its cost, so its row is whole.
 """
 import argparse
 import ctypes
@@ -37,12 +44,29 @@ def main():
     ap.add_argument("--blocks", type=int, default=40, help="blocks of steps, half of them paused")
     ap.add_argument("--block-steps", type=int, default=10)
     ap.add_argument("--aa", action="store_true", help="never pause (the A/A control)")
+    ap.add_argument("--torch-history", choices=("all", "python"),
+                    help="measure PyTorch's _record_memory_history with these stacks instead")
+    ap.add_argument("--torch-context", choices=("all", "alloc"), default="all")
     args = ap.parse_args()
     try:
-        pause = ctypes.CDLL(None).cumemtrace_bench_pause_torch_blocks
+        ours = ctypes.CDLL(None).cumemtrace_bench_pause_torch_blocks
     except AttributeError:
+        ours = None
+    if args.torch_history:
+        if ours:
+            sys.exit("torch_blocks_ab.py: --torch-history runs without cumemtrace")
+        record = torch.cuda.memory._record_memory_history
+
+        def pause(paused):
+            if paused:
+                record(enabled=None)
+            else:
+                record(stacks=args.torch_history, context=args.torch_context)
+    elif ours:
+        ours.argtypes = [ctypes.c_int]
+        pause = ours
+    else:
         sys.exit("torch_blocks_ab.py: run it under `cumemtrace run` (no preload in this process)")
-    pause.argtypes = [ctypes.c_int]
     batch = args.batch or {"cnn": 256, "gpt": 16, "resnet18": 64}[args.model]
     step = make_step(args.model, batch)
     for i in range(8):  # every shape once, twice: the allocator's cache is warm
@@ -61,11 +85,14 @@ def main():
         ms = (time.perf_counter() - t0) * 1000 / args.block_steps
         times[capturing].append(ms)
         order.append((capturing, ms))
-    pause(0)
+    pause(1 if args.torch_history else 0)  # ours: capture on again for the rest of the run
     on, off = statistics.median(times[True]), statistics.median(times[False])
     pairs = [order[k][1] / ((order[k - 1][1] + order[k + 1][1]) / 2) - 1
              for k in range(1, len(order) - 1) if order[k][0]]
     label = "A/A (never paused)" if args.aa else "capturing vs paused"
+    if args.torch_history:
+        label = (f"PyTorch's history (stacks={args.torch_history}, context={args.torch_context}) "
+                 + ("A/A (always on)" if args.aa else "on vs off"))
     print(f"{args.model} batch {batch}, {args.blocks} blocks of {args.block_steps} steps, {label}: "
           f"{on:.3f} vs {off:.3f} ms/step, {100 * (on / off - 1):+.2f}%; per-pair median "
           f"{100 * statistics.median(pairs):+.2f}% (quartiles "

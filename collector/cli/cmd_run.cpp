@@ -56,6 +56,7 @@ struct RunArgs {
   double snapshot_every = 0;
   bool no_follow = false;
   bool free_stacks = false;
+  bool torch_native_stacks = false;
   bool quiet = false;
   bool allow_no_cuda = false;
   int error_exitcode = 1;
@@ -151,6 +152,7 @@ void prepend_python_path(const std::string& preload) {
     setenv("CUMEMTRACE_OUTPUT", std::filesystem::absolute(a.output, ec).c_str(), 1);
     setenv("CUMEMTRACE_STACK_DEPTH", std::to_string(a.stack_depth).c_str(), 1);
     if (a.free_stacks) setenv("CUMEMTRACE_FREE_STACKS", "1", 1);
+    if (a.torch_native_stacks) setenv("CUMEMTRACE_TORCH_NATIVE_STACKS", "1", 1);
     setenv("CUMEMTRACE_BUFFER_MB", std::to_string(a.buffer_mb).c_str(), 1);
     setenv("NVTX_INJECTION64_PATH", preload.c_str(), 0);
     prepend_python_path(preload);
@@ -317,6 +319,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--free-stacks", args->free_stacks,
                 "record a stack for every release too (frees, unmaps, PyTorch's free requests); "
                 "by default only allocations carry one");
+  sub->add_flag("--torch-native-stacks", args->torch_native_stacks,
+                "give PyTorch's block events native frames too where they have Python ones; by "
+                "default such a stack is the Python frames (PyTorch's stacks=\"python\")");
   sub->add_option("--buffer-mb", args->buffer_mb, "ring buffer size per process in MiB")
       ->check(between(1, 4096))
       ->capture_default_str();

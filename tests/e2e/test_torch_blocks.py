@@ -191,6 +191,44 @@ def test_debug_meter_counts_every_recorded_event(tmp_path):
     assert p.returncode == 0 and "recording took" not in p.stderr, p.stderr
 
 
+def test_block_stacks_are_python_frames_unless_native_asked_for(tmp_path):
+    # By default a block event on a thread with Python frames carries those frames alone, as
+    # PyTorch's stacks="python" does: the scenario's three Python frames, innermost first, and no
+    # frame of the caching allocator, ctypes or the interpreter below them.
+    want = [("__init__.py", "alloc"), ("torch_blocks.py", "basic"), ("torch_blocks.py", "<module>")]
+
+    def alloc_a_frames(snap):
+        e = [e for e in snap["device_traces"][0] if e.get("source") == "pytorch"][1]
+        assert (e["action"], e["size"]) == ("alloc", 1000)
+        return e["frames"]
+
+    def py_frames(frames):
+        return [(os.path.basename(f["filename"]), f["name"]) for f in frames
+                if f["filename"].endswith(".py")]
+
+    p, snaps = run(tmp_path, "basic")
+    assert p.returncode == 0, p.stderr
+    frames = alloc_a_frames(final(snaps))
+    assert [(os.path.basename(f["filename"]), f["name"]) for f in frames] == want
+    assert frames[1]["line"] == line_of("basic-a")
+    # --torch-native-stacks (CUMEMTRACE_TORCH_NATIVE_STACKS=1): the native frames from the
+    # allocator's trace callback up to the interpreter come first, then the same Python frames.
+    for where, opts, env in (("cli", ["--torch-native-stacks"], {}),
+                             ("env", [], {"CUMEMTRACE_TORCH_NATIVE_STACKS": "1"})):
+        p, snaps = run(tmp_path / where, "basic", *opts, **env)
+        assert p.returncode == 0, p.stderr
+        frames = alloc_a_frames(final(snaps))
+        first_py = next(i for i, f in enumerate(frames) if f["filename"].endswith(".py"))
+        native = frames[:first_py]
+        assert any(f["filename"].endswith("fake_c10_cuda.cpp") for f in native), frames
+        assert any(f["name"] == "_PyObject_MakeTpCall" for f in native), frames
+        assert py_frames(frames) == want
+    # A value other than 0 or 1 turns tracing off with one line, as for every switch.
+    p, snaps = run(tmp_path / "bad", "basic", CUMEMTRACE_TORCH_NATIVE_STACKS="yes")
+    assert p.returncode == 0 and snaps == {}, p.stderr
+    assert "invalid CUMEMTRACE_TORCH_NATIVE_STACKS (expected 0 or 1)" in p.stderr, p.stderr
+
+
 def test_expandable_segments_blocks(tmp_path):
     p, snaps = run(tmp_path, "expandable", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
     assert p.returncode == 0, p.stderr
