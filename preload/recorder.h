@@ -49,10 +49,10 @@ inline uint64_t u64(const void* p) noexcept {
   return reinterpret_cast<uint64_t>(p);
 }
 
-// False once tracing is known to be off (disabled, failed, or AT_SECURE): hooks may then skip
-// the work of preparing an event.
+// False once tracing is known to be off (disabled, failed, or AT_SECURE) or while a benchmark
+// has paused it: hooks may then skip the work of preparing an event. One compare (session.h).
 inline bool tracing_possible() noexcept {
-  return session_state() != SessionState::kOff;
+  return static_cast<int>(session_state()) < static_cast<int>(SessionState::kOff);
 }
 
 // Called in a forked child: the calling thread's cached id belongs to the parent.

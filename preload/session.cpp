@@ -24,6 +24,7 @@
 
 #include "cfi_unwinder.h"
 #include "event_clock.h"
+#include "export.h"
 #include "module_map.h"
 #include "pool_sampler.h"
 #include "python_stack.h"
@@ -563,3 +564,19 @@ bool ensure_session_slow() noexcept {
 }
 
 }  // namespace cumemtrace::preload
+
+// For bench/gpu/async_pool_pair.cu only: while `paused` is nonzero no hook records anything (the
+// hooks still run and call the driver), so one process can alternate blocks of calls recorded and
+// not recorded and compare them under the same host conditions; whole runs of the same program
+// differ by more than the cost being measured (docs/performance.md). A snapshot of such a run
+// misses those events: never for real use, hence not in include/cumemtrace.h. Returns 0 when the
+// session was running (or paused) and now is as asked, -1 otherwise (not started yet, or off).
+CUMEMTRACE_EXPORT int cumemtrace_bench_pause_recording(int paused) noexcept {
+  using cumemtrace::preload::g_session_state;
+  using cumemtrace::preload::SessionState;
+  const int from = static_cast<int>(paused ? SessionState::kRunning : SessionState::kPaused);
+  const int to = static_cast<int>(paused ? SessionState::kPaused : SessionState::kRunning);
+  int s = from;
+  if (g_session_state.compare_exchange_strong(s, to, std::memory_order_acq_rel)) return 0;
+  return s == to ? 0 : -1;
+}

@@ -406,3 +406,18 @@ def test_no_nvml_means_no_samples_and_no_noise(tmp_path, env):
     lines = [l for l in p.stderr.splitlines()
              if not l.startswith(("cumemtrace: writing snapshots to", "cumemtrace: see where"))]
     assert len(lines) == 2 and lines[0].startswith("cumemtrace: wrote ") and "exited with 0" in lines[1]
+
+
+def test_bench_pause_recording_drops_events_only_while_paused(tmp_path):
+    # bench/gpu/async_pool_pair.cu's in-process A/B switch: refused before tracing started, then
+    # the 2 MiB allocation and free made while paused are missing and the rest are there, in order.
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "pause_recording"])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["before tracing: -1", "pause: 0", "resume: 0"]
+    (snap,) = snaps.values()
+    got = [(e["action"], e["size"]) for e in snap["device_traces"][0]]
+    assert got == [("segment_alloc", MiB), ("alloc", MiB), ("segment_alloc", 3 * MiB),
+                   ("alloc", 3 * MiB), ("free_requested", MiB), ("free_completed", MiB),
+                   ("segment_free", MiB), ("free_requested", 3 * MiB),
+                   ("free_completed", 3 * MiB), ("segment_free", 3 * MiB)], got
+    assert snap["cumemtrace"]["devices"][0]["peak_bytes"] == 4 * MiB

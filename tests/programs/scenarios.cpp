@@ -8,6 +8,7 @@
 #include "cumemtrace.h"
 #include "wire_format.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -481,6 +482,29 @@ int scenario_spin(const Driver& d, int argc, char** argv) {
   return 0;
 }
 
+// pause_recording: bench/gpu/async_pool_pair.cu's switch. Asked before tracing started it
+// refuses (prints -1); then a 1 MiB allocation is recorded, a 2 MiB one and its free made while
+// paused are not, a 3 MiB one after resuming is, and both recorded ones are freed.
+int scenario_pause_recording(const Driver& d, int, char**) {
+  require("pause_recording", d.init, d.setDevice, d.memAlloc, d.memFree);
+  auto pause =
+      reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "cumemtrace_bench_pause_recording"));
+  if (!pause) {
+    std::fprintf(stderr, "ct: no cumemtrace_bench_pause_recording (not preloaded)\n");
+    return 3;
+  }
+  std::printf("before tracing: %d\n", pause(1));
+  const CUdeviceptr a = alloc_1mib_on_device0(d, "pause_recording");
+  std::printf("pause: %d\n", pause(1));
+  const CUdeviceptr b = alloc(d, 2 * kMiB, "alloc 2 MiB (paused)");
+  check(d.memFree(b), "free 2 MiB (paused)");
+  std::printf("resume: %d\n", pause(0));
+  const CUdeviceptr c = alloc(d, 3 * kMiB, "alloc 3 MiB");
+  check(d.memFree(a), "free 1 MiB");
+  check(d.memFree(c), "free 3 MiB");
+  return 0;
+}
+
 int scenario_marks(const Driver& d, int, char**) {
   require("marks", d.init, d.setDevice, d.memAlloc, d.memFree);
   check(d.init(), "init");
@@ -906,6 +930,7 @@ constexpr Scenario kScenarios[] = {
     {"segv", scenario_segv},
     {"exit", scenario_exit},
     {"spin", scenario_spin},
+    {"pause_recording", scenario_pause_recording},
     {"marks", scenario_marks},
     {"bytes", scenario_bytes},
     {"nvtx", scenario_nvtx},
