@@ -55,6 +55,8 @@ namespace cumemtrace::preload {
   X(cuStreamBeginCaptureToGraph_ptsz)  \
   X(cuStreamEndCapture)                \
   X(cuStreamEndCapture_ptsz)           \
+  X(cuStreamDestroy)                   \
+  X(cuStreamDestroy_v2)                \
   X(cuIpcOpenMemHandle_v2)             \
   X(cuIpcCloseMemHandle)               \
   X(cuArrayCreate_v2)                  \

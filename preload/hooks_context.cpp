@@ -16,6 +16,7 @@
 #include "hook_table.h"
 #include "real_driver.h"
 #include "recorder.h"
+#include "stream_devices.h"
 
 using cumemtrace::preload::EventArgs;
 using cumemtrace::preload::HookId;
@@ -60,6 +61,7 @@ CUMEMTRACE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   auto fn = pl::real_fn<CUresult (*)(CUdevice)>(HookId::k_cuDevicePrimaryCtxRelease_v2);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
+  pl::streams_changed();  // the last release destroys the context and its streams
   CUresult r = fn(dev);
   // A successful release of an active context that leaves it inactive was its last reference.
   if (g.outer && r == CUDA_SUCCESS && pl::tracing_possible() && pl::primary_ctx_active(dev) == 0) {
@@ -72,6 +74,7 @@ CUMEMTRACE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   auto fn = pl::real_fn<CUresult (*)(CUdevice)>(HookId::k_cuDevicePrimaryCtxReset_v2);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
+  pl::streams_changed();  // a reset destroys the context's streams
   const bool was_active = g.outer && pl::tracing_possible() && pl::primary_ctx_active(dev) == 1;
   CUresult r = fn(dev);
   if (was_active && r == CUDA_SUCCESS) {
@@ -115,6 +118,7 @@ CUMEMTRACE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   auto fn = pl::real_fn<CUresult (*)(CUcontext)>(HookId::k_cuCtxDestroy_v2);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   ReentryGuard g;
+  pl::streams_changed();  // a context's streams die with it
   CUresult r = fn(ctx);
   if (g.outer && r == CUDA_SUCCESS && ctx && pl::tracing_possible()) {
     context_event(Kind::kContextDestroyed, Api::kCtxDestroy, -1, ctx);

@@ -11,6 +11,7 @@
 #include "pool_sampler.h"
 #include "real_driver.h"
 #include "recorder.h"
+#include "stream_devices.h"
 
 using cumemtrace::preload::after_alloc;
 using cumemtrace::preload::EventArgs;
@@ -71,9 +72,10 @@ CUresult alloc_async(HookId id, Api api, uint8_t flags, CUdeviceptr* dptr, size_
                                   pl::current_device());
       return r;
     }
-    // The stream belongs to the current context, so its device is the current one: a cheap
-    // thread-local read in the driver, unlike a pointer-attribute query.
-    record_pool_alloc(r, api, 0, dptr ? *dptr : 0, size, u64(s), flags, pl::current_device);
+    // The allocation comes from the pool of the stream's device, remembered per thread
+    // (stream_devices.h): no driver call on a pool hit.
+    record_pool_alloc(r, api, 0, dptr ? *dptr : 0, size, u64(s), flags,
+                      [s] { return pl::async_stream_device(u64(s)); });
   }
   return r;
 }

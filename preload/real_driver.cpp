@@ -53,6 +53,7 @@ inline Fn lazy(std::atomic<void*>& slot, const char* name) noexcept {
 
 std::atomic<void*> g_ctx_get_device{nullptr};
 std::atomic<void*> g_pointer_get_attribute{nullptr};
+std::atomic<void*> g_stream_get_device{nullptr};
 std::atomic<void*> g_mem_get_info{nullptr};
 std::atomic<void*> g_handle_props{nullptr};
 std::atomic<void*> g_device_get{nullptr};
@@ -77,6 +78,13 @@ int current_device() noexcept {
   auto fn = lazy<CUresult (*)(CUdevice*)>(g_ctx_get_device, "cuCtxGetDevice");
   CUdevice d = -1;
   if (!fn || fn(&d) != CUDA_SUCCESS) return -1;
+  return d;
+}
+
+int stream_device(uint64_t stream) noexcept {
+  auto fn = lazy<CUresult (*)(CUstream, CUdevice*)>(g_stream_get_device, "cuStreamGetDevice");
+  CUdevice d = -1;
+  if (!fn || fn(reinterpret_cast<CUstream>(stream), &d) != CUDA_SUCCESS) return -1;
   return d;
 }
 

@@ -17,6 +17,7 @@ void* driver_symbol(const char* name) noexcept;
 
 int current_device() noexcept;                // cuCtxGetDevice, -1 on failure
 int pointer_device(uint64_t dptr) noexcept;   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, -1
+int stream_device(uint64_t stream) noexcept;  // cuStreamGetDevice (CUDA 12.8+), -1 without
 uint64_t device_free_bytes() noexcept;        // cuMemGetInfo_v2 free bytes, 0 on failure
 int handle_device(uint64_t handle) noexcept;  // a VMM handle's device location, -1 if none
 // The graph being captured into on `stream` (a CUgraph), 0 when the stream is not capturing or

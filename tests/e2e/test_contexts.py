@@ -127,3 +127,23 @@ def test_forked_child_has_no_context_of_its_own(tmp_path):
     assert [(c["device"], c["bytes"]) for c in parent["cumemtrace"]["contexts"]] == \
         [(0, 300 * MiB)]
     assert "contexts" not in child["cumemtrace"]
+
+
+def test_async_allocation_lands_on_its_streams_device(tmp_path):
+    # A stream-ordered allocation comes from the pool of its stream's device, not the current
+    # one's: the 1 MiB on device 1's stream is device 1's while device 0 is current. The stream's
+    # device is remembered per thread (preload/stream_devices.h); once that stream is destroyed
+    # its handle comes back for a stream of device 0, and the 2 MiB are device 0's.
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "async_stream_device"])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "same handle: 1\n"  # else the test would not test the forgetting
+    (snap,) = snaps.values()
+
+    def allocs(device):
+        return [(e["action"], e["size"]) for e in snap["device_traces"][device]
+                if e["action"] in ("segment_alloc", "segment_free")]
+
+    assert allocs(1) == [("segment_alloc", MiB), ("segment_free", MiB)]
+    assert allocs(0) == [("segment_alloc", 2 * MiB), ("segment_free", 2 * MiB)]
+    assert device_summary(snap, 1)["peak_bytes"] == MiB
+    assert device_summary(snap, 0)["peak_bytes"] == 2 * MiB

@@ -340,6 +340,7 @@ def test_preload_exports_only_its_hooks():
         "cuStreamBeginCapture", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2",
         "cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCaptureToGraph",
         "cuStreamBeginCaptureToGraph_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz",
+        "cuStreamDestroy", "cuStreamDestroy_v2",
         # IPC, arrays, external memory.
         "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuArrayCreate_v2", "cuArray3DCreate_v2",
         "cuMipmappedArrayCreate", "cuArrayDestroy", "cuMipmappedArrayDestroy",

@@ -1769,6 +1769,15 @@ FAKE_EXPORT CUresult cuStreamDestroy(CUstream hStream) {
   return fk::stream_destroy(hStream);
 }
 
+// CUDA 12.8: the device of a stream (the current context's for the default streams).
+FAKE_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice* device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  int d = -1;
+  CUresult r = fk::stream_device(hStream, &d);
+  if (r == CUDA_SUCCESS) *device = d;
+  return r;
+}
+
 FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
   return fk::stream_is_capturing(hStream, captureStatus);
 }

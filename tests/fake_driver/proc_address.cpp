@@ -64,6 +64,7 @@ const ProcEntry kTable[] = {
     {"cuPointerGetAttribute", 4000, addr(&::cuPointerGetAttribute), nullptr, 0, nullptr},
     {"cuStreamCreate", 2000, addr(&::cuStreamCreate), nullptr, 0, nullptr},
     {"cuStreamDestroy", 2000, addr(&::cuStreamDestroy), addr(&::cuStreamDestroy_v2), 4000, nullptr},
+    {"cuStreamGetDevice", 12080, addr(&::cuStreamGetDevice), nullptr, 0, nullptr},
     {"cuStreamIsCapturing", 10000, addr(&::cuStreamIsCapturing), nullptr, 0,
      addr(&::cuStreamIsCapturing_ptsz)},
     {"cuGetErrorName", 6000, addr(&::cuGetErrorName), nullptr, 0, nullptr},

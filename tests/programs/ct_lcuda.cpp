@@ -36,6 +36,7 @@ Driver table() {
   d.memAllocPitch = cuMemAllocPitch;
   d.memAllocManaged = cuMemAllocManaged;
   d.streamCreate = cuStreamCreate;
+  d.streamDestroy = cuStreamDestroy;
   d.memAllocAsync = cuMemAllocAsync;
   d.memFreeAsync = cuMemFreeAsync;
   d.memAllocAsyncPtsz = cuMemAllocAsync_ptsz;

@@ -16,6 +16,7 @@ struct DriverCalls {
   CUresult (*memAllocPitch)(CUdeviceptr*, size_t*, size_t, size_t, unsigned int);
   CUresult (*memAllocManaged)(CUdeviceptr*, size_t, unsigned int);
   CUresult (*streamCreate)(CUstream*, unsigned int);
+  CUresult (*streamDestroy)(CUstream);
   CUresult (*memAllocAsync)(CUdeviceptr*, size_t, CUstream);
   CUresult (*memFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*memAllocAsyncPtsz)(CUdeviceptr*, size_t, CUstream);

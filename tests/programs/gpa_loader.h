@@ -22,7 +22,6 @@ struct DriverEntryPoints : DriverCalls {
   CUresult (*ctxSetCurrent)(CUcontext);
   CUresult (*ctxGetCurrent)(CUcontext*);
   CUresult (*memGetInfo)(size_t*, size_t*);
-  CUresult (*streamDestroy)(CUstream);
   CUresult (*memAllocFromPoolAsync)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
   CUresult (*memAllocFromPoolAsyncPtsz)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
   CUresult (*memPoolCreate)(CUmemoryPool*, const CUmemPoolProps*);

@@ -505,6 +505,30 @@ int scenario_pause_recording(const Driver& d, int, char**) {
   return 0;
 }
 
+// async_stream_device: a stream's allocations land on the stream's device, whatever is current,
+// and a destroyed stream's handle may come back as another stream's on another device.
+// s1 = stream on device 1; device 0 current; a = cuMemAllocAsync(1 MiB, s1) (device 1); free a;
+// destroy s1; s2 = stream on device 0 (prints "same handle: 1" when it got s1's handle, as
+// malloc usually gives it); b = cuMemAllocAsync(2 MiB, s2) (device 0); free b. Exit 0.
+int scenario_async_stream_device(const Driver& d, int, char**) {
+  require("async_stream_device", d.init, d.setDevice, d.streamCreate, d.streamDestroy,
+          d.memAllocAsync, d.memFreeAsync);
+  check(d.init(), "init");
+  check(d.setDevice(1), "set device 1");
+  CUstream s1 = nullptr, s2 = nullptr;
+  check(d.streamCreate(&s1, 0), "stream on device 1");
+  check(d.setDevice(0), "set device 0");
+  CUdeviceptr a = 0, b = 0;
+  check(d.memAllocAsync(&a, kMiB, s1), "alloc 1 MiB on s1");
+  check(d.memFreeAsync(a, s1), "free a");
+  check(d.streamDestroy(s1), "destroy s1");
+  check(d.streamCreate(&s2, 0), "stream on device 0");
+  std::printf("same handle: %d\n", s2 == s1 ? 1 : 0);
+  check(d.memAllocAsync(&b, 2 * kMiB, s2), "alloc 2 MiB on s2");
+  check(d.memFreeAsync(b, s2), "free b");
+  return 0;
+}
+
 int scenario_marks(const Driver& d, int, char**) {
   require("marks", d.init, d.setDevice, d.memAlloc, d.memFree);
   check(d.init(), "init");
@@ -931,6 +955,7 @@ constexpr Scenario kScenarios[] = {
     {"exit", scenario_exit},
     {"spin", scenario_spin},
     {"pause_recording", scenario_pause_recording},
+    {"async_stream_device", scenario_async_stream_device},
     {"marks", scenario_marks},
     {"bytes", scenario_bytes},
     {"nvtx", scenario_nvtx},
