@@ -30,6 +30,7 @@
 #include "python_stack.h"
 #include "recorder.h"
 #include "recording_meter.h"
+#include "stream_devices.h"
 #include "wire/control_protocol.h"
 
 extern char** environ;
@@ -346,6 +347,7 @@ void on_process_exit(int status, void*) {
     return;
   if (config().debug) {
     print_fallbacks();
+    print_stream_device_stats();
     print_ring_waits();
     print_meter();
   }

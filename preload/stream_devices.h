@@ -21,4 +21,8 @@ int async_stream_device(uint64_t stream) noexcept;
 // Called before a stream, or a context with its streams, is destroyed.
 void streams_changed() noexcept;
 
+// CUMEMTRACE_DEBUG, at exit: how often a stream's device was asked and how many stream or context
+// ends made the remembered answers stale (one line; nothing when both are 0).
+void print_stream_device_stats() noexcept;
+
 }  // namespace cumemtrace::preload

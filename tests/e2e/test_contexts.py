@@ -134,8 +134,13 @@ def test_async_allocation_lands_on_its_streams_device(tmp_path):
     # one's: the 1 MiB on device 1's stream is device 1's while device 0 is current. The stream's
     # device is remembered per thread (preload/stream_devices.h); once that stream is destroyed
     # its handle comes back for a stream of device 0, and the 2 MiB are device 0's.
-    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "async_stream_device"])
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "async_stream_device"],
+                          CUMEMTRACE_DEBUG="1")
     assert p.returncode == 0, p.stderr
+    # Asked once per stream; the destruction of s1 made the remembered answer stale (the exit's
+    # own context ends come after this line).
+    assert "cumemtrace: stream devices: asked the driver 2 times; 1 stream or context ends " \
+        "forgot them" in p.stderr, p.stderr
     assert p.stdout == "same handle: 1\n"  # else the test would not test the forgetting
     (snap,) = snaps.values()
 
