@@ -17,6 +17,19 @@ std::string compact_bytes(uint64_t bytes) {
   return s.substr(0, end) + s.substr(space);
 }
 
+std::string plural(uint64_t n, std::string_view one) {
+  return fmt::format("{} {}{}", n, one, n == 1 ? "" : "s");
+}
+
+std::string live_count_text(const LiveCount& c) {
+  if (!c.pytorch) return plural(c.count, "allocation");
+  if (c.pytorch == c.count) return plural(c.count, "PyTorch tensor");
+  return fmt::format("{}: {} ({}) and {} ({})", plural(c.count, "allocation"),
+                     plural(c.pytorch, "PyTorch tensor"), compact_bytes(c.pytorch_bytes),
+                     plural(c.count - c.pytorch, "driver allocation"),
+                     compact_bytes(c.bytes - c.pytorch_bytes));
+}
+
 namespace {
 
 std::string signed_bytes(int64_t v) {

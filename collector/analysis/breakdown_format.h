@@ -10,12 +10,22 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "analysis/model.h"
 
 namespace cumemtrace::analysis {
 
 std::string compact_bytes(uint64_t bytes);
+
+// "1 allocation", "3 allocations".
+std::string plural(uint64_t n, std::string_view one);
+
+// What a live count is made of, for report, the summary line and the HTML page alike:
+// "13 allocations", "11 PyTorch tensors" (all PyTorch's), or "13 allocations: 11 PyTorch tensors
+// (65 MiB) and 2 driver allocations (128 MiB)": a PyTorch run's live set mixes the caching
+// allocator's tensors with other libraries' memory, and its segments are counted elsewhere.
+std::string live_count_text(const LiveCount& c);
 
 // The PyTorch part; empty when the breakdown has no PyTorch data.
 std::string pytorch_layers_text(const Breakdown& b);

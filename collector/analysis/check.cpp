@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
 #include "analysis/github.h"
 #include "analysis/grouping.h"
@@ -24,10 +25,6 @@ namespace cumemtrace::analysis {
 using snap::format_bytes;
 
 namespace {
-
-std::string plural(uint64_t n, std::string_view one) {
-  return fmt::format("{} {}{}", n, one, n == 1 ? "" : "s");
-}
 
 StackNote note_for(const SiteTable& sites, int32_t stack, bool before_trace, std::string title,
                    size_t frames) {

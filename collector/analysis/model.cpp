@@ -207,6 +207,19 @@ std::vector<Allocation> live_at_exit(const snap::Snapshot& s) {
   return out;
 }
 
+LiveCount count_live(const std::vector<Allocation>& live) {
+  LiveCount c;
+  for (const auto& a : live) {
+    ++c.count;
+    c.bytes += a.size;
+    if (a.pytorch) {
+      ++c.pytorch;
+      c.pytorch_bytes += a.size;
+    }
+  }
+  return c;
+}
+
 int64_t time_origin(const snap::Snapshot& s) {
   if (s.tool && s.tool->start_time_us > 0) return s.tool->start_time_us;
   int64_t t = std::numeric_limits<int64_t>::max();

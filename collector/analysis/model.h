@@ -68,6 +68,16 @@ struct Allocation {
 
 std::vector<Allocation> live_at_exit(const snap::Snapshot& s);
 
+// Live allocations counted by kind: PyTorch's tensors (Allocation::pytorch: the caching
+// allocator's active blocks) and the rest (driver allocations of the program and its libraries).
+struct LiveCount {
+  uint64_t count = 0;
+  uint64_t bytes = 0;
+  uint64_t pytorch = 0;
+  uint64_t pytorch_bytes = 0;
+};
+LiveCount count_live(const std::vector<Allocation>& live);
+
 // Times are shown relative to this: the traced program's start (cumemtrace), else the earliest
 // trace entry.
 int64_t time_origin(const snap::Snapshot& s);

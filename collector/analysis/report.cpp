@@ -15,10 +15,6 @@ using snap::format_bytes;
 
 namespace {
 
-std::string plural(uint64_t n, std::string_view one) {
-  return fmt::format("{} {}{}", n, one, n == 1 ? "" : "s");
-}
-
 nlohmann::json frames_json(const SiteTable& sites, int32_t stack, size_t max) {
   nlohmann::json a = nlohmann::json::array();
   for (const snap::Frame* f : sites.program_frames(stack, max)) {
@@ -165,8 +161,9 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
     dr.timeline = tl;
     dr.at_peak = by_site(replay.live_after(tl.peak_index), sites);
     dr.live_at_exit = by_stack(live_d);
-    dr.live_at_exit_bytes = total_bytes(live_d);
-    dr.live_at_exit_count = live_d.size();
+    dr.live_at_exit_kinds = count_live(live_d);
+    dr.live_at_exit_bytes = dr.live_at_exit_kinds.bytes;
+    dr.live_at_exit_count = dr.live_at_exit_kinds.count;
     dr.layers = replay.breakdowns(sites);
     dr.contexts = replay.contexts();
     if (r.range) dr.range = evaluate_range(replay, *r.range);
@@ -244,7 +241,7 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
       out << fmt::format("  tensor allocations (PyTorch's requests): {}\n", tl.requests);
     }
     out << fmt::format("  live at exit: {} in {}\n", format_bytes(d.live_at_exit_bytes),
-                       plural(d.live_at_exit_count, "allocation"));
+                       live_count_text(d.live_at_exit_kinds));
     print_layers(out, d, r.time_origin_us);
     if (d.range) print_range(out, *r.range, *d.range, sites, r.time_origin_us, o);
     out << "  live at the peak, by allocation site:\n";
@@ -336,6 +333,8 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
                {"requests", tl.requests},
                {"live_at_exit_bytes", d.live_at_exit_bytes},
                {"live_at_exit_count", d.live_at_exit_count},
+               {"live_at_exit_tensors", d.live_at_exit_kinds.pytorch},
+               {"live_at_exit_tensor_bytes", d.live_at_exit_kinds.pytorch_bytes},
                {"at_peak", sites_json(d.at_peak, sites, o.top, o.frames)}};
     if (tl.has_reserved) {
       jd["reserved_peak_bytes"] = tl.reserved_peak_bytes;

@@ -29,6 +29,7 @@ struct DeviceReport {
   std::vector<StackGroup> live_at_exit;  // by stack
   uint64_t live_at_exit_bytes = 0;
   uint64_t live_at_exit_count = 0;
+  LiveCount live_at_exit_kinds;               // the same, PyTorch's tensors apart
   std::vector<Breakdown> layers;              // at the peak, at each OOM, at exit (model.h)
   std::vector<snap::ContextMemory> contexts;  // CUDA contexts measured at creation
   std::optional<RangeResult> range;           // with --range

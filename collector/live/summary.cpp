@@ -54,12 +54,10 @@ std::string summarize(const snap::Snapshot& s) {
       if (!part.empty()) layers += fmt::format("; device {} at exit: {}", d, part);
     }
   }
-  const size_t live_allocs = held.size();
   std::string out = fmt::format(
-      "cumemtrace: {} (pid {}) {}: {} events, {} dropped; peak {}; live at exit {} in {} "
-      "allocation{}{}",
-      exe, t.pid, ended, t.events_total, t.events_dropped, peaks.empty() ? "none" : peaks,
-      snap::format_bytes(live_total), live_allocs, live_allocs == 1 ? "" : "s",
+      "cumemtrace: {} (pid {}) {}: {} events, {} dropped; peak {}; live at exit {} in {}{}", exe,
+      t.pid, ended, t.events_total, t.events_dropped, peaks.empty() ? "none" : peaks,
+      snap::format_bytes(live_total), analysis::live_count_text(analysis::count_live(held)),
       live.empty() ? "" : " (" + live + ")");
   out += layers;
   if (!t.vmm_handles.empty()) out += fmt::format("; {} VMM handles held", t.vmm_handles.size());

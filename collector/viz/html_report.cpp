@@ -20,11 +20,8 @@ json table_json(const LiveTable& t) {
     groups.push_back(
         {{"site", g.site}, {"bytes", g.bytes}, {"count", g.count}, {"stacks", stacks}});
   }
-  return {{"bytes", t.bytes},
-          {"count", t.count},
-          {"groups", groups},
-          {"rest_bytes", t.rest_bytes},
-          {"rest_groups", t.rest_groups}};
+  return {{"bytes", t.bytes}, {"count", t.count},           {"count_text", t.count_text},
+          {"groups", groups}, {"rest_bytes", t.rest_bytes}, {"rest_groups", t.rest_groups}};
 }
 
 json layers_json(const std::vector<analysis::Breakdown>& layers) {

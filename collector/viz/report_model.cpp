@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
 
 namespace cumemtrace::viz {
@@ -291,6 +292,11 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   for (const auto& a : held)
     if (a.device == device) held_here.push_back(a);
   d.at_exit = make_table(held_here, sites, opt);
+  d.at_exit.count_text = analysis::live_count_text(analysis::count_live(held_here));
+  // The peak's live set is the device's memory: PyTorch's segments (where its tensors are apart)
+  // and every other driver allocation, the units of the driver allocations card.
+  d.at_peak.count_text =
+      analysis::plural(d.at_peak.count, d.tensors_apart ? "driver allocation" : "allocation");
   add_marks(d, s, devices, opt);
   return d;
 }

@@ -64,6 +64,9 @@ struct SiteGroup {
 struct LiveTable {
   uint64_t bytes = 0;
   uint64_t count = 0;
+  // What the count counts, in `report`'s words: at exit analysis::live_count_text; at the peak
+  // driver allocations (segments included) where PyTorch's tensors are apart, else allocations.
+  std::string count_text;
   std::vector<SiteGroup> groups;
   uint64_t rest_bytes = 0;  // in groups past max_groups
   uint64_t rest_groups = 0;

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/breakdown_format.h"
 #include "analysis/check.h"
 #include "analysis/diff.h"
 #include "analysis/frames.h"
@@ -492,4 +493,22 @@ TEST_CASE("github annotations use paths relative to $GITHUB_WORKSPACE", "[check]
   std::ostringstream plain;
   write_github(r, plain);
   CHECK(plain.str().rfind("::error file=/home/runner/work/app/app/src/leaky.cpp,line=7,", 0) == 0);
+}
+
+TEST_CASE("a live count says what it is made of: tensors, driver allocations, or both",
+          "[report]") {
+  std::vector<Allocation> live;
+  CHECK(live_count_text(count_live(live)) == "0 allocations");
+  live.push_back({0, 0x1000, 3 * MiB, snap::kNoStack, false, false, 0, false});
+  CHECK(live_count_text(count_live(live)) == "1 allocation");
+  live.clear();
+  live.push_back({0, 0x1000, 48 * MiB, snap::kNoStack, false, true, 0, false});
+  CHECK(live_count_text(count_live(live)) == "1 PyTorch tensor");
+  live.push_back({0, 0x4000000, 17 * MiB, snap::kNoStack, false, true, 0, false});
+  live.push_back({0, 0x9000000, 64 * MiB + 512 * 1024, snap::kNoStack, false, false, 0, false});
+  const LiveCount c = count_live(live);
+  CHECK((c.count == 3 && c.pytorch == 2 && c.pytorch_bytes == 65 * MiB &&
+         c.bytes == 129 * MiB + 512 * 1024));
+  CHECK(live_count_text(c) ==
+        "3 allocations: 2 PyTorch tensors (65 MiB) and 1 driver allocation (64.5 MiB)");
 }

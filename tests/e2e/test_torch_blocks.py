@@ -144,9 +144,17 @@ def test_report_counts_segments_and_tensors_apart(tmp_path):
     assert (dev["allocations"], dev["frees"], dev["requests"]) == (3, 1, 5)
     text = subprocess.run([CT, "report", path], capture_output=True, text=True, timeout=60).stdout
     assert "  allocations: 3, frees: 1\n  tensor allocations (PyTorch's requests): 5\n" in text
+    # What is live at exit is tensors (c and d: 5 MiB + 100 and 11 MiB, in their 5 MiB + 512 and
+    # 12 MiB - 512 blocks), not segments: said so in the report, the summary line and the page.
+    assert "  live at exit: 17.0 MiB in 2 PyTorch tensors\n" in text
+    assert "live at exit 17.0 MiB in 2 PyTorch tensors (device 0 17.0 MiB)" in p.stderr
+    assert (dev["live_at_exit_count"], dev["live_at_exit_tensors"],
+            dev["live_at_exit_tensor_bytes"], dev["live_at_exit_bytes"]) == (2, 2, 17 * MiB,
+                                                                             17 * MiB)
     page = tmp_path / "r.html"
     subprocess.run([CT, "html", "-o", str(page), path], check=True, capture_output=True, timeout=60)
     assert '"requests":5' in page.read_text()
+    assert '"count_text":"2 PyTorch tensors"' in page.read_text()
 
 
 def test_bench_pause_drops_block_events_only_while_paused(tmp_path):

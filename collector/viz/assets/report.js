@@ -52,6 +52,11 @@
     if (last >= 1e3) return '+' + (us / 1e3).toFixed(digits(1e3)) + ' ms';
     return '+' + Math.round(us) + ' \u00b5s';
   }
+  // What a live table's count is made of, in the engine's words (report_model.h).
+  function countText(t) {
+    return t.count_text || plural(t.count, 'allocation');
+  }
+
   function plural(n, word) {
     return n.toLocaleString('en') + ' ' + word + (n === 1 ? '' : 's');
   }
@@ -92,7 +97,7 @@
     const cards = el('div', { class: 'cards' });
     for (const d of data.devices) {
       cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' peak' }), el('b', { text: fmtBytes(d.peak.bytes) }), el('span', { text: 'at ' + fmtX(d, d.peak.x) })));
-      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' live at exit' }), el('b', { text: fmtBytes(d.at_exit.bytes) }), el('span', { text: plural(d.at_exit.count, 'block') })));
+      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' live at exit' }), el('b', { text: fmtBytes(d.at_exit.bytes) }), el('span', { text: countText(d.at_exit) })));
       // With PyTorch's blocks the timeline's units are segments (PyTorch's and other libraries'
       // memory): the card says so and names the tensors too, the histogram's count.
       const segments = d.tensors_apart;
@@ -302,7 +307,7 @@
   // ---------- live tables ----------
   function liveTable(dev, t, title, what) {
     const box = el('div');
-    box.append(el('h3', { text: title + ': ' + fmtBytes(t.bytes) + ' in ' + plural(t.count, 'block') }));
+    box.append(el('h3', { text: title + ': ' + fmtBytes(t.bytes) + ' in ' + countText(t) }));
     if (!t.groups.length) { box.append(el('div', { class: 'empty', text: 'nothing live' })); return box; }
     const table = el('table', { class: 'live', 'data-table': what, 'data-device': dev.device });
     table.append(el('thead', {}, el('tr', {}, el('th', { text: 'allocation site' }), el('th', { text: 'bytes' }), el('th', { text: 'share' }), el('th', { text: 'blocks' }))));
