@@ -495,8 +495,11 @@ TEST_CASE("call sites taken in turn are each replayed from their own last walk",
   // Frames a walk met without replaying them: the unwinder's own first frame, and the one where
   // this chain parts from the last walk (another site's), where the index finds this site's.
   // The index is direct-mapped, and which frames share an entry depends on the addresses ASLR
-  // gave this run, so now and then a walk meets one more (1 run in 40 before the recorder's own
-  // frames were replayed too): allowed for 1 walk in 20, and 1 frame in 20 walks overall.
+  // gave this run, so now and then a walk meets one more. Such a collision belongs to a call site
+  // and repeats in every round: about 1 run in 100 has one site that meets 3 frames in all 19
+  // rounds (19 of 228 walks; a clean clone's CI run failed on that when 1 walk in 20 was allowed).
+  // Allowed: 1 walk in 4 (three such sites), and 1 frame in 20 walks overall. With the index off
+  // every walk meets more than 2 (228 of 228).
   uint64_t walks = 0, walked = 0, longer = 0;
   for (int round = 0; round < 20; ++round) {
     for (int i = 0; i < kSites; ++i) {
@@ -518,7 +521,7 @@ TEST_CASE("call sites taken in turn are each replayed from their own last walk",
     }
   }
   INFO(walked << " frames walked in " << walks << " walks, " << longer << " walks met more than 2");
-  CHECK(longer * 20 <= walks);
+  CHECK(longer * 4 <= walks);
   CHECK(walked * 20 <= walks * (2 * 20 + 1));
 }
 
