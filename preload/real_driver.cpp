@@ -82,9 +82,17 @@ int current_device() noexcept {
 }
 
 int stream_device(uint64_t stream) noexcept {
+  // A driver before 12.8 has no cuStreamGetDevice: known after one lookup, not one per call
+  // (lazy() looks a missing symbol up again every time).
+  static std::atomic<bool> missing{false};
+  if (missing.load(std::memory_order_relaxed)) return -1;
   auto fn = lazy<CUresult (*)(CUstream, CUdevice*)>(g_stream_get_device, "cuStreamGetDevice");
+  if (!fn) {
+    missing.store(true, std::memory_order_relaxed);
+    return -1;
+  }
   CUdevice d = -1;
-  if (!fn || fn(reinterpret_cast<CUstream>(stream), &d) != CUDA_SUCCESS) return -1;
+  if (fn(reinterpret_cast<CUstream>(stream), &d) != CUDA_SUCCESS) return -1;
   return d;
 }
 
