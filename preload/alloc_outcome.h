@@ -2,7 +2,8 @@
 // hook file that allocates: `ok_kind` with the address and device on success (`device` is asked
 // only then, while the allocating context is current), kOom with the current device's free bytes
 // on CUDA_ERROR_OUT_OF_MEMORY, kAllocFailed for any other error. Called after the real call,
-// inside the hook's ReentryGuard.
+// inside the hook's ReentryGuard. `time`: the success event's time when the hook has read it
+// (record_at), else 0.
 #pragma once
 
 #include <cuda.h>
@@ -16,7 +17,7 @@ namespace cumemtrace::preload {
 
 template <typename DeviceFn>
 void after_alloc(CUresult r, wire::Api api, wire::Kind ok_kind, uint64_t addr, uint64_t size,
-                 uint64_t stream, uint8_t flags, DeviceFn device) noexcept {
+                 uint64_t stream, uint8_t flags, DeviceFn device, uint64_t time = 0) noexcept {
   EventArgs a{ok_kind, api, static_cast<int32_t>(r)};
   a.size = size;
   a.stream = stream;
@@ -24,6 +25,10 @@ void after_alloc(CUresult r, wire::Api api, wire::Kind ok_kind, uint64_t addr, u
   if (r == CUDA_SUCCESS) {
     a.addr = addr;
     a.device = device();
+    if (time) {
+      record_at(a, time);
+      return;
+    }
   } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     a.kind = wire::Kind::kOom;
     a.device = current_device();

@@ -23,6 +23,23 @@ thread_local uint64_t t_misses __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_fallbacks __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_memo_hits __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_replayed __attribute__((tls_model("initial-exec"))) = 0;
+// set_stop_function(): the code of the function whose frame ends a walk, as its start and its
+// length (0: none). The length is written last and read first.
+std::atomic<uint64_t> g_stop_fn_lo{0};
+std::atomic<uint64_t> g_stop_fn_len{0};
+
+struct StopFunction {
+  uint64_t lo = 0, len = 0;  // none
+  static StopFunction current() noexcept {
+    StopFunction s;
+    s.len = g_stop_fn_len.load(std::memory_order_acquire);
+    if (s.len) s.lo = g_stop_fn_lo.load(std::memory_order_relaxed);
+    return s;
+  }
+  // A return address lies after its call instruction: (lo, lo + len].
+  bool holds(uint64_t pc) const noexcept { return pc - lo - 1 < len; }
+};
+
 // Process-wide, touched only on a fallback (which costs microseconds anyway).
 std::atomic<uint64_t> g_fallback_stacks{0};
 std::atomic<uint64_t> g_fallback_pcs[4];
@@ -191,6 +208,7 @@ struct Walk {
   uint64_t lo, hi;
   uint64_t stop_at;  // 0: none
   bool skipping;
+  StopFunction stop_fn;
 };
 
 _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
@@ -205,7 +223,7 @@ _Unwind_Reason_Code on_frame(_Unwind_Context* ctx, void* arg) {
   // spanned up to it, so it held stop_at (as in unwind_fast).
   if (w->stop_at && w->stop_at < _Unwind_GetCFA(ctx)) return _URC_END_OF_STACK;
   w->out[w->n++] = ip;
-  return w->n >= w->max ? _URC_END_OF_STACK : _URC_NO_REASON;
+  return w->n >= w->max || w->stop_fn.holds(ip) ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
 }  // namespace
@@ -415,11 +433,14 @@ unsigned same_run(const MemoWalk& w, unsigned j, uint64_t& fp, uint64_t floor, u
   return k;
 }
 
-__attribute__((noinline)) int unwind_fast_from(const WalkStart& start, uint64_t* out,
-                                               unsigned max_depth, uint64_t skip_lo,
-                                               uint64_t skip_hi, FirstSeen* first_seen,
-                                               uint64_t stop_at) noexcept {
+// unwind_fast_from's walk, compiled without the stop function's check per frame where none is
+// set (kStopFn false): a replayed frame costs a few instructions, and the check would add three.
+template <bool kStopFn>
+__attribute__((noinline)) int walk_fast(const WalkStart& start, uint64_t* out, unsigned max_depth,
+                                        uint64_t skip_lo, uint64_t skip_hi, FirstSeen* first_seen,
+                                        uint64_t stop_at) noexcept {
   if (max_depth == 0) return 0;
+  const StopFunction stop_fn = kStopFn ? StopFunction::current() : StopFunction{};
   uint64_t pc = start.pc, sp = start.sp, fp = start.fp;
   const uint64_t top = stack_top(sp);
   if (top < sp + 16) {
@@ -439,7 +460,8 @@ __attribute__((noinline)) int unwind_fast_from(const WalkStart& start, uint64_t*
     if (!skipping || pc < skip_lo || pc >= skip_hi) {
       skipping = false;
       out[n++] = pc;
-      if (n >= max_depth) {
+      // The last frame's rule is never looked up: it may be in a module not yet announced.
+      if (n >= max_depth || (kStopFn && stop_fn.holds(pc))) {
         if (first_seen) first_seen->add(pc);
         break;
       }
@@ -468,7 +490,7 @@ __attribute__((noinline)) int unwind_fast_from(const WalkStart& start, uint64_t*
           if (!skipping || pc_i < skip_lo || pc_i >= skip_hi) {
             skipping = false;
             out[n++] = pc_i;
-            if (n >= max_depth) {
+            if (n >= max_depth || (kStopFn && stop_fn.holds(pc_i))) {
               if (first_seen) first_seen->add(pc_i);
               done = true;
               break;
@@ -522,6 +544,13 @@ __attribute__((noinline)) int unwind_fast_from(const WalkStart& start, uint64_t*
   return static_cast<int>(n);
 }
 
+int unwind_fast_from(const WalkStart& start, uint64_t* out, unsigned max_depth, uint64_t skip_lo,
+                     uint64_t skip_hi, FirstSeen* first_seen, uint64_t stop_at) noexcept {
+  return g_stop_fn_len.load(std::memory_order_relaxed)
+             ? walk_fast<true>(start, out, max_depth, skip_lo, skip_hi, first_seen, stop_at)
+             : walk_fast<false>(start, out, max_depth, skip_lo, skip_hi, first_seen, stop_at);
+}
+
 // Its own frame stays below the walk's start: `here` is passed by address, so no tail call.
 __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
                                           uint64_t skip_hi, FirstSeen* first_seen,
@@ -539,9 +568,16 @@ __attribute__((noinline)) int unwind_slow(uint64_t* out, unsigned max_depth, uin
     const auto sp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
     if (stop_at <= sp || stop_at >= stack_top(sp)) stop_at = 0;
   }
-  Walk w{out, max_depth, 0, skip_lo, skip_hi, stop_at, true};
+  Walk w{out, max_depth, 0, skip_lo, skip_hi, stop_at, true, StopFunction::current()};
   _Unwind_Backtrace(on_frame, &w);
   return static_cast<int>(w.n);
+}
+
+void set_stop_function(uint64_t lo, uint64_t hi) noexcept {
+  g_stop_fn_len.store(0, std::memory_order_release);
+  if (hi <= lo) return;
+  g_stop_fn_lo.store(lo, std::memory_order_relaxed);
+  g_stop_fn_len.store(hi - lo, std::memory_order_release);
 }
 
 void memo_after_fork() noexcept {

@@ -36,10 +36,10 @@ namespace cumemtrace::preload::cfi {
 inline constexpr int kFallback = -1;
 
 // The frames of a walk that the walker met for the first time (their rule was not cached), plus
-// the last frame when the walk stopped at max_depth (its rule was never looked up): the only
-// frames that can lie in a module loaded since the module map was last sent (module_map.h), so
-// the only ones the recorder checks against it. `all`: check every frame (more than fit, or the
-// stack came from unwind_slow, which caches nothing).
+// the last frame when the walk stopped at max_depth or at the stop function (its rule was never
+// looked up): the only frames that can lie in a module loaded since the module map was last sent
+// (module_map.h), so the only ones the recorder checks against it. `all`: check every frame (more
+// than fit, or the stack came from unwind_slow, which caches nothing).
 struct FirstSeen {
   static constexpr unsigned kMax = 16;
   uint64_t pcs[kMax];
@@ -74,6 +74,14 @@ __attribute__((always_inline)) inline WalkStart walk_start_here() noexcept {
       : "=r"(s.pc), "=r"(s.sp), "=r"(s.fp));
   return s;
 }
+
+// A function whose frame ends every walk of both unwinders, that frame kept: for threads that run
+// no Python, the loop that hands them their work (PyTorch's autograd engine thread:
+// Engine::evaluate_function), as `stop_at` ends a Python thread's walk at CPython's evaluation
+// loop. Above it every stack of the thread is the same few frames (thread_main, the thread's
+// start, libc), which a walk would only pay for. [lo, hi): the function's code; lo == hi: none.
+// Process-wide, for walks that start after the call.
+void set_stop_function(uint64_t lo, uint64_t hi) noexcept;
 
 int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
                 FirstSeen* first_seen = nullptr, uint64_t stop_at = 0) noexcept;

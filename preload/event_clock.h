@@ -24,7 +24,8 @@ namespace cumemtrace::preload {
 extern bool g_event_clock_tsc;
 
 // Reads the clocksource once and fixes the clock of this process's events; returns what
-// RingHeader::time_source must say. `start_tsc` gets the TSC when the answer is kTimeTsc.
+// RingHeader::time_source must say. `start_tsc` gets the TSC when the answer is kTimeTsc. Also
+// the start of event_units()'s measure of the TSC's rate.
 wire::TimeSource choose_event_clock(uint64_t& start_tsc) noexcept;
 
 // clock_gettime(id) in ns: the one conversion the preload's clocks share.
@@ -32,6 +33,13 @@ uint64_t clock_ns(clockid_t id) noexcept;
 inline uint64_t monotonic_ns() noexcept {
   return clock_ns(CLOCK_MONOTONIC);
 }
+
+// `ns` nanoseconds in event_time() units. With the TSC its rate is measured once against
+// CLOCK_MONOTONIC, at the first call 1 ms or more after choose_event_clock(); an earlier call
+// assumes 4 ticks a nanosecond. For intervals between things that happen anyway (the pool
+// sampler's), so that a hook can compare the time its event reads instead of reading a clock of
+// its own.
+uint64_t event_units(uint64_t ns) noexcept;
 
 inline uint64_t event_time() noexcept {
 #if defined(__x86_64__)

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include "alloc_outcome.h"
+#include "event_clock.h"
 #include "export.h"
 #include "graph_capture.h"
 #include "hook_table.h"
@@ -34,11 +35,16 @@ void record_pool_alloc(CUresult r, Api api, uint64_t pool, uint64_t addr, uint64
                        uint64_t stream, uint8_t flags, DeviceFn device) noexcept {
   if (r == CUDA_SUCCESS) {
     const int dev = device();
-    pl::after_pool_alloc(dev, pool, false);
-    after_alloc(r, api, Kind::kAlloc, addr, size, stream, flags, [dev] { return dev; });
+    // One clock read serves the sampler's interval and the event (pool_sampler.h).
+    uint64_t now = pl::event_time();
+    if (pl::after_pool_alloc(dev, pool, false, now)) now = pl::event_time();
+    after_alloc(
+        r, api, Kind::kAlloc, addr, size, stream, flags, [dev] { return dev; }, now);
     return;
   }
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) pl::after_pool_alloc(pl::current_device(), pool, true);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    pl::after_pool_alloc(pl::current_device(), pool, true, pl::event_time());
+  }
   after_alloc(r, api, Kind::kAlloc, addr, size, stream, flags, device);
 }
 

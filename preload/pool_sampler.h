@@ -3,20 +3,22 @@
 // many of them are in use, recorded as kPoolUsage events among the allocations so that a view can
 // say "reserved = allocated + cached free" for pools as it does for PyTorch's caching allocator.
 // Off the hot path: after a successful pool allocation at most once per interval per device (the
-// cost otherwise is one coarse clock read), before an out-of-memory result is recorded (so the
-// OOM snapshot has the pool's state), and at exit once per device whose current pool was used
-// (pools the program created may be destroyed by then). A pool's reserved memory grows
-// only inside an allocation call; a trim between two samples shows in the next one.
-// noexcept, no heap, no locks (per-device atomics); the driver calls need no current context.
+// cost otherwise is one compare of the time the allocation's own event reads), before an
+// out-of-memory result is recorded (so the OOM snapshot has the pool's state), and at exit once per
+// device whose current pool was used (pools the program created may be destroyed by then). A pool's
+// reserved memory grows only inside an allocation call; a trim between two samples shows in the
+// next one. noexcept, no heap, no locks (per-device atomics); the driver calls need no current
+// context.
 #pragma once
 
 #include <cstdint>
 
 namespace cumemtrace::preload {
 
-// After a pool allocation on CUDA ordinal `device` (pool 0: the device's current pool). `force`
-// samples regardless of the interval.
-void after_pool_alloc(int device, uint64_t pool, bool force) noexcept;
+// After a pool allocation on CUDA ordinal `device` (pool 0: the device's current pool), at `now`
+// (event_time()). `force` samples regardless of the interval. True when a sample was recorded:
+// the allocation's own event then reads its time anew, so that it follows the sample's.
+bool after_pool_alloc(int device, uint64_t pool, bool force, uint64_t now) noexcept;
 // At exit: one last sample of the current pool of every device allocated from it.
 void sample_pools_at_exit() noexcept;
 // In a forked child: the parent's pools are not the child's.

@@ -129,8 +129,10 @@ struct Laps {
   }
 };
 
+// `time`: the event's time when the hook read it (record_at), else 0.
 template <bool kTimed>
 __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::WalkStart* start,
+                                                 uint64_t time,
                                                  StackPhases* phases = nullptr) noexcept {
   Laps<kTimed> laps;
   laps.lap(0);
@@ -168,7 +170,7 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::
   const uint32_t tid = current_tid();
   announce_device(a.device, tid);
   wire::EventPayload ev;
-  write_event(ev, a, tid, event_time(), n, npy);
+  write_event(ev, a, tid, time ? time : event_time(), n, npy);
   uint64_t ticket = 0;
   const bool ok =
       ring().publish(ev, frames, (n + 2 * npy) * static_cast<uint32_t>(sizeof(uint64_t)), &ticket);
@@ -185,11 +187,11 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::
 }
 
 // Stacks off: the hot path, one slot written in place and no frame buffer. The time is read
-// just before the ticket is taken.
-inline void record_without_stack(const EventArgs& a) noexcept {
+// just before the ticket is taken, unless the hook read it (record_at: `time` nonzero).
+inline void record_without_stack(const EventArgs& a, uint64_t time) noexcept {
   const uint32_t tid = current_tid();
   announce_device(a.device, tid);
-  const uint64_t now = event_time();
+  const uint64_t now = time ? time : event_time();
   uint64_t ticket = 0;
   wire::EventPayload* ev = ring().reserve_one(ticket);
   if (!ev) return;
@@ -230,19 +232,19 @@ inline bool takes_stack(const EventArgs& a) noexcept {
          (config().free_stacks || !releases_memory(a));
 }
 
-inline void record_now(const EventArgs& a, const cfi::WalkStart* start) noexcept {
+inline void record_now(const EventArgs& a, const cfi::WalkStart* start, uint64_t time) noexcept {
   if (takes_stack(a)) {
-    record_with_stack<false>(a, start);
+    record_with_stack<false>(a, start, time);
   } else {
-    record_without_stack(a);
+    record_without_stack(a, time);
   }
 }
 
 // CUMEMTRACE_DEBUG: the same, timed (recording_meter.h).
-__attribute__((noinline)) void record_metered(const EventArgs& a,
-                                              const cfi::WalkStart* walk_start) noexcept {
+__attribute__((noinline)) void record_metered(const EventArgs& a, const cfi::WalkStart* walk_start,
+                                              uint64_t time) noexcept {
   if (waits_for_collector(a) || a.kind == wire::Kind::kExit) {
-    record_now(a, walk_start);  // waits for the collector, or is the last record
+    record_now(a, walk_start, time);  // waits for the collector, or is the last record
     return;
   }
   const MeterClass cls =
@@ -250,32 +252,46 @@ __attribute__((noinline)) void record_metered(const EventArgs& a,
   const uint64_t start = event_time();
   if (takes_stack(a)) {
     StackPhases phases{};
-    record_with_stack<true>(a, walk_start, &phases);
-    meter_add(cls, event_time() - start, &phases);
+    record_with_stack<true>(a, walk_start, time, &phases);
+    const uint64_t took = event_time() - start;
+    // A block event walked without Python frames (autograd's engine thread) is counted apart:
+    // its whole native walk is what it costs.
+    const bool native_only = cls == MeterClass::kTorchBlock && phases.python_frames == 0;
+    meter_add(native_only ? MeterClass::kTorchBlockNoPython : cls, took, &phases);
   } else {
-    record_without_stack(a);
+    record_without_stack(a, time);
     meter_add(cls, event_time() - start, nullptr);
   }
 }
 
-}  // namespace
-
-void record(const EventArgs& a) noexcept {
+// record() and record_at(): `time` 0 reads the clock when the record is written.
+__attribute__((always_inline)) inline void record_event(const EventArgs& a,
+                                                        uint64_t time) noexcept {
   if (!ensure_session()) return;
   // A stack-less event goes straight on (a tail call: nothing of this frame is needed).
   const bool debug = __builtin_expect(config().debug, false);
   if (!debug && !takes_stack(a)) {
-    record_without_stack(a);
+    record_without_stack(a, time);
     return;
   }
   // The walk starts at the hook's frame, or at this one: never at the recorder's frames below.
   // Passed by address, so this frame stays until the walk is done (no tail call).
   const cfi::WalkStart start = a.walk_start.pc ? a.walk_start : cfi::walk_start_here();
   if (debug) {
-    record_metered(a, &start);
+    record_metered(a, &start, time);
     return;
   }
-  record_with_stack<false>(a, &start);
+  record_with_stack<false>(a, &start, time);
+}
+
+}  // namespace
+
+void record(const EventArgs& a) noexcept {
+  record_event(a, 0);
+}
+
+void record_at(const EventArgs& a, uint64_t time) noexcept {
+  record_event(a, time);
 }
 
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept {

@@ -63,6 +63,10 @@ void forget_devices() noexcept;
 // Records one event with the caller's stack (when stacks are on). An OOM and a context's
 // creation or end return once the collector consumed the record (at most 5 s).
 void record(const EventArgs& a) noexcept;
+// The same, with the event's time already read by the hook (event_time(), nonzero): the pool
+// sampler's interval is compared against it (pool_sampler.h). A function of its own, so that the
+// events that do not need it pay nothing for it.
+void record_at(const EventArgs& a, uint64_t time) noexcept;
 
 // Records an event that carries a string instead of a stack (marks, thread names, modules).
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept;

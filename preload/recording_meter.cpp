@@ -20,7 +20,7 @@ struct alignas(64) ClassSums {
   std::atomic<uint64_t> replayed_frames{0};
   std::atomic<uint64_t> memo_frames{0};
 };
-ClassSums g_sums[2];
+ClassSums g_sums[static_cast<int>(MeterClass::kCount)];
 uint64_t g_start_time = 0;  // event_time() at the session's start
 uint64_t g_start_ns = 0;    // CLOCK_MONOTONIC then
 
@@ -62,9 +62,12 @@ void print_meter() noexcept {
   const uint64_t elapsed_units = event_time() - g_start_time;
   if (elapsed_ns == 0 || elapsed_units == 0) return;
   const double ns_per_unit = static_cast<double>(elapsed_ns) / static_cast<double>(elapsed_units);
-  static const char* const kNames[] = {"driver events", "PyTorch block events"};
-  static const char* const kName[] = {"driver event", "PyTorch block event"};
-  for (int c = 0; c < 2; ++c) {
+  static const char* const kNames[] = {"driver events", "PyTorch block events",
+                                       "PyTorch block events without Python frames"};
+  static const char* const kName[] = {"driver event", "PyTorch block event",
+                                      "PyTorch block event without Python frames"};
+  static_assert(sizeof kNames / sizeof kNames[0] == static_cast<int>(MeterClass::kCount));
+  for (int c = 0; c < static_cast<int>(MeterClass::kCount); ++c) {
     const uint64_t n = g_sums[c].events.load(std::memory_order_relaxed);
     if (n == 0) continue;
     const double ns =

@@ -1,17 +1,24 @@
 // Contract: CUMEMTRACE_DEBUG's measure of what recording costs inside the program: the time
 // record() spends on an event (its stack, its Python frames, its ring slots), summed over all
-// threads, for driver events and for PyTorch block events apart. Whole-process timings cannot
-// resolve a few percent on a real training loop (two bare runs of the same loop differ by 3–15%
-// on the GPU host: docs/performance.md); this sum can. Off unless CUMEMTRACE_DEBUG is set, when
-// the hot path pays one predictable branch. Events that wait for the collector (an OOM, a
-// context's creation or end) are left out: their wait is not recording. noexcept, heap-free.
+// threads, for driver events and for PyTorch block events apart, the latter split by whether
+// their stack had Python frames (a thread running Python) or not (autograd's engine thread).
+// Whole-process timings cannot resolve a few percent on a real training loop (two bare runs of the
+// same loop differ by 3–15% on the GPU host: docs/performance.md); this sum can. Off unless
+// CUMEMTRACE_DEBUG is set, when the hot path pays one predictable branch. Events that wait for the
+// collector (an OOM, a context's creation or end) are left out: their wait is not recording.
+// noexcept, heap-free.
 #pragma once
 
 #include <cstdint>
 
 namespace cumemtrace::preload {
 
-enum class MeterClass : int { kDriver = 0, kTorchBlock = 1 };
+enum class MeterClass : int {
+  kDriver = 0,
+  kTorchBlock = 1,          // with Python frames, or without a stack
+  kTorchBlockNoPython = 2,  // with a stack that had no Python frame: the native walk alone
+  kCount = 3
+};
 
 // Where a stack event's time went (event_time() units), and how many frames it carried.
 struct StackPhases {

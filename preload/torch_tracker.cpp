@@ -17,11 +17,15 @@
 //
 // This file alone is compiled with -fexceptions: the call into PyTorch could throw (bad_alloc
 // while it copies the std::function), and nothing may escape into Python's ctypes frame.
+#include <dlfcn.h>
+#include <link.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 
+#include "cfi_unwinder.h"
 #include "export.h"
 #include "recorder.h"
 #include "wire/wire_format.h"
@@ -109,6 +113,23 @@ CUMEMTRACE_EXPORT int cumemtrace_torch_attach(void* allocator, void* method, int
     g_layout.store(0, std::memory_order_release);
     return -3;
   }
+  return 0;
+}
+
+// Ends every stack walk with the frame of the function that starts at `function`, a function
+// symbol of a loaded library's dynamic symbol table: PyTorch's autograd Engine::evaluate_function,
+// found by the Python side (cfi_unwinder.h: set_stop_function). Returns 0 when set, -1 when
+// `function` is not the start of a function symbol with a size.
+CUMEMTRACE_EXPORT int cumemtrace_torch_stop_walks_in(const void* function) noexcept {
+  Dl_info info{};
+  void* entry = nullptr;
+  if (!function || !dladdr1(function, &info, &entry, RTLD_DL_SYMENT) || !entry) return -1;
+  const auto* sym = static_cast<const ElfW(Sym)*>(entry);
+  if (info.dli_saddr != function || ELF64_ST_TYPE(sym->st_info) != STT_FUNC || sym->st_size == 0) {
+    return -1;
+  }
+  const auto lo = reinterpret_cast<uint64_t>(function);
+  cumemtrace::preload::cfi::set_stop_function(lo, lo + sym->st_size);
   return 0;
 }
 

@@ -46,6 +46,16 @@ ATTACH = (
     b"TrackerESt8functionIFvRKNS_22CachingDeviceAllocator10TraceEntryEEE"
 )
 
+# torch::autograd::Engine::evaluate_function, a dynamic symbol of libtorch_cpu.so (checked on torch
+# 2.11; the mangled name has been the same since its parameters last changed, in 1.x). The walks
+# of autograd's engine thread end at its frame: above it are the same six frames every time
+# (thread_main, two thread_inits, libstdc++, libc's thread start), about a fifth of a backward
+# allocation's walk. A torch without it keeps those frames; nothing else changes.
+ENGINE_EVALUATE = (
+    "_ZN5torch8autograd6Engine17evaluate_functionERSt10shared_ptrINS0_9GraphTaskEEPNS0_4NodeERNS0_"
+    "11InputBufferERKS2_INS0_10ReadyQueueEE"
+)
+
 _installed = False
 _attached = False
 
@@ -63,6 +73,23 @@ def _preload():
     info.argtypes = [ctypes.c_char_p]
     info.restype = None
     return attach, info
+
+
+def _stop_walks_at_engine():
+    """Ends the autograd engine thread's stack walks at Engine::evaluate_function, if this torch
+    has it; never raises."""
+    try:
+        stop = ctypes.CDLL(None).cumemtrace_torch_stop_walks_in
+        stop.argtypes = [ctypes.c_void_p]
+        stop.restype = ctypes.c_int
+        path = _loaded_library("libtorch_cpu.so")
+        if path is None:
+            return
+        fn = ctypes.cast(getattr(ctypes.CDLL(path), ENGINE_EVALUATE), ctypes.c_void_p).value
+        if fn:
+            stop(fn)
+    except (AttributeError, OSError):
+        pass
 
 
 def elf_symbols(path, names):
@@ -222,6 +249,7 @@ def attach():
         return
     _attached = True
     attach_fn, info_fn = entry
+    _stop_walks_at_engine()  # whatever the backend: driver events on that thread walk too
     report = {"version": "", "backend": "native", "capture": "driver", "why": "",
               "expandable_segments": "1" if _expandable_segments() else "0"}
     warn = None

@@ -330,7 +330,8 @@ def test_preload_exports_only_its_hooks():
         "cuMemCreate", "cuMemRelease", "cuMemRetainAllocationHandle",
         "cuMemImportFromShareableHandle", "cuMemMap", "cuMemUnmap", "cuMemAddressReserve",
         "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost",
-        "cumemtrace_torch_attach", "cumemtrace_torch_info", "cumemtrace_bench_pause_torch_blocks",
+        "cumemtrace_torch_attach", "cumemtrace_torch_info", "cumemtrace_torch_stop_walks_in",
+        "cumemtrace_bench_pause_torch_blocks",
         "cumemtrace_bench_pause_recording",
         # CUDA graph memory and stream capture.
         "cuGraphAddMemAllocNode", "cuGraphAddMemFreeNode", "cuGraphAddNode", "cuGraphAddNode_v2",

@@ -237,6 +237,52 @@ def test_block_stacks_are_python_frames_unless_native_asked_for(tmp_path):
     assert "invalid CUMEMTRACE_TORCH_NATIVE_STACKS (expected 0 or 1)" in p.stderr, p.stderr
 
 
+def test_autograds_engine_thread_walks_native_frames_up_to_evaluate_function(tmp_path):
+    # An allocation on a thread that runs no Python (autograd's engine thread in PyTorch) has no
+    # Python frames to stand for its site, so it keeps its native walk, which ends at the engine's
+    # Engine::evaluate_function (the fake libtorch_cpu.so's, under PyTorch's mangled name): the
+    # frames above it, thread_main and the thread's start, are the same for every such event.
+    # CUMEMTRACE_DEBUG meters those events on their own line.
+    p, snaps = run(tmp_path, "engine_thread", CUMEMTRACE_DEBUG="1")
+    assert p.returncode == 0, p.stderr
+    snap = final(snaps)
+    s = entries(snap)[0][1]
+    assert entries(snap) == [
+        ("segment_alloc", s, 2 * MiB), ("alloc", s, 1000), ("alloc", s + 1024, 2000),
+        ("free_requested", s + 1024, 2000), ("free_completed", s + 1024, 2000),
+        ("free_requested", s, 1000), ("free_completed", s, 1000)]
+    tr = [e for e in snap["device_traces"][0] if e.get("source") == "pytorch"]
+    on_python, on_engine = tr[1]["frames"], tr[2]["frames"]
+    assert [f["line"] for f in on_python if f["filename"].endswith("torch_blocks.py")][0] == \
+        line_of("engine-thread-python")
+    assert all(f["filename"].endswith(".py") for f in on_python), on_python
+    names = [f["name"] for f in on_engine]
+    # The allocator's trace call, its malloc (fake_torch_malloc calls it as a tail call), and
+    # evaluate_function, which ends the walk.
+    native = "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::"
+    assert len(names) == 3, names
+    assert names[0].startswith(native + "trace("), names
+    assert names[1] == native + "malloc(unsigned long)", names
+    assert names[2].startswith("torch::autograd::Engine::evaluate_function("), names
+    assert not any(f["filename"].endswith(".py") for f in on_engine), on_engine
+    meter = dict((kind, (int(n))) for n, kind in re.findall(
+        r"^cumemtrace: recording took \d+ ns per event for (\d+) (PyTorch block events(?: without "
+        r"Python frames)?): ", p.stderr, re.M))
+    assert meter == {"PyTorch block events": 6, "PyTorch block events without Python frames": 1}
+    assert "per PyTorch block event without Python frames with a stack (1 of 1): native stack " \
+        in p.stderr, p.stderr
+    assert "per PyTorch block event with a stack (2 of 6): " in p.stderr, p.stderr
+    # A torch without that symbol keeps the whole walk, up to the thread's start in libc, and
+    # nothing else changes.
+    p, snaps = run(tmp_path / "whole", "engine_thread_unknown_torch")
+    assert p.returncode == 0 and refusals(p) == [], p.stderr
+    whole = [f["name"] for f in [e for e in final(snaps)["device_traces"][0]
+                                  if e.get("source") == "pytorch"][2]["frames"]]
+    assert whole[:len(names)] == names, whole
+    assert any(n.startswith("torch::autograd::Engine::thread_main(") for n in whole), whole
+    assert whole[-1] in ("clone", "__clone3"), whole
+
+
 def test_expandable_segments_blocks(tmp_path):
     p, snaps = run(tmp_path, "expandable", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
     assert p.returncode == 0, p.stderr

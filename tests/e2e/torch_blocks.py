@@ -69,6 +69,19 @@ def bench_pause():
     torch.cuda.alloc(3000)
 
 
+def engine_thread():
+    a = torch.cuda.alloc(1000)  # LINE engine-thread-python
+    b = torch.cuda.alloc_on_engine_thread(2000)  # a block of the same segment, on another thread
+    torch.cuda.free(b)
+    torch.cuda.free(a)
+
+
+def engine_thread_unknown_torch():
+    # A torch whose libtorch_cpu.so has no such Engine::evaluate_function.
+    sys.modules["cumemtrace_torch"].ENGINE_EVALUATE = "_ZN5torch8autograd6Engine14not_in_this_oneEv"
+    engine_thread()
+
+
 def kill():
     torch.cuda.alloc(1000)
     torch.cuda.alloc(3 * MiB)
@@ -77,5 +90,6 @@ def kill():
 
 if __name__ == "__main__":
     {"basic": basic, "expandable": expandable, "expandable_split": expandable_split,
-     "async_backend": async_backend, "oom": oom, "kill": kill,
+     "async_backend": async_backend, "oom": oom, "kill": kill, "engine_thread": engine_thread,
+     "engine_thread_unknown_torch": engine_thread_unknown_torch,
      "bench_pause": bench_pause}[sys.argv[1]]()

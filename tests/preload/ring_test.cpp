@@ -227,6 +227,25 @@ TEST_CASE("event times come out in CLOCK_MONOTONIC ns whichever clock the produc
   }
 }
 
+TEST_CASE("an interval in event units spans that many CLOCK_MONOTONIC ns") {
+  // The pool sampler's interval (preload/event_clock.h: event_units), in the clock events read:
+  // TSC ticks at a rate measured against CLOCK_MONOTONIC once 1 ms has passed, or ns.
+  uint64_t start_tsc = 0;
+  preload::choose_event_clock(start_tsc);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (int round = 0; round < 3; ++round) {
+    const uint64_t t0 = preload::event_time(), n0 = preload::monotonic_ns();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const uint64_t t1 = preload::event_time(), n1 = preload::monotonic_ns();
+    // What the units say the elapsed ns were, against the clock: within 1%.
+    const double per_ns = static_cast<double>(preload::event_units(1'000'000'000)) / 1e9;
+    const double elapsed_ns = static_cast<double>(t1 - t0) / per_ns;
+    INFO("round " << round << ": " << elapsed_ns << " ns by the units, " << (n1 - n0) << " ns");
+    CHECK(elapsed_ns > 0.99 * static_cast<double>(n1 - n0));
+    CHECK(elapsed_ns < 1.01 * static_cast<double>(n1 - n0));
+  }
+}
+
 TEST_CASE("the reader refuses rings it cannot trust") {
   SECTION("wrong version") {
     TestRing ring(wire::kMinCapacity);

@@ -1,7 +1,9 @@
 // Times cuMemAlloc+cuMemFree pairs from a recursion `depth` frames deep, the way cudart reaches
 // the driver (dlopen + cuGetProcAddress_v2), and prints the mean cost of one pair. Run it under
-// `cumemtrace run --stack-depth N` to see what tracing and stack capture add per event.
-//   unwind_alloc_pairs [pairs=200000] [depth=20] [driver=libcuda.so.1]
+// `cumemtrace run --stack-depth N` to see what tracing and stack capture add per event. With
+// --async (last), the pairs are cuMemAllocAsync+cuMemFreeAsync on the default stream: the pool
+// path, with its sampler and the stream's device.
+//   unwind_alloc_pairs [pairs=200000] [depth=20] [driver=libcuda.so.1] [--async]
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -10,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 
@@ -17,10 +20,14 @@ using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t,
                                     CUdriverProcAddressQueryResult*);
 using MemAlloc = CUresult (*)(CUdeviceptr*, size_t);
 using MemFree = CUresult (*)(CUdeviceptr);
+using MemAllocAsync = CUresult (*)(CUdeviceptr*, size_t, CUstream);
+using MemFreeAsync = CUresult (*)(CUdeviceptr, CUstream);
 
 GetProcAddress g_gpa;
 MemAlloc g_alloc;
 MemFree g_free;
+MemAllocAsync g_alloc_async;  // set with --async
+MemFreeAsync g_free_async;
 
 void* entry(const char* name, int version) {
   void* fn = nullptr;
@@ -47,7 +54,14 @@ double run_pairs(long pairs) {
   const auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < pairs; ++i) {
     CUdeviceptr p = 0;
-    if (g_alloc(&p, 256) != CUDA_SUCCESS || g_free(p) != CUDA_SUCCESS) std::exit(1);
+    if (g_alloc_async) {
+      if (g_alloc_async(&p, 256, nullptr) != CUDA_SUCCESS ||
+          g_free_async(p, nullptr) != CUDA_SUCCESS) {
+        std::exit(1);
+      }
+    } else if (g_alloc(&p, 256) != CUDA_SUCCESS || g_free(p) != CUDA_SUCCESS) {
+      std::exit(1);
+    }
   }
   const auto t1 = std::chrono::steady_clock::now();
   g_cpu_ns = (thread_cpu_ns() - c0) / static_cast<double>(pairs);
@@ -63,6 +77,8 @@ __attribute__((noinline)) double recurse(int depth, long pairs) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool async = argc > 1 && std::strcmp(argv[argc - 1], "--async") == 0;
+  if (async) --argc;
   const long pairs = argc > 1 ? std::atol(argv[1]) : 200000;
   const int depth = argc > 2 ? std::atoi(argv[2]) : 20;
   void* lib = dlopen(argc > 3 ? argv[3] : "libcuda.so.1", RTLD_NOW);
@@ -79,6 +95,10 @@ int main(int argc, char** argv) {
   auto set_current = reinterpret_cast<CUresult (*)(CUcontext)>(entry("cuCtxSetCurrent", 12000));
   g_alloc = reinterpret_cast<MemAlloc>(entry("cuMemAlloc", 3020));
   g_free = reinterpret_cast<MemFree>(entry("cuMemFree", 3020));
+  if (async) {
+    g_alloc_async = reinterpret_cast<MemAllocAsync>(entry("cuMemAllocAsync", 11020));
+    g_free_async = reinterpret_cast<MemFreeAsync>(entry("cuMemFreeAsync", 11020));
+  }
   CUdevice dev = 0;
   CUcontext ctx = nullptr;
   if (init(0) || device_get(&dev, 0) || retain(&ctx, dev) || set_current(ctx)) {

@@ -188,6 +188,64 @@ TEST_CASE("a walk ends with the frame that holds the stop address", "[unwind]") 
   }
 }
 
+TEST_CASE("a walk ends with the stop function's frame, walked or replayed", "[unwind]") {
+  // The preload stops the walks of PyTorch's autograd thread at Engine::evaluate_function, a
+  // function of a shared library found by its dynamic symbol; here unwind_step_lib's code. One
+  // chain walked again and again with one step changed, in turn without the stop and with it (and
+  // sometimes a depth limit), so that the stopped walk replays the full one's frames from the
+  // memo: both unwinders must give the full walk's frames up to the innermost frame in the
+  // function, that one included.
+  Dl_info di{};
+  void* entry = nullptr;
+  REQUIRE(dladdr1(reinterpret_cast<void*>(&unwind_step_lib), &di, &entry, RTLD_DL_SYMENT));
+  const auto* sym = static_cast<const ElfW(Sym)*>(entry);
+  REQUIRE(sym != nullptr);
+  const auto lo = reinterpret_cast<uint64_t>(di.dli_saddr);
+  const uint64_t hi = lo + sym->st_size;
+  struct Clear {
+    ~Clear() { cfi::set_stop_function(0, 0); }
+  } clear;
+  std::mt19937 rng(11);
+  Chain c = random_chain(rng, 40);
+  c.leaf = marked_leaf;
+  int stopped = 0;
+  for (int round = 0; round < 300; ++round) {
+    const int at = static_cast<int>(rng() % 40);
+    if (rng() % 2) {
+      c.steps[at] = kSteps[rng() % 5];
+    } else {
+      c.alloca_bytes[at] = rng() % 4 == 0 ? 1 + rng() % 700 : 0;
+    }
+    Capture full, cut;
+    if (rng() % 4 == 0) cut.max_depth = 1 + rng() % 60;
+    cfi::set_stop_function(0, 0);
+    c.arg = &full;
+    run_chain(&c);
+    cfi::set_stop_function(lo, hi);
+    c.arg = &cut;
+    run_chain(&c);
+    std::string why;
+    INFO("round " << round << ", limit " << cut.max_depth);
+    REQUIRE(same_frames(full, &why));
+    const bool same = same_frames(cut, &why);
+    INFO(why);
+    REQUIRE(same);
+    int want = full.nfast;
+    for (int i = 1; i < full.nfast; ++i) {
+      if (full.fast[i] > lo && full.fast[i] <= hi) {
+        want = i + 1;
+        break;
+      }
+    }
+    if (want < full.nfast) ++stopped;
+    want = std::min(want, static_cast<int>(cut.max_depth));
+    REQUIRE(cut.nfast == want);
+    for (int i = 1; i < want; ++i) REQUIRE(cut.fast[i] == full.fast[i]);
+  }
+  // Nearly every chain of 40 random steps has a step in the library.
+  CHECK(stopped > 250);
+}
+
 // A walk from a start captured in an outer frame (the recorder's hook), made two calls deeper.
 struct FromStart {
   unsigned max_depth = kMaxFrames;

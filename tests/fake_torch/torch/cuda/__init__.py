@@ -10,6 +10,10 @@ _lib.fake_torch_malloc.argtypes = [ctypes.c_size_t]
 _lib.fake_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_int]
 _lib.fake_torch_set_limit.argtypes = [ctypes.c_size_t]
 _lib.fake_torch_reserved.restype = ctypes.c_size_t
+# The fake libtorch_cpu.so next to it: autograd's engine (as `import torch` loads PyTorch's).
+_cpu = ctypes.CDLL(os.path.join(os.path.dirname(os.environ["FAKE_TORCH_LIB"]), "libtorch_cpu.so"))
+_cpu.fake_torch_malloc_on_engine_thread.restype = ctypes.c_void_p
+_cpu.fake_torch_malloc_on_engine_thread.argtypes = [ctypes.c_size_t]
 
 _initialized = False
 _queued = []
@@ -48,6 +52,16 @@ def alloc(nbytes):
     """A block of nbytes from the caching allocator: its address."""
     _lazy_init()
     p = _lib.fake_torch_malloc(nbytes)
+    if not p:
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % nbytes)
+    return p
+
+
+def alloc_on_engine_thread(nbytes):
+    """alloc() from autograd's engine thread, which runs no Python: as a backward op allocates
+    (not an API of PyTorch)."""
+    _lazy_init()
+    p = _cpu.fake_torch_malloc_on_engine_thread(nbytes)
     if not p:
         raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % nbytes)
     return p
