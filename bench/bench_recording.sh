@@ -8,12 +8,15 @@
 # leaves out time the machine gave to other processes, the collector included). "per event" is
 # (traced - bare) / 2: a pair is two events. The last column is the whole command's wall time,
 # start-up and the snapshot written at the end included.
-# Usage: bench/bench_recording.sh [BUILD=build] [ROUNDS=15] [PAIRS=100000] [BASE_PREFIX]
+# Usage: [ASYNC=1] bench/bench_recording.sh [BUILD=build] [ROUNDS=15] [PAIRS=100000] [BASE_PREFIX]
 #   BASE_PREFIX (optional): another build or install prefix (bin/cumemtrace, lib/libcumemtrace.so)
 #   measured in the same rounds as extra rows, for before/after comparisons.
+#   ASYNC=1: cuMemAllocAsync+cuMemFreeAsync pairs instead (the stream-ordered pool's path: the
+#   stream's device and the pool sampler's interval check).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 B=${1:-build}; ROUNDS=${2:-15}; PAIRS=${3:-100000}; BASE=${4:-}
+MODE=(); [ "${ASYNC:-0}" = 1 ] && MODE=(--async)
 PROG=$B/bin/unwind_alloc_pairs
 for f in "$PROG" "$B/bin/cumemtrace" "$B/lib/libcumemtrace.so" "$B/fake/libcuda.so.1"; do
   [ -e "$f" ] || { echo "missing $f (build: cumemtrace cumemtrace_preload fake_cuda unwind_alloc_pairs)"; exit 2; }
@@ -35,7 +38,7 @@ one() {  # name, then the command; the program prints "... : W ns per alloc+free
 }
 traced() {  # prefix, depth
   rm -rf "$OUT/t"
-  "$1/bin/cumemtrace" run -q -o "$OUT/t" --stack-depth "$2" -- "$PROG" "$PAIRS" 20
+  "$1/bin/cumemtrace" run -q -o "$OUT/t" --stack-depth "$2" -- "$PROG" "$PAIRS" 20 "${MODE[@]}"
 }
 names=("bare" "bare (A/A control)" "traced, stacks off" "traced, depth 32")
 [ -n "$BASE" ] && names+=("base: traced, stacks off" "base: traced, depth 32")
@@ -44,7 +47,7 @@ for ((r = 0; r < ROUNDS; r++)); do
   for ((k = 0; k < ${#names[@]}; k++)); do
     name=${names[$(((k + r) % ${#names[@]}))]}
     case $name in
-      "bare"|"bare (A/A control)") one "$name" "$PROG" "$PAIRS" 20 ;;
+      "bare"|"bare (A/A control)") one "$name" "$PROG" "$PAIRS" 20 "${MODE[@]}" ;;
       "traced, stacks off") one "$name" traced "$B" 0 ;;
       "traced, depth 32") one "$name" traced "$B" 32 ;;
       "base: traced, stacks off") one "$name" traced "$BASE" 0 ;;
@@ -54,7 +57,8 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END{if(NR) print a[int((NR+1)/2)]; else print "nan"}'; }
 bw=$(echo "${WALL[bare]}" | median); bc=$(echo "${CPU[bare]}" | median)
-printf "%d rounds x %d pairs, medians; per event = (mode - bare) / 2\n" "$ROUNDS" "$PAIRS"
+printf "%d rounds x %d %spairs, medians; per event = (mode - bare) / 2\n" "$ROUNDS" "$PAIRS" \
+  "${MODE:+async }"
 printf "%-28s %12s %12s %16s %16s %12s\n" "mode" "wall ns/pair" "CPU ns/pair" "wall ns/event+" \
   "CPU ns/event+" "command ms"
 for n in "${names[@]}"; do

@@ -14,6 +14,9 @@ Run under cumemtrace (the script refuses to run without the preload):
   cumemtrace run -q -o /tmp/ab -- python3 bench/gpu/torch_blocks_ab.py [--model cnn|gpt|resnet18]
       [--batch N] [--blocks 40] [--block-steps 10] [--aa]
 --aa never pauses: the same comparison between blocks that differ in nothing, the noise floor.
+--all-recording pauses all of cumemtrace's recording (cumemtrace_bench_pause_recording: driver
+events too), not only the block events: the loop to use under PYTORCH_CUDA_ALLOC_CONF=
+backend:cudaMallocAsync, where every tensor is a driver event of the stream-ordered pool.
 Prints the median ms per step of each kind of block and the median of the per-pair costs (each
 capturing block against the mean of the paused blocks on either side).
 
@@ -44,12 +47,16 @@ def main():
     ap.add_argument("--blocks", type=int, default=40, help="blocks of steps, half of them paused")
     ap.add_argument("--block-steps", type=int, default=10)
     ap.add_argument("--aa", action="store_true", help="never pause (the A/A control)")
+    ap.add_argument("--all-recording", action="store_true",
+                    help="pause all recording, driver events included, not only block events")
     ap.add_argument("--torch-history", choices=("all", "python"),
                     help="measure PyTorch's _record_memory_history with these stacks instead")
     ap.add_argument("--torch-context", choices=("all", "alloc"), default="all")
     args = ap.parse_args()
     try:
-        ours = ctypes.CDLL(None).cumemtrace_bench_pause_torch_blocks
+        lib = ctypes.CDLL(None)
+        ours = (lib.cumemtrace_bench_pause_recording if args.all_recording
+                else lib.cumemtrace_bench_pause_torch_blocks)
     except AttributeError:
         ours = None
     if args.torch_history:
@@ -90,6 +97,8 @@ def main():
     pairs = [order[k][1] / ((order[k - 1][1] + order[k + 1][1]) / 2) - 1
              for k in range(1, len(order) - 1) if order[k][0]]
     label = "A/A (never paused)" if args.aa else "capturing vs paused"
+    if args.all_recording:
+        label += " (all recording)"
     if args.torch_history:
         label = (f"PyTorch's history (stacks={args.torch_history}, context={args.torch_context}) "
                  + ("A/A (always on)" if args.aa else "on vs off"))
