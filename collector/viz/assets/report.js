@@ -310,7 +310,7 @@
     box.append(el('h3', { text: title + ': ' + fmtBytes(t.bytes) + ' in ' + countText(t) }));
     if (!t.groups.length) { box.append(el('div', { class: 'empty', text: 'nothing live' })); return box; }
     const table = el('table', { class: 'live', 'data-table': what, 'data-device': dev.device });
-    table.append(el('thead', {}, el('tr', {}, el('th', { text: 'allocation site' }), el('th', { text: 'bytes' }), el('th', { text: 'share' }), el('th', { text: 'blocks' }))));
+    table.append(el('thead', {}, el('tr', {}, el('th', { text: 'allocation site' }), el('th', { text: 'bytes' }), el('th', { text: 'share' }), el('th', { text: 'count' }))));
     const body = el('tbody');
     for (const g of t.groups) {
       const share = t.bytes ? g.bytes / t.bytes : 0;
@@ -325,7 +325,7 @@
         const ol = el('ol');
         for (const f of frames) ol.append(el('li', { 'data-text': frameText(f).toLowerCase() }, f[0] + ' ', el('span', { class: 'file', text: f[1] + (f[2] > 0 ? ':' + f[2] : '') })));
         if (!frames.length) ol.append(el('li', { text: '(no stack recorded)' }));
-        cell.append(el('div', { class: 'stack' }, el('b', { text: fmtBytes(bytes) + ' in ' + plural(count, 'block') }), ol));
+        cell.append(el('div', { class: 'stack' }, el('b', { text: fmtBytes(bytes) + ' in ' + plural(count, 'allocation') }), ol));
       }
       const more = el('tr', { class: 'stacks', hidden: '' }, cell);
       row.dataset.search = (g.site + '\n' + g.stacks.map((s) => stackText(s[0])).join('\n')).toLowerCase();
