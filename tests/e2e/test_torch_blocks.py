@@ -257,13 +257,14 @@ def test_autograds_engine_thread_walks_native_frames_up_to_evaluate_function(tmp
         line_of("engine-thread-python")
     assert all(f["filename"].endswith(".py") for f in on_python), on_python
     names = [f["name"] for f in on_engine]
-    # The allocator's trace call, its malloc (fake_torch_malloc calls it as a tail call), and
-    # evaluate_function, which ends the walk.
+    # The allocator's trace call, its malloc, fake_torch_malloc (unless the compiler made its
+    # call a tail call, as it does without the address sanitizer), and evaluate_function, which
+    # ends the walk.
     native = "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::"
-    assert len(names) == 3, names
     assert names[0].startswith(native + "trace("), names
     assert names[1] == native + "malloc(unsigned long)", names
-    assert names[2].startswith("torch::autograd::Engine::evaluate_function("), names
+    assert names[2:-1] in ([], ["fake_torch_malloc"]), names
+    assert names[-1].startswith("torch::autograd::Engine::evaluate_function("), names
     assert not any(f["filename"].endswith(".py") for f in on_engine), on_engine
     meter = dict((kind, (int(n))) for n, kind in re.findall(
         r"^cumemtrace: recording took \d+ ns per event for (\d+) (PyTorch block events(?: without "
