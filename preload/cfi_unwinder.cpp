@@ -333,11 +333,19 @@ struct MemoUse {
   // The source whose frame matched, for same_run(); null when none did.
   Source* find(uint64_t sp, uint64_t key, uint64_t& rule) noexcept {
     if (!m) return nullptr;
+    // Where a miss of the recent walks looks next: the index entry, then, for a frame to walk,
+    // the thread's rule for the address. Each is a line that a training step has usually
+    // evicted between two allocations (perf on the H200, autograd's thread: 44% of find's
+    // samples on the index load, 10% of the walk's on the rule table's), so both fetches start
+    // here, under the scans of the last two walks.
+    const uint64_t h = index_hash(sp, key);
+    const uint64_t* const entry = &m->index[h >> (64 - kIndexBits)];
+    __builtin_prefetch(entry);
+    __builtin_prefetch(rule_slot(key));
     if (last.find(sp, key, rule)) return &last;
     if (before.find(sp, key, rule)) return &before;
     if (found.walk && found.find(sp, key, rule)) return &found;
-    const uint64_t h = index_hash(sp, key);
-    const uint64_t e = m->index[h >> (64 - kIndexBits)];
+    const uint64_t e = *entry;
     if ((e & 0xffff) != (h & 0xffff)) return nullptr;
     const MemoWalk& w = m->walks[(e >> 24) & 0xff];
     const unsigned j = (e >> 16) & 0xff;
