@@ -107,6 +107,18 @@ Chain random_chain(std::mt19937& rng, int depth) {
   return c;
 }
 
+// Changes one step of the chain at random: its kind, which moves the return address above it,
+// or its variable-size frame, which moves every frame inside it. Returns the step's index.
+int change_one_step(Chain& c, std::mt19937& rng) {
+  const int at = static_cast<int>(rng() % static_cast<unsigned>(c.depth));
+  if (rng() % 2) {
+    c.steps[at] = kSteps[rng() % 5];
+  } else {
+    c.alloca_bytes[at] = rng() % 4 == 0 ? 1 + rng() % 700 : 0;
+  }
+  return at;
+}
+
 // The executable text range, to exercise the same skipping as the preload does for its own.
 int find_exe_text(dl_phdr_info* info, size_t, void* data) {
   auto* range = static_cast<uint64_t*>(data);
@@ -210,12 +222,7 @@ TEST_CASE("a walk ends with the stop function's frame, walked or replayed", "[un
   c.leaf = marked_leaf;
   int stopped = 0;
   for (int round = 0; round < 300; ++round) {
-    const int at = static_cast<int>(rng() % 40);
-    if (rng() % 2) {
-      c.steps[at] = kSteps[rng() % 5];
-    } else {
-      c.alloca_bytes[at] = rng() % 4 == 0 ? 1 + rng() % 700 : 0;
-    }
+    change_one_step(c, rng);
     Capture full, cut;
     if (rng() % 4 == 0) cut.max_depth = 1 + rng() % 60;
     cfi::set_stop_function(0, 0);
@@ -510,12 +517,7 @@ TEST_CASE("a repeated stack is replayed from the memo, up to the first slot that
   c.leaf = marked_leaf;
   uint64_t frames = 0, replayed = 0;
   for (int round = 0; round < 400; ++round) {
-    const int at = static_cast<int>(rng() % 40);
-    if (rng() % 2) {
-      c.steps[at] = kSteps[rng() % 5];
-    } else {
-      c.alloca_bytes[at] = rng() % 4 == 0 ? 1 + rng() % 700 : 0;
-    }
+    const int at = change_one_step(c, rng);
     Capture r;
     if (rng() % 4 == 0) r.max_depth = 1 + rng() % 60;
     r.mark = rng() % 8 == 0;
