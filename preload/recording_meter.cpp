@@ -62,10 +62,14 @@ void print_meter() noexcept {
   const uint64_t elapsed_units = event_time() - g_start_time;
   if (elapsed_ns == 0 || elapsed_units == 0) return;
   const double ns_per_unit = static_cast<double>(elapsed_ns) / static_cast<double>(elapsed_units);
-  static const char* const kNames[] = {"driver events", "PyTorch block events",
-                                       "PyTorch block events without Python frames"};
-  static const char* const kName[] = {"driver event", "PyTorch block event",
-                                      "PyTorch block event without Python frames"};
+  // Per MeterClass: its name for many events, then for one.
+  static const struct {
+    const char* many;
+    const char* one;
+  } kNames[] = {
+      {"driver events", "driver event"},
+      {"PyTorch block events", "PyTorch block event"},
+      {"PyTorch block events without Python frames", "PyTorch block event without Python frames"}};
   static_assert(sizeof kNames / sizeof kNames[0] == static_cast<int>(MeterClass::kCount));
   for (int c = 0; c < static_cast<int>(MeterClass::kCount); ++c) {
     const uint64_t n = g_sums[c].events.load(std::memory_order_relaxed);
@@ -76,7 +80,7 @@ void print_meter() noexcept {
     std::snprintf(line, sizeof line,
                   "recording took %.0f ns per event for %llu %s: %.3f ms in all, %.2f%% of the "
                   "%.3f s since tracing started",
-                  ns / static_cast<double>(n), static_cast<unsigned long long>(n), kNames[c],
+                  ns / static_cast<double>(n), static_cast<unsigned long long>(n), kNames[c].many,
                   ns / 1e6, 100.0 * ns / static_cast<double>(elapsed_ns),
                   static_cast<double>(elapsed_ns) / 1e9);
     print_line(line);
@@ -91,7 +95,7 @@ void print_meter() noexcept {
         "of which, per %s with a stack (%llu of %llu): native stack %.0f ns (%.1f "
         "frames; walk: %.1f frames replayed, %.1f ruled by the memo), module notes %.0f ns, "
         "Python stack %.0f ns (%.1f frames), ring %.0f ns",
-        kName[c], static_cast<unsigned long long>(k), static_cast<unsigned long long>(n),
+        kNames[c].one, static_cast<unsigned long long>(k), static_cast<unsigned long long>(n),
         mean(p[StackPhases::kNative]) * ns_per_unit, mean(g_sums[c].native_frames),
         mean(g_sums[c].replayed_frames),
         mean(g_sums[c].memo_frames) - mean(g_sums[c].replayed_frames),

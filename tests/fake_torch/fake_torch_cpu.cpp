@@ -1,8 +1,9 @@
 // The fake torch's libtorch_cpu.so: the one piece of PyTorch's autograd engine the capture names,
-// Engine::evaluate_function, under its real mangled name (the types of its parameters are only
-// declared), run on a thread of its own as PyTorch's engine thread runs the backward pass. The
-// preload ends that thread's stack walks at it (preload/python/cumemtrace_torch.py). The thread
-// allocates through the fake caching allocator of libc10_cuda.so, as a backward op does.
+// Engine::evaluate_function, under its real mangled name (a name depends on its parameters'
+// type names only, so those types are empty here), run on a thread of its own as PyTorch's engine
+// thread runs the backward pass. The preload ends that thread's stack walks at it
+// (preload/python/cumemtrace_torch.py). The thread allocates through the fake caching allocator of
+// libc10_cuda.so, as a backward op does.
 #include <cstddef>
 #include <memory>
 #include <thread>
@@ -15,9 +16,9 @@ struct GraphTask {
   size_t bytes = 0;
   void* result = nullptr;
 };
-struct Node;
-struct InputBuffer;
-struct ReadyQueue;
+struct Node {};
+struct InputBuffer {};
+struct ReadyQueue {};
 
 struct Engine {
   // PyTorch's signature; the fake's body runs "the node": one allocation of the task's size.
@@ -34,8 +35,9 @@ void Engine::evaluate_function(std::shared_ptr<GraphTask>& graph_task, Node*, In
 }
 
 void Engine::thread_main(std::shared_ptr<GraphTask>& task) {
-  std::shared_ptr<ReadyQueue> queue;
-  evaluate_function(task, nullptr, *reinterpret_cast<InputBuffer*>(task.get()), queue);
+  InputBuffer inputs;
+  const std::shared_ptr<ReadyQueue> queue;
+  evaluate_function(task, nullptr, inputs, queue);
   asm volatile("" ::: "memory");
 }
 
