@@ -18,7 +18,8 @@ namespace cfi = cumemtrace::preload::cfi;
 
 namespace {
 
-using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t, cfi::FirstSeen*, uint64_t);
+using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t, cfi::FirstSeen*, uint64_t,
+                         const cfi::CodeRange*);
 
 struct Job {
   benchmark::State* state;
@@ -41,11 +42,11 @@ __attribute__((noinline)) void capture_loop(const Job& job) {
     if (job.evict) {
       evict_caches();
       const auto t0 = std::chrono::steady_clock::now();
-      n = job.unwind(frames, job.max_depth, 0, 0, nullptr, 0);
+      n = job.unwind(frames, job.max_depth, 0, 0, nullptr, 0, nullptr);
       const auto t1 = std::chrono::steady_clock::now();
       job.state->SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
     } else {
-      n = job.unwind(frames, job.max_depth, 0, 0, nullptr, 0);
+      n = job.unwind(frames, job.max_depth, 0, 0, nullptr, 0, nullptr);
     }
     benchmark::DoNotOptimize(frames);
   }

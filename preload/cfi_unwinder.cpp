@@ -36,6 +36,17 @@ struct StopFunction {
     if (s.len) s.lo = g_stop_fn_lo.load(std::memory_order_relaxed);
     return s;
   }
+  static StopFunction of(const CodeRange& r) noexcept {
+    StopFunction s;
+    if (r.hi > r.lo) {
+      s.lo = r.lo;
+      s.len = r.hi - r.lo;
+    }
+    return s;
+  }
+  static StopFunction of(const CodeRange* walk_own) noexcept {
+    return walk_own ? of(*walk_own) : current();
+  }
   // A return address lies after its call instruction: (lo, lo + len].
   bool holds(uint64_t pc) const noexcept { return pc - lo - 1 < len; }
 };
@@ -446,9 +457,8 @@ unsigned same_run(const MemoWalk& w, unsigned j, uint64_t& fp, uint64_t floor, u
 template <bool kStopFn>
 __attribute__((noinline)) int walk_fast(const WalkStart& start, uint64_t* out, unsigned max_depth,
                                         uint64_t skip_lo, uint64_t skip_hi, FirstSeen* first_seen,
-                                        uint64_t stop_at) noexcept {
+                                        uint64_t stop_at, StopFunction stop_fn) noexcept {
   if (max_depth == 0) return 0;
-  const StopFunction stop_fn = kStopFn ? StopFunction::current() : StopFunction{};
   uint64_t pc = start.pc, sp = start.sp, fp = start.fp;
   const uint64_t top = stack_top(sp);
   if (top < sp + 16) {
@@ -553,30 +563,33 @@ __attribute__((noinline)) int walk_fast(const WalkStart& start, uint64_t* out, u
 }
 
 int unwind_fast_from(const WalkStart& start, uint64_t* out, unsigned max_depth, uint64_t skip_lo,
-                     uint64_t skip_hi, FirstSeen* first_seen, uint64_t stop_at) noexcept {
-  return g_stop_fn_len.load(std::memory_order_relaxed)
-             ? walk_fast<true>(start, out, max_depth, skip_lo, skip_hi, first_seen, stop_at)
-             : walk_fast<false>(start, out, max_depth, skip_lo, skip_hi, first_seen, stop_at);
+                     uint64_t skip_hi, FirstSeen* first_seen, uint64_t stop_at,
+                     const CodeRange* stop_in) noexcept {
+  const StopFunction stop_fn = StopFunction::of(stop_in);
+  return stop_fn.len ? walk_fast<true>(start, out, max_depth, skip_lo, skip_hi, first_seen, stop_at,
+                                       stop_fn)
+                     : walk_fast<false>(start, out, max_depth, skip_lo, skip_hi, first_seen,
+                                        stop_at, stop_fn);
 }
 
 // Its own frame stays below the walk's start: `here` is passed by address, so no tail call.
 __attribute__((noinline)) int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
-                                          uint64_t skip_hi, FirstSeen* first_seen,
-                                          uint64_t stop_at) noexcept {
+                                          uint64_t skip_hi, FirstSeen* first_seen, uint64_t stop_at,
+                                          const CodeRange* stop_in) noexcept {
   const WalkStart here = walk_start_here();
-  return unwind_fast_from(here, out, max_depth, skip_lo, skip_hi, first_seen, stop_at);
+  return unwind_fast_from(here, out, max_depth, skip_lo, skip_hi, first_seen, stop_at, stop_in);
 }
 
 __attribute__((noinline)) int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo,
-                                          uint64_t skip_hi, FirstSeen* first_seen,
-                                          uint64_t stop_at) noexcept {
+                                          uint64_t skip_hi, FirstSeen* first_seen, uint64_t stop_at,
+                                          const CodeRange* stop_in) noexcept {
   if (first_seen) first_seen->all = true;
   if (max_depth == 0) return 0;
   if (stop_at) {  // as in unwind_fast: an address outside this stack stops nothing
     const auto sp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
     if (stop_at <= sp || stop_at >= stack_top(sp)) stop_at = 0;
   }
-  Walk w{out, max_depth, 0, skip_lo, skip_hi, stop_at, true, StopFunction::current()};
+  Walk w{out, max_depth, 0, skip_lo, skip_hi, stop_at, true, StopFunction::of(stop_in)};
   _Unwind_Backtrace(on_frame, &w);
   return static_cast<int>(w.n);
 }

@@ -83,14 +83,23 @@ __attribute__((always_inline)) inline WalkStart walk_start_here() noexcept {
 // Process-wide, for walks that start after the call.
 void set_stop_function(uint64_t lo, uint64_t hi) noexcept;
 
+// Code whose first frame ends one walk, that frame kept: the walk's own `stop_in`, which takes
+// the place of the process-wide stop function for that walk (the recorder's: PyTorch's
+// cudaMallocAsync allocator, where a tensor's native frames end). [lo, hi); lo == hi: none.
+struct CodeRange {
+  uint64_t lo = 0, hi = 0;
+};
+
 int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
-                FirstSeen* first_seen = nullptr, uint64_t stop_at = 0) noexcept;
+                FirstSeen* first_seen = nullptr, uint64_t stop_at = 0,
+                const CodeRange* stop_in = nullptr) noexcept;
 // The same walk from `start` instead of from unwind_fast()'s own frame: frame 0 is start.pc.
 int unwind_fast_from(const WalkStart& start, uint64_t* out, unsigned max_depth, uint64_t skip_lo,
-                     uint64_t skip_hi, FirstSeen* first_seen = nullptr,
-                     uint64_t stop_at = 0) noexcept;
+                     uint64_t skip_hi, FirstSeen* first_seen = nullptr, uint64_t stop_at = 0,
+                     const CodeRange* stop_in = nullptr) noexcept;
 int unwind_slow(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
-                FirstSeen* first_seen = nullptr, uint64_t stop_at = 0) noexcept;
+                FirstSeen* first_seen = nullptr, uint64_t stop_at = 0,
+                const CodeRange* stop_in = nullptr) noexcept;
 
 // In a forked child: the calling thread (the child's only one) keeps its memo of the last walk
 // under its new thread id, so that no other thread of the child takes it over.

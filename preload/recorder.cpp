@@ -14,6 +14,7 @@
 #include "recording_meter.h"
 #include "session.h"
 #include "stack_capture.h"
+#include "torch_pool.h"
 
 namespace cumemtrace::preload {
 
@@ -120,6 +121,11 @@ void after_publish(const EventArgs& a, bool published, uint64_t ticket) noexcept
   if (published && waits_for_collector(a)) ring().wait_consumed(ticket, 5'000'000'000ull);
 }
 
+// An allocation from a stream-ordered pool (cudaMallocAsync and its kin).
+inline bool stream_ordered(wire::Api api) noexcept {
+  return api == wire::Api::kMemAllocAsync || api == wire::Api::kMemAllocFromPoolAsync;
+}
+
 // The times between a stack event's phases, read only when metered (recording_meter.h).
 template <bool kTimed>
 struct Laps {
@@ -150,11 +156,19 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::
   // A PyTorch block event with Python frames has those alone unless native ones are asked for
   // (session.h: Config::torch_native_stacks).
   const bool native = npy == 0 || a.kind != wire::Kind::kTorchBlock || config().torch_native_stacks;
+  // So does a tensor of PyTorch's backend:cudaMallocAsync (a stream-ordered pool allocation),
+  // but for the frames from the hook up to PyTorch's allocator, whose frame ends the walk: they
+  // say that PyTorch asked, which the op dispatcher's frames above add nothing to.
+  const cfi::CodeRange* stop_in =
+      npy && a.kind == wire::Kind::kAlloc && stream_ordered(a.api) && !config().torch_native_stacks
+          ? torch_pool_allocator()
+          : nullptr;
   cfi::FirstSeen first_seen;
   cfi::CacheStats walk_before{};
   if constexpr (kTimed) walk_before = cfi::thread_cache_stats();
   const unsigned n =
-      native ? capture_stack(frames, config().stack_depth, &first_seen, loop_at, start) : 0;
+      native ? capture_stack(frames, config().stack_depth, &first_seen, loop_at, start, stop_in)
+             : 0;
   cfi::CacheStats walk_after{};
   if constexpr (kTimed) walk_after = cfi::thread_cache_stats();
   if (npy) std::memmove(frames + n, py, 2 * npy * sizeof(uint64_t));

@@ -36,7 +36,9 @@ struct Config {
   // (collector/analysis/frames.h), and the native part of such a stack is the caching allocator
   // and the op dispatcher below that line, which cost three quarters of a block event's recording
   // (docs/performance.md, ninth round). Block events without Python frames (the autograd engine's
-  // threads, C++ programs) and every driver event keep their native stack.
+  // threads, C++ programs) and every driver event keep their native stack, but for PyTorch's
+  // tensors under backend:cudaMallocAsync (pool allocations), whose walk ends at PyTorch's
+  // allocator (torch_tracker.h): every allocator mode then gives a tensor the same stack.
   bool torch_native_stacks = false;
 };
 

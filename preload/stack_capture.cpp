@@ -19,8 +19,14 @@ std::atomic<uint64_t> g_self_hi{0};
 // unwinder ever misread some code, and the baseline for measuring it.
 std::atomic<bool> g_slow_only{false};
 
-int find_self(dl_phdr_info* info, size_t, void* data) {
-  if (info->dlpi_addr != reinterpret_cast<uintptr_t>(data)) return 0;
+struct TextSearch {
+  uintptr_t base;
+  cfi::CodeRange range;
+};
+
+int find_text(dl_phdr_info* info, size_t, void* data) {
+  auto* search = static_cast<TextSearch*>(data);
+  if (info->dlpi_addr != search->base) return 0;
   uint64_t lo = UINT64_MAX, hi = 0;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const auto& ph = info->dlpi_phdr[i];
@@ -29,25 +35,36 @@ int find_self(dl_phdr_info* info, size_t, void* data) {
     if (a < lo) lo = a;
     if (a + ph.p_memsz > hi) hi = a + ph.p_memsz;
   }
-  g_self_lo.store(lo, std::memory_order_relaxed);
-  g_self_hi.store(hi, std::memory_order_release);
+  if (hi > lo) search->range = cfi::CodeRange{lo, hi};
   return 1;
 }
 
 void init_self_range() noexcept {
   const char* slow = getenv("CUMEMTRACE_SLOW_UNWIND");
   g_slow_only.store(slow && slow[0] == '1', std::memory_order_relaxed);
-  Dl_info di;
-  if (dladdr(reinterpret_cast<void*>(&capture_stack), &di) && di.dli_fbase) {
-    dl_iterate_phdr(find_self, di.dli_fbase);
+  cfi::CodeRange self;
+  if (module_text(reinterpret_cast<void*>(&capture_stack), self)) {
+    g_self_lo.store(self.lo, std::memory_order_relaxed);
+    g_self_hi.store(self.hi, std::memory_order_release);
   }
   if (!g_self_hi.load(std::memory_order_acquire)) g_self_hi.store(1, std::memory_order_release);
 }
 
 }  // namespace
 
+bool module_text(const void* addr, cfi::CodeRange& out) noexcept {
+  Dl_info di;
+  if (!dladdr(addr, &di) || !di.dli_fbase) return false;
+  TextSearch search{reinterpret_cast<uintptr_t>(di.dli_fbase), {}};
+  dl_iterate_phdr(find_text, &search);
+  if (search.range.hi <= search.range.lo) return false;
+  out = search.range;
+  return true;
+}
+
 unsigned capture_stack(uint64_t* out, unsigned max_depth, cfi::FirstSeen* first_seen,
-                       uint64_t stop_at, const cfi::WalkStart* start) noexcept {
+                       uint64_t stop_at, const cfi::WalkStart* start,
+                       const cfi::CodeRange* stop_in) noexcept {
   if (max_depth == 0) return 0;
   if (!g_self_hi.load(std::memory_order_acquire)) init_self_range();
   const uint64_t lo = g_self_lo.load(std::memory_order_relaxed);
@@ -55,11 +72,11 @@ unsigned capture_stack(uint64_t* out, unsigned max_depth, cfi::FirstSeen* first_
   int n = cfi::kFallback;
   if (!g_slow_only.load(std::memory_order_relaxed)) {
     n = start && start->pc
-            ? cfi::unwind_fast_from(*start, out, max_depth, lo, hi, first_seen, stop_at)
-            : cfi::unwind_fast(out, max_depth, lo, hi, first_seen, stop_at);
+            ? cfi::unwind_fast_from(*start, out, max_depth, lo, hi, first_seen, stop_at, stop_in)
+            : cfi::unwind_fast(out, max_depth, lo, hi, first_seen, stop_at, stop_in);
   }
   if (n == cfi::kFallback) {
-    n = cfi::unwind_slow(out, max_depth, lo, hi, first_seen, stop_at);
+    n = cfi::unwind_slow(out, max_depth, lo, hi, first_seen, stop_at, stop_in);
   }
   return static_cast<unsigned>(n);
 }

@@ -28,6 +28,8 @@
 #include "cfi_unwinder.h"
 #include "export.h"
 #include "recorder.h"
+#include "stack_capture.h"
+#include "torch_pool.h"
 #include "wire/wire_format.h"
 
 namespace cumemtrace::preload {
@@ -88,6 +90,7 @@ void on_trace(const TorchTraceEntry& entry) noexcept {
 }
 
 }  // namespace
+
 }  // namespace cumemtrace::preload
 
 using cumemtrace::preload::g_attach_tried;
@@ -131,6 +134,18 @@ CUMEMTRACE_EXPORT int cumemtrace_torch_stop_walks_in(const void* function) noexc
   const auto lo = reinterpret_cast<uint64_t>(function);
   cumemtrace::preload::cfi::set_stop_function(lo, lo + sym->st_size);
   return 0;
+}
+
+// PyTorch runs backend:cudaMallocAsync, whose allocator lives in the module that holds `addr`
+// (libc10_cuda.so): a stream-ordered pool allocation with Python frames then ends its native walk
+// at that allocator's frame, so a tensor has the stack a block event has under the native
+// allocator, its Python frames, plus the path from the allocator into the driver
+// (session.h: Config::torch_native_stacks). Returns 0 when set, -1 when no loaded module holds
+// `addr`, -2 when set before.
+CUMEMTRACE_EXPORT int cumemtrace_torch_pool_allocator_in(const void* addr) noexcept {
+  cumemtrace::preload::cfi::CodeRange text;
+  if (!addr || !cumemtrace::preload::module_text(addr, text)) return -1;
+  return cumemtrace::preload::set_torch_pool_allocator(text) ? 0 : -2;
 }
 
 // For bench/gpu/torch_blocks_ab.py only: while `paused` is nonzero, PyTorch's block events are

@@ -320,8 +320,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
                 "record a stack for every release too (frees, unmaps, PyTorch's free requests); "
                 "by default only allocations carry one");
   sub->add_flag("--torch-native-stacks", args->torch_native_stacks,
-                "give PyTorch's block events native frames too where they have Python ones; by "
-                "default such a stack is the Python frames (PyTorch's stacks=\"python\")");
+                "give PyTorch's block events (and its cudaMallocAsync tensors) all their native "
+                "frames too where they have Python ones; by default such a stack is the Python "
+                "frames (PyTorch's stacks=\"python\")");
   sub->add_option("--buffer-mb", args->buffer_mb, "ring buffer size per process in MiB")
       ->check(between(1, 4096))
       ->capture_default_str();

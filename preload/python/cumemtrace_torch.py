@@ -92,6 +92,22 @@ def _stop_walks_at_engine():
         pass
 
 
+def _pool_allocator_stacks():
+    """Under backend:cudaMallocAsync: names PyTorch's allocator module (libc10_cuda.so) to the
+    preload, whose walks of pool allocations with Python frames then end at its frame, as a
+    block event's walk does at the caching allocator; never raises."""
+    try:
+        fn = ctypes.CDLL(None).cumemtrace_torch_pool_allocator_in
+        fn.argtypes = [ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        path = _loaded_library("libc10_cuda.so")
+        if path is None:
+            return
+        fn(ctypes.addressof(ctypes.c_void_p.in_dll(ctypes.CDLL(path), ALLOCATOR.decode())))
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def elf_symbols(path, names):
     """{name: (st_value, st_size)} of the wanted names in the ELF64 file's .symtab and .dynsym."""
     with open(path, "rb") as f:
@@ -266,6 +282,7 @@ def attach():
         layout = SUPPORTED.get(major_minor)
         if report["backend"] == "cudaMallocAsync":
             report["why"] = "backend cudaMallocAsync: every tensor is one driver allocation"
+            _pool_allocator_stacks()
         elif os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("", "0"):
             report["why"] = "PYTORCH_NO_CUDA_MEMORY_CACHING: every tensor is one driver allocation"
         elif layout is None:

@@ -331,6 +331,7 @@ def test_preload_exports_only_its_hooks():
         "cuMemImportFromShareableHandle", "cuMemMap", "cuMemUnmap", "cuMemAddressReserve",
         "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost",
         "cumemtrace_torch_attach", "cumemtrace_torch_info", "cumemtrace_torch_stop_walks_in",
+        "cumemtrace_torch_pool_allocator_in",
         "cumemtrace_bench_pause_torch_blocks",
         "cumemtrace_bench_pause_recording",
         # CUDA graph memory and stream capture.

@@ -456,6 +456,33 @@ def test_cuda_malloc_async_backend_reserved_allocated_cached(tmp_path):
         4 * MiB, 0)
 
 
+def test_cuda_malloc_async_backend_tensor_stacks_end_at_the_allocator(tmp_path):
+    # A tensor of backend:cudaMallocAsync is one pool allocation: its native walk ends at the
+    # first frame of PyTorch's allocator (libc10_cuda.so, named by cumemtrace_torch.py), then its
+    # Python frames follow, as a block event under the native allocator has its Python frames
+    # alone. Here the fake's malloc calls the driver itself; in PyTorch cudart's frames come
+    # first. CUMEMTRACE_TORCH_NATIVE_STACKS=1 keeps the whole walk.
+    def alloc_stacks(env):
+        p, snaps = run(tmp_path / env.get("CUMEMTRACE_TORCH_NATIVE_STACKS", "0"), "async_backend",
+                       PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync", **env)
+        assert p.returncode == 0 and refusals(p) == [], p.stderr
+        return [e["frames"] for e in final(snaps)["device_traces"][0]
+                if e.get("async_pool") and e["action"] == "alloc"]
+
+    malloc = "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(unsigned long)"
+    cut = alloc_stacks({})
+    assert len(cut) == 3
+    for frames in cut:
+        assert [f["name"] for f in frames if not f["filename"].endswith(".py")] == [malloc], frames
+        assert [(os.path.basename(f["filename"]), f["name"]) for f in frames[1:3]] == [
+            ("__init__.py", "alloc"), ("torch_blocks.py", "async_backend")], frames
+    whole = alloc_stacks({"CUMEMTRACE_TORCH_NATIVE_STACKS": "1"})
+    for frames, short in zip(whole, cut):
+        native = [f["name"] for f in frames if not f["filename"].endswith(".py")]
+        assert native[0] == malloc and "ffi_call" in native, native
+        assert [f for f in frames if f["filename"].endswith(".py")][:2] == short[1:3]
+
+
 def test_plain_preload_with_documented_pythonpath(tmp_path):
     env = torch_env()
     env["PYTHONPATH"] = OUR_PY + ":" + FAKE_TORCH

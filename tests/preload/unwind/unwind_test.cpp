@@ -36,13 +36,15 @@ struct Capture {
   unsigned max_depth = kMaxFrames;
   uint64_t skip_lo = 0, skip_hi = 0;
   uint64_t stop_at = 0;
+  const cfi::CodeRange* stop_in = nullptr;
   bool mark = false;  // marked_leaf sets stop_at to a local of its own frame
   uint64_t fast[kMaxFrames] = {};
   uint64_t slow[kMaxFrames] = {};
   int nfast = 0, nslow = 0;
 };
 
-using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t, cfi::FirstSeen*, uint64_t);
+using UnwindFn = int (*)(uint64_t*, unsigned, uint64_t, uint64_t, cfi::FirstSeen*, uint64_t,
+                         const cfi::CodeRange*);
 UnwindFn const g_unwinders[2] = {&cfi::unwind_fast, &cfi::unwind_slow};
 
 // Both unwinders from one call site (a loop the compiler cannot unroll), so every frame above
@@ -53,7 +55,8 @@ __attribute__((noinline)) void capture_both(Capture* r) {
   int two = 2;
   asm volatile("" : "+r"(two));  // an unknown trip count: the loop stays one call site
   for (int i = 0; i < two; ++i) {
-    *counts[i] = g_unwinders[i](outs[i], r->max_depth, r->skip_lo, r->skip_hi, nullptr, r->stop_at);
+    *counts[i] = g_unwinders[i](outs[i], r->max_depth, r->skip_lo, r->skip_hi, nullptr, r->stop_at,
+                                r->stop_in);
   }
   asm volatile("" ::: "memory");
 }
@@ -206,7 +209,10 @@ TEST_CASE("a walk ends with the stop function's frame, walked or replayed", "[un
   // chain walked again and again with one step changed, in turn without the stop and with it (and
   // sometimes a depth limit), so that the stopped walk replays the full one's frames from the
   // memo: both unwinders must give the full walk's frames up to the innermost frame in the
-  // function, that one included.
+  // function, that one included. The same with the range as the walk's own stop (stop_in: the
+  // recorder's, for PyTorch's pool allocator), which takes the place of the process-wide one:
+  // that one is then set to capture_both, which every walk meets first.
+  const bool per_walk = GENERATE(false, true);
   Dl_info di{};
   void* entry = nullptr;
   REQUIRE(dladdr1(reinterpret_cast<void*>(&unwind_step_lib), &di, &entry, RTLD_DL_SYMENT));
@@ -228,11 +234,18 @@ TEST_CASE("a walk ends with the stop function's frame, walked or replayed", "[un
     cfi::set_stop_function(0, 0);
     c.arg = &full;
     run_chain(&c);
-    cfi::set_stop_function(lo, hi);
+    const cfi::CodeRange range{lo, hi};
+    if (per_walk) {
+      const auto own = reinterpret_cast<uint64_t>(&capture_both);
+      cfi::set_stop_function(own, own + 4096);
+      cut.stop_in = &range;
+    } else {
+      cfi::set_stop_function(lo, hi);
+    }
     c.arg = &cut;
     run_chain(&c);
     std::string why;
-    INFO("round " << round << ", limit " << cut.max_depth);
+    INFO("round " << round << ", limit " << cut.max_depth << (per_walk ? ", per walk" : ""));
     REQUIRE(same_frames(full, &why));
     const bool same = same_frames(cut, &why);
     INFO(why);
