@@ -7,7 +7,8 @@
 # numbers: wall ns per pair of the whole loop, and the producer thread's CPU ns per pair (which
 # leaves out time the machine gave to other processes, the collector included). "per event" is
 # (traced - bare) / 2: a pair is two events. The last column is the whole command's wall time,
-# start-up and the snapshot written at the end included.
+# start-up and the snapshot written at the end included. "coarse": `--clock coarse`, each event's
+# time from CLOCK_MONOTONIC_COARSE instead of the TSC.
 # Usage: [ASYNC=1] bench/bench_recording.sh [BUILD=build] [ROUNDS=15] [PAIRS=100000] [BASE_PREFIX]
 #   BASE_PREFIX (optional): another build or install prefix (bin/cumemtrace, lib/libcumemtrace.so)
 #   measured in the same rounds as extra rows, for before/after comparisons.
@@ -36,11 +37,15 @@ one() {  # name, then the command; the program prints "... : W ns per alloc+free
   WALL[$name]+="$(echo "$line" | sed -E 's/.*: ([0-9.]+) ns per.*/\1/') "
   CPU[$name]+="$(echo "$line" | sed -E 's/.*\(([0-9.]+) ns CPU\).*/\1/') "
 }
-traced() {  # prefix, depth
+traced() {  # prefix, depth, more options of `run`
+  local prefix=$1 depth=$2
+  shift 2
   rm -rf "$OUT/t"
-  "$1/bin/cumemtrace" run -q -o "$OUT/t" --stack-depth "$2" -- "$PROG" "$PAIRS" 20 "${MODE[@]}"
+  "$prefix/bin/cumemtrace" run -q -o "$OUT/t" --stack-depth "$depth" "$@" -- "$PROG" "$PAIRS" 20 \
+    "${MODE[@]}"
 }
-names=("bare" "bare (A/A control)" "traced, stacks off" "traced, depth 32")
+names=("bare" "bare (A/A control)" "traced, stacks off" "traced, depth 32"
+  "traced, stacks off, coarse")
 [ -n "$BASE" ] && names+=("base: traced, stacks off" "base: traced, depth 32")
 for ((r = 0; r < ROUNDS; r++)); do
   # Rotate the order every round so that no mode always runs first after a pause.
@@ -50,6 +55,7 @@ for ((r = 0; r < ROUNDS; r++)); do
       "bare"|"bare (A/A control)") one "$name" "$PROG" "$PAIRS" 20 "${MODE[@]}" ;;
       "traced, stacks off") one "$name" traced "$B" 0 ;;
       "traced, depth 32") one "$name" traced "$B" 32 ;;
+      "traced, stacks off, coarse") one "$name" traced "$B" 0 --clock coarse ;;
       "base: traced, stacks off") one "$name" traced "$BASE" 0 ;;
       "base: traced, depth 32") one "$name" traced "$BASE" 32 ;;
     esac

@@ -10,6 +10,8 @@
 namespace cumemtrace::preload {
 
 bool g_event_clock_tsc = false;
+bool g_event_clock_coarse = false;
+bool g_tsc_clocksource = false;
 
 namespace {
 
@@ -37,10 +39,12 @@ uint64_t clock_ns(clockid_t id) noexcept {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-wire::TimeSource choose_event_clock(uint64_t& start_tsc) noexcept {
+wire::TimeSource choose_event_clock(bool coarse, uint64_t& start_tsc) noexcept {
   start_tsc = 0;
+  g_event_clock_coarse = coarse;
 #if defined(__x86_64__)
-  g_event_clock_tsc = clocksource_is_tsc();
+  g_tsc_clocksource = clocksource_is_tsc();
+  g_event_clock_tsc = g_tsc_clocksource && !coarse;
   if (g_event_clock_tsc) {
     start_tsc = __rdtsc();
     g_start_tsc = start_tsc;
@@ -50,7 +54,7 @@ wire::TimeSource choose_event_clock(uint64_t& start_tsc) noexcept {
   }
 #endif
   g_event_clock_tsc = false;
-  return wire::kTimeMonotonic;
+  return coarse ? wire::kTimeMonotonicCoarse : wire::kTimeMonotonic;
 }
 
 uint64_t event_units(uint64_t ns) noexcept {

@@ -20,13 +20,17 @@
 
 namespace cumemtrace::preload {
 
-// Set by choose_event_clock() before any event of the ring is written.
+// Set by choose_event_clock() before any event of the ring is written: events read the TSC, or
+// (neither) CLOCK_MONOTONIC, or CLOCK_MONOTONIC_COARSE. g_tsc_clocksource: the TSC is the
+// kernel's clocksource, whichever clock events read (meter_time()).
 extern bool g_event_clock_tsc;
+extern bool g_event_clock_coarse;
+extern bool g_tsc_clocksource;
 
-// Reads the clocksource once and fixes the clock of this process's events; returns what
-// RingHeader::time_source must say. `start_tsc` gets the TSC when the answer is kTimeTsc. Also
-// the start of event_units()'s measure of the TSC's rate.
-wire::TimeSource choose_event_clock(uint64_t& start_tsc) noexcept;
+// Reads the clocksource once and fixes the clock of this process's events (`coarse`:
+// CUMEMTRACE_CLOCK=coarse); returns what RingHeader::time_source must say. `start_tsc` gets the
+// TSC when the answer is kTimeTsc. Also the start of event_units()'s measure of the TSC's rate.
+wire::TimeSource choose_event_clock(bool coarse, uint64_t& start_tsc) noexcept;
 
 // clock_gettime(id) in ns: the one conversion the preload's clocks share.
 uint64_t clock_ns(clockid_t id) noexcept;
@@ -44,6 +48,17 @@ uint64_t event_units(uint64_t ns) noexcept;
 inline uint64_t event_time() noexcept {
 #if defined(__x86_64__)
   if (g_event_clock_tsc) return __rdtsc();
+#endif
+  if (g_event_clock_coarse) return clock_ns(CLOCK_MONOTONIC_COARSE);
+  return monotonic_ns();
+}
+
+// A precise clock for CUMEMTRACE_DEBUG's meter (recording_meter.h), in its own units: the TSC
+// where it is the clocksource, else CLOCK_MONOTONIC. The event clock where that is the TSC; a
+// coarse event clock would measure nothing.
+inline uint64_t meter_time() noexcept {
+#if defined(__x86_64__)
+  if (g_tsc_clocksource) return __rdtsc();
 #endif
   return monotonic_ns();
 }

@@ -131,7 +131,7 @@ template <bool kTimed>
 struct Laps {
   uint64_t at[5] = {};
   void lap(int i) noexcept {
-    if constexpr (kTimed) at[i] = event_time();
+    if constexpr (kTimed) at[i] = meter_time();
   }
 };
 
@@ -263,18 +263,18 @@ __attribute__((noinline)) void record_metered(const EventArgs& a, const cfi::Wal
   }
   const MeterClass cls =
       a.kind == wire::Kind::kTorchBlock ? MeterClass::kTorchBlock : MeterClass::kDriver;
-  const uint64_t start = event_time();
+  const uint64_t start = meter_time();
   if (takes_stack(a)) {
     StackPhases phases{};
     record_with_stack<true>(a, walk_start, time, &phases);
-    const uint64_t took = event_time() - start;
+    const uint64_t took = meter_time() - start;
     // A block event walked without Python frames (autograd's engine thread) is counted apart:
     // its whole native walk is what it costs.
     const bool native_only = cls == MeterClass::kTorchBlock && phases.python_frames == 0;
     meter_add(native_only ? MeterClass::kTorchBlockNoPython : cls, took, &phases);
   } else {
     record_without_stack(a, time);
-    meter_add(cls, event_time() - start, nullptr);
+    meter_add(cls, meter_time() - start, nullptr);
   }
 }
 

@@ -21,7 +21,7 @@ struct alignas(64) ClassSums {
   std::atomic<uint64_t> memo_frames{0};
 };
 ClassSums g_sums[static_cast<int>(MeterClass::kCount)];
-uint64_t g_start_time = 0;  // event_time() at the session's start
+uint64_t g_start_time = 0;  // meter_time() at the session's start
 uint64_t g_start_ns = 0;    // CLOCK_MONOTONIC then
 
 }  // namespace
@@ -57,9 +57,9 @@ void meter_add(MeterClass cls, uint64_t ticks, const StackPhases* phases) noexce
 }
 
 void print_meter() noexcept {
-  // ns per event_time() unit over the whole session (1 where the clock is CLOCK_MONOTONIC).
+  // ns per meter_time() unit over the whole session (1 where the clock is CLOCK_MONOTONIC).
   const uint64_t elapsed_ns = monotonic_ns() - g_start_ns;
-  const uint64_t elapsed_units = event_time() - g_start_time;
+  const uint64_t elapsed_units = meter_time() - g_start_time;
   if (elapsed_ns == 0 || elapsed_units == 0) return;
   const double ns_per_unit = static_cast<double>(elapsed_ns) / static_cast<double>(elapsed_units);
   // Per MeterClass: its name for many events, then for one.

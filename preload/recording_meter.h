@@ -20,7 +20,7 @@ enum class MeterClass : int {
   kCount = 3
 };
 
-// Where a stack event's time went (event_time() units), and how many frames it carried.
+// Where a stack event's time went (meter_time() units), and how many frames it carried.
 struct StackPhases {
   enum : int { kNative, kModules, kPython, kRing, kCount };
   uint64_t ticks[kCount];
@@ -32,9 +32,9 @@ struct StackPhases {
   unsigned memo_frames;
 };
 
-// The session's start, in event_time() units and in CLOCK_MONOTONIC ns: converts the sums.
+// The session's start, in meter_time() units and in CLOCK_MONOTONIC ns: converts the sums.
 void meter_start(uint64_t start_event_time, uint64_t start_monotonic_ns) noexcept;
-// One event of `cls` took `ticks` (event_time() units); `phases`: its stack's, when it had one.
+// One event of `cls` took `ticks` (meter_time() units); `phases`: its stack's, when it had one.
 void meter_add(MeterClass cls, uint64_t ticks, const StackPhases* phases) noexcept;
 // One line per class that had events: count, mean ns per event, total ms, and the share of the
 // time since the session started ("cumemtrace: recording took ..."); for stack events, a second

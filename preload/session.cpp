@@ -132,6 +132,13 @@ bool read_config(Config& c) {
       !read_switch("CUMEMTRACE_TORCH_NATIVE_STACKS", c.torch_native_stacks)) {
     return false;
   }
+  if (const char* s = getenv("CUMEMTRACE_CLOCK")) {
+    if (strcmp(s, "precise") != 0 && strcmp(s, "coarse") != 0) {
+      print_line("invalid CUMEMTRACE_CLOCK (expected precise or coarse); tracing disabled: ", s);
+      return false;
+    }
+    c.coarse_clock = s[0] == 'c';
+  }
   c.output = getenv("CUMEMTRACE_OUTPUT");
   c.collector = getenv("CUMEMTRACE_COLLECTOR");
   c.debug = getenv("CUMEMTRACE_DEBUG") != nullptr;
@@ -486,9 +493,11 @@ bool start() {
   hdr->pid = getpid();
   hdr->ppid = getppid();
   hdr->start_realtime_ns = clock_ns(CLOCK_REALTIME);
-  hdr->time_source = choose_event_clock(hdr->start_tsc);
-  hdr->start_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
-  meter_start(event_time(), hdr->start_monotonic_ns);
+  hdr->time_source = choose_event_clock(g_config.coarse_clock, hdr->start_tsc);
+  // A coarse clock's events are never before the start they are counted from.
+  hdr->start_monotonic_ns =
+      clock_ns(g_config.coarse_clock ? CLOCK_MONOTONIC_COARSE : CLOCK_MONOTONIC);
+  meter_start(meter_time(), clock_ns(CLOCK_MONOTONIC));
   hdr->stack_depth = g_config.stack_depth;
   // A fresh memfd reads as zeros, so every slot's seq is 0 ("not yet written": ticket + 1 > 0).
   auto* slots = reinterpret_cast<wire::Slot*>(static_cast<char*>(map) + wire::kHeaderBytes);

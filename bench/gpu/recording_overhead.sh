@@ -2,7 +2,8 @@
 # Real-GPU recording cost (issue 20), side by side in one run, modes rotated every round:
 #  - cudaMallocAsync+cudaFreeAsync pool hits (bench/gpu/async_pool_pair.cu): bare, bare again
 #    (A/A control: the noise), under cumemtrace with stacks off and with the default stacks, and
-#    stacks off with a ring that holds the whole run (does the producer wait for the collector?);
+#    stacks off with a ring that holds the whole run (does the producer wait for the collector?),
+#    and stacks off with `--clock coarse` (CLOCK_MONOTONIC_COARSE instead of the TSC per event);
 #  - the PyTorch training loop of tests/gpu/torch_train.py under
 #    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: bare, bare again, cumemtrace default,
 #    cumemtrace stacks off;
@@ -44,6 +45,7 @@ pair() {  # the command; the pair program is its last two words
 }
 step() { "$@" 2>/dev/null | awk '/ms_per_step=/{split($2,a,"=");print a[2]}'; }
 modes=("pair bare" "pair bare-A/A" "pair traced-stacks-off" "pair traced-default" "pair traced-stacks-off-64MiB-ring"
+       "pair traced-stacks-off-coarse-clock"
        "torch bare" "torch bare-A/A" "torch traced-default" "torch traced-stacks-off")
 [ -n "$BASE" ] && modes+=("pair base-stacks-off" "pair base-default")
 if [ "${PAIR_ONLY:-0}" = 1 ]; then
@@ -63,6 +65,7 @@ for ((r = 0; r < ROUNDS; r++)); do
       # A ring that holds every event of the run: the producer never waits for the collector.
       # Much faster than traced-stacks-off means the collector's drain rate is the limit there.
       "pair traced-stacks-off-64MiB-ring") v=$(pair "$CT" run -q -o "$OUT/t" --buffer-mb 64 --stack-depth 0 -- "$OUT/pair" "$PAIRS") ;;
+      "pair traced-stacks-off-coarse-clock") v=$(pair "$CT" run -q -o "$OUT/t" --clock coarse --stack-depth 0 -- "$OUT/pair" "$PAIRS") ;;
       torch*)
         export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
         case $m in
@@ -132,6 +135,7 @@ row("pair bare-A/A", "pair bare", "ns/pair")
 row("pair traced-stacks-off", "pair bare", "ns/pair", 10)
 row("pair traced-default", "pair bare", "ns/pair", 60)
 row("pair traced-stacks-off-64MiB-ring", "pair bare", "ns/pair")
+row("pair traced-stacks-off-coarse-clock", "pair bare", "ns/pair", 10)
 row("pair base-stacks-off", "pair bare", "ns/pair")
 row("pair base-default", "pair bare", "ns/pair")
 row("torch bare", "torch bare", "ms/step")

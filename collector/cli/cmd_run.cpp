@@ -57,6 +57,7 @@ struct RunArgs {
   bool no_follow = false;
   bool free_stacks = false;
   bool torch_native_stacks = false;
+  std::string clock;  // empty: the preload's own default (precise) or CUMEMTRACE_CLOCK
   bool quiet = false;
   bool allow_no_cuda = false;
   int error_exitcode = 1;
@@ -153,6 +154,7 @@ void prepend_python_path(const std::string& preload) {
     setenv("CUMEMTRACE_STACK_DEPTH", std::to_string(a.stack_depth).c_str(), 1);
     if (a.free_stacks) setenv("CUMEMTRACE_FREE_STACKS", "1", 1);
     if (a.torch_native_stacks) setenv("CUMEMTRACE_TORCH_NATIVE_STACKS", "1", 1);
+    if (!a.clock.empty()) setenv("CUMEMTRACE_CLOCK", a.clock.c_str(), 1);
     setenv("CUMEMTRACE_BUFFER_MB", std::to_string(a.buffer_mb).c_str(), 1);
     setenv("NVTX_INJECTION64_PATH", preload.c_str(), 0);
     prepend_python_path(preload);
@@ -319,6 +321,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--free-stacks", args->free_stacks,
                 "record a stack for every release too (frees, unmaps, PyTorch's free requests); "
                 "by default only allocations carry one");
+  sub->add_option("--clock", args->clock,
+                  "each event's time: precise (the default: the TSC, ns) or coarse (the kernel's "
+                  "tick, 1-4 ms; a cheaper read for allocation-bound programs)")
+      ->check(CLI::IsMember({"precise", "coarse"}));
   sub->add_flag("--torch-native-stacks", args->torch_native_stacks,
                 "give PyTorch's block events (and its cudaMallocAsync tensors) all their native "
                 "frames too where they have Python ones; by default such a stack is the Python "

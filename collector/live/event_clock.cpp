@@ -24,7 +24,10 @@ constexpr uint64_t kMinBaselineNs = 1'000;
 }  // namespace
 
 EventClock::EventClock(const wire::RingHeader& header) {
-  if (header.time_source == wire::kTimeMonotonic) return;
+  // CLOCK_MONOTONIC_COARSE counts the same ns, as of the kernel's last tick.
+  if (header.time_source == wire::kTimeMonotonic ||
+      header.time_source == wire::kTimeMonotonicCoarse)
+    return;
 #if defined(__x86_64__)
   if (header.time_source == wire::kTimeTsc) {
     tsc_ = true;

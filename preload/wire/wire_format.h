@@ -24,7 +24,7 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 7;
+inline constexpr uint32_t kWireVersion = 8;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
@@ -208,8 +208,9 @@ enum CollectorState : uint32_t {
 
 // What EventPayload::time_ns counts. kTimeTsc only where the kernel's clocksource is the TSC, so
 // that one TSC is CLOCK_MONOTONIC's source on every CPU of the machine (the collector reads it
-// too).
-enum TimeSource : uint32_t { kTimeMonotonic = 0, kTimeTsc = 1 };
+// too). kTimeMonotonicCoarse (CUMEMTRACE_CLOCK=coarse): CLOCK_MONOTONIC_COARSE, the same ns as
+// CLOCK_MONOTONIC as of the kernel's last tick (1-4 ms), with start_monotonic_ns read from it too.
+enum TimeSource : uint32_t { kTimeMonotonic = 0, kTimeTsc = 1, kTimeMonotonicCoarse = 2 };
 
 struct RingHeader {
   uint32_t magic;

@@ -299,11 +299,43 @@ def test_unwritable_output_runs_untraced_with_one_line(tmp_path):
     assert q.stderr.count("cumemtrace:") == 1 and "tracing disabled" in q.stderr
 
 
+def test_coarse_clock_times_the_same_events_at_the_kernel_tick(tmp_path):
+    # --clock coarse (CUMEMTRACE_CLOCK=coarse under plain LD_PRELOAD) reads CLOCK_MONOTONIC_COARSE
+    # for each event's time: the same events in the same order, the times at the tick's resolution
+    # (1-4 ms): 10,000 entries in a few ms share a handful of times, where the TSC tells them
+    # apart by the microsecond.
+    tick_us = time.clock_getres(6) * 1e6  # CLOCK_MONOTONIC_COARSE
+    args = [prog("ct_static_like"), "steps", "2000"]
+
+    def entries(snap):
+        tr = snap["device_traces"][0]
+        times = [e["time_us"] for e in tr]
+        assert times == sorted(times)
+        return [(e["action"], e["size"]) for e in tr], times
+
+    p, snaps = run_traced(tmp_path / "precise", args)
+    assert p.returncode == 0, p.stderr
+    want, precise = entries(only(snaps))
+    assert len(want) == 10_000 and len(set(precise)) > 200
+    p, cli = run_traced(tmp_path / "cli", args, ["--clock", "coarse"])
+    assert p.returncode == 0, p.stderr
+    p, env = run_preloaded(tmp_path / "env", args, CUMEMTRACE_CLOCK="coarse")
+    assert p.returncode == 0, p.stderr
+    for snap in (only(cli), only(env)):
+        got, coarse = entries(snap)
+        assert got == want
+        assert len(set(coarse)) <= (coarse[-1] - coarse[0]) / tick_us + 2, sorted(set(coarse))
+    # Said precise, it is precise whatever the environment says.
+    p, snaps = run_traced(tmp_path / "explicit", args, ["--clock", "precise"], CUMEMTRACE_CLOCK="coarse")
+    assert p.returncode == 0, p.stderr
+    assert len(set(entries(only(snaps))[1])) > 200
+
+
 def test_missing_collector_and_bad_settings_disable_tracing(tmp_path):
     for env in ({"CUMEMTRACE_COLLECTOR": "/nonexistent/cumemtrace"},
                 {"CUMEMTRACE_STACK_DEPTH": "lots"}, {"CUMEMTRACE_BUFFER_MB": "0"},
                 {"CUMEMTRACE_PYTHON_STACKS": "yes"}, {"CUMEMTRACE_NATIVE_ABOVE_PYTHON": "2"},
-                {"CUMEMTRACE_FREE_STACKS": "on"}):
+                {"CUMEMTRACE_FREE_STACKS": "on"}, {"CUMEMTRACE_CLOCK": "fast"}):
         p = subprocess.run([prog("ct_static_like"), "exit", "6"], capture_output=True, text=True,
                            env=base_env(LD_PRELOAD=PRELOAD, CUMEMTRACE_OUTPUT=str(tmp_path), **env))
         assert p.returncode == 6
@@ -314,6 +346,7 @@ def test_missing_collector_and_bad_settings_disable_tracing(tmp_path):
 def test_run_usage_errors_exit_2(tmp_path):
     assert subprocess.run([CT, "run"], capture_output=True).returncode == 2
     assert subprocess.run([CT, "run", "--stack-depth", "999", "--", "true"], capture_output=True).returncode == 2
+    assert subprocess.run([CT, "run", "--clock", "fast", "--", "true"], capture_output=True).returncode == 2
     assert subprocess.run([CT, "nonsense"], capture_output=True).returncode == 2
     assert subprocess.run([CT, "run", "--help"], capture_output=True).returncode == 0
     p = subprocess.run([CT, "run", "-o", str(tmp_path), "--", "/nonexistent/prog"], capture_output=True, text=True)
