@@ -75,37 +75,36 @@ def _preload():
     return attach, info
 
 
-def _stop_walks_at_engine():
-    """Ends the autograd engine thread's stack walks at Engine::evaluate_function, if this torch
-    has it; never raises."""
+def _tell_preload(entry_point, library, address_in):
+    """Calls the preload's `entry_point` with the address that `address_in` finds in the loaded
+    `library` (given its CDLL); nothing when either is missing; never raises."""
     try:
-        stop = ctypes.CDLL(None).cumemtrace_torch_stop_walks_in
-        stop.argtypes = [ctypes.c_void_p]
-        stop.restype = ctypes.c_int
-        path = _loaded_library("libtorch_cpu.so")
+        fn = getattr(ctypes.CDLL(None), entry_point)
+        fn.argtypes = [ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        path = _loaded_library(library)
         if path is None:
             return
-        fn = ctypes.cast(getattr(ctypes.CDLL(path), ENGINE_EVALUATE), ctypes.c_void_p).value
-        if fn:
-            stop(fn)
-    except (AttributeError, OSError):
+        address = address_in(ctypes.CDLL(path))
+        if address:
+            fn(address)
+    except (AttributeError, OSError, ValueError):
         pass
+
+
+def _stop_walks_at_engine():
+    """Ends the autograd engine thread's stack walks at Engine::evaluate_function, if this torch
+    has it."""
+    _tell_preload("cumemtrace_torch_stop_walks_in", "libtorch_cpu.so",
+                  lambda lib: ctypes.cast(getattr(lib, ENGINE_EVALUATE), ctypes.c_void_p).value)
 
 
 def _pool_allocator_stacks():
     """Under backend:cudaMallocAsync: names PyTorch's allocator module (libc10_cuda.so) to the
     preload, whose walks of pool allocations with Python frames then end at its frame, as a
-    block event's walk does at the caching allocator; never raises."""
-    try:
-        fn = ctypes.CDLL(None).cumemtrace_torch_pool_allocator_in
-        fn.argtypes = [ctypes.c_void_p]
-        fn.restype = ctypes.c_int
-        path = _loaded_library("libc10_cuda.so")
-        if path is None:
-            return
-        fn(ctypes.addressof(ctypes.c_void_p.in_dll(ctypes.CDLL(path), ALLOCATOR.decode())))
-    except (AttributeError, OSError, ValueError):
-        pass
+    block event's walk does at the caching allocator."""
+    _tell_preload("cumemtrace_torch_pool_allocator_in", "libc10_cuda.so",
+                  lambda lib: ctypes.addressof(ctypes.c_void_p.in_dll(lib, ALLOCATOR.decode())))
 
 
 def elf_symbols(path, names):
