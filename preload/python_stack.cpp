@@ -148,6 +148,7 @@ struct PyMemo {
 };
 constexpr unsigned kPyMemos = 64;
 constinit ThreadSlots<PyMemo, kPyMemos> g_py_memos;
+thread_local constinit uint64_t t_py_memo_hits __attribute__((tls_model("initial-exec"))) = 0;
 
 // The calling thread's memo for one capture: none while the layout is on probation (every
 // frame is then checked the long way) or inside a capture it interrupted.
@@ -607,6 +608,7 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
         e->units == units && e->firstlineno == firstlineno) {
       out[2 * n + 1] = static_cast<uint64_t>(static_cast<int64_t>(e->line));
       ++n;
+      ++t_py_memo_hits;
       continue;
     }
     uint64_t kf = 0, kn = 0;
@@ -688,6 +690,10 @@ void python_stack_reset() noexcept {
   // The new session's collector has heard of no code object: every memo entry is stale.
   g_announce_gen.fetch_add(1, std::memory_order_release);
   g_py_memos.after_fork();
+}
+
+uint64_t python_memo_hits() noexcept {
+  return t_py_memo_hits;
 }
 
 unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) noexcept {

@@ -45,4 +45,9 @@ unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) no
 // has not seen them).
 void python_stack_reset() noexcept;
 
+// Frames the calling thread's captures answered from its memo since the thread started (the
+// others took the long way: names, the shared tables, maybe the interpreter's line lookup), for
+// CUMEMTRACE_DEBUG's meter.
+uint64_t python_memo_hits() noexcept;
+
 }  // namespace cumemtrace::preload
