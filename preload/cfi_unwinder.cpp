@@ -325,7 +325,6 @@ struct MemoUse {
   ThreadSlots<FrameMemo, kMemos>::Use use;
   FrameMemo* m;
   Source last, before, found;  // found: the walk the index gave last, if any
-  Source shifted;              // find_shifted's walk
   MemoWalk* next = nullptr;
   unsigned next_slot = 0;
   unsigned written = 0;
@@ -371,26 +370,6 @@ struct MemoUse {
     rule = w.f[j].rule;
     return &found;
   }
-  // For a walk's first frame that find() did not place: the last walk or the one before that
-  // began with the same frame at another stack address, `delta` bytes away (mod 2^64). That is the
-  // same code entered from another depth, as the recorder's hook is under every op of a training
-  // step: its frames lie at the same distances from the start for as long as the code path is the
-  // same (a function's frame has one size), so same_run() can check them at the shifted
-  // addresses instead of walking them, each a lookup of a rule that a step has evicted.
-  Source* find_shifted(uint64_t sp, uint64_t key, uint64_t& rule, uint64_t& delta) noexcept {
-    if (!m) return nullptr;
-    for (const Source* s : {&last, &before}) {
-      const MemoWalk& w = *s->walk;
-      if (w.n > 1 && w.f[0].key == key && w.f[0].sp != sp) {
-        delta = sp - w.f[0].sp;
-        rule = w.f[0].rule;
-        shifted.walk = &w;
-        shifted.cursor = 0;
-        return &shifted;
-      }
-    }
-    return nullptr;
-  }
   // The thread's table of rules by address.
   ThreadRule* rule_slot(uint64_t key) noexcept {
     return &m->rules[(key * 0x9E3779B97F4A7C15ull) >> (64 - kThreadRuleBits)];
@@ -432,11 +411,9 @@ struct MemoUse {
   }
 };
 
-// How far a walk repeats `w` from its frame j on, when it stands where w stood at j (same key, at
-// w's stack pointer plus `delta`: 0, or find_shifted's) with rbp = `fp`: the last frame k >= j
-// such that every slot w read between j
-// and k holds what w read there (each `delta` away), except the caller's rbp where a rule
-// restores it, which need
+// How far a walk repeats `w` from its frame j on, when it stands where w stood at j (same stack
+// pointer and key) with rbp = `fp`: the last frame k >= j such that every slot w read between j
+// and k holds what w read there, except the caller's rbp where a rule restores it, which need
 // only be the same where a later rule computes its CFA from it (code built without frame
 // pointers saves rbp as an ordinary register: it holds a different pointer at every call). A
 // walk is a function of its registers at a frame and of the slots it reads from there, so this
@@ -448,17 +425,15 @@ struct MemoUse {
 // frame wait for the previous one's load, a chain of misses once a training step has evicted
 // the stack's outer lines (BM_fast_evicted in bench/bench_stack_capture.cpp); the comparison of
 // the CFA with the memo's stack pointer checks that rbp all the same.
-unsigned same_run(const MemoWalk& w, unsigned j, uint64_t& fp, uint64_t floor, uint64_t top,
-                  uint64_t delta) {
+unsigned same_run(const MemoWalk& w, unsigned j, uint64_t& fp, uint64_t floor, uint64_t top) {
   unsigned k = j;
   for (; k + 1 < w.n; ++k) {
     const MemoFrame& at = w.f[k];
     const MemoFrame& next = w.f[k + 1];
     const uint64_t rule = at.rule;
     if (rule_kind(rule) != kFrame) break;
-    const uint64_t at_sp = at.sp + delta;
-    const uint64_t cfa = next.sp + delta;  // what this frame's rule must compute, checked below
-    if (cfa <= at_sp || cfa > top) break;
+    const uint64_t cfa = next.sp;  // what this frame's rule must compute, checked below
+    if (cfa <= at.sp || cfa > top) break;
     const uint64_t ra_at = cfa + static_cast<uint64_t>(ra_offset(rule));
     if (ra_at < floor || ra_at > top - 8) break;
     const uint64_t ra = load(ra_at);
@@ -468,7 +443,7 @@ unsigned same_run(const MemoWalk& w, unsigned j, uint64_t& fp, uint64_t floor, u
       if (fp_at < floor || fp_at > top - 8) break;
       caller_fp = load(fp_at);
     }
-    if ((cfa_from_rbp(rule) ? fp : at_sp) + static_cast<uint64_t>(cfa_offset(rule)) != cfa ||
+    if ((cfa_from_rbp(rule) ? fp : at.sp) + static_cast<uint64_t>(cfa_offset(rule)) != cfa ||
         ra != next.key) {
       break;
     }
@@ -510,17 +485,13 @@ __attribute__((noinline)) int walk_fast(const WalkStart& start, uint64_t* out, u
       }
     }
     uint64_t rule;
-    uint64_t delta = 0;
-    MemoUse::Source* src = memo.find(sp, key, rule);
-    // The first frame (the only one whose key is exact) also from a walk at another depth.
-    if (!src && (key & kExactBit)) src = memo.find_shifted(sp, key, rule, delta);
-    if (src) {
+    if (MemoUse::Source* src = memo.find(sp, key, rule)) {
       ++t_hits;
       ++t_memo_hits;
       const MemoWalk& w = *src->walk;
       const unsigned j = src->cursor;
       uint64_t fp_k = fp;
-      const unsigned k = same_run(w, j, fp_k, floor, top, delta);
+      const unsigned k = same_run(w, j, fp_k, floor, top);
       if (k > j) {
         // Frames j+1..k as the loop would meet them, each checked against stop_at, the skipped
         // range and max_depth as above, with the rule of the last one to go on from. The
@@ -529,7 +500,7 @@ __attribute__((noinline)) int walk_fast(const WalkStart& start, uint64_t* out, u
         memo.note(sp, key, rule);
         bool done = false;
         for (unsigned i = j + 1; i <= k; ++i) {
-          if (w.f[i].sp + delta > stop_at) {
+          if (w.f[i].sp > stop_at) {
             done = true;
             break;
           }
@@ -546,11 +517,11 @@ __attribute__((noinline)) int walk_fast(const WalkStart& start, uint64_t* out, u
           ++t_hits;
           ++t_memo_hits;
           ++t_replayed;
-          if (i < k) memo.note(w.f[i].sp + delta, pc_i, w.f[i].rule, false);
+          if (i < k) memo.note(w.f[i].sp, pc_i, w.f[i].rule, false);
         }
         if (done) break;
         src->cursor = k;
-        sp = w.f[k].sp + delta;
+        sp = w.f[k].sp;
         fp = fp_k;
         key = pc = w.f[k].key;
         rule = w.f[k].rule;

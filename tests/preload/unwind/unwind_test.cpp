@@ -496,56 +496,6 @@ TEST_CASE("a second capture of the same stack is served from the cache", "[unwin
   CHECK(w.second.replayed + 3 >= static_cast<uint64_t>(w.r.nfast));
 }
 
-TEST_CASE("the same code entered from another depth is replayed at the shifted addresses",
-          "[unwind]") {
-  // The recorder's walks start at its hook, which each op of a training step reaches from its
-  // own depth: the frames from the hook to the op are the same code at other stack addresses.
-  // Here the outermost step's variable-size frame grows every round (a size never seen before),
-  // which moves every frame inside it: the walk must take those from the last walk at the
-  // shifted addresses (memo hits, replayed), not look their rules up one by one, and give the
-  // slow unwinder's frames. On a thread of its own, whose memo holds no walk of other tests that
-  // could have stood at one of these addresses.
-  struct Round {
-    bool same;
-    std::string why;
-    int nfast;
-    uint64_t looked_up, replayed;
-  };
-  std::vector<Round> rounds;
-  std::thread([&rounds] {
-    std::mt19937 rng(5);
-    Chain c = random_chain(rng, 12);
-    c.steps[0] = &unwind_step_o2fp;  // the step whose frame grows keeps a frame pointer
-    c.leaf = leaf_capture;
-    for (int round = 0; round < 40; ++round) {
-      c.alloca_bytes[0] = 16u * static_cast<unsigned>(round + 1);
-      Capture r;
-      c.arg = &r;
-      const cfi::CacheStats before = cfi::thread_cache_stats();
-      run_chain(&c);
-      const cfi::CacheStats after = cfi::thread_cache_stats();
-      Round x{};
-      x.same = same_frames(r, &x.why);
-      x.nfast = r.nfast;
-      x.looked_up = (after.hits - before.hits) - (after.memo_hits - before.memo_hits) +
-                    (after.misses - before.misses);
-      x.replayed = after.replayed - before.replayed;
-      rounds.push_back(x);
-    }
-  }).join();
-  REQUIRE(rounds.size() == 40);
-  for (size_t i = 0; i < rounds.size(); ++i) {
-    const Round& x = rounds[i];
-    INFO("round " << i << ": " << x.why);
-    REQUIRE(x.same);
-    if (i == 0) continue;
-    // Looked up outside the memo: at most the step whose frame changed and the one it returns
-    // to, should the shifted run end there.
-    CHECK(x.looked_up <= 2);
-    CHECK(x.replayed + 4 >= static_cast<uint64_t>(x.nfast));
-  }
-}
-
 TEST_CASE("two stacks that differ in one middle frame, walked in turn at the same addresses",
           "[unwind]") {
   // The fast walker reuses the rules of its last walk for frames at the same stack address with
