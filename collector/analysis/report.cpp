@@ -193,6 +193,10 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
     if (!t.ring_error.empty()) {
       out << fmt::format("  INCOMPLETE: {}; events after it are missing\n", t.ring_error);
     }
+    if (t.time_resolution_ns) {
+      out << fmt::format("  times: read at the kernel tick (--clock coarse), every {:g} ms\n",
+                         static_cast<double>(t.time_resolution_ns) / 1e6);
+    }
   }
   out << fmt::format("  trace entries: {}\n", r.trace_entries);
 
@@ -318,6 +322,7 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
         {"ended", {{"how", t.ended.how}, {"code", t.ended.code}, {"signal", t.ended.signal}}}};
     j["events_total"] = t.events_total;
     j["events_dropped"] = t.events_dropped;
+    j["time_resolution_ns"] = t.time_resolution_ns;  // 0: precise; else --clock coarse's tick
   }
   j["complete"] = !s.tool || (s.tool->events_dropped == 0 && s.tool->ring_error.empty());
   json devs = json::array();

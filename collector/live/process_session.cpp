@@ -114,6 +114,12 @@ ProcessSession::ProcessSession(int memfd, int live_fd, ProcessInfo info, Session
       model_(ring_->header().start_realtime_ns, ring_->header().start_monotonic_ns,
              opts_.max_trace_events) {
   ring_->mark_collector(getpid(), wire::kCollectorAttached);
+  if (ring_->header().time_source == wire::kTimeMonotonicCoarse) {
+    timespec res{};
+    clock_getres(CLOCK_MONOTONIC_COARSE, &res);  // the program's kernel: this machine's
+    time_resolution_ns_ =
+        static_cast<uint64_t>(res.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(res.tv_nsec);
+  }
   requests_seen_ = ring_->header().snapshot_requests.load(std::memory_order_acquire);
   if (opts_.snapshot_every_s > 0) {
     next_periodic_ = std::chrono::steady_clock::now() +
@@ -338,6 +344,7 @@ snap::Snapshot ProcessSession::snapshot(const std::string& reason,
   s.tool->tool_version = CUMEMTRACE_VERSION;
   s.tool->events_dropped = ring_->dropped();
   s.tool->ring_error = error_;
+  s.tool->time_resolution_ns = time_resolution_ns_;
   s.tool->driver_memory = driver_samples_;
   if (ended) s.tool->ended = *ended;
   return s;

@@ -96,6 +96,7 @@ class ProcessSession {
   TraceModel model_;
   Symbolizer symbolizer_;
   std::string error_;
+  uint64_t time_resolution_ns_ = 0;  // the ring's clock: the coarse clock's tick, else 0
   std::vector<std::string> oom_files_;
   std::vector<std::string> extra_files_;
   size_t files_taken_ = 0;

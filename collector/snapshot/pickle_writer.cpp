@@ -348,6 +348,7 @@ class SnapshotPickler {
       key_uint("events_total", t.events_total);
       key_uint("events_dropped", t.events_dropped);
       if (!t.ring_error.empty()) key_str("ring_error", t.ring_error);
+      if (t.time_resolution_ns) key_uint("time_resolution_ns", t.time_resolution_ns);
       key_uint("trace_entries_dropped", t.trace_entries_dropped);
       list_of_dicts("devices", t.devices, [&](const snap::DeviceSummary& d) {
         key_int("device", d.device);

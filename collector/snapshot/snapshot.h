@@ -211,6 +211,9 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   // Why the collector stopped reading the process's ring before its end (a corrupt record):
   // everything after it is missing. Empty when the ring was read to the end.
   std::string ring_error;
+  // How finely the events' times were read: the kernel tick's length where the program ran with
+  // --clock coarse (CLOCK_MONOTONIC_COARSE); 0 for the precise clock (the TSC or CLOCK_MONOTONIC).
+  uint64_t time_resolution_ns = 0;
   uint64_t trace_entries_dropped = 0;  // oldest trace entries discarded by --max-trace-events
   std::vector<DeviceSummary> devices;
   std::vector<VmmHandle> vmm_handles;

@@ -183,6 +183,10 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
     put(b, ",\"ring_error\":");
     put_string(b, t.ring_error);
   }
+  if (t.time_resolution_ns) {
+    put(b, ",\"time_resolution_ns\":");
+    put_num(b, t.time_resolution_ns);
+  }
   put(b, ",\"trace_entries_dropped\":");
   put_num(b, t.trace_entries_dropped);
   put(b, ",\"devices\":[");

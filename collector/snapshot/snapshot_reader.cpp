@@ -127,7 +127,7 @@ using Keys = std::vector<std::string_view>;
   X(start_time_us) X(end_time_us) X(reason) X(ended) X(events_total) X(events_dropped) \
   X(devices) X(vmm_handles) X(host_allocations) X(anomalies) X(threads) \
   X(trace_entries_dropped) X(driver_memory) X(tag) X(imported_mappings) X(ring_error) \
-  X(pytorch) X(pool_memory) X(contexts)
+  X(pytorch) X(pool_memory) X(contexts) X(time_resolution_ns)
 #define ENDED_KEYS(X) X(how) X(code) X(signal)
 #define DEVICE_KEYS(X) \
   X(device) X(peak_bytes) X(peak_time_us) X(live_bytes) X(allocations) X(frees) \
@@ -227,10 +227,11 @@ uint32_t required_of(C c) {
       // Optional: tag (request/periodic snapshots), imported_mappings (absent before VMM import
       // support), ring_error (only when the ring was not read to its end), pytorch (only when
       // the target imported torch), pool_memory (only when the target used memory pools),
-      // contexts (only when a context's cost was measured).
-      return all_bits(kToolKeys) & ~bits(ToolKey::tag, ToolKey::imported_mappings,
-                                         ToolKey::ring_error, ToolKey::pytorch,
-                                         ToolKey::pool_memory, ToolKey::contexts);
+      // contexts (only when a context's cost was measured), time_resolution_ns (only for
+      // --clock coarse).
+      return all_bits(kToolKeys) &
+             ~bits(ToolKey::tag, ToolKey::imported_mappings, ToolKey::ring_error, ToolKey::pytorch,
+                   ToolKey::pool_memory, ToolKey::contexts, ToolKey::time_resolution_ns);
     case C::kContext:  // end_time_us: only once the context was destroyed
       return all_bits(kCtxKeys) & ~bits(CtxKey::end_time_us);
     case C::kDevice:  // graph_reserved_*: only where the process made graph memory nodes
@@ -754,6 +755,9 @@ class Handler {
             return;
           case ToolKey::ring_error:
             t.ring_error = str(v);
+            return;
+          case ToolKey::time_resolution_ns:
+            t.time_resolution_ns = u64(v);
             return;
           case ToolKey::rank:
           case ToolKey::ended:

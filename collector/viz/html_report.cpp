@@ -118,6 +118,7 @@ json tool_json(const snap::ToolSection& t) {
           {"events_total", t.events_total},
           {"events_dropped", t.events_dropped},
           {"ring_error", t.ring_error},
+          {"time_resolution_ns", t.time_resolution_ns},
           {"anomalies", t.anomalies.size()},
           {"vmm_handles", t.vmm_handles.size()},
           {"host_allocations", t.host_allocations.size()}};

@@ -304,7 +304,8 @@ def test_coarse_clock_times_the_same_events_at_the_kernel_tick(tmp_path):
     # for each event's time: the same events in the same order, the times at the tick's resolution
     # (1-4 ms): 10,000 entries in a few ms share a handful of times, where the TSC tells them
     # apart by the microsecond.
-    tick_us = time.clock_getres(6) * 1e6  # CLOCK_MONOTONIC_COARSE
+    tick_ns = round(time.clock_getres(6) * 1e9)  # CLOCK_MONOTONIC_COARSE
+    tick_us = tick_ns / 1000
     args = [prog("ct_static_like"), "steps", "2000"]
 
     def entries(snap):
@@ -317,6 +318,7 @@ def test_coarse_clock_times_the_same_events_at_the_kernel_tick(tmp_path):
     assert p.returncode == 0, p.stderr
     want, precise = entries(only(snaps))
     assert len(want) == 10_000 and len(set(precise)) > 200
+    assert "time_resolution_ns" not in only(snaps)["cumemtrace"]
     p, cli = run_traced(tmp_path / "cli", args, ["--clock", "coarse"])
     assert p.returncode == 0, p.stderr
     p, env = run_preloaded(tmp_path / "env", args, CUMEMTRACE_CLOCK="coarse")
@@ -325,6 +327,16 @@ def test_coarse_clock_times_the_same_events_at_the_kernel_tick(tmp_path):
         got, coarse = entries(snap)
         assert got == want
         assert len(set(coarse)) <= (coarse[-1] - coarse[0]) / tick_us + 2, sorted(set(coarse))
+        # The snapshot says so, and so do the report and its JSON.
+        assert snap["cumemtrace"]["time_resolution_ns"] == tick_ns
+    (name,) = cli
+    rep = subprocess.run([CT, "report", str(tmp_path / "cli" / "traces" / name)],
+                         capture_output=True, text=True, timeout=60)
+    assert rep.returncode == 0, rep.stderr
+    assert f"  times: read at the kernel tick (--clock coarse), every {tick_ns / 1e6:g} ms\n" in rep.stdout
+    rep = subprocess.run([CT, "report", "--format", "json", str(tmp_path / "cli" / "traces" / name)],
+                         capture_output=True, text=True, timeout=60)
+    assert json.loads(rep.stdout)["time_resolution_ns"] == tick_ns
     # Said precise, it is precise whatever the environment says.
     p, snaps = run_traced(tmp_path / "explicit", args, ["--clock", "precise"], CUMEMTRACE_CLOCK="coarse")
     assert p.returncode == 0, p.stderr

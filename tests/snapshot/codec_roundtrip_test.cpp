@@ -27,7 +27,7 @@ static_assert(sizeof(snap::Block) == 64);
 static_assert(sizeof(snap::Frame) == 72);
 static_assert(sizeof(snap::Annotation) == 80);
 static_assert(sizeof(snap::PytorchInfo) == 136);
-static_assert(sizeof(snap::ToolSection) == 744);
+static_assert(sizeof(snap::ToolSection) == 752);
 static_assert(sizeof(snap::ContextMemory) == 72);
 
 snap::Snapshot every_field() {
@@ -94,6 +94,7 @@ snap::Snapshot every_field() {
   t.events_total = 100;
   t.events_dropped = 4;
   t.ring_error = "corrupt ring: record 9";
+  t.time_resolution_ns = 4'000'000;
   t.trace_entries_dropped = 6;
   t.devices = {{0, 4096, 999, 0, 1, 0}, {1, 20 << 20, 1001, 2 << 20, 3, 2}};
   t.vmm_handles = {{0xabc, 2 << 20, 1, 1, 1010}};
@@ -191,6 +192,7 @@ void same(const snap::Snapshot& a, const snap::Snapshot& b) {
   CHECK(t.events_total == u.events_total);
   CHECK(t.events_dropped == u.events_dropped);
   CHECK(t.ring_error == u.ring_error);
+  CHECK(t.time_resolution_ns == u.time_resolution_ns);
   CHECK(t.trace_entries_dropped == u.trace_entries_dropped);
   REQUIRE(t.devices.size() == u.devices.size());
   for (size_t i = 0; i < t.devices.size(); ++i) {

@@ -36,6 +36,7 @@ snap::Snapshot full_snapshot() {
   t.ended = {"signal", 0, 11};
   t.reason = "signal";
   t.ring_error = "corrupt ring from pid 7: record 9 claims 200 continuation slots";
+  t.time_resolution_ns = 1'000'000;
   s.device_traces[0].push_back({snap::Action::kOom, 0, 1 << 30, 0, 1000050, s1, 12345, 7});
   s.device_traces[1].push_back({snap::Action::kSegmentMap, 0x9000, 8192, 3, 1000060, s1, 0, 0});
   s.device_traces[1].back().stream_per_thread = true;
@@ -69,6 +70,7 @@ TEST_CASE("reader round-trips everything the writer writes", "[reader]") {
   CHECK(r.tool->threads.at("8") == "worker \xc3\xa9");
   CHECK(r.tool->ended.signal == 11);
   CHECK(r.tool->ring_error == s.tool->ring_error);
+  CHECK(r.tool->time_resolution_ns == 1'000'000);
   CHECK(r.device_traces.size() == 2);
   CHECK(r.device_traces[0].back().action == snap::Action::kOom);
   CHECK(r.device_traces[0].back().device_free == 12345);
