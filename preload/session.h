@@ -38,7 +38,7 @@ struct Config {
   // (docs/performance.md, ninth round). Block events without Python frames (the autograd engine's
   // threads, C++ programs) and every driver event keep their native stack, but for PyTorch's
   // tensors under backend:cudaMallocAsync (pool allocations), whose walk ends at PyTorch's
-  // allocator (torch_tracker.h): every allocator mode then gives a tensor the same stack.
+  // allocator (torch_pool.h): every allocator mode then gives a tensor the same stack.
   bool torch_native_stacks = false;
   // Each event's time from CLOCK_MONOTONIC_COARSE (CUMEMTRACE_CLOCK=coarse) instead of the TSC
   // (precise, the default): 9 ns instead of 23 a read on the H200 host, at the kernel tick's

@@ -90,7 +90,6 @@ void on_trace(const TorchTraceEntry& entry) noexcept {
 }
 
 }  // namespace
-
 }  // namespace cumemtrace::preload
 
 using cumemtrace::preload::g_attach_tried;

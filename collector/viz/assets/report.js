@@ -90,7 +90,7 @@
       app.append(el('div', { class: 'sub', text: 'ended: ' + ended + '; written on: ' + t.reason + '; ' + plural(t.events_total, 'event') }));
       if (t.events_dropped > 0) app.append(el('div', { class: 'warn', text: t.events_dropped + ' events were dropped: totals may be off.' }));
       if (t.ring_error) app.append(el('div', { class: 'warn', text: 'Incomplete: ' + t.ring_error + '; events after it are missing.' }));
-      if (t.time_resolution_ns > 0) app.append(el('div', { class: 'sub', text: 'times read at the kernel tick (--clock coarse): every ' + (t.time_resolution_ns / 1e6) + ' ms' }));
+      if (t.time_resolution_ns > 0) app.append(el('div', { class: 'sub', text: 'times read at the kernel tick (--clock coarse): every ' + Number((t.time_resolution_ns / 1e6).toPrecision(6)) + ' ms' }));
       if (t.anomalies > 0) app.append(el('div', { class: 'warn', text: t.anomalies + ' anomalies (frees of unknown pointers, double frees...): see `cumemtrace` text reports.' }));
     } else {
       app.append(el('div', { class: 'sub', text: 'PyTorch memory snapshot' }));
