@@ -10,6 +10,7 @@
 #include <initializer_list>
 
 #include "cpython_layout.h"
+#include "export.h"
 #include "real_driver.h"
 #include "recorder.h"
 #include "session.h"
@@ -141,14 +142,33 @@ struct PyMemoEntry {
   uint64_t gen;  // g_announce_gen when the answer was found; 0: empty
 };
 constexpr unsigned kPyMemoBits = 9;  // 512 entries, 32 KB: a model's frames and their lines
+
+// Where CPython tells us of every code object it frees (3.12+ code watchers, registered by our
+// sitecustomize: cumemtrace_python_code_watcher), a code object at an address is the one an
+// answer was found for until g_code_gen moves, so a frame's answer needs no read of its code
+// object at all: the frame's (code, instruction pointer) finds it. That leaves one line a
+// frame, its own, where the checked memo above reads three of the code object's and one of
+// its own, lines a training step evicts between two allocations (docs/performance.md, twelfth
+// round). Kept by the frame's address, so the frames of one capture, adjacent on the
+// interpreter's data stack, have their answers in adjacent lines.
+std::atomic<uint64_t> g_code_gen{1};  // bumped when a code object is freed, and at a reset
+std::atomic<bool> g_code_watched{false};
+struct FrameAnswer {
+  uint64_t code, instr;
+  uint64_t gen;  // g_code_gen when found; 0: empty
+  int64_t line;
+};
+constexpr unsigned kFrameAnswerBits = 8;  // 256 entries, 8 KB: frames 64 bytes apart or more
 struct PyMemo {
   PyMemoEntry entries[1u << kPyMemoBits];
+  FrameAnswer frames[1u << kFrameAnswerBits];
   // Entries hold process-wide answers, so a memo taken over from a gone thread keeps them.
   void claimed() noexcept {}
 };
 constexpr unsigned kPyMemos = 64;
 constinit ThreadSlots<PyMemo, kPyMemos> g_py_memos;
 thread_local constinit uint64_t t_py_memo_hits __attribute__((tls_model("initial-exec"))) = 0;
+thread_local constinit uint64_t t_py_watched_hits __attribute__((tls_model("initial-exec"))) = 0;
 
 // The calling thread's memo for one capture: none while the layout is on probation (every
 // frame is then checked the long way) or inside a capture it interrupted.
@@ -156,9 +176,20 @@ struct PyMemoUse {
   ThreadSlots<PyMemo, kPyMemos>::Use use;
   PyMemo* m;
   uint64_t gen = 0;
+  uint64_t code_gen = 0;  // 0: code objects are not watched
 
   explicit PyMemoUse(bool checked) noexcept : use(g_py_memos), m(checked ? nullptr : use.get()) {
-    if (m) gen = g_announce_gen.load(std::memory_order_acquire);
+    if (!m) return;
+    gen = g_announce_gen.load(std::memory_order_acquire);
+    if (g_code_watched.load(std::memory_order_acquire)) {
+      code_gen = g_code_gen.load(std::memory_order_acquire);
+    }
+  }
+
+  // The answer slot of the frame at `frame`; null without a watcher.
+  FrameAnswer* frame_answer(uintptr_t frame) noexcept {
+    if (code_gen == 0) return nullptr;
+    return &m->frames[(frame >> 6) & ((1u << kFrameAnswerBits) - 1)];
   }
 
   PyMemoEntry* entry(uint64_t code, int64_t addrq) noexcept {
@@ -568,6 +599,23 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
       generator = owner == kOwnedByGenerator;
     }
 
+    // The frame's own words find its answer when code objects are watched (3.11+ frames).
+    FrameAnswer* answer = nullptr;
+    uintptr_t instr = 0;
+    if (!object_frames) {
+      answer = memo.frame_answer(here);
+      instr = field<uintptr_t>(fb, L.frame_instr);
+      if (answer && answer->gen == memo.code_gen && answer->code == code &&
+          answer->instr == instr) {
+        out[2 * n] = code;
+        out[2 * n + 1] = static_cast<uint64_t>(answer->line);
+        ++n;
+        ++t_py_memo_hits;
+        ++t_py_watched_hits;
+        continue;
+      }
+    }
+
     unsigned char code_copy[kMaxCodeSpan];
     const unsigned char* cb =
         plausible_object(code) ? view(code_copy, code, g_raw.code_span, checked) : nullptr;
@@ -591,7 +639,10 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
     if (L.code_firsttraceable != kNoField) {
       const int first_traceable = field<int>(cb, L.code_firsttraceable);
       if (first_traceable < 0 || first_traceable > units) return -1;
-      if (!generator && lasti < first_traceable) continue;
+      if (lasti < first_traceable) {
+        if (!generator) continue;
+        answer = nullptr;  // a generator's: the same instruction in another frame is skipped
+      }
     }
     // PyFrame_GetLineNumber asks PyCode_Addr2Line for the byte offset of the instruction
     // (3.11/3.12: of prev_instr, which is what lasti counts here).
@@ -609,6 +660,9 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
       out[2 * n + 1] = static_cast<uint64_t>(static_cast<int64_t>(e->line));
       ++n;
       ++t_py_memo_hits;
+      // The code object is this capture's frame's, alive, and was announced: the entry's gen
+      // says no announcement came since, so no other code object took the address meanwhile.
+      if (answer) *answer = FrameAnswer{code, instr, memo.code_gen, e->line};
       continue;
     }
     uint64_t kf = 0, kn = 0;
@@ -627,6 +681,9 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
     // (this one included) leaves it stale, never wrong.
     if (e)
       *e = PyMemoEntry{code, filename, name, linetable, units, addrq, firstlineno, line, memo.gen};
+    // Under the code generation read before this frame's code was read: a code object freed
+    // since (this capture's are not: its frames hold them) leaves the answer stale, never wrong.
+    if (answer) *answer = FrameAnswer{code, instr, memo.code_gen, line};
   }
   if (checked) g_probation.fetch_sub(n + 1, std::memory_order_relaxed);
   return n;
@@ -689,11 +746,16 @@ void python_stack_reset() noexcept {
   for (auto& l : g_lines) l.store(0, std::memory_order_relaxed);
   // The new session's collector has heard of no code object: every memo entry is stale.
   g_announce_gen.fetch_add(1, std::memory_order_release);
+  g_code_gen.fetch_add(1, std::memory_order_release);
   g_py_memos.after_fork();
 }
 
 uint64_t python_memo_hits() noexcept {
   return t_py_memo_hits;
+}
+
+uint64_t python_watched_hits() noexcept {
+  return t_py_watched_hits;
 }
 
 unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) noexcept {
@@ -721,3 +783,17 @@ unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) no
 }
 
 }  // namespace cumemtrace::preload
+
+// CPython's PyCode_WatchCallback (3.12+), registered by our sitecustomize with PyCode_AddWatcher:
+// called with the GIL held for every code object made (event 0, PY_CODE_EVENT_CREATE) and freed
+// (1, PY_CODE_EVENT_DESTROY, before its memory is); returns 0, as a watcher that raised nothing.
+CUMEMTRACE_EXPORT int cumemtrace_python_code_event(int event, void* /*code*/) noexcept {
+  if (event == 1) cumemtrace::preload::g_code_gen.fetch_add(1, std::memory_order_release);
+  return 0;
+}
+
+// The watcher's id from PyCode_AddWatcher (the sitecustomize calls this right after it): from
+// then on every code object freed moves the generation, so the thread memos may trust it.
+CUMEMTRACE_EXPORT void cumemtrace_python_code_watcher(int id) noexcept {
+  if (id >= 0) cumemtrace::preload::g_code_watched.store(true, std::memory_order_release);
+}

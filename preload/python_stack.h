@@ -25,7 +25,11 @@
 // records. The GIL-held fallback keeps its code objects alive with a reference instead.
 // Each thread keeps a memo of the (code, instruction) answers it found, so that a frame met
 // again (a training loop's every step) is one read of its code object's header instead of its
-// names and two shared tables; any announcement makes every memo entry stale.
+// names and two shared tables; any announcement makes every memo entry stale. From 3.12 on,
+// where our sitecustomize registered a code watcher (cumemtrace_python_code_event: CPython calls
+// it with the GIL held for every code object it frees), a frame met again is answered from its
+// own (code, instruction) words alone, without a read of its code object, until any code object
+// is freed.
 #pragma once
 
 #include <cstdint>
@@ -49,5 +53,7 @@ void python_stack_reset() noexcept;
 // others took the long way: names, the shared tables, maybe the interpreter's line lookup), for
 // CUMEMTRACE_DEBUG's meter.
 uint64_t python_memo_hits() noexcept;
+// Of those, the frames answered without a read of their code object (code objects watched).
+uint64_t python_watched_hits() noexcept;
 
 }  // namespace cumemtrace::preload

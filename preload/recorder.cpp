@@ -141,8 +141,11 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::
                                                  uint64_t time,
                                                  StackPhases* phases = nullptr) noexcept {
   Laps<kTimed> laps;
-  uint64_t py_memo_before = 0;
-  if constexpr (kTimed) py_memo_before = python_memo_hits();
+  uint64_t py_memo_before = 0, py_watched_before = 0;
+  if constexpr (kTimed) {
+    py_memo_before = python_memo_hits();
+    py_watched_before = python_watched_hits();
+  }
   laps.lap(0);
   // Native return addresses, then (code, line) pairs of Python frames. The Python frames are
   // read first, into the tail, and moved down behind the native ones.
@@ -198,7 +201,8 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::
                           npy,
                           static_cast<unsigned>(walk_after.replayed - walk_before.replayed),
                           static_cast<unsigned>(walk_after.memo_hits - walk_before.memo_hits),
-                          static_cast<unsigned>(python_memo_hits() - py_memo_before)};
+                          static_cast<unsigned>(python_memo_hits() - py_memo_before),
+                          static_cast<unsigned>(python_watched_hits() - py_watched_before)};
   }
   after_publish(a, ok, ticket);
 }

@@ -30,7 +30,8 @@ struct StackPhases {
   // the thread's recent walks, and given their rule by the memo's frame at the same place.
   unsigned replayed_frames;
   unsigned memo_frames;
-  unsigned python_memo_frames;  // of the Python frames: answered by the thread's memo
+  unsigned python_memo_frames;     // of the Python frames: answered by the thread's memo
+  unsigned python_watched_frames;  // of those: without a read of the code object (3.12+)
 };
 
 // The session's start, in meter_time() units and in CLOCK_MONOTONIC ns: converts the sums.

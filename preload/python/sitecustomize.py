@@ -24,9 +24,41 @@ def _chain_next_sitecustomize():
     spec.loader.exec_module(module)
 
 
+def _watch_code_objects():
+    """Registers the preload's code watcher (CPython 3.12+), so that its reader of Python frames
+    learns of every code object freed and may take a frame's line from its memo without
+    rereading the code object (preload/python_stack.cpp: FrameAnswer). Without it (older
+    Pythons, no preload, all eight watcher ids taken) every answer is checked as before."""
+    if sys.version_info < (3, 12) or sys.implementation.name != "cpython":
+        return
+    import ctypes
+
+    lib = ctypes.CDLL(None)
+    try:
+        event = lib.cumemtrace_python_code_event
+        watched = lib.cumemtrace_python_code_watcher
+    except AttributeError:
+        return  # this process runs without our preload
+    add = ctypes.pythonapi.PyCode_AddWatcher
+    add.argtypes = [ctypes.c_void_p]
+    add.restype = ctypes.c_int
+    try:
+        watcher = add(ctypes.cast(event, ctypes.c_void_p))
+    except RuntimeError:  # "no more code watcher IDs available"
+        return
+    watched.argtypes = [ctypes.c_int]
+    watched.restype = None
+    watched(watcher)
+
+
 try:
     _chain_next_sitecustomize()
 finally:
+    try:
+        _watch_code_objects()
+    except Exception as e:  # never stop the program
+        sys.stderr.write("cumemtrace: Python code objects not watched: %s\n" % e)
+
     try:
         sys.path.insert(0, _HERE)
         import cumemtrace_torch

@@ -379,6 +379,8 @@ def test_preload_exports_only_its_hooks():
         "cumemtrace_torch_pool_allocator_in",
         "cumemtrace_bench_pause_torch_blocks",
         "cumemtrace_bench_pause_recording",
+        # CPython's code watcher (sitecustomize registers it on 3.12+).
+        "cumemtrace_python_code_event", "cumemtrace_python_code_watcher",
         # CUDA graph memory and stream capture.
         "cuGraphAddMemAllocNode", "cuGraphAddMemFreeNode", "cuGraphAddNode", "cuGraphAddNode_v2",
         "cuGraphInstantiateWithFlags", "cuGraphInstantiate", "cuGraphInstantiate_v2",

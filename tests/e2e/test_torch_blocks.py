@@ -187,12 +187,13 @@ def test_debug_meter_counts_every_recorded_event(tmp_path):
     phases = re.search(r"^cumemtrace: of which, per PyTorch block event with a stack \(8 of 14\): "
                        r"native stack \d+ ns \([0-9.]+ frames; walk: [0-9.]+ frames replayed, [0-9.]+ "
                        r"ruled by the memo\), module notes \d+ ns, Python stack "
-                       r"\d+ ns \(([0-9.]+) frames, ([0-9.]+) from the thread's memo\), "
+                       r"\d+ ns \(([0-9.]+) frames, ([0-9.]+) from the thread's memo, ([0-9.]+) of them "
+                       r"without their code object\), "
                        r"ring \d+ ns$", p.stderr, re.M)
     assert phases and float(phases.group(1)) > 0, p.stderr
     # None from the thread's memo: the first 64 frames a process reads are checked against the
     # interpreter the long way (python_stack.cpp: probation), and this run reads 24.
-    assert float(phases.group(2)) == 0.0, p.stderr
+    assert float(phases.group(2)) == 0.0 and float(phases.group(3)) == 0.0, p.stderr
     assert ": 18 events, 0 dropped;" in p.stderr
     # With free stacks, the 4 releases but the 2 completions (which take their requests').
     p, _ = run(tmp_path / "free", "basic", CUMEMTRACE_DEBUG="1", CUMEMTRACE_FREE_STACKS="1")

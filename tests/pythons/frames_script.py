@@ -10,6 +10,10 @@ each interpreter. Each scenario allocates a distinct size (MiB):
                                          alloc <- compare <- run_qsort <- <module>
   6  C calling back into Python: sorted() with a key function
                                          alloc <- by_size <- sort_with_key <- <module>
+  7, 8  a function compiled anew each time from one of two sources that differ only in their
+     lines, freed after its call: its code object, frame and instruction come back at the same
+     addresses, and only the lines tell them apart (the reader's memo must not answer from
+     the freed one)      alloc <- remade (line 2 of its source, or 4) <- remake <- <module>
 
 All six run four times (the frame reader checks its first reads more carefully than later ones).
 
@@ -19,6 +23,7 @@ All six run four times (the frame reader checks its first reads more carefully t
 import ctypes
 import sys
 import threading
+import types
 
 GIL = len(sys.argv) > 1 and sys.argv[1] == "gil"
 cuda = (ctypes.PyDLL if GIL else ctypes.CDLL)("libcuda.so.1")
@@ -93,6 +98,24 @@ def sort_with_key():
     return sorted([6], key=by_size)  # L_SORT
 
 
+# The code of `remade` from two sources that differ only in their lines; each call runs a fresh
+# copy (code.replace()), freed when the call returns, so that the next copy, of either source,
+# is likely made at the same address (the allocator reuses the block at once).
+REMADE = [next(c for c in compile(source, __file__, "exec").co_consts if hasattr(c, "co_code"))
+          for source in ("def remade(mib):\n    return alloc(mib)\n",
+                         "def remade(mib):\n\n\n    return alloc(mib)\n")]
+remade_at = {0: set(), 1: set()}  # the addresses each source's copies had
+
+
+def remake(which, mib):
+    code = REMADE[which]
+    if sys.version_info >= (3, 8):  # code.replace(); 3.6 and 3.7 only check that nothing is read
+        code = code.replace()
+    remade = types.FunctionType(code, {"alloc": alloc})
+    remade_at[which].add(id(remade.__code__))
+    return remade(mib)  # L_REMAKE
+
+
 check(cuda.cuInit(0))
 use_device()
 for _ in range(4):  # enough frames to outlast the reader's checked-read probation
@@ -105,3 +128,6 @@ for _ in range(4):  # enough frames to outlast the reader's checked-read probati
     calls.clear()
     run_qsort()  # L_MODULE_QSORT
     sort_with_key()  # L_MODULE_SORT
+    remake(0, 7)  # L_MODULE_REMAKE_A
+    remake(1, 8)  # L_MODULE_REMAKE_B
+print(f"remade: {len(remade_at[0] & remade_at[1])} addresses held a copy of either source")
