@@ -46,6 +46,7 @@ struct RawApi {
   uintptr_t frame_type;          // &PyFrame_Type (3.9/3.10: frames are objects)
   uintptr_t bytes_type;          // &PyBytes_Type (3.9/3.10: co_code)
   void* (*this_tstate)();        // PyGILState_GetThisThreadState: a TSS lookup, no GIL needed
+  void* (*main_interp)();        // PyInterpreterState_Main: a field of the runtime, no GIL needed
   int (*addr2line)(void*, int);  // PyCode_Addr2Line: reads the code's line table only
   unsigned frame_span;           // bytes of a frame read: every field used lies inside
   unsigned code_span;            // bytes of a code object read
@@ -301,6 +302,7 @@ bool resolve() noexcept {
   g_raw.frame_type = reinterpret_cast<uintptr_t>(get("PyFrame_Type"));
   g_raw.bytes_type = reinterpret_cast<uintptr_t>(get("PyBytes_Type"));
   g_raw.this_tstate = reinterpret_cast<void* (*)()>(get("PyGILState_GetThisThreadState"));
+  g_raw.main_interp = reinterpret_cast<void* (*)()>(get("PyInterpreterState_Main"));
   g_raw.addr2line = reinterpret_cast<int (*)(void*, int)>(get("PyCode_Addr2Line"));
   const bool object_frames = g_raw.layout.model == FrameModel::kFrameObject;
   g_raw_on.store(g_raw.code_type && g_raw.str_type && g_raw.this_tstate && g_raw.addr2line &&
@@ -575,6 +577,14 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
   uintptr_t frame = 0;
   if (!current_frame(ts, &frame, loop_at, checked)) return -1;
   PyMemoUse memo(checked);
+  // The watcher sees the code objects of the interpreter whose sitecustomize registered it, the
+  // main one: a thread of a sub-interpreter (its PyThreadState's interp, the third pointer of the
+  // struct in every version with watchers) takes the checked answers.
+  if (memo.code_gen &&
+      (!g_raw.main_interp || *reinterpret_cast<const uintptr_t*>(ts + 2 * sizeof(uintptr_t)) !=
+                                 reinterpret_cast<uintptr_t>(g_raw.main_interp()))) {
+    memo.code_gen = 0;
+  }
   int n = 0;
   for (unsigned hops = 0; frame && static_cast<unsigned>(n) < max && hops < kMaxHops; ++hops) {
     unsigned char frame_copy[kMaxFrameSpan];
