@@ -152,7 +152,8 @@ constexpr unsigned kPyMemoBits = 9;  // 512 entries, 32 KB: a model's frames and
 // its own, lines a training step evicts between two allocations (docs/performance.md, twelfth
 // round). Kept by the frame's address, so the frames of one capture, adjacent on the
 // interpreter's data stack, have their answers in adjacent lines.
-std::atomic<uint64_t> g_code_gen{1};  // bumped when a code object is freed, and at a reset
+std::atomic<uint64_t> g_code_gen{1};    // bumped when a code object is freed, and at a reset
+constexpr int kPyCodeEventDestroy = 1;  // PyCodeEvent's PY_CODE_EVENT_DESTROY (3.12 to 3.14)
 std::atomic<bool> g_code_watched{false};
 struct FrameAnswer {
   uint64_t code, instr;
@@ -610,13 +611,11 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
     }
 
     // The frame's own words find its answer when code objects are watched (3.11+ frames).
-    FrameAnswer* answer = nullptr;
+    FrameAnswer* answer = object_frames ? nullptr : memo.frame_answer(here);
     uintptr_t instr = 0;
-    if (!object_frames) {
-      answer = memo.frame_answer(here);
+    if (answer) {
       instr = field<uintptr_t>(fb, L.frame_instr);
-      if (answer && answer->gen == memo.code_gen && answer->code == code &&
-          answer->instr == instr) {
+      if (answer->gen == memo.code_gen && answer->code == code && answer->instr == instr) {
         out[2 * n] = code;
         out[2 * n + 1] = static_cast<uint64_t>(answer->line);
         ++n;
@@ -798,7 +797,9 @@ unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) no
 // called with the GIL held for every code object made (event 0, PY_CODE_EVENT_CREATE) and freed
 // (1, PY_CODE_EVENT_DESTROY, before its memory is); returns 0, as a watcher that raised nothing.
 CUMEMTRACE_EXPORT int cumemtrace_python_code_event(int event, void* /*code*/) noexcept {
-  if (event == 1) cumemtrace::preload::g_code_gen.fetch_add(1, std::memory_order_release);
+  if (event == cumemtrace::preload::kPyCodeEventDestroy) {
+    cumemtrace::preload::g_code_gen.fetch_add(1, std::memory_order_release);
+  }
   return 0;
 }
 
