@@ -601,6 +601,11 @@ void set_stop_function(uint64_t lo, uint64_t hi) noexcept {
   g_stop_fn_len.store(hi - lo, std::memory_order_release);
 }
 
+bool in_stop_function(uint64_t pc) noexcept {
+  const StopFunction s = StopFunction::current();
+  return s.len && s.holds(pc);
+}
+
 void memo_after_fork() noexcept {
   g_memos.after_fork();
 }

@@ -82,6 +82,9 @@ __attribute__((always_inline)) inline WalkStart walk_start_here() noexcept {
 // start, libc), which a walk would only pay for. [lo, hi): the function's code; lo == hi: none.
 // Process-wide, for walks that start after the call.
 void set_stop_function(uint64_t lo, uint64_t hi) noexcept;
+// True when the return address `pc` lies in the process-wide stop function: a walk that ended
+// there ran on a thread that function serves (the recorder's mark of autograd's engine thread).
+bool in_stop_function(uint64_t pc) noexcept;
 
 // Code whose first frame ends one walk, that frame kept: the walk's own `stop_in`, which takes
 // the place of the process-wide stop function for that walk (the recorder's: PyTorch's

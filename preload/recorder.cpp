@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "autograd_node.h"
 #include "event_clock.h"
 #include "module_map.h"
 #include "python_stack.h"
@@ -126,6 +127,15 @@ inline bool stream_ordered(wire::Api api) noexcept {
   return api == wire::Api::kMemAllocAsync || api == wire::Api::kMemAllocFromPoolAsync;
 }
 
+// How many of a walk's `n` frames remain when it ends at the first frame in `code`, as a walk
+// with that stop does (cfi_unwinder.h: a return address lies in (lo, hi]); all of them if none is.
+unsigned frames_through(const uint64_t* frames, unsigned n, const cfi::CodeRange* code) noexcept {
+  for (unsigned i = 0; code && i < n; ++i) {
+    if (frames[i] - code->lo - 1 < code->hi - code->lo) return i + 1;
+  }
+  return n;
+}
+
 // The times between a stack event's phases, read only when metered (recording_meter.h).
 template <bool kTimed>
 struct Laps {
@@ -158,33 +168,49 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::
   // With Python frames, the native walk ends at the innermost evaluation loop: above it is the
   // interpreter running those frames, about half of a PyTorch op's stack from Python.
   if (config().native_above_python) loop_at = 0;
-  // A PyTorch block event with Python frames has those alone unless native ones are asked for
-  // (session.h: Config::torch_native_stacks).
-  const bool native = npy == 0 || a.kind != wire::Kind::kTorchBlock || config().torch_native_stacks;
-  // So does a tensor of PyTorch's backend:cudaMallocAsync (a stream-ordered pool allocation),
-  // but for the frames from the hook up to PyTorch's allocator, whose frame ends the walk: they
-  // say that PyTorch asked, which the op dispatcher's frames above add nothing to.
-  const cfi::CodeRange* stop_in =
-      npy && a.kind == wire::Kind::kAlloc && stream_ordered(a.api) && !config().torch_native_stacks
-          ? torch_pool_allocator()
-          : nullptr;
+  const bool whole_walks = config().torch_native_stacks;
+  // A tensor of PyTorch's backend:cudaMallocAsync (a stream-ordered pool allocation) from there.
+  const cfi::CodeRange* const pool =
+      a.kind == wire::Kind::kAlloc && stream_ordered(a.api) && !whole_walks ? torch_pool_allocator()
+                                                                            : nullptr;
+  // On autograd's engine thread, which runs no Python, the node it evaluates stands for Python
+  // frames (autograd_node.h): one frame, in place of a walk through the op and the dispatcher.
+  const bool node_stands = npy == 0 && !whole_walks && (a.kind == wire::Kind::kTorchBlock || pool);
+  uint64_t node = node_stands ? autograd_node_frame() : 0;
+  // A PyTorch block event with Python frames (or a node) has those alone unless native ones are
+  // asked for (session.h: Config::torch_native_stacks).
+  const bool native = (npy == 0 && !node) || a.kind != wire::Kind::kTorchBlock || whole_walks;
+  // So does a pool tensor, but for the frames from the hook up to PyTorch's allocator, whose
+  // frame ends the walk: they say that PyTorch asked, which the op dispatcher's frames above add
+  // nothing to.
+  const cfi::CodeRange* stop_in = npy || node ? pool : nullptr;
   cfi::FirstSeen first_seen;
   cfi::CacheStats walk_before{};
   if constexpr (kTimed) walk_before = cfi::thread_cache_stats();
-  const unsigned n =
+  unsigned n =
       native ? capture_stack(frames, config().stack_depth, &first_seen, loop_at, start, stop_in)
              : 0;
   cfi::CacheStats walk_after{};
   if constexpr (kTimed) walk_after = cfi::thread_cache_stats();
+  if (!node && npy == 0 && n && cfi::in_stop_function(frames[n - 1])) {
+    // The walk ended in Engine::evaluate_function: this thread evaluates autograd nodes, from
+    // this event on, which gets the stack the next ones will.
+    note_engine_thread();
+    node = node_stands ? autograd_node_frame() : 0;
+    if (node) n = a.kind == wire::Kind::kTorchBlock ? 0 : frames_through(frames, n, pool);
+  }
+  if (node && n < config().stack_depth) frames[n++] = node;
   if (npy) std::memmove(frames + n, py, 2 * npy * sizeof(uint64_t));
   laps.lap(2);
   // Only frames the unwinder met for the first time can be in a module loaded since the map was
-  // sent: checking every frame cost 360 ns of a 23-frame PyTorch block event on the GPU host.
+  // sent: checking every frame cost 360 ns of a 23-frame PyTorch block event on the GPU host. A
+  // node's frame was never walked: its module (a C++ extension's node) may be new too.
   if (first_seen.all) {
     modules_note_frames(frames, n);
   } else if (first_seen.n) {
     modules_note_frames(first_seen.pcs, first_seen.n);
   }
+  if (node) modules_note_frames(&node, 1);
   laps.lap(3);
   const uint32_t tid = current_tid();
   announce_device(a.device, tid);
@@ -198,6 +224,7 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::
     *phases = StackPhases{{laps.at[2] - laps.at[1], laps.at[3] - laps.at[2],
                            laps.at[1] - laps.at[0], laps.at[4] - laps.at[3]},
                           n,
+                          node ? 1u : 0u,
                           npy,
                           static_cast<unsigned>(walk_after.replayed - walk_before.replayed),
                           static_cast<unsigned>(walk_after.memo_hits - walk_before.memo_hits),

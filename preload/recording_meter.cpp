@@ -19,6 +19,7 @@ struct alignas(64) ClassSums {
   std::atomic<uint64_t> python_frames{0};
   std::atomic<uint64_t> replayed_frames{0};
   std::atomic<uint64_t> memo_frames{0};
+  std::atomic<uint64_t> node_frames{0};
   std::atomic<uint64_t> python_memo_frames{0};
   std::atomic<uint64_t> python_watched_frames{0};
 };
@@ -40,6 +41,7 @@ void meter_start(uint64_t start_event_time, uint64_t start_monotonic_ns) noexcep
     s.python_frames.store(0, std::memory_order_relaxed);
     s.replayed_frames.store(0, std::memory_order_relaxed);
     s.memo_frames.store(0, std::memory_order_relaxed);
+    s.node_frames.store(0, std::memory_order_relaxed);
     s.python_memo_frames.store(0, std::memory_order_relaxed);
     s.python_watched_frames.store(0, std::memory_order_relaxed);
   }
@@ -58,6 +60,7 @@ void meter_add(MeterClass cls, uint64_t ticks, const StackPhases* phases) noexce
   s.python_frames.fetch_add(phases->python_frames, std::memory_order_relaxed);
   s.replayed_frames.fetch_add(phases->replayed_frames, std::memory_order_relaxed);
   s.memo_frames.fetch_add(phases->memo_frames, std::memory_order_relaxed);
+  s.node_frames.fetch_add(phases->node_frames, std::memory_order_relaxed);
   s.python_memo_frames.fetch_add(phases->python_memo_frames, std::memory_order_relaxed);
   s.python_watched_frames.fetch_add(phases->python_watched_frames, std::memory_order_relaxed);
 }
@@ -82,7 +85,7 @@ void print_meter() noexcept {
     if (n == 0) continue;
     const double ns =
         static_cast<double>(g_sums[c].ticks.load(std::memory_order_relaxed)) * ns_per_unit;
-    char line[384];
+    char line[512];
     std::snprintf(line, sizeof line,
                   "recording took %.0f ns per event for %llu %s: %.3f ms in all, %.2f%% of the "
                   "%.3f s since tracing started",
@@ -99,12 +102,13 @@ void print_meter() noexcept {
     std::snprintf(
         line, sizeof line,
         "of which, per %s with a stack (%llu of %llu): native stack %.0f ns (%.1f "
-        "frames; walk: %.1f frames replayed, %.1f ruled by the memo), module notes %.0f ns, "
+        "frames, %.2f an autograd node's; walk: %.1f frames replayed, %.1f ruled by the memo), "
+        "module notes %.0f ns, "
         "Python stack %.0f ns (%.1f frames, %.1f from the thread's memo, %.1f of them without "
         "their code object), ring %.0f ns",
         kNames[c].one, static_cast<unsigned long long>(k), static_cast<unsigned long long>(n),
         mean(p[StackPhases::kNative]) * ns_per_unit, mean(g_sums[c].native_frames),
-        mean(g_sums[c].replayed_frames),
+        mean(g_sums[c].node_frames), mean(g_sums[c].replayed_frames),
         mean(g_sums[c].memo_frames) - mean(g_sums[c].replayed_frames),
         mean(p[StackPhases::kModules]) * ns_per_unit, mean(p[StackPhases::kPython]) * ns_per_unit,
         mean(g_sums[c].python_frames), mean(g_sums[c].python_memo_frames),

@@ -25,6 +25,7 @@ struct StackPhases {
   enum : int { kNative, kModules, kPython, kRing, kCount };
   uint64_t ticks[kCount];
   unsigned native_frames;
+  unsigned node_frames;  // of the native ones: the autograd node's (autograd_node.h), 0 or 1
   unsigned python_frames;
   // Of the native walk's frames (its skipped leading ones included): taken whole from a memo of
   // the thread's recent walks, and given their rule by the memo's frame at the same place.

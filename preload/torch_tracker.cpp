@@ -25,6 +25,7 @@
 #include <cstring>
 #include <functional>
 
+#include "autograd_node.h"
 #include "cfi_unwinder.h"
 #include "export.h"
 #include "recorder.h"
@@ -89,9 +90,21 @@ void on_trace(const TorchTraceEntry& entry) noexcept {
   record(a);
 }
 
+// The size of the function symbol that starts at `function` in a loaded library's dynamic
+// symbol table; 0 when no sized function symbol starts there.
+uint64_t function_size(const void* function) noexcept {
+  Dl_info info{};
+  void* entry = nullptr;
+  if (!function || !dladdr1(function, &info, &entry, RTLD_DL_SYMENT) || !entry) return 0;
+  const auto* sym = static_cast<const ElfW(Sym)*>(entry);
+  if (info.dli_saddr != function || ELF64_ST_TYPE(sym->st_info) != STT_FUNC) return 0;
+  return sym->st_size;
+}
+
 }  // namespace
 }  // namespace cumemtrace::preload
 
+using cumemtrace::preload::function_size;
 using cumemtrace::preload::g_attach_tried;
 using cumemtrace::preload::g_bench_paused;
 using cumemtrace::preload::g_layout;
@@ -123,15 +136,10 @@ CUMEMTRACE_EXPORT int cumemtrace_torch_attach(void* allocator, void* method, int
 // found by the Python side (cfi_unwinder.h: set_stop_function). Returns 0 when set, -1 when
 // `function` is not the start of a function symbol with a size.
 CUMEMTRACE_EXPORT int cumemtrace_torch_stop_walks_in(const void* function) noexcept {
-  Dl_info info{};
-  void* entry = nullptr;
-  if (!function || !dladdr1(function, &info, &entry, RTLD_DL_SYMENT) || !entry) return -1;
-  const auto* sym = static_cast<const ElfW(Sym)*>(entry);
-  if (info.dli_saddr != function || ELF64_ST_TYPE(sym->st_info) != STT_FUNC || sym->st_size == 0) {
-    return -1;
-  }
+  const uint64_t size = function_size(function);
+  if (size == 0) return -1;
   const auto lo = reinterpret_cast<uint64_t>(function);
-  cumemtrace::preload::cfi::set_stop_function(lo, lo + sym->st_size);
+  cumemtrace::preload::cfi::set_stop_function(lo, lo + size);
   return 0;
 }
 
@@ -145,6 +153,21 @@ CUMEMTRACE_EXPORT int cumemtrace_torch_pool_allocator_in(const void* addr) noexc
   cumemtrace::preload::cfi::CodeRange text;
   if (!addr || !cumemtrace::preload::module_text(addr, text)) return -1;
   return cumemtrace::preload::set_torch_pool_allocator(text) ? 0 : -2;
+}
+
+// The engine thread's allocations are told by the autograd node it evaluates
+// (autograd_node.h): `get_current_node` is torch::autograd::get_current_node in the loaded
+// libtorch_cpu.so, `apply_slot` Node::apply's index among a node vtable's function pointers (both
+// found and checked by the Python side against a generated node's vtable). Returns 0 when set, -1
+// when `get_current_node` is not the start of a function symbol with a size or the slot is out of
+// range, -2 when set before.
+CUMEMTRACE_EXPORT int cumemtrace_torch_autograd_nodes(const void* get_current_node,
+                                                      int apply_slot) noexcept {
+  if (apply_slot < 0 || apply_slot >= 512 || function_size(get_current_node) == 0) return -1;
+  return cumemtrace::preload::set_autograd_node_source(get_current_node,
+                                                       static_cast<unsigned>(apply_slot))
+             ? 0
+             : -2;
 }
 
 // For bench/gpu/torch_blocks_ab.py only: while `paused` is nonzero, PyTorch's block events are

@@ -56,6 +56,15 @@ ENGINE_EVALUATE = (
     "11InputBufferERKS2_INS0_10ReadyQueueEE"
 )
 
+# torch::autograd::get_current_node(), a dynamic symbol of libtorch_cpu.so: the node autograd's
+# engine is evaluating on the calling thread. The engine thread's allocations are told by that
+# node's apply() (preload/autograd_node.h) instead of a walk through the op. Node::apply's slot in
+# a node's vtable is found in a generated node's: the slot that holds its apply() (slot 12 of 13
+# in torch 2.11). A torch without either keeps the walk; nothing else changes.
+GET_CURRENT_NODE = "_ZN5torch8autograd16get_current_nodeEv"
+NODE_VTABLE = "_ZTVN5torch8autograd9generated11MmBackward0E"
+NODE_APPLY = b"_ZN5torch8autograd9generated11MmBackward05applyE"
+
 _installed = False
 _attached = False
 
@@ -97,6 +106,64 @@ def _stop_walks_at_engine():
     has it."""
     _tell_preload("cumemtrace_torch_stop_walks_in", "libtorch_cpu.so",
                   lambda lib: ctypes.cast(getattr(lib, ENGINE_EVALUATE), ctypes.c_void_p).value)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+
+class _Elf64Sym(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_uint32), ("info", ctypes.c_ubyte), ("other", ctypes.c_ubyte),
+                ("shndx", ctypes.c_uint16), ("value", ctypes.c_uint64), ("size", ctypes.c_uint64)]
+
+
+def _symbol_at(dladdr1, address):
+    """(name, start, size) of the dynamic symbol that holds `address`, or None."""
+    info, entry = _DlInfo(), ctypes.c_void_p()
+    if not dladdr1(address, ctypes.byref(info), ctypes.byref(entry), 1) or not entry.value:
+        return None  # 1: RTLD_DL_SYMENT
+    if not info.sname:
+        return None
+    return info.sname, info.saddr, ctypes.cast(entry, ctypes.POINTER(_Elf64Sym)).contents.size
+
+
+def node_apply_slot(vtable, dladdr1):
+    """The index of Node::apply among the function pointers of the live vtable at `vtable` (the
+    address of a generated node's vtable symbol: offset to top, type info, then the slots), or
+    None when no slot holds that node's apply()."""
+    sym = _symbol_at(dladdr1, vtable)
+    if sym is None or sym[1] != vtable:
+        return None
+    for slot in range((sym[2] - 16) // 8):
+        fn = ctypes.c_void_p.from_address(vtable + 16 + 8 * slot).value
+        at = _symbol_at(dladdr1, fn) if fn else None
+        if at is not None and at[1] == fn and at[0].startswith(NODE_APPLY):
+            return slot
+    return None
+
+
+def _autograd_node_frames():
+    """Tells the preload how to read the autograd node the engine thread evaluates, if this torch
+    has what that takes."""
+    try:
+        set_nodes = ctypes.CDLL(None).cumemtrace_torch_autograd_nodes
+        set_nodes.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        set_nodes.restype = ctypes.c_int
+        dladdr1 = ctypes.CDLL(None).dladdr1
+        dladdr1.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo),
+                            ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+        dladdr1.restype = ctypes.c_int
+        path = _loaded_library("libtorch_cpu.so")
+        if path is None:
+            return
+        lib = ctypes.CDLL(path)
+        get = ctypes.cast(getattr(lib, GET_CURRENT_NODE), ctypes.c_void_p).value
+        slot = node_apply_slot(ctypes.addressof(ctypes.c_void_p.in_dll(lib, NODE_VTABLE)), dladdr1)
+        if get and slot is not None:
+            set_nodes(get, slot)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def _pool_allocator_stacks():
@@ -265,6 +332,7 @@ def attach():
     _attached = True
     attach_fn, info_fn = entry
     _stop_walks_at_engine()  # whatever the backend: driver events on that thread walk too
+    _autograd_node_frames()
     report = {"version": "", "backend": "native", "capture": "driver", "why": "",
               "expandable_segments": "1" if _expandable_segments() else "0"}
     warn = None

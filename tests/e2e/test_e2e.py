@@ -377,6 +377,7 @@ def test_preload_exports_only_its_hooks():
         "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost",
         "cumemtrace_torch_attach", "cumemtrace_torch_info", "cumemtrace_torch_stop_walks_in",
         "cumemtrace_torch_pool_allocator_in",
+        "cumemtrace_torch_autograd_nodes",
         "cumemtrace_bench_pause_torch_blocks",
         "cumemtrace_bench_pause_recording",
         # CPython's code watcher (sitecustomize registers it on 3.12+).

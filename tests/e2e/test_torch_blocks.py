@@ -185,7 +185,8 @@ def test_debug_meter_counts_every_recorded_event(tmp_path):
     # And where a block event's time went: every phase, with the scenario's Python frames. Only
     # the 8 allocations (3 segments, 5 blocks) took a stack: releases take none by default.
     phases = re.search(r"^cumemtrace: of which, per PyTorch block event with a stack \(8 of 14\): "
-                       r"native stack \d+ ns \([0-9.]+ frames; walk: [0-9.]+ frames replayed, [0-9.]+ "
+                       r"native stack \d+ ns \([0-9.]+ frames, 0\.00 an autograd node's; walk: "
+                       r"[0-9.]+ frames replayed, [0-9.]+ "
                        r"ruled by the memo\), module notes \d+ ns, Python stack "
                        r"\d+ ns \(([0-9.]+) frames, ([0-9.]+) from the thread's memo, ([0-9.]+) of them "
                        r"without their code object\), "
@@ -242,11 +243,25 @@ def test_block_stacks_are_python_frames_unless_native_asked_for(tmp_path):
     assert "invalid CUMEMTRACE_TORCH_NATIVE_STACKS (expected 0 or 1)" in p.stderr, p.stderr
 
 
-def test_autograds_engine_thread_walks_native_frames_up_to_evaluate_function(tmp_path):
+APPLY = "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, " \
+    "std::allocator<at::Tensor> >&&)"
+
+
+def engine_stacks(snap):
+    """The frames of the allocations made on the engine thread (by a node, then outside one)."""
+    tr = snap["device_traces"][0]
+    allocs = [e for e in tr if e["action"] == "alloc" and
+              not any(f["filename"].endswith(".py") for f in e["frames"])]
+    assert len(allocs) == 2, tr
+    return [[f["name"] for f in e["frames"]] for e in allocs], allocs
+
+
+def test_autograds_engine_thread_names_the_node_it_evaluates(tmp_path):
     # An allocation on a thread that runs no Python (autograd's engine thread in PyTorch) has no
-    # Python frames to stand for its site, so it keeps its native walk, which ends at the engine's
-    # Engine::evaluate_function (the fake libtorch_cpu.so's, under PyTorch's mangled name): the
-    # frames above it, thread_main and the thread's start, are the same for every such event.
+    # Python frames to stand for its site. Where it is made by an autograd node, the node stands
+    # for them: one frame, the node's apply() (read through get_current_node() and the slot the
+    # Python side found in a generated node's vtable), as Python frames stand for a Python
+    # thread's, instead of the walk through the op. Outside a node the thread walks as any other.
     # CUMEMTRACE_DEBUG meters those events on their own line.
     p, snaps = run(tmp_path, "engine_thread", CUMEMTRACE_DEBUG="1")
     assert p.returncode == 0, p.stderr
@@ -254,39 +269,82 @@ def test_autograds_engine_thread_walks_native_frames_up_to_evaluate_function(tmp
     s = entries(snap)[0][1]
     assert entries(snap) == [
         ("segment_alloc", s, 2 * MiB), ("alloc", s, 1000), ("alloc", s + 1024, 2000),
+        ("alloc", s + 3072, 2000),
+        ("free_requested", s + 3072, 2000), ("free_completed", s + 3072, 2000),
         ("free_requested", s + 1024, 2000), ("free_completed", s + 1024, 2000),
         ("free_requested", s, 1000), ("free_completed", s, 1000)]
     tr = [e for e in snap["device_traces"][0] if e.get("source") == "pytorch"]
-    on_python, on_engine = tr[1]["frames"], tr[2]["frames"]
+    on_python = tr[1]["frames"]
     assert [f["line"] for f in on_python if f["filename"].endswith("torch_blocks.py")][0] == \
         line_of("engine-thread-python")
     assert all(f["filename"].endswith(".py") for f in on_python), on_python
-    names = [f["name"] for f in on_engine]
-    # The allocator's trace call, its malloc, fake_torch_malloc (unless the compiler made its
-    # call a tail call, as it does without the address sanitizer), and evaluate_function, which
-    # ends the walk.
+    (by_node, outside), allocs = engine_stacks(snap)
+    assert by_node == [APPLY], by_node
+    assert os.path.basename(allocs[0]["frames"][0]["filename"]) == "fake_torch_cpu.cpp"
+    # The thread's own allocation: the allocator's trace call, its malloc, fake_torch_malloc
+    # (unless the compiler made its call a tail call, as it does without the address sanitizer),
+    # thread_main, and on to the thread's start in libc.
     native = "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::"
-    assert names[0].startswith(native + "trace("), names
-    assert names[1] == native + "malloc(unsigned long)", names
-    assert names[2:-1] in ([], ["fake_torch_malloc"]), names
-    assert names[-1].startswith("torch::autograd::Engine::evaluate_function("), names
-    assert not any(f["filename"].endswith(".py") for f in on_engine), on_engine
+    assert outside[0].startswith(native + "trace("), outside
+    assert outside[1] == native + "malloc(unsigned long)", outside
+    assert outside[2] in ("fake_torch_malloc", "torch::autograd::Engine::thread_main("
+                          "std::shared_ptr<torch::autograd::GraphTask>&)"), outside
+    assert outside[-1] in ("clone", "__clone3"), outside
+    assert not any(n.startswith("torch::autograd::Engine::evaluate_function(") for n in outside)
     meter = dict((kind, (int(n))) for n, kind in re.findall(
         r"^cumemtrace: recording took \d+ ns per event for (\d+) (PyTorch block events(?: without "
         r"Python frames)?): ", p.stderr, re.M))
-    assert meter == {"PyTorch block events": 6, "PyTorch block events without Python frames": 1}
-    assert "per PyTorch block event without Python frames with a stack (1 of 1): native stack " \
-        in p.stderr, p.stderr
-    assert "per PyTorch block event with a stack (2 of 6): " in p.stderr, p.stderr
-    # A torch without that symbol keeps the whole walk, up to the thread's start in libc, and
-    # nothing else changes.
+    assert meter == {"PyTorch block events": 8, "PyTorch block events without Python frames": 2}
+    assert re.search(r"per PyTorch block event without Python frames with a stack \(2 of 2\): "
+                     r"native stack \d+ ns \([0-9.]+ frames, 0\.50 an autograd node's;",
+                     p.stderr), p.stderr
+
+
+def test_autograds_engine_thread_walks_up_to_evaluate_function_without_nodes(tmp_path):
+    # Without the node (a torch with no get_current_node(), or CUMEMTRACE_TORCH_NATIVE_STACKS=1),
+    # a node's allocation keeps its native walk, which ends at the engine's
+    # Engine::evaluate_function (the fake libtorch_cpu.so's, under PyTorch's mangled name): the
+    # frames above it, thread_main and the thread's start, are the same for every such event.
+    for where, scenario, env in (("nodes", "engine_thread_unknown_nodes", {}),
+                                 ("native", "engine_thread", {"CUMEMTRACE_TORCH_NATIVE_STACKS": "1"})):
+        p, snaps = run(tmp_path / where, scenario, **env)
+        assert p.returncode == 0 and refusals(p) == [], p.stderr
+        (by_node, outside), _ = engine_stacks(final(snaps))
+        native = "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::"
+        assert by_node[0].startswith(native + "trace("), by_node
+        assert by_node[1] == native + "malloc(unsigned long)", by_node
+        assert by_node[2:-2] in ([], ["fake_torch_malloc"]), by_node
+        assert by_node[-2:] == [APPLY, "torch::autograd::Engine::evaluate_function("
+                                "std::shared_ptr<torch::autograd::GraphTask>&, "
+                                "torch::autograd::Node*, torch::autograd::InputBuffer&, "
+                                "std::shared_ptr<torch::autograd::ReadyQueue> const&)"], by_node
+        assert outside[-1] in ("clone", "__clone3"), outside
+    # A torch without that evaluate_function keeps the whole walk, up to the thread's start in
+    # libc, and nothing else changes: the thread is never taken for an engine thread, so its node
+    # is never read.
     p, snaps = run(tmp_path / "whole", "engine_thread_unknown_torch")
     assert p.returncode == 0 and refusals(p) == [], p.stderr
-    whole = [f["name"] for f in [e for e in final(snaps)["device_traces"][0]
-                                  if e.get("source") == "pytorch"][2]["frames"]]
-    assert whole[:len(names)] == names, whole
+    (whole, _), _ = engine_stacks(final(snaps))
+    assert whole[:len(by_node)] == by_node, whole
     assert any(n.startswith("torch::autograd::Engine::thread_main(") for n in whole), whole
     assert whole[-1] in ("clone", "__clone3"), whole
+
+
+def test_autograds_engine_thread_pool_tensor_names_the_node(tmp_path):
+    # Under backend:cudaMallocAsync a node's tensor is one pool allocation: its walk ends at
+    # PyTorch's allocator, as a Python thread's does, and the node follows.
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
+    p, snaps = run(tmp_path, "engine_thread", **env)
+    assert p.returncode == 0 and refusals(p) == [], p.stderr
+    (by_node, outside), _ = engine_stacks(final(snaps))
+    malloc = "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(unsigned long)"
+    assert by_node == [malloc, APPLY], by_node
+    assert outside[0] == malloc and outside[-1] in ("clone", "__clone3"), outside
+    p, snaps = run(tmp_path / "native", "engine_thread", CUMEMTRACE_TORCH_NATIVE_STACKS="1", **env)
+    assert p.returncode == 0 and refusals(p) == [], p.stderr
+    (whole, _), _ = engine_stacks(final(snaps))
+    assert whole[0] == malloc and whole[-2] == APPLY, whole
+    assert whole[-1].startswith("torch::autograd::Engine::evaluate_function("), whole
 
 
 def test_expandable_segments_blocks(tmp_path):

@@ -71,7 +71,9 @@ def bench_pause():
 
 def engine_thread():
     a = torch.cuda.alloc(1000)  # LINE engine-thread-python
-    b = torch.cuda.alloc_on_engine_thread(2000)  # a block of the same segment, on another thread
+    # Blocks of the same segment on another thread: by a node, then outside any node.
+    b, c = torch.cuda.allocs_on_engine_thread(2000)
+    torch.cuda.free(c)
     torch.cuda.free(b)
     torch.cuda.free(a)
 
@@ -79,6 +81,12 @@ def engine_thread():
 def engine_thread_unknown_torch():
     # A torch whose libtorch_cpu.so has no such Engine::evaluate_function.
     sys.modules["cumemtrace_torch"].ENGINE_EVALUATE = "_ZN5torch8autograd6Engine14not_in_this_oneEv"
+    engine_thread()
+
+
+def engine_thread_unknown_nodes():
+    # A torch whose libtorch_cpu.so has no get_current_node().
+    sys.modules["cumemtrace_torch"].GET_CURRENT_NODE = "_ZN5torch8autograd13not_this_nodeEv"
     engine_thread()
 
 
@@ -92,4 +100,5 @@ if __name__ == "__main__":
     {"basic": basic, "expandable": expandable, "expandable_split": expandable_split,
      "async_backend": async_backend, "oom": oom, "kill": kill, "engine_thread": engine_thread,
      "engine_thread_unknown_torch": engine_thread_unknown_torch,
+     "engine_thread_unknown_nodes": engine_thread_unknown_nodes,
      "bench_pause": bench_pause}[sys.argv[1]]()

@@ -89,6 +89,9 @@ class NativeCachingAllocator : public CUDAAllocator {
   }
 
   bool init();
+  // The calling thread's device is the allocator's (c10::cuda::set_device, as each of autograd's
+  // device threads does when it starts).
+  bool set_device_of_thread();
   void* malloc(size_t size);
   void free(void* ptr, bool deferred);
   void complete_pending();
@@ -119,6 +122,7 @@ class NativeCachingAllocator : public CUDAAllocator {
   std::recursive_mutex mutex_;
   std::vector<AllocatorTraceTracker> trackers_;
   cumemtrace::testprog::DriverEntryPoints d_{};
+  CUcontext ctx_ = nullptr;
   bool ready_ = false;
   bool expandable_ = false;
   bool async_ = false;  // backend:cudaMallocAsync
@@ -139,12 +143,16 @@ bool NativeCachingAllocator::init() {
   if (!cumemtrace::testprog::load_driver_entry_points(&d_) || d_.init(0) != CUDA_SUCCESS) {
     return false;
   }
-  CUcontext ctx;
-  if (d_.primaryCtxRetain(&ctx, 0) != CUDA_SUCCESS || d_.ctxSetCurrent(ctx) != CUDA_SUCCESS) {
+  if (d_.primaryCtxRetain(&ctx_, 0) != CUDA_SUCCESS || d_.ctxSetCurrent(ctx_) != CUDA_SUCCESS) {
     return false;
   }
   ready_ = true;
   return true;
+}
+
+bool NativeCachingAllocator::set_device_of_thread() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return ready_ && d_.ctxSetCurrent(ctx_) == CUDA_SUCCESS;
 }
 
 std::map<uintptr_t, Block>::iterator NativeCachingAllocator::best_fit(bool small_pool,
@@ -378,6 +386,9 @@ FAKE_EXPORT int fake_torch_cuda_init(int expandable, int async_backend) {
   if (!a->init()) return -1;
   c10::cuda::CUDACachingAllocator::allocator.store(a);
   return 0;
+}
+FAKE_EXPORT int fake_torch_set_device_of_thread() {
+  return native()->set_device_of_thread() ? 0 : -1;
 }
 FAKE_EXPORT void* fake_torch_malloc(size_t size) {
   return native()->malloc(size);

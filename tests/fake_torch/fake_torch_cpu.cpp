@@ -1,54 +1,108 @@
-// The fake torch's libtorch_cpu.so: the one piece of PyTorch's autograd engine the capture names,
-// Engine::evaluate_function, under its real mangled name (a name depends on its parameters'
-// type names only, so those types are empty here), run on a thread of its own as PyTorch's engine
-// thread runs the backward pass. The preload ends that thread's stack walks at it
-// (preload/python/cumemtrace_torch.py). The thread allocates through the fake caching allocator of
-// libc10_cuda.so, as a backward op does.
+// The fake torch's libtorch_cpu.so: the pieces of PyTorch's autograd engine the capture names,
+// under their real mangled names (a name depends on its parameters' type names only, so most of
+// those types are empty here), run on a thread of their own as PyTorch's engine thread runs the
+// backward pass:
+// - Engine::evaluate_function, where the preload ends that thread's stack walks;
+// - get_current_node(), which returns the node being evaluated (set by thread_main, as
+//   PyTorch's NodeGuard does), and a generated node, MmBackward0, whose vtable and apply() the
+//   Python side reads to find Node::apply's slot (preload/python/cumemtrace_torch.py).
+// The node's apply() allocates through the fake caching allocator of libc10_cuda.so, as a
+// backward op does; thread_main then allocates once more outside any node.
 #include <cstddef>
 #include <memory>
 #include <thread>
+#include <vector>
 
-extern "C" void* fake_torch_malloc(size_t size);  // fake_c10_cuda.cpp
+extern "C" int fake_torch_set_device_of_thread();  // fake_c10_cuda.cpp
+extern "C" void* fake_torch_malloc(size_t size);
+
+#define FAKE_API __attribute__((visibility("default")))
+
+namespace at {
+struct Tensor {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+}  // namespace at
 
 namespace torch::autograd {
 
 struct GraphTask {
   size_t bytes = 0;
-  void* result = nullptr;
+  void* in_node = nullptr;
+  void* outside_node = nullptr;
 };
-struct Node {};
 struct InputBuffer {};
 struct ReadyQueue {};
 
+// PyTorch's Node has more virtual functions before apply(); two are enough to make its slot one
+// the Python side must find rather than the first.
+struct FAKE_API Node {
+  virtual ~Node() = default;
+  virtual bool is_traceable() { return false; }
+  virtual std::vector<at::Tensor> apply(std::vector<at::Tensor>&& inputs) = 0;
+};
+
+namespace generated {
+struct FAKE_API MmBackward0 : Node {
+  std::vector<at::Tensor> apply(std::vector<at::Tensor>&& inputs) override;
+};
+
+std::vector<at::Tensor> MmBackward0::apply(std::vector<at::Tensor>&& inputs) {
+  std::vector<at::Tensor> out(1);
+  out[0].bytes = inputs.at(0).bytes;
+  out[0].data = fake_torch_malloc(out[0].bytes);
+  asm volatile("" ::: "memory");  // not a tail call: this frame stays while the allocator runs
+  return out;
+}
+}  // namespace generated
+
+namespace {
+thread_local std::shared_ptr<Node> current_evaluating_node;
+}
+
+FAKE_API std::shared_ptr<Node> get_current_node() {
+  return current_evaluating_node;
+}
+
 struct Engine {
-  // PyTorch's signature; the fake's body runs "the node": one allocation of the task's size.
-  __attribute__((visibility("default"), noinline)) void evaluate_function(
+  // PyTorch's signature; the fake's body runs the node on one input of the task's size.
+  FAKE_API __attribute__((noinline)) void evaluate_function(
       std::shared_ptr<GraphTask>& graph_task, Node* func, InputBuffer& inputs,
       const std::shared_ptr<ReadyQueue>& cpu_ready_queue);
   __attribute__((noinline)) void thread_main(std::shared_ptr<GraphTask>& task);
 };
 
-void Engine::evaluate_function(std::shared_ptr<GraphTask>& graph_task, Node*, InputBuffer&,
+void Engine::evaluate_function(std::shared_ptr<GraphTask>& graph_task, Node* func, InputBuffer&,
                                const std::shared_ptr<ReadyQueue>&) {
-  graph_task->result = fake_torch_malloc(graph_task->bytes);
-  asm volatile("" ::: "memory");  // not a tail call: this frame stays while the allocator runs
+  std::vector<at::Tensor> in(1);
+  in[0].bytes = graph_task->bytes;
+  graph_task->in_node = func->apply(std::move(in)).at(0).data;
+  asm volatile("" ::: "memory");
 }
 
 void Engine::thread_main(std::shared_ptr<GraphTask>& task) {
+  if (fake_torch_set_device_of_thread() != 0) return;  // as each device thread starts
   InputBuffer inputs;
   const std::shared_ptr<ReadyQueue> queue;
-  evaluate_function(task, nullptr, inputs, queue);
+  std::shared_ptr<Node> node = std::make_shared<generated::MmBackward0>();
+  current_evaluating_node = node;  // PyTorch's NodeGuard
+  evaluate_function(task, node.get(), inputs, queue);
+  current_evaluating_node = nullptr;
+  task->outside_node = fake_torch_malloc(task->bytes);
   asm volatile("" ::: "memory");
 }
 
 }  // namespace torch::autograd
 
-// An allocation of `size` bytes on an engine thread of its own, as the backward pass allocates;
-// its address.
-extern "C" __attribute__((visibility("default"))) void* fake_torch_malloc_on_engine_thread(
-    size_t size) {
+// Two allocations of `size` bytes on an engine thread of their own, as the backward pass
+// allocates: the first by a node (MmBackward0) under evaluate_function, the second by the
+// thread's loop outside any node. Their addresses, in that order.
+extern "C" FAKE_API void fake_torch_allocs_on_engine_thread(size_t size, void** in_node,
+                                                            void** outside_node) {
   auto task = std::make_shared<torch::autograd::GraphTask>();
   task->bytes = size;
   std::thread([&] { torch::autograd::Engine{}.thread_main(task); }).join();
-  return task->result;
+  *in_node = task->in_node;
+  *outside_node = task->outside_node;
 }

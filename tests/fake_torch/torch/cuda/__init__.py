@@ -12,8 +12,9 @@ _lib.fake_torch_set_limit.argtypes = [ctypes.c_size_t]
 _lib.fake_torch_reserved.restype = ctypes.c_size_t
 # The fake libtorch_cpu.so next to it: autograd's engine (as `import torch` loads PyTorch's).
 _cpu = ctypes.CDLL(os.path.join(os.path.dirname(os.environ["FAKE_TORCH_LIB"]), "libtorch_cpu.so"))
-_cpu.fake_torch_malloc_on_engine_thread.restype = ctypes.c_void_p
-_cpu.fake_torch_malloc_on_engine_thread.argtypes = [ctypes.c_size_t]
+_cpu.fake_torch_allocs_on_engine_thread.restype = None
+_cpu.fake_torch_allocs_on_engine_thread.argtypes = [
+    ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
 
 _initialized = False
 _queued = []
@@ -57,14 +58,16 @@ def alloc(nbytes):
     return p
 
 
-def alloc_on_engine_thread(nbytes):
-    """alloc() from autograd's engine thread, which runs no Python: as a backward op allocates
-    (not an API of PyTorch)."""
+def allocs_on_engine_thread(nbytes):
+    """Two alloc()s from autograd's engine thread, which runs no Python: the first by an autograd
+    node (MmBackward0), as a backward op allocates, the second by the thread's loop outside any
+    node. Their addresses (not an API of PyTorch)."""
     _lazy_init()
-    p = _cpu.fake_torch_malloc_on_engine_thread(nbytes)
-    if not p:
+    in_node, outside_node = ctypes.c_void_p(), ctypes.c_void_p()
+    _cpu.fake_torch_allocs_on_engine_thread(nbytes, ctypes.byref(in_node), ctypes.byref(outside_node))
+    if not in_node.value or not outside_node.value:
         raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % nbytes)
-    return p
+    return in_node.value, outside_node.value
 
 
 def free(ptr, deferred=False):
