@@ -35,10 +35,12 @@ struct Config {
   // memray without --native: a tensor's site is its innermost Python frame either way
   // (collector/analysis/frames.h), and the native part of such a stack is the caching allocator
   // and the op dispatcher below that line, which cost three quarters of a block event's recording
-  // (docs/performance.md, ninth round). Block events without Python frames (the autograd engine's
-  // threads, C++ programs) and every driver event keep their native stack, but for PyTorch's
-  // tensors under backend:cudaMallocAsync (pool allocations), whose walk ends at PyTorch's
-  // allocator (torch_pool.h): every allocator mode then gives a tensor the same stack.
+  // (docs/performance.md, ninth round). Block events made by an autograd node on the engine's
+  // thread have that node's frame instead (autograd_node.h). Other block events without Python
+  // frames (C++ programs) and every driver event keep their native stack, but for PyTorch's tensors
+  // under backend:cudaMallocAsync (pool allocations), whose walk ends at PyTorch's allocator
+  // (torch_pool.h), followed by the Python frames or the node's: every allocator mode then gives
+  // a tensor the same stack.
   bool torch_native_stacks = false;
   // Each event's time from CLOCK_MONOTONIC_COARSE (CUMEMTRACE_CLOCK=coarse) instead of the TSC
   // (precise, the default): 9 ns instead of 23 a read on the H200 host, at the kernel tick's

@@ -327,8 +327,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"precise", "coarse"}));
   sub->add_flag("--torch-native-stacks", args->torch_native_stacks,
                 "give PyTorch's block events (and its cudaMallocAsync tensors) all their native "
-                "frames too where they have Python ones; by default such a stack is the Python "
-                "frames (PyTorch's stacks=\"python\")");
+                "frames too where they have Python ones or an autograd node's; by default such a "
+                "stack is the Python frames (PyTorch's stacks=\"python\"), on autograd's engine "
+                "thread the node's apply()");
   sub->add_option("--buffer-mb", args->buffer_mb, "ring buffer size per process in MiB")
       ->check(between(1, 4096))
       ->capture_default_str();
