@@ -248,12 +248,15 @@ APPLY = "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, 
 
 
 def engine_stacks(snap):
-    """The frames of the allocations made on the engine thread (by a node, then outside one)."""
+    """The frames of the allocations made on the engine thread (two by a node, the first of them
+    the thread's first event, then one outside a node): the first two must be the same."""
     tr = snap["device_traces"][0]
     allocs = [e for e in tr if e["action"] == "alloc" and
               not any(f["filename"].endswith(".py") for f in e["frames"])]
-    assert len(allocs) == 2, tr
-    return [[f["name"] for f in e["frames"]] for e in allocs], allocs
+    assert len(allocs) == 3, tr
+    first, second, outside = [[f["name"] for f in e["frames"]] for e in allocs]
+    assert second == first, (first, second)
+    return [first, outside], allocs
 
 
 def test_autograds_engine_thread_names_the_node_it_evaluates(tmp_path):
@@ -261,7 +264,9 @@ def test_autograds_engine_thread_names_the_node_it_evaluates(tmp_path):
     # Python frames to stand for its site. Where it is made by an autograd node, the node stands
     # for them: one frame, the node's apply() (read through get_current_node() and the slot the
     # Python side found in a generated node's vtable), as Python frames stand for a Python
-    # thread's, instead of the walk through the op. Outside a node the thread walks as any other.
+    # thread's, instead of the walk through the op: from the thread's first event on, whose walk
+    # (ending in evaluate_function) marks it as an engine thread. Outside a node the thread walks
+    # as any other.
     # CUMEMTRACE_DEBUG meters those events on their own line.
     p, snaps = run(tmp_path, "engine_thread", CUMEMTRACE_DEBUG="1")
     assert p.returncode == 0, p.stderr
@@ -269,7 +274,8 @@ def test_autograds_engine_thread_names_the_node_it_evaluates(tmp_path):
     s = entries(snap)[0][1]
     assert entries(snap) == [
         ("segment_alloc", s, 2 * MiB), ("alloc", s, 1000), ("alloc", s + 1024, 2000),
-        ("alloc", s + 3072, 2000),
+        ("alloc", s + 3072, 2000), ("alloc", s + 5120, 2000),
+        ("free_requested", s + 5120, 2000), ("free_completed", s + 5120, 2000),
         ("free_requested", s + 3072, 2000), ("free_completed", s + 3072, 2000),
         ("free_requested", s + 1024, 2000), ("free_completed", s + 1024, 2000),
         ("free_requested", s, 1000), ("free_completed", s, 1000)]
@@ -294,9 +300,9 @@ def test_autograds_engine_thread_names_the_node_it_evaluates(tmp_path):
     meter = dict((kind, (int(n))) for n, kind in re.findall(
         r"^cumemtrace: recording took \d+ ns per event for (\d+) (PyTorch block events(?: without "
         r"Python frames)?): ", p.stderr, re.M))
-    assert meter == {"PyTorch block events": 8, "PyTorch block events without Python frames": 2}
-    assert re.search(r"per PyTorch block event without Python frames with a stack \(2 of 2\): "
-                     r"native stack \d+ ns \([0-9.]+ frames, 0\.50 an autograd node's;",
+    assert meter == {"PyTorch block events": 10, "PyTorch block events without Python frames": 3}
+    assert re.search(r"per PyTorch block event without Python frames with a stack \(3 of 3\): "
+                     r"native stack \d+ ns \([0-9.]+ frames, 0\.67 an autograd node's;",
                      p.stderr), p.stderr
 
 

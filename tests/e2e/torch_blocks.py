@@ -71,8 +71,9 @@ def bench_pause():
 
 def engine_thread():
     a = torch.cuda.alloc(1000)  # LINE engine-thread-python
-    # Blocks of the same segment on another thread: by a node, then outside any node.
-    b, c = torch.cuda.allocs_on_engine_thread(2000)
+    # Blocks of the same segment on another thread: two by a node, then one outside any node.
+    b, c, d = torch.cuda.allocs_on_engine_thread(2000)
+    torch.cuda.free(d)
     torch.cuda.free(c)
     torch.cuda.free(b)
     torch.cuda.free(a)

@@ -7,7 +7,8 @@
 //   PyTorch's NodeGuard does), and a generated node, MmBackward0, whose vtable and apply() the
 //   Python side reads to find Node::apply's slot (preload/python/cumemtrace_torch.py).
 // The node's apply() allocates through the fake caching allocator of libc10_cuda.so, as a
-// backward op does; thread_main then allocates once more outside any node.
+// backward op does; thread_main evaluates it twice (the first event of the thread is the one whose
+// walk tells the preload it is an engine thread), then allocates once more outside any node.
 #include <cstddef>
 #include <memory>
 #include <thread>
@@ -29,7 +30,8 @@ namespace torch::autograd {
 
 struct GraphTask {
   size_t bytes = 0;
-  void* in_node = nullptr;
+  void* in_node[2] = {};
+  int evaluated = 0;
   void* outside_node = nullptr;
 };
 struct InputBuffer {};
@@ -77,7 +79,7 @@ void Engine::evaluate_function(std::shared_ptr<GraphTask>& graph_task, Node* fun
                                const std::shared_ptr<ReadyQueue>&) {
   std::vector<at::Tensor> in(1);
   in[0].bytes = graph_task->bytes;
-  graph_task->in_node = func->apply(std::move(in)).at(0).data;
+  graph_task->in_node[graph_task->evaluated++] = func->apply(std::move(in)).at(0).data;
   asm volatile("" ::: "memory");
 }
 
@@ -88,6 +90,7 @@ void Engine::thread_main(std::shared_ptr<GraphTask>& task) {
   std::shared_ptr<Node> node = std::make_shared<generated::MmBackward0>();
   current_evaluating_node = node;  // PyTorch's NodeGuard
   evaluate_function(task, node.get(), inputs, queue);
+  evaluate_function(task, node.get(), inputs, queue);
   current_evaluating_node = nullptr;
   task->outside_node = fake_torch_malloc(task->bytes);
   asm volatile("" ::: "memory");
@@ -95,14 +98,15 @@ void Engine::thread_main(std::shared_ptr<GraphTask>& task) {
 
 }  // namespace torch::autograd
 
-// Two allocations of `size` bytes on an engine thread of their own, as the backward pass
-// allocates: the first by a node (MmBackward0) under evaluate_function, the second by the
-// thread's loop outside any node. Their addresses, in that order.
+// Three allocations of `size` bytes on an engine thread of their own, as the backward pass
+// allocates: two by a node (MmBackward0) under evaluate_function, the third by the thread's loop
+// outside any node. Their addresses, in that order.
 extern "C" FAKE_API void fake_torch_allocs_on_engine_thread(size_t size, void** in_node,
                                                             void** outside_node) {
   auto task = std::make_shared<torch::autograd::GraphTask>();
   task->bytes = size;
   std::thread([&] { torch::autograd::Engine{}.thread_main(task); }).join();
-  *in_node = task->in_node;
+  in_node[0] = task->in_node[0];
+  in_node[1] = task->in_node[1];
   *outside_node = task->outside_node;
 }
