@@ -245,6 +245,9 @@ def test_block_stacks_are_python_frames_unless_native_asked_for(tmp_path):
 
 APPLY = "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, " \
     "std::allocator<at::Tensor> >&&)"
+EVALUATE = "torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&, " \
+    "torch::autograd::Node*, torch::autograd::InputBuffer&, " \
+    "std::shared_ptr<torch::autograd::ReadyQueue> const&)"
 
 
 def engine_stacks(snap):
@@ -306,6 +309,26 @@ def test_autograds_engine_thread_names_the_node_it_evaluates(tmp_path):
                      p.stderr), p.stderr
 
 
+def test_autograds_engine_thread_names_no_node_after_a_walk_past_the_allocator(tmp_path):
+    # Under backend:cudaMallocAsync a node's pool allocation that PyTorch's allocator did not make
+    # (a C++ extension's op calling cudaMallocAsync itself) walks past where PyTorch's tensors
+    # stop: its own frames say who asked, and no node's frame is put after them. The thread's
+    # first such walk ends at evaluate_function (the walk that marks the thread), later ones at
+    # the thread's start.
+    p, snaps = run(tmp_path, "engine_thread_from_driver",
+                   PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    assert p.returncode == 0 and refusals(p) == [], p.stderr
+    tr = final(snaps)["device_traces"][0]
+    allocs = [[f["name"] for f in e["frames"]] for e in tr if e["action"] == "alloc" and
+              not any(f["filename"].endswith(".py") for f in e["frames"])]
+    assert len(allocs) == 3, allocs
+    first, second = allocs[0], allocs[1]
+    assert first[0].startswith("torch::autograd::generated::driver_pool_malloc("), first
+    assert first[-2:] == [APPLY, EVALUATE], first
+    assert second[:len(first)] == first and second[-1] in ("clone", "__clone3"), second
+    assert second.count(APPLY) == 1, second
+
+
 def test_autograds_engine_thread_walks_up_to_evaluate_function_without_nodes(tmp_path):
     # Without the node (a torch with no get_current_node(), or CUMEMTRACE_TORCH_NATIVE_STACKS=1),
     # a node's allocation keeps its native walk, which ends at the engine's
@@ -320,10 +343,7 @@ def test_autograds_engine_thread_walks_up_to_evaluate_function_without_nodes(tmp
         assert by_node[0].startswith(native + "trace("), by_node
         assert by_node[1] == native + "malloc(unsigned long)", by_node
         assert by_node[2:-2] in ([], ["fake_torch_malloc"]), by_node
-        assert by_node[-2:] == [APPLY, "torch::autograd::Engine::evaluate_function("
-                                "std::shared_ptr<torch::autograd::GraphTask>&, "
-                                "torch::autograd::Node*, torch::autograd::InputBuffer&, "
-                                "std::shared_ptr<torch::autograd::ReadyQueue> const&)"], by_node
+        assert by_node[-2:] == [APPLY, EVALUATE], by_node
         assert outside[-1] in ("clone", "__clone3"), outside
     # A torch without that evaluate_function keeps the whole walk, up to the thread's start in
     # libc, and nothing else changes: the thread is never taken for an engine thread, so its node

@@ -79,6 +79,14 @@ def engine_thread():
     torch.cuda.free(a)
 
 
+def engine_thread_from_driver():
+    # A node that allocates from the driver's pool itself, not through PyTorch's allocator.
+    a = torch.cuda.alloc(1000)
+    for p in torch.cuda.allocs_on_engine_thread(2000, from_driver=True):
+        torch.cuda.free(p)
+    torch.cuda.free(a)
+
+
 def engine_thread_unknown_torch():
     # A torch whose libtorch_cpu.so has no such Engine::evaluate_function.
     sys.modules["cumemtrace_torch"].ENGINE_EVALUATE = "_ZN5torch8autograd6Engine14not_in_this_oneEv"
@@ -102,4 +110,5 @@ if __name__ == "__main__":
      "async_backend": async_backend, "oom": oom, "kill": kill, "engine_thread": engine_thread,
      "engine_thread_unknown_torch": engine_thread_unknown_torch,
      "engine_thread_unknown_nodes": engine_thread_unknown_nodes,
+     "engine_thread_from_driver": engine_thread_from_driver,
      "bench_pause": bench_pause}[sys.argv[1]]()

@@ -7,12 +7,15 @@
 //   PyTorch's NodeGuard does), and a generated node, MmBackward0, whose vtable and apply() the
 //   Python side reads to find Node::apply's slot (preload/python/cumemtrace_torch.py).
 // The node's apply() allocates through the fake caching allocator of libc10_cuda.so, as a
-// backward op does; thread_main evaluates it twice (the first event of the thread is the one whose
-// walk tells the preload it is an engine thread), then allocates once more outside any node.
+// backward op does (or, asked to, straight from the driver's stream-ordered pool, as a C++
+// extension's op may); thread_main evaluates it twice (the first event of the thread is the one
+// whose walk tells the preload it is an engine thread), then allocates once more outside any node.
 #include <cstddef>
 #include <memory>
 #include <thread>
 #include <vector>
+
+#include "gpa_loader.h"
 
 extern "C" int fake_torch_set_device_of_thread();  // fake_c10_cuda.cpp
 extern "C" void* fake_torch_malloc(size_t size);
@@ -30,6 +33,7 @@ namespace torch::autograd {
 
 struct GraphTask {
   size_t bytes = 0;
+  bool from_driver = false;  // the node allocates with cuMemAllocAsync itself
   void* in_node[2] = {};
   int evaluated = 0;
   void* outside_node = nullptr;
@@ -50,10 +54,22 @@ struct FAKE_API MmBackward0 : Node {
   std::vector<at::Tensor> apply(std::vector<at::Tensor>&& inputs) override;
 };
 
+thread_local const GraphTask* t_task = nullptr;  // the task thread_main runs
+
+// cuMemAllocAsync on the default stream, as an extension's op would call it.
+void* driver_pool_malloc(size_t bytes) {
+  static cumemtrace::testprog::DriverEntryPoints d{};
+  static const bool loaded = cumemtrace::testprog::load_driver_entry_points(&d);
+  CUdeviceptr p = 0;
+  return loaded && d.memAllocAsync(&p, bytes, nullptr) == CUDA_SUCCESS ? reinterpret_cast<void*>(p)
+                                                                       : nullptr;
+}
+
 std::vector<at::Tensor> MmBackward0::apply(std::vector<at::Tensor>&& inputs) {
   std::vector<at::Tensor> out(1);
   out[0].bytes = inputs.at(0).bytes;
-  out[0].data = fake_torch_malloc(out[0].bytes);
+  out[0].data = t_task && t_task->from_driver ? driver_pool_malloc(out[0].bytes)
+                                              : fake_torch_malloc(out[0].bytes);
   asm volatile("" ::: "memory");  // not a tail call: this frame stays while the allocator runs
   return out;
 }
@@ -85,6 +101,7 @@ void Engine::evaluate_function(std::shared_ptr<GraphTask>& graph_task, Node* fun
 
 void Engine::thread_main(std::shared_ptr<GraphTask>& task) {
   if (fake_torch_set_device_of_thread() != 0) return;  // as each device thread starts
+  generated::t_task = task.get();
   InputBuffer inputs;
   const std::shared_ptr<ReadyQueue> queue;
   std::shared_ptr<Node> node = std::make_shared<generated::MmBackward0>();
@@ -99,12 +116,14 @@ void Engine::thread_main(std::shared_ptr<GraphTask>& task) {
 }  // namespace torch::autograd
 
 // Three allocations of `size` bytes on an engine thread of their own, as the backward pass
-// allocates: two by a node (MmBackward0) under evaluate_function, the third by the thread's loop
-// outside any node. Their addresses, in that order.
+// allocates: two by a node (MmBackward0) under evaluate_function, through the caching allocator
+// or, with `from_driver`, straight from the driver's pool, the third by the thread's loop outside
+// any node. Their addresses, in that order.
 extern "C" FAKE_API void fake_torch_allocs_on_engine_thread(size_t size, void** in_node,
-                                                            void** outside_node) {
+                                                            void** outside_node, int from_driver) {
   auto task = std::make_shared<torch::autograd::GraphTask>();
   task->bytes = size;
+  task->from_driver = from_driver != 0;
   std::thread([&] { torch::autograd::Engine{}.thread_main(task); }).join();
   in_node[0] = task->in_node[0];
   in_node[1] = task->in_node[1];

@@ -14,7 +14,7 @@ _lib.fake_torch_reserved.restype = ctypes.c_size_t
 _cpu = ctypes.CDLL(os.path.join(os.path.dirname(os.environ["FAKE_TORCH_LIB"]), "libtorch_cpu.so"))
 _cpu.fake_torch_allocs_on_engine_thread.restype = None
 _cpu.fake_torch_allocs_on_engine_thread.argtypes = [
-    ctypes.c_size_t, ctypes.c_void_p * 2, ctypes.POINTER(ctypes.c_void_p)]
+    ctypes.c_size_t, ctypes.c_void_p * 2, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
 
 _initialized = False
 _queued = []
@@ -58,13 +58,15 @@ def alloc(nbytes):
     return p
 
 
-def allocs_on_engine_thread(nbytes):
+def allocs_on_engine_thread(nbytes, from_driver=False):
     """Three alloc()s from autograd's engine thread, which runs no Python: two by an autograd
-    node (MmBackward0), as a backward op allocates, the third by the thread's loop outside any
-    node. Their addresses (not an API of PyTorch)."""
+    node (MmBackward0), as a backward op allocates (from_driver: with cuMemAllocAsync itself, as
+    a C++ extension's op may), the third by the thread's loop outside any node. Their addresses
+    (not an API of PyTorch)."""
     _lazy_init()
     in_node, outside_node = (ctypes.c_void_p * 2)(), ctypes.c_void_p()
-    _cpu.fake_torch_allocs_on_engine_thread(nbytes, in_node, ctypes.byref(outside_node))
+    _cpu.fake_torch_allocs_on_engine_thread(nbytes, in_node, ctypes.byref(outside_node),
+                                            1 if from_driver else 0)
     got = [in_node[0], in_node[1], outside_node.value]
     if not all(got):
         raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % nbytes)
