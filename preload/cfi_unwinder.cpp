@@ -47,7 +47,7 @@ struct StopFunction {
   static StopFunction of(const CodeRange* walk_own) noexcept {
     return walk_own ? of(*walk_own) : current();
   }
-  // A return address lies after its call instruction: (lo, lo + len].
+  // A return address lies after its call instruction: (lo, lo + len], as CodeRange::holds_return.
   bool holds(uint64_t pc) const noexcept { return pc - lo - 1 < len; }
 };
 

@@ -91,6 +91,9 @@ bool in_stop_function(uint64_t pc) noexcept;
 // cudaMallocAsync allocator, where a tensor's native frames end). [lo, hi); lo == hi: none.
 struct CodeRange {
   uint64_t lo = 0, hi = 0;
+  // A walk's frame `pc` lies in this code: a return address lies after its call, in (lo, hi],
+  // the test the walker's own stops make.
+  bool holds_return(uint64_t pc) const noexcept { return pc - lo - 1 < hi - lo; }
 };
 
 int unwind_fast(uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,

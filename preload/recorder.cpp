@@ -127,16 +127,11 @@ inline bool stream_ordered(wire::Api api) noexcept {
   return api == wire::Api::kMemAllocAsync || api == wire::Api::kMemAllocFromPoolAsync;
 }
 
-// A return address in `code` (cfi_unwinder.h: it lies in (lo, hi]).
-inline bool returns_into(uint64_t pc, const cfi::CodeRange& code) noexcept {
-  return pc - code.lo - 1 < code.hi - code.lo;
-}
-
 // How many of a walk's `n` frames remain when it ends at the first frame in `code`, as a walk
 // with that stop does; all of them if none is.
 unsigned frames_through(const uint64_t* frames, unsigned n, const cfi::CodeRange* code) noexcept {
   for (unsigned i = 0; code && i < n; ++i) {
-    if (returns_into(frames[i], *code)) return i + 1;
+    if (code->holds_return(frames[i])) return i + 1;
   }
   return n;
 }
@@ -206,7 +201,7 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::
   }
   // A pool allocation that PyTorch's allocator did not make (a C++ extension's own cudaMallocAsync
   // in a backward op) walked past it: its own frames say who asked, and no node is put after them.
-  if (node && pool && !(n && returns_into(frames[n - 1], *pool))) node = 0;
+  if (node && pool && !(n && pool->holds_return(frames[n - 1]))) node = 0;
   if (node && n < config().stack_depth) frames[n++] = node;
   if (npy) std::memmove(frames + n, py, 2 * npy * sizeof(uint64_t));
   laps.lap(2);
