@@ -18,18 +18,15 @@ namespace cumemtrace::preload {
 template <typename DeviceFn>
 void after_alloc(CUresult r, wire::Api api, wire::Kind ok_kind, uint64_t addr, uint64_t size,
                  uint64_t stream, uint8_t flags, DeviceFn device, uint64_t time = 0) noexcept {
+  if (r == CUDA_SUCCESS) {
+    record_fields(ok_kind, api, addr, size, device(), stream, flags, time);
+    return;
+  }
   EventArgs a{ok_kind, api, static_cast<int32_t>(r)};
   a.size = size;
   a.stream = stream;
   a.flags = flags;
-  if (r == CUDA_SUCCESS) {
-    a.addr = addr;
-    a.device = device();
-    if (time) {
-      record_at(a, time);
-      return;
-    }
-  } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     a.kind = wire::Kind::kOom;
     a.device = current_device();
     a.aux = device_free_bytes();

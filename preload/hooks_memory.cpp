@@ -48,12 +48,9 @@ void record_pool_alloc(CUresult r, Api api, uint64_t pool, uint64_t addr, uint64
   after_alloc(r, api, Kind::kAlloc, addr, size, stream, flags, device);
 }
 
-void before_free(Kind kind, Api api, uint64_t addr, uint64_t stream, uint8_t flags) noexcept {
-  EventArgs a{kind, api};
-  a.addr = addr;
-  a.stream = stream;
-  a.flags = flags;
-  pl::record(a);
+__attribute__((always_inline)) inline void before_free(Kind kind, Api api, uint64_t addr,
+                                                       uint64_t stream, uint8_t flags) noexcept {
+  pl::record_fields(kind, api, addr, 0, -1, stream, flags, 0);
 }
 
 void after_free(CUresult r, Api api, uint64_t addr) noexcept {

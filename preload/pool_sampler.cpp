@@ -13,15 +13,7 @@ namespace {
 // samples a second per device (each ~1 us) cost nothing measurable, and the collector keeps only
 // the samples where the reserved bytes changed.
 constexpr uint64_t kIntervalNs = 10'000'000;
-constexpr int kMaxDevices = 64;
-
-// Per device, the event_time() from which the next sample is due (0: now). The interval is
-// compared in the events' own clock: a coarse clock read per pool allocation was 9 ns of a
-// ~700 ns pool-hit pair on the H200 host (bench/gpu/hook_costs.cu).
-std::atomic<uint64_t> g_next_due[kMaxDevices];
-// Devices whose current pool was allocated from: sampled again at exit. Pools named by
-// cuMemAllocFromPoolAsync are not (the program may have destroyed them by then).
-std::atomic<bool> g_current_used[kMaxDevices];
+constexpr int kMaxDevices = kPoolDevices;
 
 bool sample(int device, uint64_t pool) noexcept {
   uint64_t handle = 0, reserved = 0, used = 0;
@@ -37,16 +29,23 @@ bool sample(int device, uint64_t pool) noexcept {
 
 }  // namespace
 
-bool after_pool_alloc(int device, uint64_t pool, bool force, uint64_t now) noexcept {
+// The interval is compared in the events' own clock: a coarse clock read per pool allocation was
+// 9 ns of a ~700 ns pool-hit pair on the H200 host (bench/gpu/hook_costs.cu).
+std::atomic<uint64_t> g_pool_next_due[kPoolDevices];
+// Pools named by cuMemAllocFromPoolAsync are not marked (the program may have destroyed them by
+// the time of the exit's sample).
+std::atomic<bool> g_pool_current_used[kPoolDevices];
+
+bool after_pool_alloc_slow(int device, uint64_t pool, bool force, uint64_t now) noexcept {
   if (device < 0 || device >= kMaxDevices) return false;
-  if (!pool && !g_current_used[device].load(std::memory_order_relaxed)) {
-    g_current_used[device].store(true, std::memory_order_relaxed);
+  if (!pool && !g_pool_current_used[device].load(std::memory_order_relaxed)) {
+    g_pool_current_used[device].store(true, std::memory_order_relaxed);
   }
-  uint64_t due = g_next_due[device].load(std::memory_order_relaxed);
+  uint64_t due = g_pool_next_due[device].load(std::memory_order_relaxed);
   if (!force && now < due) return false;
   // One thread samples per interval; the others go on.
-  if (!g_next_due[device].compare_exchange_strong(due, now + event_units(kIntervalNs),
-                                                  std::memory_order_relaxed) &&
+  if (!g_pool_next_due[device].compare_exchange_strong(due, now + event_units(kIntervalNs),
+                                                       std::memory_order_relaxed) &&
       !force) {
     return false;
   }
@@ -55,13 +54,13 @@ bool after_pool_alloc(int device, uint64_t pool, bool force, uint64_t now) noexc
 
 void sample_pools_at_exit() noexcept {
   for (int d = 0; d < kMaxDevices; ++d) {
-    if (g_current_used[d].load(std::memory_order_relaxed)) sample(d, 0);
+    if (g_pool_current_used[d].load(std::memory_order_relaxed)) sample(d, 0);
   }
 }
 
 void forget_pools() noexcept {
-  for (auto& t : g_next_due) t.store(0, std::memory_order_relaxed);
-  for (auto& u : g_current_used) u.store(false, std::memory_order_relaxed);
+  for (auto& t : g_pool_next_due) t.store(0, std::memory_order_relaxed);
+  for (auto& u : g_pool_current_used) u.store(false, std::memory_order_relaxed);
 }
 
 }  // namespace cumemtrace::preload

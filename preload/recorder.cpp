@@ -21,9 +21,11 @@ namespace cumemtrace::preload {
 
 constinit thread_local int t_hook_depth __attribute__((tls_model("initial-exec"))) = 0;
 
-namespace {
+constinit thread_local uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
+std::atomic<uint64_t> g_devices_announced{0};
+std::atomic<uint64_t> g_plain_kinds{0};
 
-thread_local uint32_t t_tid __attribute__((tls_model("initial-exec"))) = 0;
+namespace {
 
 bool publish_string(wire::Kind kind, uint64_t aux, const char* s, size_t len, uint32_t tid,
                     uint64_t* ticket = nullptr) noexcept {
@@ -56,9 +58,6 @@ inline uint32_t current_tid() noexcept {
   return tid ? tid : first_event_of_thread();
 }
 
-// Ordinals already announced with their PCI bus id (kDevice), one bit each.
-std::atomic<uint64_t> g_devices_announced{0};
-
 __attribute__((noinline)) void announce_new_device(int device, uint32_t tid) noexcept {
   const uint64_t bit = uint64_t{1} << device;
   if (g_devices_announced.fetch_or(bit, std::memory_order_relaxed) & bit) return;
@@ -88,23 +87,10 @@ void forget_devices() noexcept {
 
 namespace {
 
-// Every field of a record's payload (ev may be a slot's uninitialized storage).
 inline void write_event(wire::EventPayload& ev, const EventArgs& a, uint32_t tid, uint64_t time_ns,
                         unsigned nframes, unsigned npyframes) noexcept {
-  ev.time_ns = time_ns;
-  ev.addr = a.addr;
-  ev.size = a.size;
-  ev.stream = a.stream;
-  ev.aux = a.aux;
-  ev.tid = tid;
-  ev.device = static_cast<int16_t>(a.device);
-  ev.kind = a.kind;
-  ev.api = a.api;
-  ev.flags = a.flags;
-  ev.extra_slots = 0;  // publish() sets it for records with frames
-  ev.nframes = static_cast<uint8_t>(nframes);
-  ev.npyframes = static_cast<uint8_t>(npyframes);
-  ev.result = a.result;
+  write_payload(ev, a.kind, a.api, a.result, a.addr, a.size, a.stream, a.aux, a.device, a.flags,
+                tid, time_ns, nframes, npyframes);
 }
 
 // The OOM snapshot is written before the program goes on (and maybe exits). A new context is
@@ -337,11 +323,32 @@ __attribute__((always_inline)) inline void record_event(const EventArgs& a,
 
 }  // namespace
 
+void set_plain_kinds() noexcept {
+  uint64_t kinds = 0;
+  for (unsigned k = 1; k < 64 && !config().debug; ++k) {
+    const EventArgs a{static_cast<wire::Kind>(k)};
+    if (a.kind == wire::Kind::kTorchBlock || a.kind == wire::Kind::kExit) continue;
+    if (!takes_stack(a) && !waits_for_collector(a)) kinds |= uint64_t{1} << k;
+  }
+  g_plain_kinds.store(kinds, std::memory_order_relaxed);
+}
+
 void record(const EventArgs& a) noexcept {
   record_event(a, 0);
 }
 
 void record_at(const EventArgs& a, uint64_t time) noexcept {
+  record_event(a, time);
+}
+
+void record_fields_general(wire::Kind kind, wire::Api api, uint64_t addr, uint64_t size, int device,
+                           uint64_t stream, uint8_t flags, uint64_t time) noexcept {
+  EventArgs a{kind, api};
+  a.addr = addr;
+  a.size = size;
+  a.device = device;
+  a.stream = stream;
+  a.flags = flags;
   record_event(a, time);
 }
 

@@ -5,10 +5,12 @@
 // the outermost one, so a driver call made from inside a hook is never recorded twice.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 #include "cfi_unwinder.h"
+#include "event_clock.h"
 #include "session.h"
 #include "wire/wire_format.h"
 
@@ -68,6 +70,9 @@ void record(const EventArgs& a) noexcept;
 // events that do not need it pay nothing for it.
 void record_at(const EventArgs& a, uint64_t time) noexcept;
 
+// Sets g_plain_kinds from the configuration: called by the session before it runs.
+void set_plain_kinds() noexcept;
+
 // Records an event that carries a string instead of a stack (marks, thread names, modules).
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept;
 // Same with explicit length (the bytes may contain NULs).
@@ -76,5 +81,70 @@ void record_bytes(wire::Kind kind, uint64_t aux, const char* s, size_t len) noex
 // a snapshot request returns once its file is written.
 void record_string_and_wait(wire::Kind kind, uint64_t aux, const char* s,
                             uint64_t timeout_ns) noexcept;
+
+// Every field of a record's payload (ev may be a slot's uninitialized storage): the one writer of
+// an event's fixed part, for record()'s paths and record_fields()'s.
+inline void write_payload(wire::EventPayload& ev, wire::Kind kind, wire::Api api, int32_t result,
+                          uint64_t addr, uint64_t size, uint64_t stream, uint64_t aux, int device,
+                          uint8_t flags, uint32_t tid, uint64_t time, unsigned nframes,
+                          unsigned npyframes) noexcept {
+  ev.time_ns = time;
+  ev.addr = addr;
+  ev.size = size;
+  ev.stream = stream;
+  ev.aux = aux;
+  ev.tid = tid;
+  ev.device = static_cast<int16_t>(device);
+  ev.kind = kind;
+  ev.api = api;
+  ev.flags = flags;
+  ev.extra_slots = 0;  // publish() sets it for records with frames
+  ev.nframes = static_cast<uint8_t>(nframes);
+  ev.npyframes = static_cast<uint8_t>(npyframes);
+  ev.result = result;
+}
+
+// The calling thread's kernel id, 0 until its first record (which announces the thread's name).
+extern thread_local constinit uint32_t t_tid __attribute__((tls_model("initial-exec")));
+// CUDA ordinals already announced with their PCI bus id (kDevice), one bit each.
+extern std::atomic<uint64_t> g_devices_announced;
+// The kinds that record() writes without a stack and without waiting for the collector, one bit
+// per wire::Kind: a function of the configuration, set before the session runs (recorder.cpp);
+// 0 under CUMEMTRACE_DEBUG, whose meter times every record. Never kTorchBlock (whether one takes
+// a stack depends on its action) nor kExit.
+extern std::atomic<uint64_t> g_plain_kinds;
+
+// record_fields()'s way when the event cannot take the fast path: an EventArgs, then record_at().
+void record_fields_general(wire::Kind kind, wire::Api api, uint64_t addr, uint64_t size, int device,
+                           uint64_t stream, uint8_t flags, uint64_t time) noexcept;
+
+// record() (time 0) or record_at() of an event with these fields and the rest zero (device -1:
+// none), inlined into the hook: when the event takes no stack, it is written straight into its
+// slot. That is the hot path of a stack-less allocation and of every free (frees take no stack
+// by default). On a cudaMallocAsync pool hit (about 1 us a pair) the general path's call, its
+// EventArgs and its checks were a third of the instructions recording added (docs/performance.md,
+// fourteenth round). Anything else goes the general way with the same fields: the thread's first
+// record, a device not yet announced, a session not running, stacks, the meter.
+__attribute__((always_inline)) inline void record_fields(wire::Kind kind, wire::Api api,
+                                                         uint64_t addr, uint64_t size, int device,
+                                                         uint64_t stream, uint8_t flags,
+                                                         uint64_t time) noexcept {
+  const uint32_t tid = t_tid;
+  if (tid &&
+      g_session_state.load(std::memory_order_acquire) == static_cast<int>(SessionState::kRunning) &&
+      (g_plain_kinds.load(std::memory_order_relaxed) >> static_cast<unsigned>(kind) & 1) &&
+      (device < 0 ||
+       (device < 64 && (g_devices_announced.load(std::memory_order_relaxed) >> device & 1)))) {
+    // As record(): the time is read just before the ticket is taken.
+    const uint64_t now = time ? time : event_time();
+    uint64_t ticket = 0;
+    wire::EventPayload* ev = ring().reserve_one(ticket);
+    if (!ev) return;  // dropped (counted)
+    write_payload(*ev, kind, api, 0, addr, size, stream, 0, device, flags, tid, now, 0, 0);
+    ring().commit_one(ticket);
+    return;
+  }
+  record_fields_general(kind, api, addr, size, device, stream, flags, time);
+}
 
 }  // namespace cumemtrace::preload

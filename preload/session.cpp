@@ -559,6 +559,7 @@ bool ensure_session_slow() noexcept {
   if (g_session_state.compare_exchange_strong(expected,
                                               static_cast<int>(SessionState::kStarting))) {
     const bool ok = start();
+    if (ok) set_plain_kinds();
     if (!ok) release_snapshot_signal();  // tracing is off: SIGUSR2 means what it did before
     g_session_state.store(static_cast<int>(ok ? SessionState::kRunning : SessionState::kOff),
                           std::memory_order_release);
