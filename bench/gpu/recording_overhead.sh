@@ -9,13 +9,20 @@
 #    cumemtrace stacks off;
 #  - per-event pieces measured bare (bench/gpu/hook_costs.cu): the driver query of the hook, the
 #    clock, a CAS; what (traced - bare) leaves beyond them is the recorder and the ring.
+#  - the same pair and loop inside one process ("ab" rows): blocks with recording on and paused,
+#    alternated (async_pool_pair --ab, torch_blocks_ab.py --all-recording), each recording block
+#    against the paused blocks on either side, and an A/A run that never pauses. Whole runs of the
+#    pair are bimodal on the H200 host (bare 640-760 or 1,060-1,350 ns from one process to the
+#    next) and two bare training runs differ by up to 20%, more than the costs measured, so the
+#    verdicts are the in-process rows'; the whole-run rows show what a user sees.
 # Prints medians, the cost over bare, and verdicts against the targets (pair: stacks off <= 10%,
-# default stacks <= 60%; training: within the A/A spread).
+# default stacks <= 60%; training: within the noise, in one process the A/A run's upper quartile).
 # BASE (optional): another install prefix measured in the same rounds on the pool-hit pair, stacks
 # off and default, as rows "pair base-..." (before/after comparisons).
 # Environment: PIN="A,B" runs the pair on CPU A, with the collector allowed on A and B (the
 # run-to-run spread of the pair comes mostly from where the scheduler puts the two); PAIR_ONLY=1
-# leaves the training loop out; METER=0 skips the in-process measure printed after the rounds.
+# leaves the training loop out; METER=0 skips the in-process measure printed after the rounds;
+# AB=0 leaves the in-process rows out; MODEL=cnn|gpt|resnet18 picks the training loop (default cnn).
 # Usage: bench/gpu/recording_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS=4] [STEPS=200] [PAIRS=200000] [BASE]
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -44,12 +51,32 @@ pair() {  # the command; the pair program is its last two words
   fi 2>/dev/null | awk '/ns_per_pair/{print $2}'
 }
 step() { "$@" 2>/dev/null | awk '/ms_per_step=/{split($2,a,"=");print a[2]}'; }
+MODEL=${MODEL:-cnn}
+# An in-process A/B line's per-pair median and upper quartile: "M Q3".
+ab_parse() { sed -nE 's/.*per.pair.median ([-+0-9.]+)% \(quartiles ([-+0-9.]+)% \.\. ([-+0-9.]+)%\).*/\1 \3/p' | tail -1; }
+ab_pair() {  # the pair program's extra arguments ("" or --aa), then options of `run`
+  local extra=$1
+  shift
+  if [ -n "$PIN" ]; then
+    taskset -c "$PIN" "$CT" run -q -o "$OUT/t" "$@" -- taskset -c "${PIN%%,*}" "$OUT/pair" "$PAIRS" --ab 40 $extra
+  else
+    "$CT" run -q -o "$OUT/t" "$@" -- "$OUT/pair" "$PAIRS" --ab 40 $extra
+  fi 2>/dev/null | ab_parse
+}
+ab_torch() {  # torch_blocks_ab.py's extra arguments ("" or --aa), then options of `run`
+  local extra=$1
+  shift
+  "$CT" run -q -o "$OUT/t" "$@" -- python3 bench/gpu/torch_blocks_ab.py --model "$MODEL" \
+    --all-recording $extra 2>/dev/null | ab_parse
+}
 modes=("pair bare" "pair bare-A/A" "pair traced-stacks-off" "pair traced-default" "pair traced-stacks-off-64MiB-ring"
        "pair traced-stacks-off-coarse-clock"
        "torch bare" "torch bare-A/A" "torch traced-default" "torch traced-stacks-off")
 [ -n "$BASE" ] && modes+=("pair base-stacks-off" "pair base-default")
+[ "${AB:-1}" = 0 ] || modes+=("ab pair stacks-off" "ab pair default" "ab pair A/A"
+  "ab torch default" "ab torch stacks-off" "ab torch A/A")
 if [ "${PAIR_ONLY:-0}" = 1 ]; then
-  for i in "${!modes[@]}"; do [[ ${modes[$i]} == torch* ]] && unset "modes[$i]"; done
+  for i in "${!modes[@]}"; do [[ ${modes[$i]} == torch* || ${modes[$i]} == "ab torch"* ]] && unset "modes[$i]"; done
   modes=("${modes[@]}")
 fi
 for ((r = 0; r < ROUNDS; r++)); do
@@ -69,11 +96,26 @@ for ((r = 0; r < ROUNDS; r++)); do
       torch*)
         export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
         case $m in
-          "torch bare"|"torch bare-A/A") v=$(step python3 tests/gpu/torch_train.py "$STEPS") ;;
-          "torch traced-default") v=$(step "$CT" run -q -o "$OUT/t" -- python3 tests/gpu/torch_train.py "$STEPS") ;;
-          "torch traced-stacks-off") v=$(step "$CT" run -q -o "$OUT/t" --stack-depth 0 -- python3 tests/gpu/torch_train.py "$STEPS") ;;
+          "torch bare"|"torch bare-A/A") v=$(step python3 tests/gpu/torch_train.py "$STEPS" --model "$MODEL") ;;
+          "torch traced-default") v=$(step "$CT" run -q -o "$OUT/t" -- python3 tests/gpu/torch_train.py "$STEPS" --model "$MODEL") ;;
+          "torch traced-stacks-off") v=$(step "$CT" run -q -o "$OUT/t" --stack-depth 0 -- python3 tests/gpu/torch_train.py "$STEPS" --model "$MODEL") ;;
+        esac ;;
+      "ab pair stacks-off") v=$(ab_pair "" --stack-depth 0) ;;
+      "ab pair default") v=$(ab_pair "") ;;
+      "ab pair A/A") v=$(ab_pair --aa --stack-depth 0) ;;
+      "ab torch"*)
+        export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+        case $m in
+          "ab torch default") v=$(ab_torch "") ;;
+          "ab torch stacks-off") v=$(ab_torch "" --stack-depth 0) ;;
+          "ab torch A/A") v=$(ab_torch --aa) ;;
         esac ;;
     esac
+    if [[ $m == ab* ]]; then
+      # "M Q3": the per-pair median, and the upper quartile that the A/A rows' noise is read from.
+      [ -n "$v" ] && echo "q3 $m|${v#* }" >>"$RES"
+      v=${v%% *}
+    fi
     rm -rf "$OUT/t"
     echo "$m|${v:-nan}" >>"$RES"
   done
@@ -143,6 +185,27 @@ row("torch bare-A/A", "torch bare", "ms/step")
 tn = noise("torch bare", "torch bare-A/A")
 row("torch traced-default", "torch bare", "ms/step", within=tn)
 row("torch traced-stacks-off", "torch bare", "ms/step", within=tn)
+def ab_row(k, target=None, within=None):
+    if k not in med:
+        print(f"| {k} | no result | | |"); return
+    verdict = ""
+    if target is not None:
+        verdict = ("met" if med[k] <= target else "MISSED") + f" (target <= {target}%)"
+    if within is not None:
+        verdict = ("within noise" if med[k] <= within else "ABOVE noise") + f" (A/A upper quartile {within:+.2f}%)"
+    runs = " ".join(f"{x:+.2f}" for x in v[k])
+    print(f"| {k} | {med[k]:+.2f}% | {verdict} | {runs} |")
+if any(k.startswith("ab ") for k in med):
+    print("\nin one process, recording on vs paused (per-pair medians; the median over rounds):")
+    print("| mode | median | verdict | runs |")
+    print("|---|---|---|---|")
+    ab_row("ab pair stacks-off", target=10)
+    ab_row("ab pair default", target=60)
+    ab_row("ab pair A/A")
+    aa_q3 = med.get("q3 ab torch A/A")
+    ab_row("ab torch default", within=aa_q3)
+    ab_row("ab torch stacks-off", within=aa_q3)
+    ab_row("ab torch A/A")
 if "pair traced-stacks-off" in med and "pair bare" in med:
     per_event = (med["pair traced-stacks-off"] - med["pair bare"]) / 2
     print(f"\nstacks off, per event over bare: {per_event:.1f} ns")
