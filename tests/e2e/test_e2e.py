@@ -223,9 +223,13 @@ def test_anomalies(tmp_path):
     assert snap["segments"] == []
 
 
-def test_threads_lose_nothing_and_keep_address_order(tmp_path):
+# With stacks off every event of a thread takes the hook's direct path (recorder.h: record_fields)
+# but its first, which names the thread; with default stacks only the frees do.
+@pytest.mark.parametrize("options", [[], ["--stack-depth", "0"]], ids=["default", "stacks-off"])
+def test_threads_lose_nothing_and_keep_address_order(tmp_path, options):
     threads, rounds = 64, 150
-    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "threads", str(threads), str(rounds)])
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "threads", str(threads), str(rounds)],
+                          options)
     assert p.returncode == 0, p.stderr
     snap = only(snaps)
     t = snap["cumemtrace"]
@@ -249,7 +253,10 @@ def test_threads_lose_nothing_and_keep_address_order(tmp_path):
             assert owner.get(e["addr"], (False,))[0], "free before its allocation"
             owner[e["addr"]] = (False, e["tid"])
     assert cross_thread_reuse > 0
-    assert len({e["tid"] for e in trace(snap, 0)}) == threads
+    tids = {e["tid"] for e in trace(snap, 0)}
+    assert len(tids) == threads and 0 not in tids
+    # Every thread that recorded named itself (with its first event).
+    assert {str(tid) for tid in tids} <= set(t["threads"]), t["threads"]
     assert snap["cumemtrace"]["anomalies"] == []
 
 

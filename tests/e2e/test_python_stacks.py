@@ -153,3 +153,18 @@ def test_python_stacks_can_be_turned_off(tmp_path):
     assert p.returncode == 0, p.stderr
     (snap,) = snaps.values()
     assert all(f["filename"] != SCRIPT for f in segment_frames(snap, 3 * MiB))
+
+
+def test_stackless_events_of_every_thread_carry_its_named_id(tmp_path):
+    """With stacks off a thread's events are written from the hook straight into the ring
+    (preload/recorder.h: record_fields), but not its first: that one takes the general path,
+    which reads the thread's id and announces its name. Here worker threads allocate first after
+    the main thread has announced the device, so nothing else would have named them."""
+    p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"], ["--stack-depth", "0"])
+    assert p.returncode == 0, p.stderr
+    (snap,) = snaps.values()
+    entries = snap["device_traces"][0]
+    assert all(e.get("frames", []) == [] for e in entries)
+    tids = {e["tid"] for e in entries}
+    assert 0 not in tids and len(tids) >= 3, tids  # the main thread and two workers
+    assert {str(t) for t in tids} <= set(snap["cumemtrace"]["threads"]), snap["cumemtrace"]["threads"]

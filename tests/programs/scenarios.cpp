@@ -470,6 +470,10 @@ int scenario_spin(const Driver& d, int argc, char** argv) {
     }
   }
   const CUdeviceptr p = alloc_1mib_on_device0(d, "spin");
+  // A test that asks for snapshots while this runs waits for this line: before it, the 1 MiB
+  // allocation may not be recorded yet although tracing has started.
+  std::printf("allocated\n");
+  std::fflush(stdout);
   if (stop_file) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (std::chrono::steady_clock::now() < deadline && access(stop_file, F_OK) != 0) {
