@@ -27,7 +27,7 @@ COMMON = [
     (["segv"], {}, -signal.SIGSEGV, ""),
     (["exit", "7"], {}, 7, ""),
     (["exit"], {}, 0, ""),
-    (["spin", "0.1"], {}, 0, ""),
+    (["spin", "0.1"], {}, 0, "allocated\n"),
     # Without the preload the marks API and NVTX are no-ops.
     (["marks"], {}, 0, ""),
     (["nvtx"], {}, 0, "nvtx levels -2 -2 -2 -2\n"),
