@@ -13,7 +13,6 @@ namespace {
 // samples a second per device (each ~1 us) cost nothing measurable, and the collector keeps only
 // the samples where the reserved bytes changed.
 constexpr uint64_t kIntervalNs = 10'000'000;
-constexpr int kMaxDevices = kPoolDevices;
 
 bool sample(int device, uint64_t pool) noexcept {
   uint64_t handle = 0, reserved = 0, used = 0;
@@ -37,7 +36,7 @@ std::atomic<uint64_t> g_pool_next_due[kPoolDevices];
 std::atomic<bool> g_pool_current_used[kPoolDevices];
 
 bool after_pool_alloc_slow(int device, uint64_t pool, bool force, uint64_t now) noexcept {
-  if (device < 0 || device >= kMaxDevices) return false;
+  if (device < 0 || device >= kPoolDevices) return false;
   if (!pool && !g_pool_current_used[device].load(std::memory_order_relaxed)) {
     g_pool_current_used[device].store(true, std::memory_order_relaxed);
   }
@@ -53,7 +52,7 @@ bool after_pool_alloc_slow(int device, uint64_t pool, bool force, uint64_t now) 
 }
 
 void sample_pools_at_exit() noexcept {
-  for (int d = 0; d < kMaxDevices; ++d) {
+  for (int d = 0; d < kPoolDevices; ++d) {
     if (g_pool_current_used[d].load(std::memory_order_relaxed)) sample(d, 0);
   }
 }

@@ -223,18 +223,17 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, const cfi::
   after_publish(a, ok, ticket);
 }
 
-// Stacks off: the hot path, one slot written in place and no frame buffer. The time is read
-// just before the ticket is taken, unless the hook read it (record_at: `time` nonzero).
+// An event without a stack on the general path (record_fields() takes the others straight from
+// the hook): a thread's first record, a device's first event, the meter's, those that wait for
+// the collector. One slot written in place (publish_plain) and no frame buffer.
 inline void record_without_stack(const EventArgs& a, uint64_t time) noexcept {
   const uint32_t tid = current_tid();
   announce_device(a.device, tid);
-  const uint64_t now = time ? time : event_time();
   uint64_t ticket = 0;
-  wire::EventPayload* ev = ring().reserve_one(ticket);
-  if (!ev) return;
-  write_event(*ev, a, tid, now, 0, 0);
-  ring().commit_one(ticket);
-  after_publish(a, true, ticket);
+  if (publish_plain(a.kind, a.api, a.result, a.addr, a.size, a.stream, a.aux, a.device, a.flags,
+                    tid, time, ticket)) {
+    after_publish(a, true, ticket);
+  }
 }
 
 // Records that give memory back (or undo a record that did): stackless unless free stacks are on.

@@ -104,6 +104,23 @@ inline void write_payload(wire::EventPayload& ev, wire::Kind kind, wire::Api api
   ev.result = result;
 }
 
+// A record without frames, written straight into its slot at `time` (0: the clock is read here,
+// just before the ticket is taken): the one stack-less writer, for record()'s path and
+// record_fields()'s. False when the record was dropped (counted in the ring).
+__attribute__((always_inline)) inline bool publish_plain(wire::Kind kind, wire::Api api,
+                                                         int32_t result, uint64_t addr,
+                                                         uint64_t size, uint64_t stream,
+                                                         uint64_t aux, int device, uint8_t flags,
+                                                         uint32_t tid, uint64_t time,
+                                                         uint64_t& ticket) noexcept {
+  const uint64_t now = time ? time : event_time();
+  wire::EventPayload* ev = ring().reserve_one(ticket);
+  if (!ev) return false;
+  write_payload(*ev, kind, api, result, addr, size, stream, aux, device, flags, tid, now, 0, 0);
+  ring().commit_one(ticket);
+  return true;
+}
+
 // The calling thread's kernel id, 0 until its first record (which announces the thread's name).
 extern thread_local constinit uint32_t t_tid __attribute__((tls_model("initial-exec")));
 // CUDA ordinals already announced with their PCI bus id (kDevice), one bit each.
@@ -135,13 +152,8 @@ __attribute__((always_inline)) inline void record_fields(wire::Kind kind, wire::
       (g_plain_kinds.load(std::memory_order_relaxed) >> static_cast<unsigned>(kind) & 1) &&
       (device < 0 ||
        (device < 64 && (g_devices_announced.load(std::memory_order_relaxed) >> device & 1)))) {
-    // As record(): the time is read just before the ticket is taken.
-    const uint64_t now = time ? time : event_time();
     uint64_t ticket = 0;
-    wire::EventPayload* ev = ring().reserve_one(ticket);
-    if (!ev) return;  // dropped (counted)
-    write_payload(*ev, kind, api, 0, addr, size, stream, 0, device, flags, tid, now, 0, 0);
-    ring().commit_one(ticket);
+    publish_plain(kind, api, 0, addr, size, stream, 0, device, flags, tid, time, ticket);
     return;
   }
   record_fields_general(kind, api, addr, size, device, stream, flags, time);
