@@ -23,6 +23,7 @@ thread_local uint64_t t_misses __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_fallbacks __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_memo_hits __attribute__((tls_model("initial-exec"))) = 0;
 thread_local uint64_t t_replayed __attribute__((tls_model("initial-exec"))) = 0;
+thread_local uint64_t t_short_walks __attribute__((tls_model("initial-exec"))) = 0;
 // set_stop_function(): the code of the function whose frame ends a walk, as its start and its
 // length (0: none). The length is written last and read first.
 std::atomic<uint64_t> g_stop_fn_lo{0};
@@ -284,8 +285,39 @@ struct ThreadRule {
   uint64_t key;  // 0: empty (no frame has pc 0)
   uint64_t rule;
 };
+// The thread's last short walk that ended in its stop function (a PyTorch pool tensor's: from
+// the recorder through libcudart to PyTorch's allocator, 8-9 frames), as the stack slots it read,
+// each at its offset from the walk's first stack pointer. A walk from the same pc meets the same
+// frames when each of those slots holds what it held: frame 0's pc fixes its rule, its rule and
+// CFA fix where its return address lies, that address is frame 1's pc and fixes its rule, and so
+// on, where a CFA computed from rbp must also be where it was (rbp as the walk restores it), the
+// induction same_run() makes with the memo's stack pointers. Checked before the memo is set up
+// for a walk: independent loads from the stack's hot lines and this struct's four lines (the
+// first next to the slot's busy flag), where the memo's way touched the next walk's, the index's
+// and the last walks' lines, about ten that a training step evicts between two allocations
+// (docs/performance.md, fifteenth round).
+constexpr unsigned kShortFrames = 12;
+struct ShortFrame {
+  uint64_t ra;       // the return address read at cfa + ra_off: the next frame's pc
+  uint16_t cfa_rel;  // the frame's CFA - the walk's first stack pointer
+  int8_t ra_off;
+  uint8_t flags;    // kCfaFromRbp, kRbpSaved
+  int16_t rbp_off;  // where the caller's rbp is saved, from the CFA (kRbpSaved)
+  int16_t cfa_off;  // the rule's offset from rbp (kCfaFromRbp)
+};
+constexpr uint8_t kCfaFromRbp = 1, kRbpSaved = 2;
+struct ShortWalk {
+  uint64_t start_pc;  // 0: none
+  uint64_t stop_lo, stop_len, skip_lo, skip_hi;
+  uint16_t frames;     // frames walked: return addresses checked
+  uint16_t out_n;      // the walk's frames kept: the last out_n of (start pc, f[].ra)
+  uint16_t max_depth;  // the depth it was walked with
+  uint16_t top_rel;    // the last CFA: at most the stack's end, and below stop_at
+  ShortFrame f[kShortFrames];
+};
 struct FrameMemo {
-  unsigned last;  // index of the last complete walk
+  ShortWalk short_walk;  // first: in the line of the slot's busy flag
+  unsigned last;         // index of the last complete walk
   MemoWalk walks[kWalks];
   // (stack pointer, key) -> where the last walk through that frame holds it: the walk's gen
   // (32 bits), its slot (8), the frame's index in it (8), and 16 bits of the hash, which spare
@@ -298,6 +330,7 @@ struct FrameMemo {
   void claimed() noexcept {
     for (MemoWalk& w : walks) w.n = 0;
     last = 0;
+    short_walk.start_pc = 0;
   }
 };
 constinit ThreadSlots<FrameMemo, kMemos> g_memos;
@@ -329,7 +362,9 @@ struct MemoUse {
   unsigned next_slot = 0;
   unsigned written = 0;
 
-  MemoUse() noexcept : use(g_memos), m(use.get()) {
+  MemoUse() noexcept : use(g_memos), m(use.get()) {}
+  // Sets up the walk's sources and the slot it is written to; before find() and note().
+  void begin() noexcept {
     if (!m) return;
     last.walk = &m->walks[m->last];
     before.walk = &m->walks[(m->last + kWalks - 1) % kWalks];
@@ -402,6 +437,81 @@ struct MemoUse {
     }
     ++written;
   }
+  // The walk just kept (keep()) ended in the stop function, at the frame whose stack pointer is
+  // `stop_sp`, with `out`'s n frames: it becomes the thread's short walk when it is one.
+  void remember_short(uint64_t sp0, uint64_t stop_sp, const uint64_t* out, unsigned n,
+                      unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
+                      const StopFunction& stop_fn) noexcept {
+    if (!m || written == 0 || written > kShortFrames || n == 0 || n > written + 1) return;
+    if (stop_sp < sp0 || stop_sp - sp0 > 0x7fff) return;
+    const MemoWalk& w = *next;
+    ShortFrame f[kShortFrames];
+    for (unsigned i = 0; i < written; ++i) {
+      const uint64_t rule = w.f[i].rule;
+      if (rule_kind(rule) != kFrame) return;
+      const uint64_t cfa = i + 1 < written ? w.f[i + 1].sp : stop_sp;
+      const bool from_rbp = cfa_from_rbp(rule);
+      if (!from_rbp && w.f[i].sp + static_cast<uint64_t>(cfa_offset(rule)) != cfa) return;
+      if (cfa_offset(rule) != static_cast<int16_t>(cfa_offset(rule))) return;
+      f[i] = ShortFrame{
+          i + 1 < written ? w.f[i + 1].key : out[n - 1],
+          static_cast<uint16_t>(cfa - sp0),
+          static_cast<int8_t>(ra_offset(rule)),
+          static_cast<uint8_t>((from_rbp ? kCfaFromRbp : 0) | (rbp_saved(rule) ? kRbpSaved : 0)),
+          static_cast<int16_t>(rbp_offset(rule)),
+          static_cast<int16_t>(cfa_offset(rule))};
+    }
+    // The frames it reported are the last n of (its first pc, the return addresses).
+    for (unsigned i = 0; i < n; ++i) {
+      const unsigned at = written + 1 - n + i;
+      if (out[i] != (at == 0 ? w.f[0].key & ~kExactBit : f[at - 1].ra)) return;
+    }
+    ShortWalk& s = m->short_walk;
+    s.start_pc = 0;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    s.stop_lo = stop_fn.lo;
+    s.stop_len = stop_fn.len;
+    s.skip_lo = skip_lo;
+    s.skip_hi = skip_hi;
+    s.frames = static_cast<uint16_t>(written);
+    s.out_n = static_cast<uint16_t>(n);
+    s.max_depth = static_cast<uint16_t>(max_depth);
+    s.top_rel = static_cast<uint16_t>(stop_sp - sp0);
+    for (unsigned i = 0; i < written; ++i) s.f[i] = f[i];
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    s.start_pc = w.f[0].key;
+  }
+  // The thread's short walk again, when a walk from (key, sp0, fp0) with these parameters would
+  // meet it: its frames into `out`; -1 when not. Every address read comes from the struct, never
+  // from a slot read before it, and what was read is compared afterwards (as same_run()).
+  int replay_short(uint64_t key, uint64_t sp0, uint64_t fp0, uint64_t top, uint64_t stop_at,
+                   uint64_t* out, unsigned max_depth, uint64_t skip_lo, uint64_t skip_hi,
+                   const StopFunction& stop_fn) noexcept {
+    if (!m) return -1;
+    const ShortWalk& s = m->short_walk;
+    if (s.start_pc != key || s.stop_lo != stop_fn.lo || s.stop_len != stop_fn.len ||
+        s.skip_lo != skip_lo || s.skip_hi != skip_hi || s.max_depth != max_depth ||
+        sp0 + s.top_rel > top || sp0 + s.top_rel > stop_at) {
+      return -1;
+    }
+    const unsigned frames = s.frames;
+    uint64_t fp = fp0;
+    bool same = true;
+    for (unsigned i = 0; i < frames; ++i) {
+      const ShortFrame& f = s.f[i];
+      const uint64_t cfa = sp0 + f.cfa_rel;
+      if (f.flags & kCfaFromRbp) same &= fp + static_cast<uint64_t>(int64_t{f.cfa_off}) == cfa;
+      if (f.flags & kRbpSaved) fp = load(cfa + static_cast<uint64_t>(int64_t{f.rbp_off}));
+      same &= load(cfa + static_cast<uint64_t>(int64_t{f.ra_off})) == f.ra;
+    }
+    if (!same) return -1;
+    const unsigned n = s.out_n;
+    for (unsigned i = 0; i < n; ++i) {
+      const unsigned at = frames + 1 - n + i;
+      out[i] = at == 0 ? key & ~kExactBit : s.f[at - 1].ra;
+    }
+    return static_cast<int>(n);
+  }
   // The walk ended normally: it becomes the last one.
   void keep() noexcept {
     if (!m) return;
@@ -472,6 +582,21 @@ __attribute__((noinline)) int walk_fast(const WalkStart& start, uint64_t* out, u
   bool skipping = true;
   uint64_t key = pc | kExactBit;
   MemoUse memo;
+  if constexpr (kStopFn) {
+    const int got =
+        memo.replay_short(key, sp, fp, top, stop_at, out, max_depth, skip_lo, skip_hi, stop_fn);
+    if (got > 0) {
+      ++t_short_walks;
+      t_hits += static_cast<unsigned>(got);
+      t_memo_hits += static_cast<unsigned>(got);
+      t_replayed += static_cast<unsigned>(got);
+      // As the walk below: the last frame's rule was never looked up.
+      if (first_seen) first_seen->add(out[got - 1]);
+      return got;
+    }
+  }
+  memo.begin();
+  uint64_t stopped_at = 0;  // the stack pointer of the stop function's frame that ended the walk
   for (;;) {
     // The frame before this one spanned [its stack pointer, this sp): it held stop_at.
     if (pc == 0 || sp > stop_at) break;
@@ -481,6 +606,7 @@ __attribute__((noinline)) int walk_fast(const WalkStart& start, uint64_t* out, u
       // The last frame's rule is never looked up: it may be in a module not yet announced.
       if (n >= max_depth || (kStopFn && stop_fn.holds(pc))) {
         if (first_seen) first_seen->add(pc);
+        if (kStopFn && stop_fn.holds(pc)) stopped_at = sp;
         break;
       }
     }
@@ -510,6 +636,7 @@ __attribute__((noinline)) int walk_fast(const WalkStart& start, uint64_t* out, u
             out[n++] = pc_i;
             if (n >= max_depth || (kStopFn && stop_fn.holds(pc_i))) {
               if (first_seen) first_seen->add(pc_i);
+              if (kStopFn && stop_fn.holds(pc_i)) stopped_at = w.f[i].sp;
               done = true;
               break;
             }
@@ -559,6 +686,9 @@ __attribute__((noinline)) int walk_fast(const WalkStart& start, uint64_t* out, u
     key = pc;
   }
   memo.keep();
+  if (stopped_at) {
+    memo.remember_short(floor, stopped_at, out, n, max_depth, skip_lo, skip_hi, stop_fn);
+  }
   return static_cast<int>(n);
 }
 
@@ -611,7 +741,7 @@ void memo_after_fork() noexcept {
 }
 
 CacheStats thread_cache_stats() noexcept {
-  return CacheStats{t_hits, t_misses, t_fallbacks, t_memo_hits, t_replayed};
+  return CacheStats{t_hits, t_misses, t_fallbacks, t_memo_hits, t_replayed, t_short_walks};
 }
 
 FallbackStats fallback_stats() noexcept {

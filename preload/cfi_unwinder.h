@@ -10,7 +10,10 @@
 // long as the stack slots they were read from are unchanged, checked with independent reads
 // instead of a chain of dependent ones) and a small per-thread table of rules by address (dense,
 // so it stays in the core's own caches where the global table's scattered entries come from the
-// shared L3: about 35 ns a frame on the GPU host between PyTorch's allocations); a miss parses
+// shared L3: about 35 ns a frame on the GPU host between PyTorch's allocations), and, ahead of
+// all of them, the thread's last short walk that ended in its stop function, replayed whole while
+// the stack slots it read hold the same (a PyTorch pool tensor's walk to the allocator); a miss
+// parses
 // the FDE that libgcc's _Unwind_Find_FDE finds (cfi_rules.cpp). It
 // never allocates, takes no lock on a hit, and never reads outside [its own rsp, the top of the
 // mapping that holds it). Whenever a frame needs more than that rule model (signal frames, CFA
@@ -116,8 +119,9 @@ struct CacheStats {
   uint64_t hits;
   uint64_t misses;
   uint64_t fallbacks;
-  uint64_t memo_hits;  // of the hits, those served by the thread's memo of its last walk
-  uint64_t replayed;   // of those, frames taken whole from a memo whose slots still hold
+  uint64_t memo_hits;    // of the hits, those served by the thread's memo of its last walk
+  uint64_t replayed;     // of those, frames taken whole from a memo whose slots still hold
+  uint64_t short_walks;  // walks taken whole from the thread's short walk (its stack slots hold)
 };
 CacheStats thread_cache_stats() noexcept;
 

@@ -266,6 +266,85 @@ TEST_CASE("a walk ends with the stop function's frame, walked or replayed", "[un
   CHECK(stopped > 250);
 }
 
+// A short walk that ends in its own stop function (the recorder's, for a PyTorch pool tensor:
+// through libcudart to PyTorch's allocator) is taken whole from the thread's last one while the
+// stack slots it read hold the same return addresses, and walked again as soon as one differs.
+struct ShortWalks {
+  Capture r;
+  cfi::CacheStats delta{};
+};
+
+void leaf_capture_counted(Chain* c) {
+  auto* x = static_cast<ShortWalks*>(c->arg);
+  const cfi::CacheStats before = cfi::thread_cache_stats();
+  capture_both(&x->r);
+  const cfi::CacheStats after = cfi::thread_cache_stats();
+  x->delta.short_walks = after.short_walks - before.short_walks;
+  x->delta.misses = after.misses - before.misses;
+}
+
+TEST_CASE("a short walk to the stop function is replayed from its stack slots, or walked again",
+          "[unwind]") {
+  Dl_info di{};
+  void* entry = nullptr;
+  REQUIRE(dladdr1(reinterpret_cast<void*>(&unwind_step_lib), &di, &entry, RTLD_DL_SYMENT));
+  const auto* sym = static_cast<const ElfW(Sym)*>(entry);
+  REQUIRE(sym != nullptr);
+  const auto lo = reinterpret_cast<uint64_t>(di.dli_saddr);
+  const cfi::CodeRange range{lo, lo + sym->st_size};
+  // The unwinder's frame, capture_both, the leaf, two steps, the library's step that stops the
+  // walk; the outer steps are never walked.
+  Chain c;
+  c.depth = 10;
+  for (int i = 0; i < c.depth; ++i) c.steps[i] = &unwind_step_o2;
+  c.steps[7] = &unwind_step_lib;
+  c.leaf = leaf_capture_counted;
+  ShortWalks w;
+  w.r.stop_in = &range;
+  c.arg = &w;
+  const auto walk = [&](const char* what) {
+    run_chain(&c);
+    INFO(what);
+    std::string why;
+    const bool same = same_frames(w.r, &why);
+    INFO(why);
+    REQUIRE(same);
+    // The unwinder's frame, capture_both, the leaf, the steps below the library's, and its own.
+    REQUIRE(w.r.nfast >= 5);
+    REQUIRE(w.r.nfast <= 7);
+    REQUIRE(w.r.fast[w.r.nfast - 1] > range.lo);
+    REQUIRE(w.r.fast[w.r.nfast - 1] <= range.hi);
+  };
+  walk("first walk");
+  walk("second walk");
+  // Code built with frame pointers computes its frames' CFAs from rbp, which a short walk does
+  // not replay (sanitizer builds of this test): those walks take the memo's way.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  CHECK(w.delta.short_walks == 1);
+#endif
+  walk("third walk");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  CHECK(w.delta.short_walks == 1);
+#endif
+  // A step between the leaf and the stop changes: its return address moves, and the walk that
+  // meets it is a walk again (its new frame's rule a miss the first time), then replayed.
+  c.steps[8] = &unwind_step_plt;
+  walk("after a step changed");
+  CHECK(w.delta.short_walks == 0);
+  walk("again after the change");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  CHECK(w.delta.short_walks == 1);
+#endif
+  // A frame that grows (alloca) moves every slot above it.
+  c.alloca_bytes[9] = 128;
+  walk("after a frame grew");
+  CHECK(w.delta.short_walks == 0);
+  // Past the stop: a deeper chain above the library's step changes nothing below it.
+  c.alloca_bytes[9] = 0;
+  c.steps[2] = &unwind_step_o0;
+  walk("outer step changed");
+}
+
 // A walk from a start captured in an outer frame (the recorder's hook), made two calls deeper.
 struct FromStart {
   unsigned max_depth = kMaxFrames;
@@ -473,9 +552,9 @@ void capture_twice(Chain* c) {
       const cfi::CacheStats before = cfi::thread_cache_stats();
       capture_both(&x->r);
       const cfi::CacheStats after = cfi::thread_cache_stats();
-      x->second = {after.hits - before.hits, after.misses - before.misses,
+      x->second = {after.hits - before.hits,           after.misses - before.misses,
                    after.fallbacks - before.fallbacks, after.memo_hits - before.memo_hits,
-                   after.replayed - before.replayed};
+                   after.replayed - before.replayed,   after.short_walks - before.short_walks};
     }
   };
   run_chain(c);
