@@ -145,6 +145,18 @@ std::pair<uint64_t, uint64_t> exe_text() {
   return {range[0], range[1]};
 }
 
+// unwind_step_lib's code, found by its dynamic symbol as the preload finds PyTorch's functions:
+// the stop function of the tests below.
+cfi::CodeRange lib_step_code() {
+  Dl_info di{};
+  void* entry = nullptr;
+  REQUIRE(dladdr1(reinterpret_cast<void*>(&unwind_step_lib), &di, &entry, RTLD_DL_SYMENT));
+  const auto* sym = static_cast<const ElfW(Sym)*>(entry);
+  REQUIRE(sym != nullptr);
+  const auto lo = reinterpret_cast<uint64_t>(di.dli_saddr);
+  return cfi::CodeRange{lo, lo + sym->st_size};
+}
+
 }  // namespace
 
 TEST_CASE("depth 0 captures nothing", "[unwind]") {
@@ -213,13 +225,8 @@ TEST_CASE("a walk ends with the stop function's frame, walked or replayed", "[un
   // recorder's, for PyTorch's pool allocator), which takes the place of the process-wide one:
   // that one is then set to capture_both, which every walk meets first.
   const bool per_walk = GENERATE(false, true);
-  Dl_info di{};
-  void* entry = nullptr;
-  REQUIRE(dladdr1(reinterpret_cast<void*>(&unwind_step_lib), &di, &entry, RTLD_DL_SYMENT));
-  const auto* sym = static_cast<const ElfW(Sym)*>(entry);
-  REQUIRE(sym != nullptr);
-  const auto lo = reinterpret_cast<uint64_t>(di.dli_saddr);
-  const uint64_t hi = lo + sym->st_size;
+  const cfi::CodeRange lib = lib_step_code();
+  const uint64_t lo = lib.lo, hi = lib.hi;
   struct Clear {
     ~Clear() { cfi::set_stop_function(0, 0); }
   } clear;
@@ -285,13 +292,7 @@ void leaf_capture_counted(Chain* c) {
 
 TEST_CASE("a short walk to the stop function is replayed from its stack slots, or walked again",
           "[unwind]") {
-  Dl_info di{};
-  void* entry = nullptr;
-  REQUIRE(dladdr1(reinterpret_cast<void*>(&unwind_step_lib), &di, &entry, RTLD_DL_SYMENT));
-  const auto* sym = static_cast<const ElfW(Sym)*>(entry);
-  REQUIRE(sym != nullptr);
-  const auto lo = reinterpret_cast<uint64_t>(di.dli_saddr);
-  const cfi::CodeRange range{lo, lo + sym->st_size};
+  const cfi::CodeRange range = lib_step_code();
   // The unwinder's frame, capture_both, the leaf, two steps, the library's step that stops the
   // walk; the outer steps are never walked.
   Chain c;
