@@ -16,13 +16,16 @@
 #    next) and two bare training runs differ by up to 20%, more than the costs measured, so the
 #    verdicts are the in-process rows'; the whole-run rows show what a user sees.
 # Prints medians, the cost over bare, and verdicts against the targets (pair: stacks off <= 10%,
-# default stacks <= 60%; training: within the noise, in one process the A/A run's upper quartile).
+# default stacks <= 60%; training: within the noise, in one process no cost that the runs can
+# tell from the A/A runs', 6 runs each at least: ROUNDS >= 6).
 # BASE (optional): another install prefix measured in the same rounds on the pool-hit pair, stacks
 # off and default, as rows "pair base-..." (before/after comparisons).
 # Environment: PIN="A,B" runs the pair on CPU A, with the collector allowed on A and B (the
 # run-to-run spread of the pair comes mostly from where the scheduler puts the two); PAIR_ONLY=1
 # leaves the training loop out; METER=0 skips the in-process measure printed after the rounds;
 # AB=0 leaves the in-process rows out; MODEL=cnn|gpt|resnet18 picks the training loop (default cnn).
+# TORCH_AB_ONLY=1 runs only the training loop's in-process rows (default stacks, stacks off, A/A:
+# about a minute a round), e.g. TORCH_AB_ONLY=1 METER=0 MODEL=gpt ... PREFIX 11.
 # Usage: bench/gpu/recording_overhead.sh [PREFIX with bin/ and lib/] [ROUNDS=4] [STEPS=200] [PAIRS=200000] [BASE]
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -52,8 +55,8 @@ pair() {  # the command; the pair program is its last two words
 }
 step() { "$@" 2>/dev/null | awk '/ms_per_step=/{split($2,a,"=");print a[2]}'; }
 MODEL=${MODEL:-cnn}
-# An in-process A/B line's per-pair median and upper quartile: "M Q3".
-ab_parse() { sed -nE 's/.*per.pair.median ([-+0-9.]+)% \(quartiles ([-+0-9.]+)% \.\. ([-+0-9.]+)%\).*/\1 \3/p' | tail -1; }
+# An in-process A/B line's per-pair median.
+ab_parse() { sed -nE 's/.*per.pair.median ([-+0-9.]+)%.*/\1/p' | tail -1; }
 ab_pair() {  # the pair program's extra arguments ("" or --aa), then options of `run`
   local extra=$1
   shift
@@ -78,6 +81,9 @@ modes=("pair bare" "pair bare-A/A" "pair traced-stacks-off" "pair traced-default
 if [ "${PAIR_ONLY:-0}" = 1 ]; then
   for i in "${!modes[@]}"; do [[ ${modes[$i]} == torch* || ${modes[$i]} == "ab torch"* ]] && unset "modes[$i]"; done
   modes=("${modes[@]}")
+fi
+if [ "${TORCH_AB_ONLY:-0}" = 1 ]; then
+  modes=("ab torch default" "ab torch stacks-off" "ab torch A/A")
 fi
 for ((r = 0; r < ROUNDS; r++)); do
   for ((k = 0; k < ${#modes[@]}; k++)); do
@@ -111,11 +117,6 @@ for ((r = 0; r < ROUNDS; r++)); do
           "ab torch A/A") v=$(ab_torch --aa) ;;
         esac ;;
     esac
-    if [[ $m == ab* ]]; then
-      # "M Q3": the per-pair median, and the upper quartile that the A/A rows' noise is read from.
-      [ -n "$v" ] && echo "q3 $m|${v#* }" >>"$RES"
-      v=${v%% *}
-    fi
     rm -rf "$OUT/t"
     echo "$m|${v:-nan}" >>"$RES"
   done
@@ -137,7 +138,7 @@ cs=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev
 echo "clocksource: ${cs:-unknown}"
 [ "$cs" = tsc ] || echo "  (not tsc: clock_gettime may be a system call; see its row below)"
 python3 - "$RES" "$cs" <<'PY'
-import collections, math, statistics, sys
+import collections, math, random, statistics, sys
 cs_tsc = sys.argv[2] == "tsc"
 v = collections.defaultdict(list)
 for line in open(sys.argv[1]):
@@ -185,14 +186,12 @@ row("torch bare-A/A", "torch bare", "ms/step")
 tn = noise("torch bare", "torch bare-A/A")
 row("torch traced-default", "torch bare", "ms/step", within=tn)
 row("torch traced-stacks-off", "torch bare", "ms/step", within=tn)
-def ab_row(k, target=None, within=None):
+def ab_row(k, target=None):
     if k not in med:
         print(f"| {k} | no result | | |"); return
     verdict = ""
     if target is not None:
         verdict = ("met" if med[k] <= target else "MISSED") + f" (target <= {target}%)"
-    if within is not None:
-        verdict = ("within noise" if med[k] <= within else "ABOVE noise") + f" (A/A upper quartile {within:+.2f}%)"
     runs = " ".join(f"{x:+.2f}" for x in v[k])
     print(f"| {k} | {med[k]:+.2f}% | {verdict} | {runs} |")
 if any(k.startswith("ab ") for k in med):
@@ -202,10 +201,35 @@ if any(k.startswith("ab ") for k in med):
     ab_row("ab pair stacks-off", target=10)
     ab_row("ab pair default", target=60)
     ab_row("ab pair A/A")
-    aa_q3 = med.get("q3 ab torch A/A")
-    ab_row("ab torch default", within=aa_q3)
-    ab_row("ab torch stacks-off", within=aa_q3)
+    ab_row("ab torch default")
+    ab_row("ab torch stacks-off")
     ab_row("ab torch A/A")
+    # The training loop's verdict: the cost is the recording runs' median less the A/A runs'
+    # (what two blocks that differ in nothing already differ by in this session), with a 95%
+    # bootstrap interval over the runs. Within noise when the interval holds 0: no cost that
+    # these runs can tell from none. (Until the sixteenth round the rule was "median <= the A/A
+    # runs' upper quartile", which set a run's median against the spread of single block pairs
+    # and called the same cost of about 4% within noise in one session and above it in another.)
+    if "ab torch A/A" in v:
+        rng = random.Random(20)
+        aa = v["ab torch A/A"]
+        print("\nthe training loop in one process, cost = median of the runs - median of the A/A runs:")
+        for k in ("ab torch default", "ab torch stacks-off"):
+            if k not in v:
+                continue
+            x = v[k]
+            cost = statistics.median(x) - statistics.median(aa)
+            boot = sorted(statistics.median(rng.choices(x, k=len(x))) -
+                          statistics.median(rng.choices(aa, k=len(aa))) for _ in range(20000))
+            lo, hi = boot[499], boot[-500]
+            if min(len(x), len(aa)) < 6:
+                verdict = "too few runs to judge (6 each at least)"
+            elif lo <= 0 <= hi:
+                verdict = "within noise"
+            else:
+                verdict = "MEASURABLE cost" if lo > 0 else "faster than the A/A runs: look at the runs"
+            print(f"  {k[9:]:<11} {cost:+.2f}% (95% interval {lo:+.2f}% .. {hi:+.2f}%, "
+                  f"{len(x)} and {len(aa)} runs): {verdict}")
 if "pair traced-stacks-off" in med and "pair bare" in med:
     per_event = (med["pair traced-stacks-off"] - med["pair bare"]) / 2
     print(f"\nstacks off, per event over bare: {per_event:.1f} ns")
