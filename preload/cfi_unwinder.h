@@ -13,18 +13,16 @@
 // shared L3: about 35 ns a frame on the GPU host between PyTorch's allocations), and, ahead of
 // all of them, the thread's last short walk that ended in its stop function, replayed whole while
 // the stack slots it read hold the same (a PyTorch pool tensor's walk to the allocator); a miss
-// parses
-// the FDE that libgcc's _Unwind_Find_FDE finds (cfi_rules.cpp). It
-// never allocates, takes no lock on a hit, and never reads outside [its own rsp, the top of the
-// mapping that holds it). Whenever a frame needs more than that rule model (signal frames, CFA
-// expressions, code without unwind info, a stack it cannot bound) it gives up with kFallback and
-// the caller must use unwind_slow()
-// (_Unwind_Backtrace) for that stack. Both report the same frames: return addresses, innermost
-// first, leading frames inside [skip_lo, skip_hi) dropped, at most max_depth of them, ending with
-// the frame whose stack frame holds the address `stop_at` when one does (the recorder's stop:
-// CPython's evaluation loop, whose callers the event's Python frames describe; an address outside
-// the thread's stack stops nothing). The first frame
-// unwind_fast() sees is its own; unwind_slow()'s is the return address into its own body.
+// parses the FDE that libgcc's _Unwind_Find_FDE finds (cfi_rules.cpp). It never allocates, takes
+// no lock on a hit, and never reads outside [its own rsp, the top of the mapping that holds it).
+// Whenever a frame needs more than that rule model (signal frames, CFA expressions, code without
+// unwind info, a stack it cannot bound) it gives up with kFallback and the caller must use
+// unwind_slow() (_Unwind_Backtrace) for that stack. Both report the same frames: return addresses,
+// innermost first, leading frames inside [skip_lo, skip_hi) dropped, at most max_depth of them,
+// ending with the frame whose stack frame holds the address `stop_at` when one does (the recorder's
+// stop: CPython's evaluation loop, whose callers the event's Python frames describe; an address
+// outside the thread's stack stops nothing). The first frame unwind_fast() sees is its own;
+// unwind_slow()'s is the return address into its own body.
 //
 // Cached rules are keyed by address only: code unloaded by dlclose and replaced by other code at
 // the same address would be unwound with stale rules (wrong frames, never a read outside the
