@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "wire/tsc_pair.h"
+
 namespace cumemtrace::preload {
 
 bool g_event_clock_tsc = false;
@@ -39,21 +41,22 @@ uint64_t clock_ns(clockid_t id) noexcept {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-wire::TimeSource choose_event_clock(bool coarse, uint64_t& start_tsc) noexcept {
+wire::TimeSource choose_event_clock(bool coarse, uint64_t& start_tsc, uint64_t& start_ns) noexcept {
   start_tsc = 0;
   g_event_clock_coarse = coarse;
 #if defined(__x86_64__)
   g_tsc_clocksource = clocksource_is_tsc();
   g_event_clock_tsc = g_tsc_clocksource && !coarse;
   if (g_event_clock_tsc) {
-    start_tsc = __rdtsc();
-    g_start_tsc = start_tsc;
-    g_start_ns = clock_ns(CLOCK_MONOTONIC);
+    const wire::TscPair pair = wire::read_tsc_pair();
+    start_tsc = g_start_tsc = pair.tsc;
+    start_ns = g_start_ns = pair.monotonic_ns;
     g_ticks_per_1024ns.store(0, std::memory_order_relaxed);
     return wire::kTimeTsc;
   }
 #endif
   g_event_clock_tsc = false;
+  start_ns = clock_ns(coarse ? CLOCK_MONOTONIC_COARSE : CLOCK_MONOTONIC);
   return coarse ? wire::kTimeMonotonicCoarse : wire::kTimeMonotonic;
 }
 

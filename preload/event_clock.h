@@ -28,9 +28,12 @@ extern bool g_event_clock_coarse;
 extern bool g_tsc_clocksource;
 
 // Reads the clocksource once and fixes the clock of this process's events (`coarse`:
-// CUMEMTRACE_CLOCK=coarse); returns what RingHeader::time_source must say. `start_tsc` gets the
-// TSC when the answer is kTimeTsc. Also the start of event_units()'s measure of the TSC's rate.
-wire::TimeSource choose_event_clock(bool coarse, uint64_t& start_tsc) noexcept;
+// CUMEMTRACE_CLOCK=coarse); returns what RingHeader::time_source must say, and the ring's start
+// pair: `start_ns` in the clock events count from (CLOCK_MONOTONIC_COARSE for a coarse clock, so
+// that no event is before it) and, for kTimeTsc, `start_tsc` read with it as one pair
+// (wire/tsc_pair.h: a pair read apart is off by whatever preempted the thread between the
+// reads). Also the start of event_units()'s measure of the TSC's rate.
+wire::TimeSource choose_event_clock(bool coarse, uint64_t& start_tsc, uint64_t& start_ns) noexcept;
 
 // clock_gettime(id) in ns: the one conversion the preload's clocks share.
 uint64_t clock_ns(clockid_t id) noexcept;

@@ -493,10 +493,8 @@ bool start() {
   hdr->pid = getpid();
   hdr->ppid = getppid();
   hdr->start_realtime_ns = clock_ns(CLOCK_REALTIME);
-  hdr->time_source = choose_event_clock(g_config.coarse_clock, hdr->start_tsc);
-  // A coarse clock's events are never before the start they are counted from.
-  hdr->start_monotonic_ns =
-      clock_ns(g_config.coarse_clock ? CLOCK_MONOTONIC_COARSE : CLOCK_MONOTONIC);
+  hdr->time_source =
+      choose_event_clock(g_config.coarse_clock, hdr->start_tsc, hdr->start_monotonic_ns);
   meter_start(meter_time(), clock_ns(CLOCK_MONOTONIC));
   hdr->stack_depth = g_config.stack_depth;
   // A fresh memfd reads as zeros, so every slot's seq is 0 ("not yet written": ticket + 1 > 0).

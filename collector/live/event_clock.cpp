@@ -1,29 +1,14 @@
 #include "live/event_clock.h"
 
-#include <time.h>
-
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
-
 #include "live/ring_reader.h"
+#include "tsc_pair.h"
 
 namespace cumemtrace::collect {
 
 namespace {
 
-uint64_t monotonic_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 // Below this the pairs' own jitter is the ratio; events then lie within a microsecond anyway.
 constexpr uint64_t kMinBaselineNs = 1'000;
-// A pair read within this window is as good as a pair gets (two vDSO reads and an rdtsc take
-// about 100 ns); wider ones are tried again, at most kPairTries times.
-constexpr uint64_t kTightWindowNs = 1'000;
-constexpr int kPairTries = 8;
 
 }  // namespace
 
@@ -54,21 +39,8 @@ EventClock::EventClock(uint64_t start_tsc, uint64_t start_ns)
 void EventClock::refresh() {
 #if defined(__x86_64__)
   if (!tsc_) return;
-  // The TSC read between two clock reads, paired with their midpoint: off by up to half the
-  // window, which a preemption between the reads makes tens of microseconds for every event of
-  // the batch (seen on two loaded cores). The narrowest window of a few tries.
-  uint64_t best_t = 0, best_mid = 0, best_window = UINT64_MAX;
-  for (int i = 0; i < kPairTries && best_window > kTightWindowNs; ++i) {
-    const uint64_t a = monotonic_ns();
-    const uint64_t t = __rdtsc();
-    const uint64_t b = monotonic_ns();
-    if (b - a < best_window) {
-      best_window = b - a;
-      best_t = t;
-      best_mid = a + (b - a) / 2;
-    }
-  }
-  refresh(best_t, best_mid);
+  const wire::TscPair pair = wire::read_tsc_pair();
+  refresh(pair.tsc, pair.monotonic_ns);
 #endif
 }
 

@@ -24,8 +24,8 @@ class EventClock {
   // For tests: a TSC ring whose pairs are given instead of read.
   EventClock(uint64_t start_tsc, uint64_t start_ns);
 
-  // Takes a new (TSC, monotonic) pair, the tightest of a few reads; call before converting a
-  // batch.
+  // Takes a new (TSC, monotonic) pair (tsc_pair.h, as the producer read the ring's); call
+  // before converting a batch.
   void refresh();
   void refresh(uint64_t tsc_now, uint64_t ns_now);
   uint64_t to_monotonic_ns(uint64_t event_time) const;

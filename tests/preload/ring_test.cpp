@@ -196,6 +196,42 @@ TEST_CASE("many producers: no loss, no phantom, per-thread order kept") {
   REQUIRE(ring.hdr->dropped.load() == 0);
 }
 
+// The TSC, where events may read it (preload/event_clock.h).
+static uint64_t tsc_now() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return 0;
+#endif
+}
+
+TEST_CASE("the ring's start pair is read together, in the clock its events count from") {
+  const bool coarse = GENERATE(false, true);
+  const clockid_t id = coarse ? CLOCK_MONOTONIC_COARSE : CLOCK_MONOTONIC;
+  struct Restore {
+    ~Restore() {
+      uint64_t tsc, ns;
+      preload::choose_event_clock(false, tsc, ns);
+    }
+  } restore;
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t ns_before = preload::clock_ns(id), tsc_before = tsc_now();
+    uint64_t start_tsc = 1, start_ns = 0;
+    const auto source = preload::choose_event_clock(coarse, start_tsc, start_ns);
+    const uint64_t tsc_after = tsc_now(), ns_after = preload::clock_ns(id);
+    INFO("coarse " << coarse << " start " << start_ns << " in [" << ns_before << ", " << ns_after
+                   << "]");
+    REQUIRE(start_ns >= ns_before);
+    REQUIRE(start_ns <= ns_after);
+    if (source == wire::kTimeTsc) {
+      REQUIRE(start_tsc >= tsc_before);
+      REQUIRE(start_tsc <= tsc_after);
+    } else {
+      REQUIRE(start_tsc == 0);
+    }
+  }
+}
+
 TEST_CASE("event times come out in CLOCK_MONOTONIC ns whichever clock the producer read") {
   // The preload's choice for this machine (TSC ticks where the clocksource is the TSC), and
   // CUMEMTRACE_CLOCK=coarse's CLOCK_MONOTONIC_COARSE, which lags the clock by a tick (1-4 ms),
@@ -203,8 +239,8 @@ TEST_CASE("event times come out in CLOCK_MONOTONIC ns whichever clock the produc
   const bool coarse = GENERATE(false, true);
   struct Restore {
     ~Restore() {
-      uint64_t tsc;
-      preload::choose_event_clock(false, tsc);
+      uint64_t tsc, ns;
+      preload::choose_event_clock(false, tsc, ns);
     }
   } restore;
   timespec res{};
@@ -213,12 +249,13 @@ TEST_CASE("event times come out in CLOCK_MONOTONIC ns whichever clock the produc
                                      static_cast<uint64_t>(res.tv_nsec))
                               : 0;
   TestRing ring(wire::kMinCapacity);
-  ring.hdr->time_source = preload::choose_event_clock(coarse, ring.hdr->start_tsc);
+  // The start pair as the preload makes it: one read (a pair read apart is off by whatever
+  // preempted the thread between its reads; seen at 20 us under the address sanitizer).
+  ring.hdr->time_source =
+      preload::choose_event_clock(coarse, ring.hdr->start_tsc, ring.hdr->start_monotonic_ns);
   REQUIRE(ring.hdr->time_source == (coarse                       ? wire::kTimeMonotonicCoarse
                                     : preload::g_event_clock_tsc ? wire::kTimeTsc
                                                                  : wire::kTimeMonotonic));
-  ring.hdr->start_monotonic_ns =
-      preload::clock_ns(coarse ? CLOCK_MONOTONIC_COARSE : CLOCK_MONOTONIC);
   auto reader = ring.reader();
   std::vector<std::pair<uint64_t, uint64_t>> bounds;  // monotonic ns before and after each
   std::vector<uint64_t> times;
@@ -248,8 +285,8 @@ TEST_CASE("event times come out in CLOCK_MONOTONIC ns whichever clock the produc
 TEST_CASE("an interval in event units spans that many CLOCK_MONOTONIC ns") {
   // The pool sampler's interval (preload/event_clock.h: event_units), in the clock events read:
   // TSC ticks at a rate measured against CLOCK_MONOTONIC once 1 ms has passed, or ns.
-  uint64_t start_tsc = 0;
-  preload::choose_event_clock(false, start_tsc);
+  uint64_t start_tsc = 0, start_ns = 0;
+  preload::choose_event_clock(false, start_tsc, start_ns);
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   for (int round = 0; round < 3; ++round) {
     const uint64_t t0 = preload::event_time(), n0 = preload::monotonic_ns();
