@@ -65,10 +65,12 @@ uint64_t event_units(uint64_t ns) noexcept {
   if (g_event_clock_tsc) {
     uint64_t rate = g_ticks_per_1024ns.load(std::memory_order_relaxed);
     if (rate == 0) {
-      const uint64_t elapsed_ns = clock_ns(CLOCK_MONOTONIC) - g_start_ns;
-      const uint64_t elapsed_ticks = __rdtsc() - g_start_tsc;
-      // The two reads lie within a few hundred ns of each other: over 1 ms, a rate within 0.05%.
-      if (elapsed_ns < 1'000'000) return ns * 4;
+      // Both ends read as pairs (wire/tsc_pair.h), each within about a microsecond: over 1 ms,
+      // a rate within 0.1%. (Two reads apart, a preemption between them made it 2% and more.)
+      const wire::TscPair now = wire::read_tsc_pair();
+      const uint64_t elapsed_ns = now.monotonic_ns - g_start_ns;
+      const uint64_t elapsed_ticks = now.tsc - g_start_tsc;
+      if (now.monotonic_ns < g_start_ns + 1'000'000) return ns * 4;
       rate =
           static_cast<uint64_t>(static_cast<unsigned __int128>(elapsed_ticks) * 1024 / elapsed_ns);
       if (rate == 0) rate = 1;
