@@ -603,8 +603,11 @@ void finish(Breakdown& b, const std::map<std::string, uint64_t>& libs) {
     return x.second != y.second ? x.second > y.second : x.first < y.first;
   });
   // NVML is sampled about once a second: a sample below the tracked bytes predates what this
-  // moment holds (a short peak between two samples) and says nothing about it.
-  if (b.driver_visible && *b.driver_visible < b.tracked) b.driver_visible.reset();
+  // moment holds (a short peak between two samples, a pool grown since) and says nothing about
+  // it; so does one below the tracked bytes and the contexts in being, which NVML counts too
+  // (else "other untracked" would come out negative).
+  const uint64_t floor = b.tracked + (b.context ? *b.context : 0);
+  if (b.driver_visible && *b.driver_visible < floor) b.driver_visible.reset();
   if (!b.driver_visible) b.context.reset();
   if (b.driver_visible)
     b.untracked =

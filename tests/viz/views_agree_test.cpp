@@ -181,6 +181,39 @@ TEST_CASE("a context measured at creation splits untracked the same way in every
           std::string::npos);
 }
 
+TEST_CASE("a sample below the tracked bytes and the contexts in being says nothing of a moment") {
+  auto s = vmm_snapshot();
+  const int64_t t0 = 1'000'000;
+  // At the peak (+13 us) the sample of +1 us says 300 MiB, but 8 MiB is tracked and 250 + 45 MiB
+  // of contexts are in being: 303 MiB at least, so the sample predates the peak (it would leave
+  // "other untracked -3 MiB"). At exit, 310 MiB = 250 context + 56 other + 4 tracked, as before.
+  s.tool->contexts = {{0, 250 * kMiB, t0 + 1, 0, "cuDevicePrimaryCtxRetain", 0xc0},
+                      {0, 45 * kMiB, t0 + 2, t0 + 24, "cuCtxCreate", 0xc1}};
+  const analysis::SiteTable sites(s);
+  const auto r = analysis::build_report(s, sites, "vmm.json");
+  std::ostringstream js;
+  analysis::print_report_json(r, s, sites, {}, js);
+  const auto j = nlohmann::json::parse(js.str());
+  const auto m = viz::build_report_model(s);
+
+  const auto& peak = j["devices"][0]["layers"].front();
+  REQUIRE(peak["moment"] == "peak");
+  REQUIRE(peak["driver_visible_bytes"] == nullptr);
+  REQUIRE(peak["untracked_bytes"] == nullptr);
+  REQUIRE(peak["context_bytes"] == nullptr);
+  REQUIRE(peak["other_untracked_bytes"] == nullptr);
+  const auto& mp = m.devices.at(0).layers.front();
+  REQUIRE(mp.moment == "peak");
+  REQUIRE_FALSE(mp.driver_visible);
+  REQUIRE(analysis::driver_layers_text(mp).empty());
+
+  const auto& exit = j["devices"][0]["layers"].back();
+  REQUIRE(exit["moment"] == "exit");
+  REQUIRE(exit["driver_visible_bytes"] == 310 * kMiB);
+  REQUIRE(exit["context_bytes"] == 250 * kMiB);
+  REQUIRE(exit["other_untracked_bytes"] == 56 * kMiB);
+}
+
 TEST_CASE("an expandable-segments PyTorch file: tensors start when allocated, layers agree") {
   snap::Snapshot s;  // PyTorch's own file: everything pytorch-sourced
   s.stacks = {{{"model.py", 7, "forward"}}};

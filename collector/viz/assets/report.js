@@ -87,7 +87,7 @@
       let ended = t.ended.how;
       if (t.ended.how === 'exit') ended += ' ' + t.ended.code;
       if (t.ended.how === 'signal') ended += ' ' + t.ended.signal;
-      app.append(el('div', { class: 'sub', text: 'ended: ' + ended + '; written on: ' + t.reason + '; ' + plural(t.events_total, 'event') }));
+      app.append(el('div', { class: 'sub', text: 'ended: ' + ended + '; written on: ' + t.reason + '; ' + plural(t.events_total, 'event') + ' recorded' }));
       if (t.events_dropped > 0) app.append(el('div', { class: 'warn', text: t.events_dropped + ' events were dropped: totals may be off.' }));
       if (t.ring_error) app.append(el('div', { class: 'warn', text: 'Incomplete: ' + t.ring_error + '; events after it are missing.' }));
       if (t.time_resolution_ns > 0) app.append(el('div', { class: 'sub', text: 'times read at the kernel tick (--clock coarse): every ' + Number((t.time_resolution_ns / 1e6).toPrecision(6)) + ' ms' }));
@@ -102,7 +102,7 @@
       // With PyTorch's blocks the timeline's units are segments (PyTorch's and other libraries'
       // memory): the card says so and names the tensors too, the histogram's count.
       const segments = d.tensors_apart;
-      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + (segments ? ' driver allocations' : ' allocations') }), el('b', { text: d.allocations.toLocaleString('en') }), el('span', { text: plural(d.frees, 'free') + ', ' + (segments ? plural(d.requests, 'tensor allocation') + ', ' : '') + plural(d.entries, 'event') })));
+      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + (segments ? ' driver allocations' : ' allocations') }), el('b', { text: d.allocations.toLocaleString('en') }), el('span', { text: plural(d.frees, 'free') + ', ' + (segments ? plural(d.requests, 'tensor allocation') + ', ' : '') + d.entries.toLocaleString('en') + (d.entries === 1 ? ' trace entry' : ' trace entries') })));
       if (d.ooms.length) cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device }), el('b', { class: 'warn', text: d.oom_count.toLocaleString('en') + ' OOM' }), el('span', { text: 'first asked ' + fmtBytes(d.ooms[0][1]) })));
     }
     app.append(cards);
