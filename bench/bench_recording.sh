@@ -14,6 +14,10 @@
 #   measured in the same rounds as extra rows, for before/after comparisons.
 #   ASYNC=1: cuMemAllocAsync+cuMemFreeAsync pairs instead (the stream-ordered pool's path: the
 #   stream's device and the pool sampler's interval check).
+#   PIN="A,B": the program on CPU A, the collector (`cumemtrace run`) on CPU B. On the 2-core build
+#   machine, unpinned runs are bimodal: where the scheduler puts the collector's work on the
+#   program's core, the program waits for it (wall well above CPU time), and the medians of
+#   identical recorders differ by 15-20 ns an event from one run to the next (seventeenth round).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 B=${1:-build}; ROUNDS=${2:-15}; PAIRS=${3:-100000}; BASE=${4:-}
@@ -41,9 +45,13 @@ traced() {  # prefix, depth, more options of `run`
   local prefix=$1 depth=$2
   shift 2
   rm -rf "$OUT/t"
-  "$prefix/bin/cumemtrace" run -q -o "$OUT/t" --stack-depth "$depth" "$@" -- "$PROG" "$PAIRS" 20 \
-    "${MODE[@]}"
+  "${COLLECTOR_CPU[@]}" "$prefix/bin/cumemtrace" run -q -o "$OUT/t" --stack-depth "$depth" "$@" -- \
+    "${PROGRAM_CPU[@]}" "$PROG" "$PAIRS" 20 "${MODE[@]}"
 }
+PIN=${PIN:-}; COLLECTOR_CPU=(); PROGRAM_CPU=()
+if [ -n "$PIN" ]; then
+  PROGRAM_CPU=(taskset -c "${PIN%%,*}"); COLLECTOR_CPU=(taskset -c "${PIN##*,}")
+fi
 names=("bare" "bare (A/A control)" "traced, stacks off" "traced, depth 32"
   "traced, stacks off, coarse")
 [ -n "$BASE" ] && names+=("base: traced, stacks off" "base: traced, depth 32")
@@ -52,7 +60,7 @@ for ((r = 0; r < ROUNDS; r++)); do
   for ((k = 0; k < ${#names[@]}; k++)); do
     name=${names[$(((k + r) % ${#names[@]}))]}
     case $name in
-      "bare"|"bare (A/A control)") one "$name" "$PROG" "$PAIRS" 20 "${MODE[@]}" ;;
+      "bare"|"bare (A/A control)") one "$name" "${PROGRAM_CPU[@]}" "$PROG" "$PAIRS" 20 "${MODE[@]}" ;;
       "traced, stacks off") one "$name" traced "$B" 0 ;;
       "traced, depth 32") one "$name" traced "$B" 32 ;;
       "traced, stacks off, coarse") one "$name" traced "$B" 0 --clock coarse ;;
@@ -63,8 +71,8 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END{if(NR) print a[int((NR+1)/2)]; else print "nan"}'; }
 bw=$(echo "${WALL[bare]}" | median); bc=$(echo "${CPU[bare]}" | median)
-printf "%d rounds x %d %spairs, medians; per event = (mode - bare) / 2\n" "$ROUNDS" "$PAIRS" \
-  "${MODE:+async }"
+printf "%d rounds x %d %spairs%s, medians; per event = (mode - bare) / 2\n" "$ROUNDS" "$PAIRS" \
+  "${MODE:+async }" "${PIN:+, program on CPU ${PIN%%,*} and collector on CPU ${PIN##*,}}"
 printf "%-28s %12s %12s %16s %16s %12s\n" "mode" "wall ns/pair" "CPU ns/pair" "wall ns/event+" \
   "CPU ns/event+" "command ms"
 for n in "${names[@]}"; do
