@@ -39,6 +39,10 @@ std::string signed_bytes(int64_t v) {
 
 }  // namespace
 
+std::string_view layers_peak_name(const Breakdown& b) {
+  return b.reserved_peak ? "the reserved peak" : "the peak";
+}
+
 std::string pytorch_layers_text(const Breakdown& b) {
   if (!b.has_pytorch) return {};
   std::string out =

@@ -27,6 +27,10 @@ std::string plural(uint64_t n, std::string_view one);
 // allocator's tensors with other libraries' memory, and its segments are counted elsewhere.
 std::string live_count_text(const LiveCount& c);
 
+// Which peak a breakdown of moment "peak" describes: "the reserved peak" in PyTorch's own files
+// (where "live at the peak" is the allocated peak, another moment), else "the peak".
+std::string_view layers_peak_name(const Breakdown& b);
+
 // The PyTorch part; empty when the breakdown has no PyTorch data.
 std::string pytorch_layers_text(const Breakdown& b);
 // The driver part; empty without a driver-visible sample. Other libraries name at most

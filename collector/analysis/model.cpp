@@ -717,6 +717,7 @@ std::vector<Breakdown> DeviceReplay::breakdowns(const SiteTable& sites) const {
     while (c.index() < index && c.step()) {
     }
     out[k] = breakdown_with(index, c.live(), sites, moments[k].second);
+    out[k].reserved_peak = moments[k].second == "peak" && flavor_ == Flavor::kTorch;
     // An OOM entry changes nothing, so the state after it is the state the request met.
     if (moments[k].second == "oom") out[k].oom_requested = tr[static_cast<size_t>(index)].size;
   }

@@ -135,6 +135,10 @@ inline bool tensors_apart(const Timeline& tl, Flavor f) {
 // The layers of a device's memory at one moment (contract section 6).
 struct Breakdown {
   std::string moment;  // "peak", "oom" or "exit"
+  // Moment "peak" of PyTorch's own file: the peak of its reserved bytes (the tracked peak there),
+  // not the allocated peak that "live at the peak" lists; named so wherever it is shown
+  // (breakdown_format.h: layers_peak_name).
+  bool reserved_peak = false;
   int64_t time_us = 0;
   uint64_t tracked = 0;
   bool has_pytorch = false;

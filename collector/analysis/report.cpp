@@ -80,7 +80,8 @@ void print_layers(std::ostream& out, const DeviceReport& d, int64_t origin) {
 
 std::string layers_moment(const Breakdown& b, size_t oom_number, int64_t origin) {
   if (b.moment == "exit") return fmt::format("at exit ({})", format_time(b.time_us, origin));
-  if (b.moment == "peak") return fmt::format("at the peak ({})", format_time(b.time_us, origin));
+  if (b.moment == "peak")
+    return fmt::format("at {} ({})", layers_peak_name(b), format_time(b.time_us, origin));
   return fmt::format("at OOM {} ({}, {} requested)", oom_number, format_time(b.time_us, origin),
                      compact_bytes(b.oom_requested));
 }

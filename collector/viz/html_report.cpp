@@ -33,6 +33,7 @@ json layers_json(const std::vector<analysis::Breakdown>& layers) {
               {"pytorch_text", analysis::pytorch_layers_text(b)},
               {"driver_text", analysis::driver_layers_text(b)}};
     if (b.moment == "oom") j["requested"] = b.oom_requested;
+    if (b.moment == "peak") j["peak_name"] = analysis::layers_peak_name(b);
     if (b.has_pytorch) {
       j["reserved"] = b.pytorch_reserved;
       j["allocated"] = b.pytorch_allocated;

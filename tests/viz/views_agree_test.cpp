@@ -13,6 +13,7 @@
 #include "analysis/report.h"
 #include "live/summary.h"
 #include "viz/collapsed_writer.h"
+#include "viz/html_report.h"
 #include "viz/perfetto_writer.h"
 #include "viz/report_model.h"
 
@@ -247,4 +248,21 @@ TEST_CASE("an expandable-segments PyTorch file: tensors start when allocated, la
   REQUIRE(exit.pytorch_allocated == 6 * kMiB);
   REQUIRE(exit.cached_free == 14 * kMiB);
   REQUIRE(exit.largest_free_block == 14 * kMiB);
+
+  // Its layers "at the peak" describe the reserved peak (+100 us: 20 MiB mapped, 0 allocated), not
+  // the allocated peak of "live at the peak" (+102 us): every view names it so.
+  const auto& peak = r.devices.at(0).layers.front();
+  REQUIRE(peak.moment == "peak");
+  REQUIRE(peak.time_us == 100);
+  REQUIRE(peak.reserved_peak);
+  REQUIRE(analysis::layers_peak_name(peak) == "the reserved peak");
+  std::ostringstream text;
+  analysis::print_report_text(r, s, sites, {}, text);
+  REQUIRE(text.str().find("  memory layers at the reserved peak (+0.000000 s):\n    device 0: "
+                          "reserved 20 MiB = allocated 0 B + cached 20 MiB free") !=
+          std::string::npos);
+  REQUIRE(text.str().find("memory layers at the peak") == std::string::npos);
+  const auto page = nlohmann::json::parse(viz::report_data_json(s, m, "torch.json"));
+  REQUIRE(page["devices"][0]["layers"][0]["moment"] == "peak");
+  REQUIRE(page["devices"][0]["layers"][0]["peak_name"] == "the reserved peak");
 }

@@ -423,7 +423,7 @@
     for (const b of order) {
       if (b.moment === 'oom') oom++;
       if (!b.pytorch_text && !b.driver_text) continue;
-      const when = b.moment === 'exit' ? 'at exit' : b.moment === 'peak' ? 'at the peak' : 'at OOM ' + oom + ' (' + fmtBytes(b.requested) + ' requested)';
+      const when = b.moment === 'exit' ? 'at exit' : b.moment === 'peak' ? 'at ' + b.peak_name : 'at OOM ' + oom + ' (' + fmtBytes(b.requested) + ' requested)';
       for (const t of [b.pytorch_text, b.driver_text]) if (t) rows.push(el('li', { class: 'layer', 'data-moment': b.moment, text: when + ': ' + t }));
     }
     if (!rows.length) return;
