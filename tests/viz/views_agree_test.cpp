@@ -60,6 +60,25 @@ snap::Snapshot vmm_snapshot() {
   return s;
 }
 
+// vmm_snapshot() with a 250 MiB primary context on device 0 from before the first map to the end,
+// and a created one of `created` bytes that ended before the exit sample (its bytes are gone by
+// then).
+snap::Snapshot vmm_snapshot_with_contexts(uint64_t created) {
+  auto s = vmm_snapshot();
+  const int64_t t0 = 1'000'000;
+  s.tool->contexts = {{0, 250 * kMiB, t0 + 1, 0, "cuDevicePrimaryCtxRetain", 0xc0},
+                      {0, created, t0 + 2, t0 + 24, "cuCtxCreate", 0xc1}};
+  return s;
+}
+
+// `report --format json` of a snapshot.
+nlohmann::json report_json(const snap::Snapshot& s) {
+  const analysis::SiteTable sites(s);
+  std::ostringstream js;
+  analysis::print_report_json(analysis::build_report(s, sites, "vmm.json"), s, sites, {}, js);
+  return nlohmann::json::parse(js.str());
+}
+
 uint64_t collapsed_total(const std::string& text) {
   uint64_t sum = 0;
   std::istringstream in(text);
@@ -128,17 +147,11 @@ TEST_CASE("summary, report, HTML model, Perfetto and folded stacks agree on a VM
 }
 
 TEST_CASE("a context measured at creation splits untracked the same way in every view") {
-  auto s = vmm_snapshot();
+  const auto s = vmm_snapshot_with_contexts(40 * kMiB);
   const int64_t t0 = 1'000'000;
-  // A 250 MiB primary context on device 0 from before the first map to the end, and a created
-  // one of 40 MiB that ended before the exit sample (its bytes are gone by then).
-  s.tool->contexts = {{0, 250 * kMiB, t0 + 1, 0, "cuDevicePrimaryCtxRetain", 0xc0},
-                      {0, 40 * kMiB, t0 + 2, t0 + 24, "cuCtxCreate", 0xc1}};
   const analysis::SiteTable sites(s);
   const auto r = analysis::build_report(s, sites, "vmm.json");
-  std::ostringstream js;
-  analysis::print_report_json(r, s, sites, {}, js);
-  const auto j = nlohmann::json::parse(js.str());
+  const auto j = report_json(s);
   const auto m = viz::build_report_model(s);
   const std::string summary = collect::summarize(s);
 
@@ -183,18 +196,11 @@ TEST_CASE("a context measured at creation splits untracked the same way in every
 }
 
 TEST_CASE("a sample below the tracked bytes and the contexts in being says nothing of a moment") {
-  auto s = vmm_snapshot();
-  const int64_t t0 = 1'000'000;
   // At the peak (+13 us) the sample of +1 us says 300 MiB, but 8 MiB is tracked and 250 + 45 MiB
   // of contexts are in being: 303 MiB at least, so the sample predates the peak (it would leave
   // "other untracked -3 MiB"). At exit, 310 MiB = 250 context + 56 other + 4 tracked, as before.
-  s.tool->contexts = {{0, 250 * kMiB, t0 + 1, 0, "cuDevicePrimaryCtxRetain", 0xc0},
-                      {0, 45 * kMiB, t0 + 2, t0 + 24, "cuCtxCreate", 0xc1}};
-  const analysis::SiteTable sites(s);
-  const auto r = analysis::build_report(s, sites, "vmm.json");
-  std::ostringstream js;
-  analysis::print_report_json(r, s, sites, {}, js);
-  const auto j = nlohmann::json::parse(js.str());
+  const auto s = vmm_snapshot_with_contexts(45 * kMiB);
+  const auto j = report_json(s);
   const auto m = viz::build_report_model(s);
 
   const auto& peak = j["devices"][0]["layers"].front();
