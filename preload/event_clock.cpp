@@ -68,9 +68,9 @@ uint64_t event_units(uint64_t ns) noexcept {
       // Both ends read as pairs (wire/tsc_pair.h), each within about a microsecond: over 1 ms,
       // a rate within 0.1%. (Two reads apart, a preemption between them made it 2% and more.)
       const wire::TscPair now = wire::read_tsc_pair();
+      if (now.monotonic_ns < g_start_ns + 1'000'000) return ns * 4;
       const uint64_t elapsed_ns = now.monotonic_ns - g_start_ns;
       const uint64_t elapsed_ticks = now.tsc - g_start_tsc;
-      if (now.monotonic_ns < g_start_ns + 1'000'000) return ns * 4;
       rate =
           static_cast<uint64_t>(static_cast<unsigned __int128>(elapsed_ticks) * 1024 / elapsed_ns);
       if (rate == 0) rate = 1;

@@ -626,6 +626,7 @@ Breakdown DeviceReplay::breakdown_with(std::ptrdiff_t index, const std::vector<A
                                        const SiteTable& sites, std::string moment) const {
   Breakdown b;
   b.moment = std::move(moment);
+  b.reserved_peak = b.moment == "peak" && flavor_ == Flavor::kTorch;
   b.time_us = time_after(index);
   b.tracked = tracked_after(index);
   b.has_pytorch = tl_.has_reserved;
@@ -717,7 +718,6 @@ std::vector<Breakdown> DeviceReplay::breakdowns(const SiteTable& sites) const {
     while (c.index() < index && c.step()) {
     }
     out[k] = breakdown_with(index, c.live(), sites, moments[k].second);
-    out[k].reserved_peak = moments[k].second == "peak" && flavor_ == Flavor::kTorch;
     // An OOM entry changes nothing, so the state after it is the state the request met.
     if (moments[k].second == "oom") out[k].oom_requested = tr[static_cast<size_t>(index)].size;
   }

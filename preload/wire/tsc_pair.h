@@ -21,7 +21,6 @@ namespace cumemtrace::wire {
 struct TscPair {
   uint64_t tsc = 0;
   uint64_t monotonic_ns = 0;
-  uint64_t window_ns = UINT64_MAX;  // the two clock reads' distance: the pair's uncertainty
 };
 
 // A window this narrow is as good as a pair gets (two vDSO reads and an rdtsc take about
@@ -37,11 +36,15 @@ inline uint64_t tsc_pair_clock_ns() noexcept {
 
 inline TscPair read_tsc_pair() noexcept {
   TscPair best;
-  for (int i = 0; i < kTscPairTries && best.window_ns > kTscPairTightNs; ++i) {
+  uint64_t best_window = UINT64_MAX;  // the two clock reads' distance: the pair's uncertainty
+  for (int i = 0; i < kTscPairTries && best_window > kTscPairTightNs; ++i) {
     const uint64_t a = tsc_pair_clock_ns();
     const uint64_t t = __rdtsc();
     const uint64_t b = tsc_pair_clock_ns();
-    if (b - a < best.window_ns) best = {t, a + (b - a) / 2, b - a};
+    if (b - a < best_window) {
+      best_window = b - a;
+      best = {t, a + (b - a) / 2};
+    }
   }
   return best;
 }
