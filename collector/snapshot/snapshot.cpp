@@ -22,4 +22,36 @@ std::optional<Action> parse_action(std::string_view s) {
   return std::nullopt;
 }
 
+namespace {
+constexpr std::array<std::string_view, 10> kCategoryNames = {
+    "",          "parameter", "gradient", "optimizer_state", "activation",
+    "temporary", "input",     "autograd", "unknown",         "library",
+};
+constexpr std::array<std::string_view, 4> kOwnerRoleNames = {"", "parameter", "gradient",
+                                                             "optimizer_state"};
+}  // namespace
+
+std::string_view category_name(Category c) {
+  return kCategoryNames[static_cast<size_t>(c)];
+}
+
+std::optional<Category> parse_category(std::string_view s) {
+  for (size_t i = 1; i < kCategoryNames.size(); ++i) {
+    if (kCategoryNames[i] == s) return static_cast<Category>(i);
+  }
+  return std::nullopt;
+}
+
+std::string_view owner_role_name(OwnerRole r) {
+  const auto i = static_cast<size_t>(r);
+  return i < kOwnerRoleNames.size() ? kOwnerRoleNames[i] : "";
+}
+
+std::optional<OwnerRole> parse_owner_role(std::string_view s) {
+  for (size_t i = 1; i < kOwnerRoleNames.size(); ++i) {
+    if (kOwnerRoleNames[i] == s) return static_cast<OwnerRole>(i);
+  }
+  return std::nullopt;
+}
+
 }  // namespace cumemtrace::snap

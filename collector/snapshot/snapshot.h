@@ -48,6 +48,28 @@ enum class Source : uint8_t { kDriver, kPytorch, kGraph };
 std::string_view action_name(Action a);
 std::optional<Action> parse_action(std::string_view s);
 
+// What a byte is for, in a PyTorch user's terms (docs/pytorch.md, "Categories"). Tensors (PyTorch's
+// alloc/free entries) get one of the first eight; kLibrary marks a driver-level allocation of the
+// program or another library (cuBLAS, NCCL...). PyTorch's segment events (reserved memory: the
+// cache, not any tensor's) are written "unknown": memory_viz colours only tensor events, and it
+// needs an event named "unknown" whenever any event has a category (torch-snapshot-format
+// reference, trap 3). kNone: not labelled (PyTorch's own files, runs without the automatic
+// phases); nothing is written then. JSON key "category", the names below.
+enum class Category : uint8_t {
+  kNone,
+  kParameter,
+  kGradient,
+  kOptimizerState,
+  kActivation,
+  kTemporary,
+  kInput,
+  kAutograd,
+  kUnknown,
+  kLibrary,
+};
+std::string_view category_name(Category c);  // "" for kNone
+std::optional<Category> parse_category(std::string_view s);
+
 struct TraceEntry {
   Action action = Action::kAlloc;
   uint64_t addr = 0;
@@ -60,6 +82,7 @@ struct TraceEntry {
   bool stream_per_thread = false;  // stream 0 meant the per-thread default stream (_ptsz API)
   Source source = Source::kDriver;
   bool async_pool = false;  // segment_alloc/alloc from a stream-ordered pool (cuMemAllocAsync, ...)
+  Category category = Category::kNone;  // see Category; set by analysis::label_categories
 };
 
 // Whether a writer puts `frames` on this entry (JSON and pickle alike): cumemtrace's driver
@@ -184,6 +207,21 @@ struct ContextMemory {
   bool live_at(int64_t t) const { return time_us <= t && (end_time_us == 0 || t < end_time_us); }
 };
 
+// What the model and optimizer own, as the automatic phases' ownership walk found it at one
+// moment (preload/python/cumemtrace_phases.py, wire Kind::kTorchOwners): the data pointers and byte
+// sizes of every parameter, gradient (`.grad`) or optimizer state tensor. A walk of a role replaces
+// that role's previous walk. The collector joins them by address with the PyTorch blocks live at
+// `time_us` (analysis/categories.h).
+enum class OwnerRole : uint8_t { kParameter = 1, kGradient = 2, kOptimizerState = 3 };
+std::string_view owner_role_name(OwnerRole r);  // "parameter", "gradient", "optimizer_state"
+std::optional<OwnerRole> parse_owner_role(std::string_view s);
+
+struct OwnerWalk {
+  int64_t time_us = 0;
+  OwnerRole role = OwnerRole::kParameter;
+  std::vector<std::pair<uint64_t, uint64_t>> tensors;  // (data pointer, bytes)
+};
+
 struct PytorchInfo {  // what the capture of PyTorch's allocator found (the tool section's
                       // "pytorch")
   std::string version, backend, capture, why;  // capture: "blocks" | "driver" | "off"
@@ -225,6 +263,7 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   std::vector<PoolMemorySample> pool_memory;      // empty when no pool allocation was made
   std::vector<ContextMemory> contexts;            // empty when none was measured
   std::optional<PytorchInfo> pytorch;             // present when the target imported torch
+  std::vector<OwnerWalk> ownership;               // empty without the automatic phases
 };
 
 struct Snapshot {

@@ -24,7 +24,7 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 8;
+inline constexpr uint32_t kWireVersion = 9;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
@@ -105,7 +105,16 @@ enum class Kind : uint8_t {
                            // api = cuDevicePrimaryCtxRelease (the last reference) or
                            // cuDevicePrimaryCtxReset, device = its ordinal; api = cuCtxDestroy,
                            // aux = CUcontext, device = -1
+  kTorchOwners = 37,       // what the model and optimizer own (the automatic phases' ownership
+                           // walk, preload/python/cumemtrace_phases.py): aux = OwnerRole |
+                           // kOwnersFirst; extra slots = (data pointer, bytes) uint64 pairs, size =
+                           // their byte count. A walk of one role is one or more records, the first
+                           // with kOwnersFirst (it replaces the role's previous walk)
 };
+
+// kTorchOwners' aux: the role (snap::OwnerRole's numbers) and whether the record starts a walk.
+enum class OwnerRole : uint8_t { kParameter = 1, kGradient = 2, kOptimizerState = 3 };
+inline constexpr uint64_t kOwnersFirst = 0x100;
 
 // PyTorch's TraceEntry::Action (c10/core/CachingDeviceAllocator.h, torch >= 2.1).
 enum class TorchAction : uint8_t {
