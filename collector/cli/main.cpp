@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
   cumemtrace::cli::add_snapshot_command(app, exit_code);
   cumemtrace::cli::add_html_command(app, exit_code);
   cumemtrace::cli::add_convert_command(app, exit_code);
+  cumemtrace::cli::add_whatif_command(app, exit_code);
 
   // The offline commands' own diagnostics (what was read, in which format, how long it took):
   // CUMEMTRACE_LOG or --log-level. `run` sets its logger up itself, once its output directory

@@ -1,0 +1,657 @@
+// The what-if replay: see whatif.h.
+#include "analysis/whatif.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "analysis/model.h"
+#include "analysis/report.h"
+#include "snapshot/size_format.h"
+
+namespace cumemtrace::analysis {
+
+namespace {
+
+using snap::Action;
+using torch_alloc::AllocatorConfig;
+using torch_alloc::Budget;
+using torch_alloc::CachingAllocatorModel;
+using torch_alloc::SegmentEvent;
+
+bool is_segment(Action a) {
+  return a == Action::kSegmentAlloc || a == Action::kSegmentFree || a == Action::kSegmentMap ||
+         a == Action::kSegmentUnmap;
+}
+bool is_release(Action a) {
+  return a == Action::kSegmentFree || a == Action::kSegmentUnmap;
+}
+// The entries the replay steps on: requests and returns to the pool.
+bool is_anchor(Action a) {
+  return a == Action::kAlloc || a == Action::kFreeCompleted || a == Action::kOom;
+}
+
+// A segment PyTorch held before the trace began.
+struct Seed {
+  uint64_t addr = 0, size = 0, stream = 0;
+  bool small = false;
+  struct Live {
+    uint64_t addr = 0, size = 0, requested = 0;
+    bool operator<(const Live& o) const { return addr < o.addr; }
+  };
+  std::vector<Live> live;
+};
+
+// A device's PyTorch entries, with the recorded segment events between its anchors.
+struct Stream {
+  std::vector<Seed> seeds;
+  const std::vector<snap::TraceEntry>* trace = nullptr;
+  std::vector<size_t> anchors;                // indices into the trace
+  std::vector<std::vector<size_t>> segments;  // [k]: segment entries before anchor k
+  std::optional<size_t> first_oom;            // ordinal of the first oom anchor
+};
+
+Stream stream_of(const snap::Snapshot& s, int device) {
+  Stream st;
+  st.trace = &s.device_traces[static_cast<size_t>(device)];
+  const bool all = flavor_of(s) == Flavor::kTorch;
+  st.segments.emplace_back();
+  for (size_t i = 0; i < st.trace->size(); ++i) {
+    const auto& e = (*st.trace)[i];
+    if (!all && e.source != snap::Source::kPytorch) continue;
+    if (is_segment(e.action)) {
+      st.segments.back().push_back(i);
+    } else if (is_anchor(e.action)) {
+      if (e.action == Action::kOom && !st.first_oom) st.first_oom = st.anchors.size();
+      st.anchors.push_back(i);
+      st.segments.emplace_back();
+    }
+  }
+  return st;
+}
+
+std::string event_text(Action a, uint64_t size) {
+  return fmt::format("{} {}", snap::action_name(a), snap::format_bytes(size));
+}
+
+// Refuses a stream that cannot be the allocator's whole history on the device, and finds the
+// segments PyTorch held before it began (the snapshot's segments the trace never made, with the
+// blocks live in them that the trace never allocated: the model, for example, moved to the GPU
+// before _record_memory_history was called).
+void check_complete(const snap::Snapshot& s, Stream& st, int device) {
+  std::unordered_set<uint64_t> tensors, segments;
+  for (size_t k = 0; k <= st.anchors.size(); ++k) {
+    for (size_t i : st.segments[k]) {
+      const auto& e = (*st.trace)[i];
+      if (!is_release(e.action)) segments.insert(e.addr);
+    }
+    if (k < st.anchors.size() && (*st.trace)[st.anchors[k]].action == Action::kAlloc) {
+      tensors.insert((*st.trace)[st.anchors[k]].addr);
+    }
+  }
+  std::unordered_set<uint64_t> seeded;
+  int64_t reserved = 0;
+  for (const auto& g : s.segments) {
+    if (g.device != device || segments.count(g.address)) continue;
+    if (flavor_of(s) == Flavor::kCumemtrace && g.source != snap::Source::kPytorch) continue;
+    if (g.is_expandable) {
+      throw CannotReplay(fmt::format(
+          "device {}: the expandable segment at {:#x} was mapped before the trace began", device,
+          g.address));
+    }
+    Seed seed{g.address, g.total_size, g.stream, g.segment_type == "small", {}};
+    for (const auto& b : g.blocks) {
+      if (b.state != "inactive" && !tensors.count(b.address)) {
+        seed.live.push_back({b.address, b.size, b.requested_size});
+      }
+    }
+    std::sort(seed.live.begin(), seed.live.end());
+    seeded.insert(g.address);
+    reserved += static_cast<int64_t>(g.total_size);
+    st.seeds.push_back(std::move(seed));
+  }
+  std::unordered_set<uint64_t> live;
+  for (size_t k = 0; k <= st.anchors.size(); ++k) {
+    for (size_t i : st.segments[k]) {
+      const auto& e = (*st.trace)[i];
+      if (e.action == Action::kSegmentFree && !segments.count(e.addr) && !seeded.count(e.addr)) {
+        throw CannotReplay(fmt::format(
+            "device {}: entry {} frees a segment at {:#x} that PyTorch reserved before the trace "
+            "began and no longer holds at its end",
+            device, i, e.addr));
+      }
+      reserved +=
+          is_release(e.action) ? -static_cast<int64_t>(e.size) : static_cast<int64_t>(e.size);
+      if (reserved < 0) {
+        throw CannotReplay(fmt::format(
+            "device {}: entry {} releases {} PyTorch never reserved in this trace: the trace "
+            "starts after PyTorch had reserved memory",
+            device, i, snap::format_bytes(e.size)));
+      }
+    }
+    if (k == st.anchors.size()) break;
+    const auto& e = (*st.trace)[st.anchors[k]];
+    if (e.action == Action::kAlloc) {
+      live.insert(e.addr);
+    } else if (e.action == Action::kFreeCompleted && !live.erase(e.addr)) {
+      throw CannotReplay(fmt::format(
+          "device {}: entry {} frees a tensor at {:#x} that the trace never allocated: the "
+          "trace starts after the program did (PyTorch's max_entries ring, or a capture that "
+          "attached late)",
+          device, st.anchors[k], e.addr));
+    }
+  }
+}
+
+// The model in the state before the trace: the seeds' segments and live blocks.
+void seed(CachingAllocatorModel& m, const Stream& st,
+          std::unordered_map<uint64_t, std::pair<int32_t, uint64_t>>& blocks, uint64_t& requested) {
+  for (const auto& sd : st.seeds) {
+    std::vector<std::pair<uint64_t, uint64_t>> live;
+    for (const auto& b : sd.live) live.push_back({b.addr, b.size});
+    const auto ids = m.seed_segment(sd.addr, sd.size, sd.stream, sd.small, live);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      blocks[sd.live[i].addr] = {ids[i], sd.live[i].requested};
+      requested += sd.live[i].requested;
+    }
+  }
+}
+
+struct Plan {
+  std::set<size_t> empty_cache;  // anchor ordinals before which empty_cache() was called
+  std::optional<Budget> budget;
+  std::string budget_source;
+  uint64_t recorded_segment_events = 0;
+};
+
+// One replay of the stream under a configuration, up to and including anchor `last`.
+struct Replay {
+  const Stream& st;
+  const AllocatorConfig& config;
+  std::optional<Budget> budget;
+  WhatIfResult r;
+  uint64_t requested = 0;
+
+  void peaks(const CachingAllocatorModel& m, int64_t t) {
+    if (m.reserved() > r.reserved_peak_bytes) {
+      r.reserved_peak_bytes = m.reserved();
+      r.reserved_peak_time_us = t;
+      r.fragmentation_bytes = m.reserved() - m.allocated();
+    }
+    r.allocated_peak_bytes = std::max(r.allocated_peak_bytes, m.allocated());
+    r.requested_peak_bytes = std::max(r.requested_peak_bytes, requested);
+  }
+};
+
+// The replay of a configuration other than the recorded one: no addresses, the plan's
+// empty_cache calls, stops at the first failure.
+WhatIfResult replay(const Stream& st, const AllocatorConfig& c, const Plan& plan, size_t last) {
+  CachingAllocatorModel m(c, plan.budget);
+  Replay rp{st, c, plan.budget, {}, 0};
+  std::unordered_map<uint64_t, std::pair<int32_t, uint64_t>> blocks;  // addr -> block, requested
+  seed(m, st, blocks, rp.requested);
+  rp.peaks(m, 0);
+  for (size_t k = 0; k < st.anchors.size() && k <= last; ++k) {
+    const auto& e = (*st.trace)[st.anchors[k]];
+    if (plan.empty_cache.count(k)) {
+      m.empty_cache();
+      rp.peaks(m, e.time_us);
+    }
+    if (e.action == Action::kFreeCompleted) {
+      auto it = blocks.find(e.addr);
+      if (it != blocks.end()) {
+        m.free(it->second.first);
+        rp.requested -= it->second.second;
+        blocks.erase(it);
+      }
+    } else {
+      const int32_t b = m.malloc(e.size, e.stream);
+      if (b < 0) {
+        rp.r.first_failing_request =
+            FailingRequest{st.anchors[k], e.size,  torch_alloc::round_size(c, e.size),
+                           e.time_us,     e.stack, e.action == Action::kOom};
+        rp.r.segment_events += m.take_events().size();
+        rp.peaks(m, e.time_us);
+        break;
+      }
+      if (e.action == Action::kAlloc) {
+        blocks[e.addr] = {b, e.size};
+      }
+      rp.requested += e.size;
+    }
+    rp.r.segment_events += m.take_events().size();
+    rp.peaks(m, e.time_us);
+  }
+  rp.r.fragmentation_share = rp.r.reserved_peak_bytes
+                                 ? static_cast<double>(rp.r.fragmentation_bytes) /
+                                       static_cast<double>(rp.r.reserved_peak_bytes)
+                                 : 0;
+  return rp.r;
+}
+
+// The budget the recording shows (whatif.h).
+void derive_budget(const Stream& st, const AllocatorConfig& c, const snap::Snapshot& s, Plan& plan,
+                   std::optional<uint64_t> given) {
+  if (given) {
+    plan.budget = Budget{*given, false};
+    plan.budget_source = "--budget";
+    return;
+  }
+  if (!st.first_oom) {
+    plan.budget_source = "none: the trace has no OOM (pass --budget SIZE to set one)";
+    return;
+  }
+  int64_t reserved = 0;
+  for (const auto& sd : st.seeds) reserved += static_cast<int64_t>(sd.size);
+  for (size_t k = 0; k <= *st.first_oom; ++k) {
+    for (size_t i : st.segments[k]) {
+      const auto& e = (*st.trace)[i];
+      reserved +=
+          is_release(e.action) ? -static_cast<int64_t>(e.size) : static_cast<int64_t>(e.size);
+    }
+  }
+  const auto& oom = (*st.trace)[st.anchors[*st.first_oom]];
+  const uint64_t held = static_cast<uint64_t>(std::max<int64_t>(reserved, 0));
+  const uint64_t alloc = torch_alloc::allocation_size(c, oom.size);
+  const std::string at = format_time(oom.time_us, time_origin(s));
+  if (oom.device_free >= alloc) {
+    plan.budget = Budget{held + alloc - 1, true};
+    plan.budget_source = fmt::format(
+        "the largest per-process limit that fails the OOM at {} (PyTorch reserved {}, a {} "
+        "segment needed, the device had {} free: a memory fraction)",
+        at, snap::format_bytes(held), snap::format_bytes(alloc),
+        snap::format_bytes(oom.device_free));
+  } else {
+    plan.budget = Budget{held + oom.device_free, false};
+    plan.budget_source =
+        fmt::format("PyTorch reserved {} + {} free on the device at the OOM at {}",
+                    snap::format_bytes(held), snap::format_bytes(oom.device_free), at);
+  }
+}
+
+// The replay under the recorded configuration: it uses the recorded segment addresses (so that
+// best fit breaks ties as it did), finds the empty_cache() calls, and checks that every segment
+// event comes out as recorded. Fills `plan`; returns the result over the window.
+WhatIfResult replay_recorded(const Stream& st, const AllocatorConfig& c, Plan& plan, size_t last,
+                             int device) {
+  size_t pos = 0;
+  std::vector<bool> used;
+  CachingAllocatorModel::Hooks hooks;
+  hooks.segment_address = [&](uint64_t size, uint64_t, bool expandable) -> uint64_t {
+    const auto& rec = st.segments[pos];
+    for (size_t j = 0; j < rec.size(); ++j) {
+      const auto& e = (*st.trace)[rec[j]];
+      if (used[j]) continue;
+      if (!expandable && e.action == Action::kSegmentAlloc && e.size == size) {
+        used[j] = true;
+        return e.addr;
+      }
+      if (expandable && e.action == Action::kSegmentMap) return e.addr;
+    }
+    return 0;
+  };
+  CachingAllocatorModel m(c, plan.budget, hooks);
+  Replay rp{st, c, plan.budget, {}, 0};
+  std::unordered_map<uint64_t, std::pair<int32_t, uint64_t>> blocks;
+  seed(m, st, blocks, rp.requested);
+  rp.peaks(m, 0);
+  auto compare = [&](size_t k, const std::vector<SegmentEvent>& got) {
+    const auto& rec = st.segments[k];
+    const size_t n = std::max(rec.size(), got.size());
+    for (size_t j = 0; j < n; ++j) {
+      const bool have_rec = j < rec.size(), have_got = j < got.size();
+      if (have_rec && have_got && (*st.trace)[rec[j]].action == got[j].action &&
+          (*st.trace)[rec[j]].size == got[j].size) {
+        continue;
+      }
+      const std::string where =
+          k < st.anchors.size() ? fmt::format("before entry {}", st.anchors[k]) : "at the end";
+      throw CannotReplay(fmt::format(
+          "device {}: the model of torch {}'s allocator does not reproduce the recorded segments "
+          "({}: recorded {}, model {}); its predictions would not hold for this run",
+          device, torch_alloc::kModelledTorch, where,
+          have_rec ? event_text((*st.trace)[rec[j]].action, (*st.trace)[rec[j]].size) : "nothing",
+          have_got ? event_text(got[j].action, got[j].size) : "nothing"));
+    }
+    plan.recorded_segment_events += rec.size();
+  };
+  for (size_t k = 0; k <= st.anchors.size(); ++k) {
+    pos = k;
+    const auto& rec = st.segments[k];
+    used.assign(rec.size(), false);
+    const snap::TraceEntry* e = k < st.anchors.size() ? &(*st.trace)[st.anchors[k]] : nullptr;
+    // Leading releases: a request's retry, or a call of empty_cache() before it.
+    size_t releases = 0;
+    while (releases < rec.size() && is_release((*st.trace)[rec[releases]].action)) ++releases;
+    if (releases > 0) {
+      bool retry = false;
+      if (e && e->action == Action::kOom) {
+        retry = true;
+      } else if (e && e->action == Action::kAlloc && releases < rec.size() && plan.budget) {
+        uint64_t wanted = 0;
+        for (size_t j = releases; j < rec.size(); ++j) wanted += (*st.trace)[rec[j]].size;
+        if (plan.budget->fraction) {
+          wanted = torch_alloc::allocation_size(c, torch_alloc::round_size(c, e->size));
+        }
+        retry = m.reserved() + wanted > plan.budget->bytes ||
+                (plan.budget->fraction && c.garbage_collection_threshold > 0);
+      }
+      if (!retry) {
+        plan.empty_cache.insert(k);
+        m.empty_cache();
+        if (k <= last) rp.peaks(m, e ? e->time_us : 0);
+      }
+    }
+    if (!e) {
+      compare(k, m.take_events());
+      break;
+    }
+    if (e->action == Action::kFreeCompleted) {
+      auto it = blocks.find(e->addr);
+      if (it != blocks.end()) {
+        m.free(it->second.first);
+        rp.requested -= it->second.second;
+        blocks.erase(it);
+      }
+    } else {
+      const int32_t b = m.malloc(e->size, e->stream);
+      if (e->action == Action::kOom && b >= 0) {
+        throw CannotReplay(fmt::format(
+            "device {}: the model finds room for the request of {} that failed at entry {} under "
+            "the budget the recording shows ({}); pass the run's budget with --budget SIZE",
+            device, snap::format_bytes(e->size), st.anchors[k],
+            plan.budget ? snap::format_bytes(plan.budget->bytes) : "none"));
+      }
+      if (e->action == Action::kAlloc && b < 0) {
+        throw CannotReplay(fmt::format(
+            "device {}: the model runs out of memory at entry {} ({}) where the recorded run did "
+            "not, under a budget of {} ({}); pass the run's budget with --budget SIZE",
+            device, st.anchors[k], snap::format_bytes(e->size),
+            plan.budget ? snap::format_bytes(plan.budget->bytes) : "none", plan.budget_source));
+      }
+      if (b < 0) {
+        if (k <= last && !rp.r.first_failing_request) {
+          rp.r.first_failing_request =
+              FailingRequest{st.anchors[k], e->size,  torch_alloc::round_size(c, e->size),
+                             e->time_us,    e->stack, true};
+        }
+      } else {
+        blocks[e->addr] = {b, e->size};
+        rp.requested += e->size;
+      }
+    }
+    const auto got = m.take_events();
+    compare(k, got);
+    if (k <= last) {
+      rp.r.segment_events += got.size();
+      rp.peaks(m, e->time_us);
+    }
+  }
+  rp.r.recorded = true;
+  rp.r.alloc_conf = c.text;
+  rp.r.fragmentation_share = rp.r.reserved_peak_bytes
+                                 ? static_cast<double>(rp.r.fragmentation_bytes) /
+                                       static_cast<double>(rp.r.reserved_peak_bytes)
+                                 : 0;
+  return rp.r;
+}
+
+bool truthy(const std::string& v) {
+  return v == "True" || v == "true" || v == "1";
+}
+
+std::vector<int> pytorch_devices(const snap::Snapshot& s) {
+  std::vector<int> out;
+  const bool all = flavor_of(s) == Flavor::kTorch;
+  for (size_t d = 0; d < s.device_traces.size(); ++d) {
+    for (const auto& e : s.device_traces[d]) {
+      if ((all || e.source == snap::Source::kPytorch) &&
+          (is_anchor(e.action) || is_segment(e.action))) {
+        out.push_back(static_cast<int>(d));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+void check_snapshot(const snap::Snapshot& s) {
+  if (s.tool) {
+    const auto& t = *s.tool;
+    if (t.events_dropped) {
+      throw CannotReplay(
+          fmt::format("{} events were dropped while recording: the request stream "
+                      "is incomplete",
+                      t.events_dropped));
+    }
+    if (t.trace_entries_dropped) {
+      throw CannotReplay(
+          fmt::format("the oldest {} trace entries were dropped "
+                      "(--max-trace-events): the request stream is incomplete",
+                      t.trace_entries_dropped));
+    }
+    if (!t.ring_error.empty()) {
+      throw CannotReplay("the collector stopped reading the ring early (" + t.ring_error +
+                         "): the request stream is incomplete");
+    }
+    if (flavor_of(s) == Flavor::kCumemtrace) {
+      if (!t.pytorch || t.pytorch->capture != "blocks") {
+        throw CannotReplay("the snapshot has no PyTorch allocator events" +
+                           (t.pytorch
+                                ? " (capture: " + t.pytorch->capture +
+                                      (t.pytorch->why.empty() ? "" : ", " + t.pytorch->why) + ")"
+                                : std::string(" (the program did not use PyTorch)")));
+      }
+      const std::string v = t.pytorch->version.substr(0, t.pytorch->version.find('+'));
+      const auto dot = v.find('.', v.find('.') + 1);
+      const std::string mm = v.substr(0, dot);
+      if (mm != torch_alloc::kModelledTorch) {
+        throw CannotReplay(
+            fmt::format("the run used torch {}, and the allocator model is torch {}'s",
+                        t.pytorch->version, torch_alloc::kModelledTorch));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+AllocatorConfig recorded_config(const snap::Snapshot& s) {
+  std::string error;
+  if (flavor_of(s) == Flavor::kCumemtrace) {
+    AllocatorConfig c;
+    if (s.tool && s.tool->pytorch && s.tool->pytorch->expandable_segments) {
+      c = *torch_alloc::parse_alloc_conf("expandable_segments:True", &error);
+    }
+    return c;
+  }
+  const auto& a = s.allocator_settings;
+  std::string text;
+  if (auto it = a.find("PYTORCH_CUDA_ALLOC_CONF"); it != a.end()) text = it->second;
+  auto c = torch_alloc::parse_alloc_conf(text, &error);
+  if (!c) throw CannotReplay("the recorded " + error);
+  // The parsed values are the allocator's state at the snapshot (settings changed at run time
+  // included): they win over the environment's text.
+  if (auto it = a.find("expandable_segments"); it != a.end())
+    c->expandable_segments = truthy(it->second);
+  if (auto it = a.find("max_split_size"); it != a.end()) {
+    const long long v = std::strtoll(it->second.c_str(), nullptr, 10);
+    c->max_split_size = v <= 0 ? UINT64_MAX : static_cast<uint64_t>(v);
+  }
+  if (auto it = a.find("garbage_collection_threshold"); it != a.end()) {
+    c->garbage_collection_threshold = std::strtod(it->second.c_str(), nullptr);
+  }
+  return *c;
+}
+
+std::vector<WhatIfDevice> replay_whatif(const snap::Snapshot& s, const WhatIfOptions& o) {
+  std::vector<AllocatorConfig> confs;
+  for (const auto& text : o.alloc_confs) {
+    std::string error;
+    auto c = torch_alloc::parse_alloc_conf(text, &error);
+    if (!c) throw std::invalid_argument(error);
+    confs.push_back(std::move(*c));
+  }
+  check_snapshot(s);
+  const AllocatorConfig recorded = recorded_config(s);
+  const auto devices = pytorch_devices(s);
+  if (devices.empty()) throw CannotReplay("the snapshot has no PyTorch allocator events");
+  std::vector<WhatIfDevice> out;
+  for (int d : devices) {
+    Stream st = stream_of(s, d);
+    check_complete(s, st, d);
+    WhatIfDevice w;
+    w.device = d;
+    if (s.tool && s.tool->pytorch) w.torch_version = s.tool->pytorch->version;
+    Plan plan;
+    derive_budget(st, recorded, s, plan, o.budget_bytes);
+    w.budget = plan.budget;
+    w.budget_source = plan.budget_source;
+    const size_t last = st.first_oom ? *st.first_oom : std::numeric_limits<size_t>::max();
+    if (st.first_oom) w.window_end = st.anchors[*st.first_oom];
+    w.results.push_back(replay_recorded(st, recorded, plan, last, d));
+    w.recorded_segment_events = plan.recorded_segment_events;
+    w.empty_cache_calls = plan.empty_cache.size();
+    for (size_t k = 0; k < st.anchors.size() && k <= last; ++k) {
+      const auto a = (*st.trace)[st.anchors[k]].action;
+      w.requests += a == Action::kAlloc || a == Action::kOom;
+    }
+    for (const auto& c : confs) {
+      WhatIfResult r = replay(st, c, plan, last);
+      r.alloc_conf = c.text;
+      w.results.push_back(std::move(r));
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+std::optional<OomWhatIf> oom_whatif(const snap::Snapshot& s, int device, size_t oom_entry,
+                                    const std::string& alloc_conf, std::string* why) {
+  try {
+    std::string error;
+    auto c = torch_alloc::parse_alloc_conf(alloc_conf, &error);
+    if (!c) throw CannotReplay(error);
+    check_snapshot(s);
+    if (device < 0 || static_cast<size_t>(device) >= s.device_traces.size()) {
+      throw CannotReplay(fmt::format("no trace for device {}", device));
+    }
+    const AllocatorConfig recorded = recorded_config(s);
+    Stream st = stream_of(s, device);
+    check_complete(s, st, device);
+    const auto at = std::find(st.anchors.begin(), st.anchors.end(), oom_entry);
+    if (at == st.anchors.end() || (*st.trace)[oom_entry].action != Action::kOom) {
+      throw CannotReplay(
+          fmt::format("entry {} of device {} is not a PyTorch OOM", oom_entry, device));
+    }
+    const size_t last = static_cast<size_t>(at - st.anchors.begin());
+    Plan plan;
+    derive_budget(st, recorded, s, plan, std::nullopt);
+    const WhatIfResult rec = replay_recorded(st, recorded, plan, last, device);
+    const WhatIfResult r = replay(st, *c, plan, last);
+    OomWhatIf out;
+    out.alloc_conf = alloc_conf;
+    out.would_succeed = !r.first_failing_request;
+    out.first_failing_request = r.first_failing_request;
+    out.reserved_peak_bytes = r.reserved_peak_bytes;
+    out.recorded_reserved_peak_bytes = rec.reserved_peak_bytes;
+    return out;
+  } catch (const CannotReplay& e) {
+    if (why) *why = e.what();
+    return std::nullopt;
+  }
+}
+
+namespace {
+
+std::string conf_label(const WhatIfResult& r) {
+  std::string c = r.alloc_conf.empty() ? "defaults" : r.alloc_conf;
+  return r.recorded ? "recorded: " + c : c;
+}
+
+}  // namespace
+
+void print_whatif_text(const std::vector<WhatIfDevice>& r, const snap::Snapshot& s,
+                       const SiteTable& sites, const std::string& file, std::ostream& out) {
+  const int64_t origin = time_origin(s);
+  for (const auto& w : r) {
+    out << fmt::format(
+        "{}, device {}: PyTorch's caching allocator replayed (model of torch {}{})\n", file,
+        w.device, torch_alloc::kModelledTorch,
+        w.torch_version.empty() ? "" : "; the run used " + w.torch_version);
+    out << fmt::format(
+        "  {} requests{}, {} empty_cache() calls found; the recorded configuration "
+        "reproduced all {} segment events\n",
+        w.requests,
+        w.window_end ? fmt::format(" up to the first OOM (entry {})", *w.window_end) : "",
+        w.empty_cache_calls, w.recorded_segment_events);
+    out << "  budget: "
+        << (w.budget ? fmt::format("{}{} ({})", snap::format_bytes(w.budget->bytes),
+                                   w.budget->fraction ? " for PyTorch" : "", w.budget_source)
+                     : w.budget_source)
+        << "\n\n";
+    size_t width = 13;
+    for (const auto& x : w.results) width = std::max(width, conf_label(x).size());
+    out << fmt::format("  {:<{}}  {:>13}  {:>14}  {:>22}  {}\n", "configuration", width,
+                       "reserved peak", "allocated peak", "fragmentation at peak", "out of memory");
+    for (const auto& x : w.results) {
+      std::string oom = "no";
+      if (x.first_failing_request) {
+        const auto& f = *x.first_failing_request;
+        oom = fmt::format("at {}: {} at {}{}", format_time(f.time_us, origin),
+                          snap::format_bytes(f.requested), sites.site(f.stack),
+                          f.recorded_oom ? " (the recorded OOM)" : "");
+      }
+      out << fmt::format("  {:<{}}  {:>13}  {:>14}  {:>22}  {}\n", conf_label(x), width,
+                         snap::format_bytes(x.reserved_peak_bytes),
+                         snap::format_bytes(x.allocated_peak_bytes),
+                         fmt::format("{} ({:.1f}%)", snap::format_bytes(x.fragmentation_bytes),
+                                     100.0 * x.fragmentation_share),
+                         oom);
+    }
+    out << '\n';
+  }
+}
+
+void print_whatif_json(const std::vector<WhatIfDevice>& r, const SiteTable& sites,
+                       std::ostream& out) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& w : r) {
+    for (const auto& x : w.results) {
+      nlohmann::ordered_json j;
+      j["device"] = w.device;
+      j["alloc_conf"] = x.alloc_conf;
+      j["recorded"] = x.recorded;
+      j["budget_bytes"] = w.budget ? nlohmann::ordered_json(w.budget->bytes) : nullptr;
+      j["reserved_peak_bytes"] = x.reserved_peak_bytes;
+      j["reserved_peak_time_us"] = x.reserved_peak_time_us;
+      j["allocated_peak_bytes"] = x.allocated_peak_bytes;
+      j["requested_peak_bytes"] = x.requested_peak_bytes;
+      j["fragmentation_bytes"] = x.fragmentation_bytes;
+      j["fragmentation_share"] = x.fragmentation_share;
+      j["segment_events"] = x.segment_events;
+      j["oom"] = x.first_failing_request.has_value();
+      if (x.first_failing_request) {
+        const auto& f = *x.first_failing_request;
+        j["first_failing_request"] = {{"entry", f.entry},
+                                      {"requested_bytes", f.requested},
+                                      {"rounded_bytes", f.rounded},
+                                      {"time_us", f.time_us},
+                                      {"site", sites.site(f.stack)},
+                                      {"recorded_oom", f.recorded_oom}};
+      } else {
+        j["first_failing_request"] = nullptr;
+      }
+      list.push_back(std::move(j));
+    }
+  }
+  out << list.dump(2) << '\n';
+}
+
+}  // namespace cumemtrace::analysis
