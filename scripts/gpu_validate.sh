@@ -96,6 +96,12 @@ python3 "tests/gpu/validate_torch_blocks.py" "$P" "$OUT/torch-blocks" 2>&1 \
   | grep -E '^\| .* \| (PASS|FAIL|SKIP) \|' >> "$ROWS" \
   || row "PyTorch allocator view" FAIL "validate_torch_blocks.py printed no rows"
 
+# 7. `whatif`: the recorded configuration reproduced, other settings' reserved peaks predicted
+# within 5% of PyTorch's own (issue 43).
+python3 "tests/gpu/validate_whatif.py" "$P" "$OUT/whatif" 2>&1 \
+  | grep -E '^\| .* \| (PASS|FAIL|SKIP) \|' >> "$ROWS" \
+  || row "whatif against PyTorch's allocator" FAIL "validate_whatif.py printed no rows"
+
 nvidia-smi -L | head -2
 printf '| %-58s | %s | %s\n' check verdict detail
 cat "$ROWS"

@@ -104,7 +104,8 @@ TEST_CASE("allocator configuration in PyTorch's syntax", "[whatif]") {
   // Intervals are powers of 2 MiB: index 8 = 256 MiB, 9 = 512 MiB; before the first, its value.
   CHECK(c.roundup_power2_divisions[0] == 1);
   CHECK(c.roundup_power2_divisions[8] == 1);
-  CHECK(c.roundup_power2_divisions[9] == 2);
+  // PyTorch's '>' fills from the last interval named, that one included.
+  CHECK(c.roundup_power2_divisions[9] == 4);
   CHECK(c.roundup_power2_divisions[10] == 4);
   CHECK(c.roundup_power2_divisions[15] == 4);
   std::string error;
@@ -203,8 +204,8 @@ TEST_CASE("expandable segments map pages on demand and grow at the end", "[whati
 }
 
 TEST_CASE("max_split_size_mb keeps oversize blocks whole and frees them on a retry", "[whatif]") {
-  // Default: 30 MiB freed and reused whole by 25 MiB; 5 MiB splits a 20 MiB segment, and 6 MiB
-  // reuses it once freed.
+  // Default: 30 MiB freed, 25 MiB taken from it and the 5 MiB remainder split off (over 1 MiB);
+  // 5 MiB fits that remainder exactly; 6 MiB needs a new 20 MiB segment.
   auto run = [](CachingAllocatorModel& m) {
     std::string out;
     auto step = [&](const char* what) { out += std::string(what) + ": " + events(m) + "; "; };
@@ -221,9 +222,10 @@ TEST_CASE("max_split_size_mb keeps oversize blocks whole and frees them on a ret
     return out;
   };
   CachingAllocatorModel d(AllocatorConfig{}, std::nullopt);
-  CHECK(run(d) == "x: segment_alloc 31457280; y: ; z: segment_alloc 20971520; w: ; ");
+  CHECK(run(d) == "x: segment_alloc 31457280; y: ; z: ; w: segment_alloc 20971520; ");
   CHECK(d.reserved() == 50 * MiB);
-  // max_split_size_mb:20: a 6 MiB request may not take the 20 MiB block (>= max_split_size):
+  // max_split_size_mb:20: 25 MiB takes the 30 MiB block whole (oversize: never split), so 5 MiB
+  // needs a 20 MiB segment, and 6 MiB may not take that block once free (>= max_split_size):
   // a second 20 MiB segment.
   CachingAllocatorModel s(conf("max_split_size_mb:20"), std::nullopt);
   CHECK(run(s) ==
@@ -307,7 +309,7 @@ TEST_CASE("whatif: --budget, a smaller device runs out earlier", "[whatif]") {
   // The recorded run did not fail at t7, so the recorded configuration cannot be replayed under
   // this budget: the replay says so instead of predicting.
   CHECK_THROWS_WITH(replay_whatif(tr.s, o),
-                    Catch::Contains("the model runs out of memory at entry 7 (6.00 MiB) where the "
+                    Catch::Contains("the model runs out of memory at entry 9 (6.00 MiB) where the "
                                     "recorded run did not, under a budget of 50.0 MiB"));
 }
 
