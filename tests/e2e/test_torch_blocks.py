@@ -598,3 +598,52 @@ def test_existing_sitecustomize_still_runs(tmp_path):
     assert p.stdout.strip() == "ran"
     snap = final(snapshots(out))
     assert [a for a, _, _ in entries(snap)] == ["segment_alloc", "alloc"]
+
+
+def whatif(snapshot_path, *args):
+    return subprocess.run([CT, "whatif", str(snapshot_path), *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_whatif_replays_the_fake_allocator_exactly(tmp_path):
+    """`whatif` on the collector's snapshot: the recorded configuration reproduces the 4 segment
+    events (2, 20 and 30 MiB made, the 30 MiB freed by empty_cache); expandable segments map
+    2 MiB, 20 MiB and, for 30 MiB on top of the 1 MiB - 512 B free at the end of the first page,
+    two more pages, and empty_cache unmaps those two."""
+    p, snaps = run(tmp_path, "basic")
+    assert p.returncode == 0, p.stderr
+    (name,) = [n for n in snaps if not n.endswith(".oom.json")]
+    path = tmp_path / "traces" / name
+    w = whatif(path, "--alloc-conf", "expandable_segments:True", "--format", "json")
+    assert w.returncode == 0, w.stderr
+    rec, exp = json.loads(w.stdout)
+    assert (rec["recorded"], rec["alloc_conf"], exp["alloc_conf"]) == (
+        True, "", "expandable_segments:True")
+    assert rec["reserved_peak_bytes"] == 52 * MiB
+    assert rec["allocated_peak_bytes"] == 47 * MiB + 1024  # 11 MiB kept its 1 MiB - 512 B tail
+    assert rec["fragmentation_bytes"] == 5 * MiB - 1024
+    assert rec["segment_events"] == 4 and rec["oom"] is False
+    assert rec["first_failing_request"] is None and rec["budget_bytes"] is None
+    assert exp["reserved_peak_bytes"] == 62 * MiB
+    assert exp["allocated_peak_bytes"] == 46 * MiB + 1536
+    assert exp["segment_events"] == 4 and exp["oom"] is False
+    text = whatif(path, "--alloc-conf", "expandable_segments:True")
+    assert text.returncode == 0, text.stderr
+    assert "1 empty_cache() calls found; the recorded configuration reproduced all 4 segment " \
+           "events" in text.stdout
+    bad = whatif(path, "--alloc-conf", "max_split_size_mb:1")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == ("cumemtrace whatif: --alloc-conf: allocator configuration "
+                          "'max_split_size_mb:1': max_split_size_mb too small, must be >= 20\n")
+
+
+def test_whatif_recorded_expandable_segments(tmp_path):
+    p, snaps = run(tmp_path, "expandable", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    assert p.returncode == 0, p.stderr
+    (name,) = [n for n in snaps if not n.endswith(".oom.json")]
+    w = whatif(tmp_path / "traces" / name, "--format", "json")
+    assert w.returncode == 0, w.stderr
+    (rec,) = json.loads(w.stdout)
+    # Recorded under expandable segments (the tool section says so): map 2, 20, 20 MiB, unmap 20.
+    assert rec["recorded"] and rec["segment_events"] == 4
+    assert rec["reserved_peak_bytes"] == 42 * MiB
