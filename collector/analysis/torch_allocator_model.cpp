@@ -17,7 +17,8 @@ namespace {
 // no device size, so it reserves 1 TiB of pages; only whole-range sizes are compared with each
 // other, so the choice changes no decision short of a 1 TiB request.
 constexpr uint64_t kExpandableRange = uint64_t{1} << 40;
-constexpr uint64_t kFirstModelAddress = uint64_t{1} << 56;  // far from any recorded address
+// Far above any address CUDA hands out (0x7f..: 2^47), below 2^53 so JSON keeps it exact.
+constexpr uint64_t kFirstModelAddress = uint64_t{1} << 52;
 
 int log2_floor(uint64_t v) {
   return 63 - std::countl_zero(v);
