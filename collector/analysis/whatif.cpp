@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -52,27 +53,33 @@ struct Seed {
 struct Stream {
   std::vector<Seed> seeds;
   const std::vector<snap::TraceEntry>* trace = nullptr;
-  std::vector<size_t> anchors;                // indices into the trace
-  std::vector<std::vector<size_t>> segments;  // [k]: segment entries before anchor k
-  std::optional<size_t> first_oom;            // ordinal of the first oom anchor
+  std::vector<size_t> anchors;  // indices into the trace
+  // The segment entries before anchor k: seg_entries[seg_start[k] .. seg_start[k + 1]) (one flat
+  // list: a vector per anchor cost a third of the replay).
+  std::vector<size_t> seg_entries;
+  std::vector<size_t> seg_start{0};
+  std::span<const size_t> segments(size_t k) const {
+    return {seg_entries.data() + seg_start[k], seg_start[k + 1] - seg_start[k]};
+  }
+  std::optional<size_t> first_oom;  // ordinal of the first oom anchor
 };
 
 Stream stream_of(const snap::Snapshot& s, int device) {
   Stream st;
   st.trace = &s.device_traces[static_cast<size_t>(device)];
   const bool all = flavor_of(s) == Flavor::kTorch;
-  st.segments.emplace_back();
   for (size_t i = 0; i < st.trace->size(); ++i) {
     const auto& e = (*st.trace)[i];
     if (!all && e.source != snap::Source::kPytorch) continue;
     if (is_segment(e.action)) {
-      st.segments.back().push_back(i);
+      st.seg_entries.push_back(i);
     } else if (is_anchor(e.action)) {
       if (e.action == Action::kOom && !st.first_oom) st.first_oom = st.anchors.size();
       st.anchors.push_back(i);
-      st.segments.emplace_back();
+      st.seg_start.push_back(st.seg_entries.size());
     }
   }
+  st.seg_start.push_back(st.seg_entries.size());
   return st;
 }
 
@@ -87,7 +94,7 @@ std::string event_text(Action a, uint64_t size) {
 void check_complete(const snap::Snapshot& s, Stream& st, int device) {
   std::unordered_set<uint64_t> tensors, segments;
   for (size_t k = 0; k <= st.anchors.size(); ++k) {
-    for (size_t i : st.segments[k]) {
+    for (size_t i : st.segments(k)) {
       const auto& e = (*st.trace)[i];
       if (!is_release(e.action)) segments.insert(e.addr);
     }
@@ -118,7 +125,7 @@ void check_complete(const snap::Snapshot& s, Stream& st, int device) {
   }
   std::unordered_set<uint64_t> live;
   for (size_t k = 0; k <= st.anchors.size(); ++k) {
-    for (size_t i : st.segments[k]) {
+    for (size_t i : st.segments(k)) {
       const auto& e = (*st.trace)[i];
       if (e.action == Action::kSegmentFree && !segments.count(e.addr) && !seeded.count(e.addr)) {
         throw CannotReplay(fmt::format(
@@ -228,6 +235,11 @@ WhatIfResult replay(const Stream& st, const AllocatorConfig& c, const Plan& plan
     rp.r.segment_events += m.take_events().size();
     rp.peaks(m, e.time_us);
   }
+  if (!rp.r.first_failing_request && last >= st.anchors.size() &&
+      plan.empty_cache.count(st.anchors.size())) {  // empty_cache() after the last request
+    m.empty_cache();
+    rp.r.segment_events += m.take_events().size();
+  }
   rp.r.fragmentation_share = rp.r.reserved_peak_bytes
                                  ? static_cast<double>(rp.r.fragmentation_bytes) /
                                        static_cast<double>(rp.r.reserved_peak_bytes)
@@ -250,7 +262,7 @@ void derive_budget(const Stream& st, const AllocatorConfig& c, const snap::Snaps
   int64_t reserved = 0;
   for (const auto& sd : st.seeds) reserved += static_cast<int64_t>(sd.size);
   for (size_t k = 0; k <= *st.first_oom; ++k) {
-    for (size_t i : st.segments[k]) {
+    for (size_t i : st.segments(k)) {
       const auto& e = (*st.trace)[i];
       reserved +=
           is_release(e.action) ? -static_cast<int64_t>(e.size) : static_cast<int64_t>(e.size);
@@ -284,7 +296,7 @@ WhatIfResult replay_recorded(const Stream& st, const AllocatorConfig& c, Plan& p
   std::vector<bool> used;
   CachingAllocatorModel::Hooks hooks;
   hooks.segment_address = [&](uint64_t size, uint64_t, bool expandable) -> uint64_t {
-    const auto& rec = st.segments[pos];
+    const auto rec = st.segments(pos);
     for (size_t j = 0; j < rec.size(); ++j) {
       const auto& e = (*st.trace)[rec[j]];
       if (used[j]) continue;
@@ -302,7 +314,7 @@ WhatIfResult replay_recorded(const Stream& st, const AllocatorConfig& c, Plan& p
   seed(m, st, blocks, rp.requested);
   rp.peaks(m, 0);
   auto compare = [&](size_t k, const std::vector<SegmentEvent>& got) {
-    const auto& rec = st.segments[k];
+    const auto rec = st.segments(k);
     const size_t n = std::max(rec.size(), got.size());
     for (size_t j = 0; j < n; ++j) {
       const bool have_rec = j < rec.size(), have_got = j < got.size();
@@ -323,7 +335,7 @@ WhatIfResult replay_recorded(const Stream& st, const AllocatorConfig& c, Plan& p
   };
   for (size_t k = 0; k <= st.anchors.size(); ++k) {
     pos = k;
-    const auto& rec = st.segments[k];
+    const auto rec = st.segments(k);
     used.assign(rec.size(), false);
     const snap::TraceEntry* e = k < st.anchors.size() ? &(*st.trace)[st.anchors[k]] : nullptr;
     // Leading releases: a request's retry, or a call of empty_cache() before it.
@@ -348,8 +360,10 @@ WhatIfResult replay_recorded(const Stream& st, const AllocatorConfig& c, Plan& p
         if (k <= last) rp.peaks(m, e ? e->time_us : 0);
       }
     }
-    if (!e) {
-      compare(k, m.take_events());
+    if (!e) {  // empty_cache() after the last request
+      const auto got = m.take_events();
+      compare(k, got);
+      if (k <= last) rp.r.segment_events += got.size();
       break;
     }
     if (e->action == Action::kFreeCompleted) {

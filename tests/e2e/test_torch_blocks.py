@@ -647,3 +647,22 @@ def test_whatif_recorded_expandable_segments(tmp_path):
     # Recorded under expandable segments (the tool section says so): map 2, 20, 20 MiB, unmap 20.
     assert rec["recorded"] and rec["segment_events"] == 4
     assert rec["reserved_peak_bytes"] == 42 * MiB
+
+
+def test_whatif_budget_from_a_fraction_oom(tmp_path):
+    """The fake's 22 MiB limit fails 30 MiB while the device has room: a memory fraction. The
+    budget whatif takes is the largest that fails that request (20 MiB reserved + the 30 MiB
+    segment - 1 B); under it expandable segments fail the same request (PyTorch's fraction check
+    counts the whole 30 MiB)."""
+    p, snaps = run(tmp_path, "oom")
+    assert p.returncode == 0, p.stderr
+    (name,) = [n for n in snaps if n.endswith(".oom.json")]
+    w = whatif(tmp_path / "traces" / name, "--alloc-conf", "expandable_segments:True",
+               "--format", "json")
+    assert w.returncode == 0, w.stderr
+    rec, exp = json.loads(w.stdout)
+    for r in (rec, exp):
+        assert r["budget_bytes"] == 50 * MiB - 1 and r["oom"] is True
+        assert r["reserved_peak_bytes"] == 20 * MiB
+        f = r["first_failing_request"]
+        assert (f["requested_bytes"], f["recorded_oom"]) == (30 * MiB, True)
