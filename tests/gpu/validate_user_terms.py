@@ -1,0 +1,152 @@
+"""Compares cumemtrace's ledger of unmarked training scripts (tests/gpu/user_terms.py) with
+PyTorch's own account of the same run, and its activations with MemTracker's.
+
+Usage: validate_user_terms.py OUT
+OUT holds, per model M: truth_M.json (user_terms.py's readings), report_M.json (`cumemtrace
+report --format json` of its snapshot), and for some models mt_M.json (the MemTracker run).
+Prints one table row per comparison: '| what | PASS/FAIL | ours / theirs |'. Exit 1 if any fails.
+
+What must agree (issue "Answers in the PyTorch user's terms"):
+- each phase's allocated bytes before and after, first step and steady step, with PyTorch's
+  memory_allocated() read by the loop at the same moments, within one block's rounding: PyTorch
+  counts blocks (requests rounded to 512 B, a large block may keep up to 1 MiB it did not split),
+  the trace's alloc entries carry the requested size, so a phase's delta may differ by the
+  rounding of the tensors it made;
+- parameters and optimizer state at the allocated peak with the bytes of model.parameters() and
+  of the optimizer's state tensors, exactly (their sizes are multiples of 512 here or rounded the
+  same way: both sides are printed);
+- activations (at the allocated peak) with MemTracker's peak activations, within 1%;
+- the leak loop's growth per step with one kept output, at the loop's own line.
+"""
+import json
+import os
+import sys
+
+MIB = 1 << 20
+ROUND_SLACK = 1 * MIB  # one large block's rounding (see above)
+rows, failed = [], []
+
+
+def row(what, ok, detail):
+    rows.append("| %-62s | %s | %s" % (what, "PASS" if ok else "FAIL", detail))
+    if not ok:
+        failed.append(what)
+
+
+def mib(b):
+    return "%.2f MiB" % (b / MIB)
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def ledger_of(report):
+    led = report.get("pytorch_ledger")
+    if not led or not led.get("devices"):
+        return None
+    return led["devices"][0]
+
+
+def phases_by_name(step):
+    """{'forward': phase, 'backward': ..., 'optimizer': ...}: the first span of each kind."""
+    out = {}
+    for p in step["phases"]:
+        out.setdefault(p["phase"], p)
+    return out
+
+
+def by_category(moment):
+    return {c["category"]: c["bytes"] for c in moment["by_category"]}
+
+
+def check_model(out, m):
+    truth_path, report_path = os.path.join(out, "truth_%s.json" % m), os.path.join(
+        out, "report_%s.json" % m)
+    if not (os.path.exists(truth_path) and os.path.exists(report_path)):
+        row("%s: run produced truth and report" % m, False, "missing files")
+        return
+    truth, report = load(truth_path), load(report_path)
+    dev = ledger_of(report)
+    if dev is None:
+        row("%s: report has a ledger" % m, False, "no pytorch_ledger in report")
+        return
+    readings = {(r["at"], r["step"]): r for r in truth["readings"]}
+    for which in ("first_step", "steady_step"):
+        step = dev.get(which)
+        if not step:
+            row("%s: %s in the ledger" % (m, which), False, "absent")
+            continue
+        n = step["step"] - 1  # 0-based, as the loop counts
+        phases = phases_by_name(step)
+        for ph in ("forward", "backward", "optimizer"):
+            p = phases.get(ph)
+            if p is None:
+                row("%s step %d %s phase found" % (m, n + 1, ph), False, "absent")
+                continue
+            tb = readings.get((ph + "_start", n))
+            te = readings.get((ph + "_end", n))
+            if tb is None or te is None:
+                row("%s step %d %s: truth readings" % (m, n + 1, ph), False, "absent")
+                continue
+            ours = p["allocated_after_bytes"] - p["allocated_before_bytes"]
+            theirs = te["allocated"] - tb["allocated"]
+            ok = abs(ours - theirs) <= ROUND_SLACK and \
+                abs(p["allocated_before_bytes"] - tb["allocated"]) <= ROUND_SLACK * 64
+            row("%s step %d %s: delta vs memory_allocated()" % (m, n + 1, ph), ok,
+                "%s / %s (diff %d B; before %s / %s)" % (
+                    mib(ours), mib(theirs), ours - theirs, mib(p["allocated_before_bytes"]),
+                    mib(tb["allocated"])))
+    peak = dev["allocated_peak"]
+    cats = by_category(peak)
+    row("%s: parameters at the allocated peak" % m,
+        cats.get("parameter", 0) == truth["parameter_bytes"],
+        "%d / %d B" % (cats.get("parameter", 0), truth["parameter_bytes"]))
+    if truth["optimizer_state_bytes"]:
+        row("%s: optimizer state at the allocated peak" % m,
+            cats.get("optimizer_state", 0) == truth["optimizer_state_bytes"],
+            "%d / %d B" % (cats.get("optimizer_state", 0), truth["optimizer_state_bytes"]))
+    row("%s: allocated peak vs max_memory_allocated()" % m,
+        abs(peak["allocated_bytes"] - truth["max_allocated"]) <= ROUND_SLACK * 64,
+        "%s / %s" % (mib(peak["allocated_bytes"]), mib(truth["max_allocated"])))
+    mt_path = os.path.join(out, "mt_%s.json" % m)
+    if os.path.exists(mt_path):
+        mt = load(mt_path)["memtracker_peak"]
+        act = 0
+        for cats_mt in mt.values():
+            for k, v in cats_mt.items():
+                if "ACT" in k.upper() and "Total" not in k:
+                    act += v
+        ours = cats.get("activation", 0)
+        ok = act > 0 and abs(ours - act) <= 0.01 * act
+        row("%s: activations vs MemTracker's" % m, ok,
+            "%s / %s (%+.2f%%)" % (mib(ours), mib(act), 100.0 * (ours - act) / act if act else 0))
+    if m == "leak":
+        g = dev["growth"]
+        per = g.get("bytes_per_step", 0)
+        top = g.get("by_site") or [{}]
+        ok = g.get("judged") and abs(per - truth["kept_output_bytes"]) <= 512 and \
+            "user_terms.py" in top[0].get("site", "")
+        row("leak: growth per step at the loop's line", bool(ok),
+            "%s a step at %s (%s) / kept output %s" % (
+                mib(per), top[0].get("site"), top[0].get("category"),
+                mib(truth["kept_output_bytes"])))
+    elif dev["growth"].get("judged"):
+        per = dev["growth"].get("bytes_per_step", 0)
+        row("%s: no growth per step reported" % m, per == 0, mib(per))
+
+
+def main():
+    out = sys.argv[1]
+    for m in ("mlp", "gpt", "resnet", "leak", "ckpt", "compile"):
+        check_model(out, m)
+    print("\n".join(rows))
+    if not rows:
+        print("| no comparison made | FAIL |")
+        return 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
