@@ -4,12 +4,15 @@
 // a backward (50 temporaries on the autograd thread), an optimizer step (10 temporaries) and the
 // ownership walks of 150 parameters, 150 gradients and 300 optimizer state tensors sent every
 // step (the worst case: the Python side sends a walk only when it changed). The target: well
-// under a second for 1 M entries.
+// under a second for 1 M entries. Also the ledger (analysis/ledger.h) of the same run, as report
+// builds it.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
 
 #include "analysis/categories.h"
+#include "analysis/frames.h"
+#include "analysis/ledger.h"
 #include "support/torch_run_builder.h"
 
 using namespace cumemtrace;
@@ -105,7 +108,19 @@ void BM_LabelCategories(benchmark::State& state) {
   counters(state);
 }
 
+void BM_Ledger(benchmark::State& state) {
+  auto s = run();
+  analysis::label_categories(s);
+  const analysis::SiteTable sites(s);
+  for (auto _ : state) {
+    const auto l = analysis::build_ledger(s, sites);
+    benchmark::DoNotOptimize(l->devices.data());
+  }
+  counters(state);
+}
+
 }  // namespace
 
 BENCHMARK(BM_LabelCategories)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_Ledger)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK_MAIN();
