@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/categories.h"
+#include "analysis/check.h"
 #include "analysis/ledger.h"
 #include "analysis/report.h"
 #include "support/torch_run_builder.h"
@@ -342,4 +343,81 @@ TEST_CASE("report starts with the ledger of a PyTorch run with phases", "[ledger
   CHECK(d["allocated_peak"]["cached_free_bytes"] == 227 * MiB);
   CHECK(d["growth"]["judged"] == true);
   CHECK(d["growth"]["bytes_per_step"] == 0);
+}
+
+namespace {
+
+int run_check_on(const snap::Snapshot& s, const CheckOptions& o, std::string* text) {
+  std::ostringstream out, err;
+  const int rc = run_check({{"train.json", s}}, o, out, err);
+  *text = out.str() + err.str();
+  return rc;
+}
+
+}  // namespace
+
+TEST_CASE("check --max-growth-per-step gates the ledger's growth", "[ledger][check]") {
+  const uint64_t kept = 36 * MiB + 4096;
+  const auto s = training(6, kept);
+  const SiteTable sites(s);
+  std::string text;
+  CheckOptions o;
+  o.max_growth_per_step = 1 * MiB;
+  CHECK(run_check_on(s, o, &text) == 1);
+  CHECK_THAT(text, Catch::Contains("train.json: error: device 0 grows 36.0 MiB a step, most at " +
+                                   sites.site(kKeep) +
+                                   " (activation) (tensors of steps 3..5 still live at the end of "
+                                   "step 6, after a warm-up of 2 steps; limit 1.00 MiB)\n"
+                                   "  grows 36.0 MiB a step at " +
+                                   sites.site(kKeep) + " (activation):\n"));
+  o.max_growth_per_step = kept;  // exactly the growth: holds
+  CHECK(run_check_on(s, o, &text) == 0);
+  o.max_growth_per_step = 0;
+  CHECK(run_check_on(training(6, 0), o, &text) == 0);
+
+  // Cannot judge: never a pass.
+  CHECK(run_check_on(training(2, 0), o, &text) == 1);
+  CHECK_THAT(text, Catch::Contains("error: growth per step on device 0 cannot be judged: 2 steps "
+                                   "complete; growth per step needs 3"));
+  TorchRunBuilder plain;
+  plain.segment(1, 0x100000000, 64 * MiB);
+  plain.alloc(5, 0x100000000, 2 * MiB, plain.line("a.py", 1));
+  CHECK(run_check_on(plain.finish(), o, &text) == 1);
+  CHECK_THAT(text, Catch::Contains("error: growth per step cannot be judged: the snapshot has no "
+                                   "automatic steps"));
+}
+
+TEST_CASE("check --max-leaked-bytes on a PyTorch run counts what a user calls leaked",
+          "[ledger][check]") {
+  std::string text;
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  // Parameters, gradients, optimizer state, cuBLAS's workspace and the cache: none is a leak.
+  CHECK(run_check_on(training(6, 0), o, &text) == 0);
+  const uint64_t kept = 2 * MiB;
+  CHECK(run_check_on(training(6, kept), o, &text) == 1);
+  CHECK_THAT(text, Catch::Contains("train.json: error: 8.00 MiB leaked on device 0 by 4 "
+                                   "allocations: tensors allocated after a warm-up of 2 steps that "
+                                   "are not parameters, gradients or optimizer state, and other "
+                                   "libraries' memory allocated after it, still held at the end "
+                                   "(limit 0 B)\n"));
+}
+
+TEST_CASE("check --max-growth without --mark measures at the automatic steps' ends",
+          "[ledger][check]") {
+  std::string text;
+  CheckOptions o;
+  o.max_growth = 0;
+  o.format = "json";
+  CHECK(run_check_on(training(6, 0), o, &text) == 0);
+  const auto j = nlohmann::json::parse(text);
+  bool found = false;
+  for (const auto& f : j["files"][0]["checks"]) {
+    if (f["check"] != "growth") continue;
+    found = true;
+    CHECK(f["message"] ==
+          "live bytes on device 0 grew by +0 B between the ends of automatic steps 2 and 6 "
+          "(264 MiB -> 264 MiB; limit 0 B)");
+  }
+  CHECK(found);
 }

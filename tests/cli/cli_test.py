@@ -330,7 +330,8 @@ def test_usage_messages():
     expect_rc(["run", "--max-leaked-bytes", "0", "--suppressions", "/nonexistent.supp", "true"], 2,
               ["/nonexistent.supp: cannot open: No such file or directory"], stream="err")
     expect_rc(["run", "--max-leaked-bytes", "lots", "true"], 2, ["expected a size"], stream="err")
-    expect_rc(["run", "--max-growth", "0", "true"], 2, ["--max-growth needs --mark"], stream="err")
+    expect_rc(["run", "--mark", "step", "true"], 2, ["--mark is only used with --max-growth"],
+              stream="err")
 
 
 def main():
