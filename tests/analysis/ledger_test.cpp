@@ -10,6 +10,7 @@
 
 #include "analysis/categories.h"
 #include "analysis/check.h"
+#include "analysis/diff.h"
 #include "analysis/ledger.h"
 #include "analysis/report.h"
 #include "support/torch_run_builder.h"
@@ -420,4 +421,50 @@ TEST_CASE("check --max-growth without --mark measures at the automatic steps' en
           "(264 MiB -> 264 MiB; limit 0 B)");
   }
   CHECK(found);
+}
+
+TEST_CASE("diff compares two PyTorch runs by phase and by category", "[ledger][diff]") {
+  const auto base = training(6, 0);
+  const auto now = training(6, 2 * MiB);
+  const auto d = diff_snapshots(base, "base.json", now, "new.json");
+  REQUIRE(d.ledgers);
+  auto find = [](const std::vector<ValueDiff>& v, const std::string& name) {
+    for (const auto& x : v)
+      if (x.name == name) return x;
+    FAIL("no " << name);
+    return ValueDiff{};
+  };
+  CHECK(find(d.pytorch_peaks, "allocated peak").base == 29 * iMiB);
+  CHECK(find(d.pytorch_peaks, "allocated peak").now == 40 * iMiB);  // step 6: 6 outputs kept
+  CHECK(find(d.pytorch_peaks, "reserved peak").now == 256 * iMiB);
+  CHECK(find(d.phases, "forward").base == 3 * iMiB);
+  CHECK(find(d.phases, "forward").now == 5 * iMiB);
+  CHECK(find(d.phases, "backward").now == -3 * iMiB);
+  CHECK(d.phases.size() == 4);
+  CHECK(find(d.categories, "allocated peak: activation").base == 3 * iMiB);
+  CHECK(find(d.categories, "allocated peak: activation").now == 15 * iMiB);
+  CHECK(find(d.categories, "allocated peak: optimizer state").now == 12 * iMiB);
+  std::ostringstream text;
+  print_diff_text(d, 10, text);
+  CHECK_THAT(text.str(),
+             Catch::Contains("\nPyTorch peaks:\n"
+                             "  device 0 allocated peak: 29.0 MiB -> 40.0 MiB  +11.0 MiB (+37.9%)\n"
+                             "  device 0 reserved peak: 256 MiB -> 256 MiB  +0 B (+0.0%)\n"));
+  CHECK_THAT(text.str(),
+             Catch::Contains("  device 0 forward: +3.00 MiB -> +5.00 MiB  +2.00 MiB\n"));
+  CHECK_THAT(text.str(), Catch::Contains("  device 0 allocated peak: activation: 3.00 MiB -> 15.0 "
+                                         "MiB  +12.0 MiB (+400.0%)\n"));
+  std::ostringstream js;
+  print_diff_json(d, js);
+  const auto j = nlohmann::json::parse(js.str());
+  CHECK(j["pytorch"]["phases"][1]["name"] == "forward");
+  CHECK(j["pytorch"]["phases"][1]["change_bytes"] == 2 * MiB);
+
+  TorchRunBuilder plain;
+  plain.segment(1, 0x100000000, 64 * MiB);
+  const auto p = plain.finish();
+  const auto one = diff_snapshots(p, "plain.json", now, "new.json");
+  CHECK_FALSE(one.ledgers);
+  CHECK(one.ledger_note ==
+        "only new.json is a PyTorch run with automatic phases: no comparison by phase or category");
 }
