@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
+#include "analysis/categories.h"
 #include "analysis/frames.h"
 #include "analysis/github.h"
 #include "analysis/grouping.h"
@@ -363,14 +364,22 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
           "under cumemtrace with the automatic phases, docs/pytorch.md) with PyTorch tensors";
       r.findings.push_back(std::move(f));
     }
+    std::optional<Phases> phases;
     for (const auto& dl : ledger() ? ledger()->devices : std::vector<DeviceLedger>{}) {
-      const Growth& g = dl.growth;
+      Growth windowed;
+      if (window) {  // the steps that end within the range (a pytest test's)
+        if (!phases) phases.emplace(s);
+        windowed =
+            growth_per_step(*phases, replay(dl.device), device_tensors(s, dl.device, *phases),
+                            sites, window->start_us, window->end_us);
+      }
+      const Growth& g = window ? windowed : dl.growth;
       Finding f = base("growth-per-step", dl.device);
       f.limit = *o.max_growth_per_step;
       if (!g.judged) {
         f.severity = Severity::kError;
-        f.message =
-            fmt::format("growth per step on device {} cannot be judged: {}", dl.device, g.why);
+        f.message = fmt::format("growth per step on device {}{} cannot be judged: {}", dl.device,
+                                in_range, g.why);
         r.findings.push_back(std::move(f));
         continue;
       }
@@ -380,10 +389,11 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
         where = fmt::format(", most at {} ({})", g.by_site.front().site,
                             category_label(g.by_site.front().category));
       f.message = fmt::format(
-          "device {} grows {} a step{} (tensors of steps {}..{} still live at the end of step "
+          "device {}{} grows {} a step{} (tensors of steps {}..{} still live at the end of step "
           "{}, after a warm-up of {}; limit {})",
-          dl.device, format_bytes(g.per_step), where, g.first_counted + 1, g.last_counted + 1,
-          g.end_step + 1, plural(static_cast<uint64_t>(g.warmup), "step"), format_bytes(f.limit));
+          dl.device, in_range, format_bytes(g.per_step), where, g.first_counted + 1,
+          g.last_counted + 1, g.end_step + 1, plural(static_cast<uint64_t>(g.warmup), "step"),
+          format_bytes(f.limit));
       if (g.per_step > f.limit) {
         f.severity = Severity::kError;
         for (size_t i = 0; i < g.by_site.size() && i < o.stacks; ++i) {

@@ -17,7 +17,8 @@
 //    the last; growth suppressions exclude matching allocations.
 //  - --max-growth-per-step N: per device, the ledger's growth per step (ledger.h) must be <= N;
 //    a snapshot without automatic steps, or with too few, cannot be judged and fails (a gate
-//    that could not judge never passes). Not windowed by --range.
+//    that could not judge never passes). With --range, over the complete steps that end within
+//    the window (a pytest test's).
 //  - --max-allocated-peak / --max-reserved-peak N: per device, the peak of PyTorch's allocated /
 //    reserved bytes (model.h's layers); --max-driver-peak N: the highest driver-visible (NVML)
 //    sample. A device without that data gets a warning, not a pass or a failure.

@@ -146,10 +146,19 @@ LedgerMoment moment_at(std::string name, std::ptrdiff_t index, const Phases& ph,
   return m;
 }
 
-Growth growth_of(const Phases& ph, const DeviceReplay& rp, const DeviceTensors& dt,
-                 const SiteTable& sites) {
+}  // namespace
+
+Growth growth_per_step(const Phases& ph, const DeviceReplay& rp, const DeviceTensors& dt,
+                       const SiteTable& sites, int64_t t0, int64_t t1) {
   Growth g;
-  const size_t k = ph.complete_steps();
+  // The complete steps that end within [t0, t1] (phases.h: a step's last microsecond).
+  std::vector<int> steps;
+  for (size_t k = 0; k < ph.steps().size(); ++k) {
+    const auto& st = ph.steps()[k];
+    if (st.complete && st.end_us - 1 >= t0 && st.end_us - 1 <= t1)
+      steps.push_back(static_cast<int>(k));
+  }
+  const size_t k = steps.size();
   if (k < 3) {
     g.why = fmt::format(
         "{} complete; growth per step needs 3 (a warm-up step, a counted one and one after it)",
@@ -158,10 +167,10 @@ Growth growth_of(const Phases& ph, const DeviceReplay& rp, const DeviceTensors& 
   }
   g.judged = true;
   g.warmup = warmup_steps(k);
-  g.first_counted = g.warmup;
-  g.last_counted = static_cast<int>(k) - 2;
-  g.end_step = static_cast<int>(k) - 1;
-  g.steps_counted = g.last_counted - g.first_counted + 1;
+  g.first_counted = steps[static_cast<size_t>(g.warmup)];
+  g.last_counted = steps[k - 2];
+  g.end_step = steps[k - 1];
+  g.steps_counted = static_cast<int>(k) - 1 - g.warmup;
   const auto end_index = rp.index_at_time(ph.steps()[static_cast<size_t>(g.end_step)].end_us - 1);
   Tally t;
   for (const auto& l : dt.lives) {
@@ -178,8 +187,6 @@ Growth growth_of(const Phases& ph, const DeviceReplay& rp, const DeviceTensors& 
   for (auto& sb : g.by_site) sb.bytes = static_cast<int64_t>(static_cast<uint64_t>(sb.bytes) / n);
   return g;
 }
-
-}  // namespace
 
 int warmup_steps(size_t complete_steps) {
   return complete_steps >= 4 ? 2 : 1;
@@ -230,7 +237,7 @@ std::optional<Ledger> build_ledger(const snap::Snapshot& s, const SiteTable& sit
     dl.allocated_peak = moment_at("allocated peak", apeak, ph, rp, dt, sites);
     dl.reserved_peak =
         moment_at("reserved peak", rp.timeline().reserved_peak_index, ph, rp, dt, sites);
-    dl.growth = growth_of(ph, rp, dt, sites);
+    dl.growth = growth_per_step(ph, rp, dt, sites);
 
     // Leaks (contract): after the warm-up, never past the last step begun.
     dl.warmup = std::min(warmup_steps(l.complete_steps), static_cast<int>(l.steps) - 1);

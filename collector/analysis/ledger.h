@@ -16,7 +16,8 @@
 //  - growth per step without marks: with K complete steps (K >= 3), a warm-up of W = 2 steps
 //    (W = 1 when K = 3); the tensors allocated in steps W+1 .. K-1 (1-based) still live after the
 //    last entry of step K (so each survived at least one whole later step), by (site, category),
-//    divided by the K-1-W steps counted. Fewer complete steps: not judged, `why` says so.
+//    divided by the K-1-W steps counted. Fewer complete steps: not judged, `why` says so. Within
+//    a window (check --range), the same over the complete steps that end inside it.
 //  - leaked (check --max-leaked-bytes on such a run): at the end of the trace, tensors allocated
 //    after the warm-up (in a step past W) that are not parameters, gradients or optimizer state,
 //    plus driver-level allocations of other libraries made after the warm-up and still held.
@@ -26,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -112,6 +114,13 @@ struct Ledger {
 
 // nullopt unless the snapshot is a PyTorch run with automatic phases.
 std::optional<Ledger> build_ledger(const snap::Snapshot& s, const SiteTable& sites);
+
+// Growth per step (contract) over the complete steps that end within [t0, t1] (check --range:
+// a test's window); the whole run by default.
+struct DeviceTensors;  // categories.h
+Growth growth_per_step(const Phases& ph, const DeviceReplay& rp, const DeviceTensors& dt,
+                       const SiteTable& sites, int64_t t0 = std::numeric_limits<int64_t>::min(),
+                       int64_t t1 = std::numeric_limits<int64_t>::max());
 
 // The warm-up (steps skipped) of growth and leaks for K complete steps (contract).
 int warmup_steps(size_t complete_steps);

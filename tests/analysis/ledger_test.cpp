@@ -468,3 +468,28 @@ TEST_CASE("diff compares two PyTorch runs by phase and by category", "[ledger][d
   CHECK(one.ledger_note ==
         "only new.json is a PyTorch run with automatic phases: no comparison by phase or category");
 }
+
+TEST_CASE("check --max-growth-per-step --range judges the steps within the window",
+          "[ledger][check]") {
+  const uint64_t kept = 36 * MiB;
+  auto s = training(8, kept);
+  s.annotations.push_back({"pytest:t", "START", 0, 3999});  // steps 4..8 end within it
+  s.annotations.push_back({"pytest:t", "END", 0, 8400});
+  s.annotations.push_back({"pytest:s", "START", 0, 999});  // steps 1..2 only
+  s.annotations.push_back({"pytest:s", "END", 0, 2400});
+  const SiteTable sites(s);
+  std::string text;
+  CheckOptions o;
+  o.max_growth_per_step = 1 * MiB;
+  o.range = "pytest:t";
+  CHECK(run_check_on(s, o, &text) == 1);
+  CHECK_THAT(text, Catch::Contains("error: device 0 within range 'pytest:t' grows 36.0 MiB a step, "
+                                   "most at " +
+                                   sites.site(kKeep) +
+                                   " (activation) (tensors of steps 6..7 still live at the end of "
+                                   "step 8, after a warm-up of 2 steps; limit 1.00 MiB)\n"));
+  o.range = "pytest:s";
+  CHECK(run_check_on(s, o, &text) == 1);
+  CHECK_THAT(text, Catch::Contains("error: growth per step on device 0 within range 'pytest:s' "
+                                   "cannot be judged: 2 steps complete;"));
+}
