@@ -9,11 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
+#include "analysis/categories.h"
 #include "analysis/frames.h"
 #include "analysis/github.h"
 #include "analysis/grouping.h"
 #include "analysis/junit.h"
+#include "analysis/ledger.h"
 #include "analysis/model.h"
+#include "analysis/phases.h"
 #include "analysis/range.h"
 #include "analysis/report.h"
 #include "analysis/suppressions.h"
@@ -116,6 +119,20 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
     if (!window) throw RangeNotFound(ls.path + ": " + why);
     in_range = fmt::format(" within range '{}'", o.range);
   }
+  // The ledger of a PyTorch run with automatic phases (ledger.h): leaks and growth per step in
+  // a PyTorch user's terms.
+  std::optional<std::optional<Ledger>> ledger_cache;
+  auto ledger = [&]() -> const std::optional<Ledger>& {
+    if (!ledger_cache) ledger_cache = build_ledger(s, sites);
+    return *ledger_cache;
+  };
+  auto device_ledger = [&](int d) -> const DeviceLedger* {
+    if (!ledger()) return nullptr;
+    for (const auto& dl : ledger()->devices)
+      if (dl.device == d) return &dl;
+    return nullptr;
+  };
+
   std::vector<std::optional<RangeResult>> ranges(devices.size());
   auto range_of = [&](int d) -> const RangeResult& {
     auto& p = ranges[static_cast<size_t>(d)];
@@ -127,7 +144,9 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
     const auto live = live_at_exit(s);
     for (int d : devices) {
       std::vector<Allocation> leaked;
-      for (const auto& a : window ? range_of(d).leaked : live) {
+      // A PyTorch run with phases: what a user calls leaked (ledger.h), not the weights.
+      const DeviceLedger* dl = window ? nullptr : device_ledger(d);
+      for (const auto& a : window ? range_of(d).leaked : dl ? dl->leaked : live) {
         if (a.device != d) continue;
         if (const Suppression* sup = find_suppression(rules, SuppressionType::kLeak, s, a.stack)) {
           ++sup->hits;
@@ -141,6 +160,14 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
       f.limit = *o.max_leaked_bytes;
       f.message = fmt::format("{} leaked on device {}{} by {} (limit {})", format_bytes(f.value), d,
                               in_range, plural(leaked.size(), "allocation"), format_bytes(f.limit));
+      if (dl) {
+        f.message = fmt::format(
+            "{} leaked on device {} by {}: tensors allocated after a warm-up of {} that are not "
+            "parameters, gradients or optimizer state, and other libraries' memory allocated "
+            "after it, still held at the end (limit {})",
+            format_bytes(f.value), d, plural(leaked.size(), "allocation"),
+            plural(static_cast<uint64_t>(dl->warmup), "step"), format_bytes(f.limit));
+      }
       if (f.value > f.limit) {
         f.severity = Severity::kError;
         attach_groups(f, by_stack(leaked), sites, o);
@@ -230,9 +257,18 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
   }
 
   if (o.max_growth) {
+    // The moments measured between: the user's mark, else the ends of the automatic steps.
     std::vector<int64_t> times;
-    for (const auto& a : s.annotations) {
-      if (a.name == o.mark && (a.stage == "START" || a.stage == "MARK")) times.push_back(a.time_us);
+    const bool automatic = o.mark.empty();
+    if (automatic) {
+      const Phases ph(s);
+      for (const auto& st : ph.steps())
+        if (st.complete) times.push_back(st.end_us - 1);  // the step's last microsecond
+    } else {
+      for (const auto& a : s.annotations) {
+        if (a.name == o.mark && (a.stage == "START" || a.stage == "MARK"))
+          times.push_back(a.time_us);
+      }
     }
     std::sort(times.begin(), times.end());
     times.erase(std::unique(times.begin(), times.end()), times.end());
@@ -241,9 +277,14 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
       Finding f = base("growth", -1);
       f.severity = Severity::kError;
       f.limit = *o.max_growth;
-      f.message =
-          fmt::format("mark '{}' occurs {}; --max-growth with --warmup {} needs at least {}",
-                      o.mark, plural(times.size(), "time"), o.warmup, skip + 2);
+      const std::string found =
+          automatic ? fmt::format("{} automatic {} complete", times.size(),
+                                  times.size() == 1 ? "step is" : "steps are")
+                    : fmt::format("mark '{}' occurs {}", o.mark, plural(times.size(), "time"));
+      f.message = fmt::format(
+          "{}; --max-growth with --warmup {} needs at least {}{}", found, o.warmup, skip + 2,
+          automatic && times.empty() ? " (the snapshot has no automatic steps: give --mark NAME)"
+                                     : "");
       r.findings.push_back(std::move(f));
     } else {
       const int64_t t_first = times[skip];
@@ -290,9 +331,11 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
         f.value = growth > 0 ? static_cast<uint64_t>(growth) : 0;
         f.limit = *o.max_growth;
         f.message = fmt::format(
-            "live bytes on device {} grew by {} between occurrences {} and {} of mark '{}' "
-            "({} -> {}; limit {})",
-            d, snap::format_signed_bytes(growth), skip + 1, times.size(), o.mark,
+            "live bytes on device {} grew by {} between {} ({} -> {}; limit {})", d,
+            snap::format_signed_bytes(growth),
+            automatic
+                ? fmt::format("the ends of automatic steps {} and {}", skip + 1, times.size())
+                : fmt::format("occurrences {} and {} of mark '{}'", skip + 1, times.size(), o.mark),
             format_bytes(total_bytes(first)), format_bytes(total_bytes(last)),
             format_bytes(f.limit));
         if (growth > 0 && static_cast<uint64_t>(growth) > f.limit) {
@@ -310,6 +353,63 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
     }
   }
 
+  if (o.max_growth_per_step) {
+    // A gate that could not judge never passes: no automatic steps, or too few, is a failure.
+    if (!ledger() || ledger()->devices.empty()) {
+      Finding f = base("growth-per-step", -1);
+      f.severity = Severity::kError;
+      f.limit = *o.max_growth_per_step;
+      f.message =
+          "growth per step cannot be judged: the snapshot has no automatic steps (a PyTorch run "
+          "under cumemtrace with the automatic phases, docs/pytorch.md) with PyTorch tensors";
+      r.findings.push_back(std::move(f));
+    }
+    std::optional<Phases> phases;
+    for (const auto& dl : ledger() ? ledger()->devices : std::vector<DeviceLedger>{}) {
+      Growth windowed;
+      if (window) {  // the steps that end within the range (a pytest test's)
+        if (!phases) phases.emplace(s);
+        windowed =
+            growth_per_step(*phases, replay(dl.device), device_tensors(s, dl.device, *phases),
+                            sites, window->start_us, window->end_us);
+      }
+      const Growth& g = window ? windowed : dl.growth;
+      Finding f = base("growth-per-step", dl.device);
+      f.limit = *o.max_growth_per_step;
+      if (!g.judged) {
+        f.severity = Severity::kError;
+        f.message = fmt::format("growth per step on device {}{} cannot be judged: {}", dl.device,
+                                in_range, g.why);
+        r.findings.push_back(std::move(f));
+        continue;
+      }
+      f.value = g.per_step;
+      std::string where;
+      if (!g.by_site.empty())
+        where = fmt::format(", most at {} ({})", g.by_site.front().site,
+                            category_label(g.by_site.front().category));
+      f.message = fmt::format(
+          "device {}{} grows {} a step{} (tensors of steps {}..{} still live at the end of step "
+          "{}, after a warm-up of {}; limit {})",
+          dl.device, in_range, format_bytes(g.per_step), where, g.first_counted + 1,
+          g.last_counted + 1, g.end_step + 1, plural(static_cast<uint64_t>(g.warmup), "step"),
+          format_bytes(f.limit));
+      if (g.per_step > f.limit) {
+        f.severity = Severity::kError;
+        for (size_t i = 0; i < g.by_site.size() && i < o.stacks; ++i) {
+          const auto& sb = g.by_site[i];
+          f.stacks.push_back(note_for(sites, sb.stack, false,
+                                      fmt::format("grows {} a step at {} ({})",
+                                                  format_bytes(static_cast<uint64_t>(sb.bytes)),
+                                                  sb.site, category_label(sb.category)),
+                                      o.frames));
+        }
+        if (g.by_site.size() > o.stacks) f.stacks_omitted = g.by_site.size() - o.stacks;
+      }
+      r.findings.push_back(std::move(f));
+    }
+  }
+
   if (s.tool) {
     for (const auto& a : s.tool->anomalies) {
       Finding f = base("anomaly", -1);
@@ -324,9 +424,6 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
 }  // namespace
 
 std::string check_options_problem(const CheckOptions& o, const std::vector<std::string>& inputs) {
-  if (o.max_growth && o.mark.empty()) {
-    return "--max-growth needs --mark NAME (the mark to measure between)";
-  }
   if (!o.max_growth && !o.mark.empty()) return "--mark is only used with --max-growth";
   if (!o.suppressions.empty()) {
     try {

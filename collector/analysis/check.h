@@ -8,9 +8,17 @@
 //  - --max-leaked-bytes N: per device, bytes live at exit (model.h's live_at_exit) minus leak
 //    suppressions must be <= N.
 //  - --max-peak-bytes N: per device, the replayed peak must be <= N.
-//  - --max-growth N --mark NAME [--warmup K]: per device, live bytes at the occurrences of mark
-//    NAME (stage START or MARK) after skipping the first K must not grow by more than N from the
-//    first counted occurrence to the last; growth suppressions exclude matching allocations.
+//  - --max-leaked-bytes on a PyTorch run with automatic phases counts the ledger's leaks instead
+//    (ledger.h: tensors allocated after the warm-up that are not parameters, gradients or
+//    optimizer state, and other libraries' memory allocated after it; never PyTorch's cache).
+//  - --max-growth N [--mark NAME] [--warmup K]: per device, live bytes at the occurrences of mark
+//    NAME (stage START or MARK) — without --mark, at the ends of the automatic steps (phases.h) —
+//    after skipping the first K must not grow by more than N from the first counted occurrence to
+//    the last; growth suppressions exclude matching allocations.
+//  - --max-growth-per-step N: per device, the ledger's growth per step (ledger.h) must be <= N;
+//    a snapshot without automatic steps, or with too few, cannot be judged and fails (a gate
+//    that could not judge never passes). With --range, over the complete steps that end within
+//    the window (a pytest test's).
 //  - --max-allocated-peak / --max-reserved-peak N: per device, the peak of PyTorch's allocated /
 //    reserved bytes (model.h's layers); --max-driver-peak N: the highest driver-visible (NVML)
 //    sample. A device without that data gets a warning, not a pass or a failure.
@@ -39,6 +47,7 @@ struct CheckOptions {
   std::optional<uint64_t> max_driver_peak;     // driver-visible (NVML)
   std::string range;                           // evaluate within this annotation pair
   std::optional<uint64_t> max_growth;
+  std::optional<uint64_t> max_growth_per_step;  // the ledger's growth per step (ledger.h)
   std::string mark;
   int warmup = 1;
   bool allow_drops = false;
@@ -51,7 +60,7 @@ struct CheckOptions {
 };
 
 // What is wrong with the options themselves, checked before any snapshot is read (and by `run`
-// before the program starts): --max-growth without --mark or the reverse, a suppressions file
+// before the program starts): --mark without --max-growth, a suppressions file
 // that cannot be read or does not parse, a --junit file that cannot be written (or would replace
 // one of `inputs`, or an existing file without --force). One line, empty when all is well.
 std::string check_options_problem(const CheckOptions& o, const std::vector<std::string>& inputs);

@@ -8,6 +8,7 @@
 
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
+#include "analysis/ledger.h"
 #include "analysis/model.h"
 #include "snapshot/size_format.h"
 
@@ -60,6 +61,61 @@ std::string change(uint64_t a, uint64_t b) {
                      pct);
 }
 
+std::string change_signed(int64_t a, int64_t b) {
+  return fmt::format("{} -> {}  {}", format_signed_bytes(a), format_signed_bytes(b),
+                     format_signed_bytes(wrap_sub(b, a)));
+}
+
+// A ledger's numbers by (device, name), in the order they come.
+struct LedgerValues {
+  std::vector<std::pair<std::pair<int, std::string>, int64_t>> peaks, phases, categories;
+};
+
+LedgerValues ledger_values(const Ledger& l) {
+  LedgerValues v;
+  for (const auto& d : l.devices) {
+    v.peaks.push_back(
+        {{d.device, "allocated peak"}, static_cast<int64_t>(d.allocated_peak.allocated)});
+    v.peaks.push_back(
+        {{d.device, "reserved peak"}, static_cast<int64_t>(d.reserved_peak.reserved)});
+    std::map<std::string, int> seen;
+    for (const auto& p : d.steady_step ? d.steady : d.first) {
+      std::string name = phase_label(p);
+      if (const int n = ++seen[name]; n > 1) name += fmt::format(" ({})", n);
+      v.phases.push_back({{d.device, name},
+                          wrap_sub(static_cast<int64_t>(p.allocated_after),
+                                   static_cast<int64_t>(p.allocated_before))});
+    }
+    for (const auto* m : {&d.allocated_peak, &d.reserved_peak})
+      for (const auto& c : m->by_category)
+        v.categories.push_back(
+            {{d.device, fmt::format("{}: {}", m->moment, category_label(c.category))}, c.bytes});
+  }
+  return v;
+}
+
+// Pairs both sides' values by (device, name): the base's order, then names only the new has.
+std::vector<ValueDiff> pair_values(
+    const std::vector<std::pair<std::pair<int, std::string>, int64_t>>& a,
+    const std::vector<std::pair<std::pair<int, std::string>, int64_t>>& b) {
+  std::vector<ValueDiff> out;
+  std::map<std::pair<int, std::string>, size_t> at;
+  for (const auto& [k, v] : a) {
+    at[k] = out.size();
+    out.push_back({k.first, k.second, v, 0});
+  }
+  for (const auto& [k, v] : b) {
+    auto it = at.find(k);
+    if (it != at.end()) {
+      out[it->second].now = v;
+    } else {
+      at[k] = out.size();
+      out.push_back({k.first, k.second, 0, v});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
@@ -105,6 +161,21 @@ Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
     if (x.device != y.device) return x.device < y.device;
     return x.site < y.site;
   });
+
+  const SiteTable base_sites(base), new_sites(now);
+  const auto la = build_ledger(base, base_sites);
+  const auto lb = build_ledger(now, new_sites);
+  if (la && lb) {
+    d.ledgers = true;
+    const auto va = ledger_values(*la), vb = ledger_values(*lb);
+    d.pytorch_peaks = pair_values(va.peaks, vb.peaks);
+    d.phases = pair_values(va.phases, vb.phases);
+    d.categories = pair_values(va.categories, vb.categories);
+  } else if (la || lb) {
+    d.ledger_note = fmt::format(
+        "only {} is a PyTorch run with automatic phases: no comparison by phase or category",
+        la ? base_file : new_file);
+  }
   return d;
 }
 
@@ -127,6 +198,19 @@ void print_diff_text(const Diff& d, size_t top, std::ostream& out) {
                          change(s.base_live, s.new_live), s.base_count, s.new_count);
   }
   if (d.sites.size() > top) out << fmt::format("  ... {} more sites\n", d.sites.size() - top);
+  if (!d.ledger_note.empty()) out << fmt::format("\nPyTorch: {}\n", d.ledger_note);
+  if (!d.ledgers) return;
+  out << "\nPyTorch peaks:\n";
+  for (const auto& v : d.pytorch_peaks)
+    out << fmt::format("  device {} {}: {}\n", v.device, v.name,
+                       change(static_cast<uint64_t>(v.base), static_cast<uint64_t>(v.now)));
+  out << "\nPyTorch, added per phase of the steady step:\n";
+  for (const auto& v : d.phases)
+    out << fmt::format("  device {} {}: {}\n", v.device, v.name, change_signed(v.base, v.now));
+  out << "\nPyTorch, by category at the peaks:\n";
+  for (const auto& v : d.categories)
+    out << fmt::format("  device {} {}: {}\n", v.device, v.name,
+                       change(static_cast<uint64_t>(v.base), static_cast<uint64_t>(v.now)));
 }
 
 void print_diff_json(const Diff& d, std::ostream& out) {
@@ -158,6 +242,21 @@ void print_diff_json(const Diff& d, std::ostream& out) {
             {"new", d.new_file},
             {"devices", std::move(devs)},
             {"sites", std::move(sites)}};
+  auto values = [](const std::vector<ValueDiff>& v) {
+    json a = json::array();
+    for (const auto& x : v)
+      a.push_back({{"device", x.device},
+                   {"name", x.name},
+                   {"base_bytes", x.base},
+                   {"new_bytes", x.now},
+                   {"change_bytes", wrap_sub(x.now, x.base)}});
+    return a;
+  };
+  j["pytorch"] = d.ledgers ? json{{"peaks", values(d.pytorch_peaks)},
+                                  {"phases", values(d.phases)},
+                                  {"categories", values(d.categories)}}
+                           : json(nullptr);
+  if (!d.ledger_note.empty()) j["pytorch_note"] = d.ledger_note;
   out << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
 }
 

@@ -1,7 +1,11 @@
 // Contract: `cumemtrace diff BASE NEW` — for regression review, the change of peak and of bytes
 // live at exit per device, and per allocation site (bytes a site held at its device's peak and at
 // exit), sites with the largest absolute change first. Sites are matched by label
-// ("function (file:line)"), so line shifts show as one site gone and one new.
+// ("function (file:line)"), so line shifts show as one site gone and one new. When both are
+// PyTorch runs with automatic phases, also their ledgers (ledger.h) per device: PyTorch's
+// allocated and reserved peaks, what each phase of the steady step (the first step when a run
+// has no other complete one) added, matched by phase name in order ("other", "other 2"...), and
+// the bytes by category at the allocated and at the reserved peak.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +31,24 @@ struct SiteDiff {
   uint64_t base_count = 0, new_count = 0;  // allocations live at exit
 };
 
+// One number of both ledgers: `name` says which ("allocated peak", "forward",
+// "allocated peak: activation"); 0 where a side lacks it.
+struct ValueDiff {
+  int device = 0;
+  std::string name;
+  int64_t base = 0, now = 0;
+};
+
 struct Diff {
   std::string base_file, new_file;
   std::vector<DeviceDiff> devices;
   std::vector<SiteDiff> sites;  // only sites whose bytes changed
+  // Both PyTorch runs with automatic phases (else `ledger_note` says which lacks them).
+  bool ledgers = false;
+  std::string ledger_note;
+  std::vector<ValueDiff> pytorch_peaks;  // "allocated peak", "reserved peak"
+  std::vector<ValueDiff> phases;         // added per phase of the steady (or first) step
+  std::vector<ValueDiff> categories;     // "allocated peak: activation", ...
 };
 
 Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,

@@ -173,6 +173,7 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
   r.top_by_bytes = trace_alloc_sites(s, sites, false);
   r.top_by_count = trace_alloc_sites(s, sites, true);
   r.histogram = size_histogram(s);
+  r.ledger = build_ledger(s, sites);
   return r;
 }
 
@@ -200,6 +201,7 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
     }
   }
   out << fmt::format("  trace entries: {}\n", r.trace_entries);
+  if (r.ledger) print_ledger_text(*r.ledger, r.time_origin_us, o.top, out);
 
   for (const auto& d : r.devices) {
     const Timeline& tl = d.timeline;
@@ -326,6 +328,7 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
     j["time_resolution_ns"] = t.time_resolution_ns;  // 0: precise; else --clock coarse's tick
   }
   j["complete"] = !s.tool || (s.tool->events_dropped == 0 && s.tool->ring_error.empty());
+  j["pytorch_ledger"] = r.ledger ? ledger_json(*r.ledger, o.top) : json(nullptr);
   json devs = json::array();
   for (const auto& d : r.devices) {
     const Timeline& tl = d.timeline;

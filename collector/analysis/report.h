@@ -1,12 +1,13 @@
 // Contract: `cumemtrace report` — what a snapshot says about memory, for people (text) and
-// machines (json): per device peak, the memory layers (PyTorch reserved = allocated + cached
-// free; driver-visible = untracked (CUDA contexts as measured at creation + other untracked) +
-// other libraries + PyTorch reserved) and the device's measured contexts, at the peak, each OOM
-// and at exit, an optional --range window (peak and leaks within it), (bytes, time, what was live
-// at the peak by allocation site), bytes live at exit by call stack, top allocation sites by bytes
-// and by count, the allocation size histogram, events and drops, anomalies, and VMM/pinned-host
-// memory still held. Building and printing are separate so tests and `diff` can use the numbers
-// directly.
+// machines (json): first, for a PyTorch run with automatic phases, the ledger (ledger.h: per phase
+// added by category and line, the peaks by category, growth per step); then per device peak, the
+// memory layers (PyTorch reserved = allocated + cached free; driver-visible = untracked (CUDA
+// contexts as measured at creation + other untracked) + other libraries + PyTorch reserved) and the
+// device's measured contexts, at the peak, each OOM and at exit, an optional --range window (peak
+// and leaks within it), (bytes, time, what was live at the peak by allocation site), bytes live at
+// exit by call stack, top allocation sites by bytes and by count, the allocation size histogram,
+// events and drops, anomalies, and VMM/pinned-host memory still held. Building and printing are
+// separate so tests and `diff` can use the numbers directly.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +19,7 @@
 
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
+#include "analysis/ledger.h"
 #include "analysis/model.h"
 #include "analysis/range.h"
 
@@ -45,6 +47,7 @@ struct Report {
   std::vector<SiteStat> top_by_count;
   std::vector<SizeBucket> histogram;
   std::optional<RangeWindow> range;
+  std::optional<Ledger> ledger;  // a PyTorch run with automatic phases (ledger.h); shown first
 };
 
 struct RangeNotFound : std::runtime_error {

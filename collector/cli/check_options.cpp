@@ -41,8 +41,14 @@ void add_check_options(CLI::App* app, analysis::CheckOptions& o) {
                   "Evaluate the limits within the last START..END annotation pair NAME")
       ->type_name("NAME");
   add_size_option(app, "--max-growth", o.max_growth,
-                  "Fail when live bytes grow by more than SIZE between occurrences of --mark");
-  app->add_option("--mark", o.mark, "Mark (annotation name) that --max-growth measures between");
+                  "Fail when live bytes grow by more than SIZE between occurrences of --mark "
+                  "(without --mark: the ends of a PyTorch run's automatic steps)");
+  add_size_option(app, "--max-growth-per-step", o.max_growth_per_step,
+                  "Fail when a PyTorch run's tensors grow by more than SIZE a step (automatic "
+                  "steps, after a warm-up); a run without automatic steps fails");
+  app->add_option("--mark", o.mark,
+                  "Mark (annotation name) that --max-growth measures between (default: the "
+                  "automatic steps)");
   app->add_option("--warmup", o.warmup, "Occurrences of --mark to skip before measuring growth")
       ->capture_default_str()
       ->check(between(0, 1000000));

@@ -4,12 +4,18 @@
     @pytest.mark.limit_gpu_memory("1 GiB")   peak device memory during the test
     @pytest.mark.limit_gpu_leaks("0 B")      device memory allocated during the test and still
                                              allocated when it ends
+    @pytest.mark.limit_gpu_growth_per_step("1 MiB")
+                                             a PyTorch test's tensors kept from one automatic
+                                             step to the next (after a warm-up; the steps that
+                                             end within the test; fewer than 3: cannot be judged,
+                                             so the test fails)
 
 Mechanism: when pytest itself is not traced, the plugin re-executes it under `cumemtrace run`
 (so the preload is in place before any CUDA library loads; pytest-xdist workers inherit it).
 Around each test's call phase it opens a range named after the test id, then asks the preload
 for a snapshot and runs `cumemtrace check SNAPSHOT --range pytest:TESTID --max-peak-bytes N
---max-leaked-bytes N --format json`: the engine's own numbers, sites and stacks. A limit broken
+--max-leaked-bytes N [--max-growth-per-step N] --format json`: the engine's own numbers, sites
+and stacks. A limit broken
 fails the test with that text; the session ends with the tests of highest peak.
 """
 import json
@@ -46,6 +52,9 @@ def pytest_configure(config):
                             "device memory exceeds SIZE (e.g. '1 GiB'; needs --cumemtrace)")
     config.addinivalue_line("markers", "limit_gpu_leaks(size): fail the test when device memory "
                             "it allocated and did not free exceeds SIZE (needs --cumemtrace)")
+    config.addinivalue_line("markers", "limit_gpu_growth_per_step(size): fail the test when its "
+                            "PyTorch tensors grow by more than SIZE a step (automatic steps; "
+                            "needs --cumemtrace)")
     if not config.getoption("cumemtrace"):
         return
     if not _native.is_traced():
@@ -115,9 +124,12 @@ class _Tracker:
         path = _native.snapshot(f"pytest.{self.count}")
         if path is None:
             return (None, f"no snapshot was written for {item.nodeid}")
+        growth = item.get_closest_marker("limit_gpu_growth_per_step")
         args = [executable(), "check", path, "--range", name, "--format", "json",
                 "--max-peak-bytes", _size_arg(peak) if peak else _NO_LIMIT,
                 "--max-leaked-bytes", _size_arg(leak) if leak else _NO_LIMIT]
+        if growth:  # only when asked: a test without automatic steps cannot be judged and fails
+            args += ["--max-growth-per-step", _size_arg(growth)]
         proc = subprocess.run(args, capture_output=True, text=True)
         if proc.returncode not in (0, 1):
             return (None, f"`cumemtrace check` exited {proc.returncode}: {proc.stderr.strip()}")

@@ -1,0 +1,88 @@
+// Contract: a PyTorch run's phases and iterations, as the automatic phase marks recorded them
+// (preload/python/cumemtrace_phases.py; names below). The marks are annotations: START/END pairs
+// `auto:forward`, `auto:backward`, `auto:optimizer` and a MARK `auto:step` right after each
+// optimizer step's END (the iteration boundary). From them:
+//  - spans: the run cut into stretches of one phase each, in time order, covering all time. A
+//    phase interval is [START, END] (an entry at END's microsecond is still inside; an interval
+//    with no END runs to the end). Pairs nest like brackets, an END closing the latest open START
+//    of its name; while intervals overlap the OUTERMOST one is the phase (a forward run inside
+//    backward, activation checkpointing's recompute, is backward). Stretches between intervals
+//    are "other".
+//  - steps (iterations): training (any auto:step MARK): step k ends at its k-th MARK (an entry at
+//    the MARK's microsecond belongs to the step it ends); everything after the last MARK is an
+//    incomplete step. Inference (no MARK): each forward starts an iteration (the first one also
+//    holds what came before it); the last is incomplete. A span never crosses a step boundary
+//    (an "other" stretch around a boundary is cut in two). Micro-steps: the forwards of one step
+//    are counted (gradient accumulation: several forward/backward pairs before one step); a
+//    backward shares the micro-step number of the latest forward before it in its step.
+//  - an entry's phase: its span's, except that every entry made on an autograd engine thread
+//    (the tool section's threads named `pt_autograd_<N>`) is backward whatever the time says.
+// A snapshot without auto:* annotations has one "other" span and one incomplete step, and
+// automatic() is false: nothing may be judged per phase or per step from it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "snapshot/snapshot.h"
+
+namespace cumemtrace::analysis {
+
+inline constexpr std::string_view kAutoForward = "auto:forward";
+inline constexpr std::string_view kAutoBackward = "auto:backward";
+inline constexpr std::string_view kAutoOptimizer = "auto:optimizer";
+inline constexpr std::string_view kAutoStep = "auto:step";
+inline constexpr std::string_view kAutogradThreadPrefix = "pt_autograd_";
+
+enum class Phase : uint8_t { kOther, kForward, kBackward, kOptimizer };
+std::string_view phase_name(Phase p);  // "other", "forward", "backward", "optimizer"
+
+struct PhaseSpan {
+  Phase phase = Phase::kOther;
+  int64_t begin_us = 0;  // inclusive
+  int64_t end_us = 0;    // exclusive (INT64_MAX: to the end)
+  int step = 0;
+  int micro = -1;     // forward/backward: the micro-step within its step (0-based); else -1
+  bool ended = true;  // false for an interval whose END was never recorded
+};
+
+struct StepSpan {
+  int64_t begin_us = 0;  // inclusive (INT64_MIN for the first)
+  int64_t end_us = 0;    // exclusive (INT64_MAX while incomplete)
+  bool complete = false;
+  int micro_steps = 0;  // forwards within the step
+};
+
+class Phases {
+ public:
+  explicit Phases(const snap::Snapshot& s);
+
+  bool automatic() const { return automatic_; }  // any auto:* annotation
+  bool training() const { return training_; }    // any auto:step MARK
+  const std::vector<PhaseSpan>& spans() const { return spans_; }
+  const std::vector<StepSpan>& steps() const { return steps_; }
+  size_t complete_steps() const;
+
+  size_t span_at(int64_t time_us) const;
+  int step_at(int64_t time_us) const;
+  bool autograd_thread(uint32_t tid) const { return autograd_tids_.count(tid) != 0; }
+
+  struct Where {
+    Phase phase = Phase::kOther;
+    int step = 0;
+    size_t span = 0;
+  };
+  Where of(const snap::TraceEntry& e) const;
+
+ private:
+  bool automatic_ = false;
+  bool training_ = false;
+  std::vector<PhaseSpan> spans_;
+  std::vector<StepSpan> steps_;
+  std::unordered_set<uint32_t> autograd_tids_;
+};
+
+}  // namespace cumemtrace::analysis

@@ -1,0 +1,369 @@
+// Phases (phases.h) and categories (categories.h) of PyTorch runs built by hand: spans, steps,
+// micro-steps, nesting, inference, autograd threads, and each category rule with its edge cases
+// (gradient accumulation, checkpoint recompute, an ownership pointer inside a block, a walk at the
+// very microsecond of a free, an address re-used after a walk).
+#include <catch2/catch.hpp>
+
+#include <limits>
+
+#include "analysis/categories.h"
+#include "analysis/phases.h"
+#include "support/torch_run_builder.h"
+
+using namespace cumemtrace;
+using namespace cumemtrace::analysis;
+using snap::Category;
+using testing::TorchRunBuilder;
+
+namespace {
+
+constexpr uint64_t MiB = 1 << 20;
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// Category of the entries at `addr` with action `a` (each must be labelled alike).
+std::vector<Category> cats(const snap::Snapshot& s, uint64_t addr) {
+  std::vector<Category> out;
+  for (const auto& e : s.device_traces[0])
+    if (e.addr == addr && e.source == snap::Source::kPytorch &&
+        (e.action == snap::Action::kAlloc || e.action == snap::Action::kFreeRequested ||
+         e.action == snap::Action::kFreeCompleted))
+      out.push_back(e.category);
+  return out;
+}
+
+Category cat(const snap::Snapshot& s, uint64_t addr) {
+  const auto v = cats(s, addr);
+  REQUIRE(!v.empty());
+  for (auto c : v) REQUIRE(c == v.front());
+  return v.front();
+}
+
+}  // namespace
+
+TEST_CASE("phases: spans, steps and the step boundary cut an other stretch", "[phases]") {
+  TorchRunBuilder b;
+  b.phase(100, 200, "auto:forward");
+  b.phase(210, 300, "auto:backward");
+  b.phase(310, 400, "auto:optimizer");
+  b.mark(400, "auto:step");
+  b.phase(500, 600, "auto:forward");
+  b.start(610, "auto:backward");  // the snapshot was written inside it
+  b.mark(50, "user mark");        // user marks are not phases
+  const Phases p(b.finish());
+  REQUIRE(p.automatic());
+  REQUIRE(p.training());
+  const auto& sp = p.spans();
+  REQUIRE(sp.size() == 10);
+  struct Want {
+    Phase phase;
+    int64_t begin, end;
+    int step, micro;
+    bool ended;
+  };
+  const std::vector<Want> want = {
+      {Phase::kOther, kMin, 100, 0, -1, true}, {Phase::kForward, 100, 201, 0, 0, true},
+      {Phase::kOther, 201, 210, 0, -1, true},  {Phase::kBackward, 210, 301, 0, 0, true},
+      {Phase::kOther, 301, 310, 0, -1, true},  {Phase::kOptimizer, 310, 401, 0, -1, true},
+      {Phase::kOther, 401, 500, 1, -1, true},  {Phase::kForward, 500, 601, 1, 0, true},
+      {Phase::kOther, 601, 610, 1, -1, true},
+  };
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("span " << i);
+    CHECK(sp[i].phase == want[i].phase);
+    CHECK(sp[i].begin_us == want[i].begin);
+    CHECK(sp[i].end_us == want[i].end);
+    CHECK(sp[i].step == want[i].step);
+    CHECK(sp[i].micro == want[i].micro);
+    CHECK(sp[i].ended == want[i].ended);
+  }
+  CHECK(sp[9].phase == Phase::kBackward);  // the unfinished one runs to the end
+  CHECK(sp[9].begin_us == 610);
+  CHECK(sp[9].end_us == kMax);
+  CHECK(sp[9].step == 1);
+  CHECK(sp[9].micro == 0);
+  CHECK_FALSE(sp[9].ended);
+  const auto& steps = p.steps();
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0].begin_us == kMin);
+  CHECK(steps[0].end_us == 401);
+  CHECK(steps[0].complete);
+  CHECK(steps[1].begin_us == 401);
+  CHECK(steps[1].end_us == kMax);
+  CHECK_FALSE(steps[1].complete);
+  CHECK(p.complete_steps() == 1);
+  CHECK(p.step_at(400) == 0);  // the MARK's microsecond still belongs to the step it ends
+  CHECK(p.step_at(401) == 1);
+  CHECK(p.span_at(200) == 1);  // END's microsecond is inside the interval
+  CHECK(p.span_at(201) == 2);
+}
+
+TEST_CASE("phases: the unfinished interval runs to the end", "[phases]") {
+  TorchRunBuilder b;
+  b.phase(100, 200, "auto:forward");
+  b.start(300, "auto:backward");
+  const Phases p(b.finish());
+  REQUIRE(p.spans().size() == 4);
+  CHECK(p.spans()[3].phase == Phase::kBackward);
+  CHECK(p.spans()[3].begin_us == 300);
+  CHECK(p.spans()[3].end_us == kMax);
+  CHECK_FALSE(p.spans()[3].ended);
+  CHECK(p.training());  // a backward makes it training, with no step completed yet
+  CHECK(p.steps().size() == 1);
+  CHECK(p.complete_steps() == 0);
+}
+
+TEST_CASE("phases: micro-steps of gradient accumulation are counted", "[phases]") {
+  TorchRunBuilder b;
+  for (int s = 0; s < 2; ++s) {
+    const int64_t t = 1000 * s;
+    b.phase(t + 100, t + 150, "auto:forward");
+    b.phase(t + 200, t + 250, "auto:backward");
+    b.phase(t + 300, t + 350, "auto:forward");
+    b.phase(t + 400, t + 450, "auto:backward");
+    b.phase(t + 500, t + 550, "auto:optimizer");
+    b.mark(t + 550, "auto:step");
+  }
+  const Phases p(b.finish());
+  REQUIRE(p.steps().size() == 3);
+  CHECK(p.complete_steps() == 2);
+  CHECK(p.steps()[0].micro_steps == 2);
+  CHECK(p.steps()[1].micro_steps == 2);
+  CHECK(p.steps()[2].micro_steps == 0);
+  std::vector<std::pair<Phase, int>> got;
+  for (const auto& sp : p.spans())
+    if (sp.step == 1 && sp.phase != Phase::kOther) got.push_back({sp.phase, sp.micro});
+  const std::vector<std::pair<Phase, int>> want = {{Phase::kForward, 0},
+                                                   {Phase::kBackward, 0},
+                                                   {Phase::kForward, 1},
+                                                   {Phase::kBackward, 1},
+                                                   {Phase::kOptimizer, -1}};
+  CHECK(got == want);
+}
+
+TEST_CASE("phases: a forward inside backward (checkpoint recompute) is backward", "[phases]") {
+  TorchRunBuilder b;
+  b.phase(100, 200, "auto:forward");
+  b.start(300, "auto:backward");
+  b.phase(320, 340, "auto:forward");
+  b.end(400, "auto:backward");
+  const Phases p(b.finish());
+  REQUIRE(p.spans().size() == 5);
+  CHECK(p.spans()[3].phase == Phase::kBackward);
+  CHECK(p.spans()[3].begin_us == 300);
+  CHECK(p.spans()[3].end_us == 401);
+  CHECK(p.steps().front().micro_steps == 1);
+}
+
+TEST_CASE("phases: inference has an iteration per forward", "[phases]") {
+  TorchRunBuilder b;
+  b.phase(100, 200, "auto:forward");
+  b.phase(300, 400, "auto:forward");
+  b.phase(500, 600, "auto:forward");
+  const Phases p(b.finish());
+  REQUIRE(p.automatic());
+  CHECK_FALSE(p.training());
+  REQUIRE(p.steps().size() == 3);
+  CHECK(p.steps()[0].end_us == 300);
+  CHECK(p.steps()[1].begin_us == 300);
+  CHECK(p.steps()[2].begin_us == 500);
+  CHECK(p.complete_steps() == 2);
+  CHECK(p.step_at(299) == 0);
+  CHECK(p.step_at(300) == 1);
+}
+
+TEST_CASE("phases: none without auto marks; autograd threads are backward", "[phases]") {
+  TorchRunBuilder b;
+  b.start(10, "epoch");
+  b.end(20, "epoch");
+  const Phases none(b.finish());
+  CHECK_FALSE(none.automatic());
+  CHECK(none.spans().size() == 1);
+  CHECK(none.steps().size() == 1);
+  CHECK(none.complete_steps() == 0);
+
+  b.phase(100, 200, "auto:forward");
+  const Phases p(b.finish());
+  snap::TraceEntry e;
+  e.time_us = 150;
+  e.tid = TorchRunBuilder::kMainTid;
+  CHECK(p.of(e).phase == Phase::kForward);
+  e.tid = TorchRunBuilder::kAutogradTid;  // named pt_autograd_0
+  CHECK(p.of(e).phase == Phase::kBackward);
+  e.time_us = 50;
+  CHECK(p.of(e).phase == Phase::kBackward);
+  CHECK(p.of(e).span == 0);
+}
+
+TEST_CASE("categories: one training step, every rule", "[categories]") {
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 10);
+  const auto lib = b.native("libcublasLt.so.12", "cublasLtMatmul");
+  b.segment(10, 0x100000000, 64 * MiB);
+  b.alloc(20, 0x100000000, 4 * MiB, ln);  // W: parameter (model.cuda())
+  b.alloc(30, 0x100400000, 1 * MiB, ln);  // X: input
+  b.alloc(35, 0x100500000, 1 * MiB, ln);  // other, freed in other: temporary
+  b.free(36, 0x100500000);
+  b.alloc(37, 0x100600000, 1 * MiB, ln);  // other, freed in forward: input all the same
+  b.library(38, 0x200000000, 8 * MiB, lib);
+  b.phase(40, 80, "auto:forward");
+  b.free(45, 0x100600000);
+  b.alloc(50, 0x100700000, 2 * MiB, ln);  // A: activation, freed by backward
+  b.alloc(60, 0x100900000, 1 * MiB, ln);  // T: temporary
+  b.free(70, 0x100900000);
+  b.alloc(75, 0x100a00000, 1 * MiB, ln);  // freed between forward and backward: unknown
+  b.alloc(78, 0x100b00000, 1 * MiB, ln);  // the loss: alive into backward, activation
+  b.free(85, 0x100a00000);
+  b.phase(90, 130, "auto:backward");
+  b.alloc(100, 0x100c00000, 4 * MiB, ln, TorchRunBuilder::kAutogradTid);  // G: gradient
+  b.alloc(110, 0x101000000, 1 * MiB, ln, TorchRunBuilder::kAutogradTid);  // temporary
+  b.free(120, 0x101000000, TorchRunBuilder::kAutogradTid);
+  b.alloc(121, 0x101100000, 1 * MiB, ln, TorchRunBuilder::kAutogradTid);  // autograd's own
+  b.free(125, 0x100700000, TorchRunBuilder::kAutogradTid);
+  b.free(126, 0x100b00000, TorchRunBuilder::kAutogradTid);
+  b.alloc(132, 0x101200000, 1 * MiB, ln, TorchRunBuilder::kAutogradTid);  // after END, its thread
+  b.alloc(133, 0x101d00000, 1 * MiB, ln);  // other, freed in a later stretch, no forward: unknown
+  b.free(135, 0x100400000);
+  b.phase(140, 160, "auto:optimizer");
+  b.alloc(150, 0x101300000, 8 * MiB, ln);  // S: optimizer state
+  b.alloc(155, 0x101b00000, 1 * MiB, ln);  // temporary
+  b.free(158, 0x101b00000);
+  b.alloc(159, 0x101c00000, 1 * MiB, ln);  // kept after the step, no owner: unknown
+  b.walk(45, snap::OwnerRole::kParameter, {{0x100000000 + 1024, 4 * MiB - 1024}});  // a view
+  b.walk(160, snap::OwnerRole::kGradient, {{0x100c00000, 4 * MiB}});
+  b.walk(160, snap::OwnerRole::kOptimizerState, {{0x101300000, 8 * MiB}});
+  b.mark(160, "auto:step");
+  b.free(165, 0x101d00000);
+  auto s = b.finish();
+  label_categories(s);
+  CHECK(cat(s, 0x100000000) == Category::kParameter);
+  CHECK(cats(s, 0x100000000).size() == 1);
+  CHECK(cat(s, 0x100400000) == Category::kInput);
+  CHECK(cats(s, 0x100400000).size() == 3);  // alloc, free_requested, free_completed
+  CHECK(cat(s, 0x100500000) == Category::kTemporary);
+  CHECK(cat(s, 0x100600000) == Category::kInput);
+  CHECK(cat(s, 0x101d00000) == Category::kUnknown);
+  CHECK(cat(s, 0x100700000) == Category::kActivation);
+  CHECK(cat(s, 0x100900000) == Category::kTemporary);
+  CHECK(cat(s, 0x100a00000) == Category::kUnknown);
+  CHECK(cat(s, 0x100b00000) == Category::kActivation);
+  CHECK(cat(s, 0x100c00000) == Category::kGradient);
+  CHECK(cat(s, 0x101000000) == Category::kTemporary);
+  CHECK(cat(s, 0x101100000) == Category::kAutograd);
+  CHECK(cat(s, 0x101200000) == Category::kAutograd);
+  CHECK(cat(s, 0x101300000) == Category::kOptimizerState);
+  CHECK(cat(s, 0x101b00000) == Category::kTemporary);
+  CHECK(cat(s, 0x101c00000) == Category::kUnknown);
+  // PyTorch's segment event is unknown (the viewer needs one); the library's entries library.
+  for (const auto& e : s.device_traces[0]) {
+    if (e.source != snap::Source::kPytorch) CHECK(e.category == Category::kLibrary);
+    if (e.action == snap::Action::kSegmentAlloc && e.source == snap::Source::kPytorch)
+      CHECK(e.category == Category::kUnknown);
+  }
+}
+
+TEST_CASE("categories: gradient accumulation labels each micro-step's activations",
+          "[categories]") {
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 20);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.phase(100, 150, "auto:forward");
+  b.alloc(110, 0x100000000, 2 * MiB, ln);  // micro-step 0's activation
+  b.phase(200, 250, "auto:backward");
+  b.alloc(210, 0x100200000, 4 * MiB, ln, TorchRunBuilder::kAutogradTid);  // grad, kept
+  b.free(220, 0x100000000, TorchRunBuilder::kAutogradTid);
+  b.phase(300, 350, "auto:forward");
+  b.alloc(310, 0x100600000, 2 * MiB, ln);  // micro-step 1's activation
+  b.alloc(320, 0x100800000, 1 * MiB, ln);  // freed before micro-step 1's backward ends: still
+  b.phase(400, 450, "auto:backward");      // alive when it starts
+  b.free(410, 0x100600000, TorchRunBuilder::kAutogradTid);
+  b.free(420, 0x100800000, TorchRunBuilder::kAutogradTid);
+  b.phase(500, 550, "auto:optimizer");
+  b.walk(550, snap::OwnerRole::kGradient, {{0x100200000, 4 * MiB}});
+  b.mark(550, "auto:step");
+  auto s = b.finish();
+  label_categories(s);
+  CHECK(cat(s, 0x100000000) == Category::kActivation);
+  CHECK(cat(s, 0x100600000) == Category::kActivation);
+  CHECK(cat(s, 0x100800000) == Category::kActivation);
+  CHECK(cat(s, 0x100200000) == Category::kGradient);
+}
+
+TEST_CASE("categories: checkpoint recompute is backward's, never forward's", "[categories]") {
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 30);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.phase(100, 150, "auto:forward");
+  b.alloc(110, 0x100000000, 1 * MiB, ln);  // the checkpoint's input: activation
+  b.start(200, "auto:backward");
+  b.start(210, "auto:forward");            // recompute (the hooks may mark it; it is backward)
+  b.alloc(220, 0x100100000, 2 * MiB, ln);  // recomputed, used and freed: temporary
+  b.alloc(230, 0x100300000, 2 * MiB, ln);  // recomputed, kept past backward: autograd
+  b.end(240, "auto:forward");
+  b.free(250, 0x100100000, TorchRunBuilder::kAutogradTid);
+  b.free(260, 0x100000000, TorchRunBuilder::kAutogradTid);
+  b.end(300, "auto:backward");
+  b.mark(310, "auto:step");
+  auto s = b.finish();
+  label_categories(s);
+  CHECK(cat(s, 0x100000000) == Category::kActivation);
+  CHECK(cat(s, 0x100100000) == Category::kTemporary);
+  CHECK(cat(s, 0x100300000) == Category::kAutograd);
+}
+
+TEST_CASE("categories: inference, activations alive at the forward's end", "[categories]") {
+  TorchRunBuilder b;
+  const auto ln = b.line("infer.py", 5);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.alloc(10, 0x100000000, 1 * MiB, ln);  // the batch: input
+  b.phase(100, 150, "auto:forward");
+  b.alloc(110, 0x100100000, 2 * MiB, ln);  // freed inside: temporary
+  b.free(120, 0x100100000);
+  b.alloc(130, 0x100300000, 3 * MiB, ln);  // the output, kept: activation
+  b.phase(200, 250, "auto:forward");
+  b.alloc(210, 0x100600000, 3 * MiB, ln);  // freed at the END's microsecond: temporary
+  b.free(250, 0x100600000);
+  auto s = b.finish();
+  label_categories(s);
+  CHECK(cat(s, 0x100000000) == Category::kInput);
+  CHECK(cat(s, 0x100100000) == Category::kTemporary);
+  CHECK(cat(s, 0x100300000) == Category::kActivation);
+  CHECK(cat(s, 0x100600000) == Category::kTemporary);
+}
+
+TEST_CASE("categories: walks see the tensors alive at their moment only", "[categories]") {
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 40);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.alloc(10, 0x100000000, 4 * MiB, ln);  // A: freed at the walk's microsecond, still owned
+  b.alloc(20, 0x100800000, 1 * MiB, ln);  // D: alive at the walk
+  b.free(50, 0x100000000);
+  b.alloc(55, 0x100000000, 4 * MiB, ln);  // B: A's address again, after the walk
+  b.alloc(60, 0x100500000, 2 * MiB, ln);  // C: allocated after the only walk of its pointer
+  b.walk(50, snap::OwnerRole::kParameter,
+         {{0x100000000, 4 * MiB}, {0x100500000, 2 * MiB}, {0x100800000, 1 * MiB}});
+  b.walk(70, snap::OwnerRole::kGradient, {{0x100400000, 4}});  // past B's end, before C: none
+  auto s = b.finish();
+  label_categories(s);  // ownership walks only, no phases: the rest is unknown
+  const auto& tr = s.device_traces[0];
+  REQUIRE(tr.size() == 7);
+  CHECK(tr[0].category == Category::kUnknown);    // the segment
+  CHECK(tr[1].category == Category::kParameter);  // A's alloc
+  CHECK(tr[2].category == Category::kParameter);  // D
+  CHECK(tr[3].category == Category::kParameter);  // A's free_requested
+  CHECK(tr[4].category == Category::kParameter);  // A's free_completed
+  CHECK(tr[5].category == Category::kUnknown);    // B
+  CHECK(tr[6].category == Category::kUnknown);    // C
+}
+
+TEST_CASE("categories: a snapshot without phases or walks is left unlabelled", "[categories]") {
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 1);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.alloc(10, 0x100000000, 4 * MiB, ln);
+  b.library(20, 0x200000000, 1 * MiB, b.native("libnccl.so.2", "ncclCommInit"));
+  b.mark(30, "user");
+  auto s = b.finish();
+  label_categories(s);
+  for (const auto& e : s.device_traces[0]) CHECK(e.category == Category::kNone);
+}
