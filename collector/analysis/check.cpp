@@ -189,7 +189,12 @@ void check_one(const LoadedSnapshot& ls, const CheckOptions& o,
                               in_range, format_time(when, time_origin(s)), format_bytes(f.limit));
       if (f.value > f.limit) {
         f.severity = Severity::kError;
-        auto at_peak = by_site(rp.live_after(index), sites);
+        // PyTorch's memory by its tensors; its cache is no site's (model.h Attributed).
+        const Attributed parts = rp.attributed_after(index);
+        if (parts.has_cache)
+          f.message +=
+              fmt::format("; {} of it {}", format_bytes(parts.cached_free), kCachedFreeLabel);
+        auto at_peak = by_site(parts.allocations, sites);
         for (size_t i = 0; i < at_peak.size() && i < o.stacks; ++i) {
           const auto& st = at_peak[i];
           f.stacks.push_back(note_for(sites, st.stack, st.site == kBeforeTraceSite,

@@ -33,8 +33,11 @@ Side measure(const snap::Snapshot& s) {
   for (int d = 0; d < n; ++d) {
     DeviceReplay rp(s, d);
     side.peak[static_cast<size_t>(d)] = rp.timeline().peak_bytes;
-    for (const auto& st : by_site(rp.live_after(rp.timeline().peak_index), sites))
+    // PyTorch's memory by its tensors, its cache one row of its own (model.h Attributed).
+    const Attributed at_peak = rp.attributed_after(rp.timeline().peak_index);
+    for (const auto& st : by_site(at_peak.allocations, sites))
       side.sites[{d, st.site}][0] += st.bytes;
+    if (at_peak.has_cache) side.sites[{d, kCachedFreeLabel}][0] += at_peak.cached_free;
   }
   for (const auto& a : live_at_exit(s)) {
     side.live[static_cast<size_t>(a.device)] += a.size;

@@ -95,6 +95,38 @@ bool is_python(const snap::Frame& f) {
   return ends_with(f.filename, ".py");
 }
 
+// Where Python's standard library and installed packages live ("/usr/lib/python3.11/",
+// ".../lib64/python3.12/"): "/lib/python" or "/lib64/python" and a version digit.
+bool in_python_lib_dir(std::string_view path) {
+  for (std::string_view dir :
+       {std::string_view("/lib/python"), std::string_view("/lib64/python")}) {
+    for (size_t at = path.find(dir); at != std::string_view::npos; at = path.find(dir, at + 1)) {
+      const size_t digit = at + dir.size();
+      if (digit < path.size() && path[digit] >= '0' && path[digit] <= '9') return true;
+    }
+  }
+  return false;
+}
+
+// The default library locations besides the interpreter's own directories: packages installed
+// anywhere (virtual environments, --user, Debian's dist-packages) and PyTorch run from a source
+// tree. Matched as substrings of the frame's path.
+constexpr std::array<std::string_view, 3> kLibraryParts = {
+    "site-packages/",
+    "dist-packages/",
+    "/torch/",
+};
+
+// The --library-code / CUMEMTRACE_LIBRARY_CODE patterns (set_library_code): extra library paths,
+// and ("!"-prefixed) the user's, which win over every library rule.
+struct LibraryCode {
+  std::vector<std::string> library, user;
+};
+LibraryCode& library_code() {
+  static LibraryCode c;
+  return c;
+}
+
 // Position just past the bracket that closes the one opened at `i` (same kind), or npos.
 size_t matching(std::string_view s, size_t i, char open, char close) {
   int depth = 0;
@@ -134,8 +166,43 @@ std::vector<const snap::Frame*> visible_frames(const snap::Stack& s) {
   return out;
 }
 
+void set_library_code(const std::string& spec) {
+  LibraryCode c;
+  for (size_t from = 0; from <= spec.size();) {
+    size_t comma = spec.find(',', from);
+    if (comma == std::string::npos) comma = spec.size();
+    std::string_view p = std::string_view(spec).substr(from, comma - from);
+    from = comma + 1;
+    const bool user = !p.empty() && p.front() == '!';
+    if (user) p.remove_prefix(1);
+    if (!p.empty()) (user ? c.user : c.library).emplace_back(p);
+  }
+  library_code() = std::move(c);
+}
+
+bool is_library_python(const snap::Frame& f) {
+  if (!is_python(f)) return false;
+  const std::string_view path(f.filename);
+  for (const auto& p : library_code().user)
+    if (contains(path, p)) return false;
+  for (const auto& p : library_code().library)
+    if (contains(path, p)) return true;
+  for (std::string_view p : kLibraryParts)
+    if (contains(path, p)) return true;
+  return in_python_lib_dir(path);
+}
+
+int via_frame_index(const snap::Stack& s, int site) {
+  if (site <= 0 || is_library_python(s[static_cast<size_t>(site)])) return -1;
+  for (int j = 0; j < site; ++j)
+    if (is_python(s[static_cast<size_t>(j)])) return j;
+  return -1;
+}
+
 int site_frame_index(const snap::Stack& s) {
   if (s.empty()) return -1;
+  for (size_t j = 0; j < s.size(); ++j)
+    if (is_python(s[j]) && !is_library_python(s[j])) return static_cast<int>(j);
   for (size_t j = 0; j < s.size(); ++j)
     if (is_python(s[j])) return static_cast<int>(j);
   for (size_t j = 0; j < s.size(); ++j)
@@ -198,10 +265,16 @@ SiteTable::SiteTable(const snap::Snapshot& s, bool full_names) : s_(s), full_(fu
   site_frame_.resize(s.stacks.size(), -1);
   label_.resize(s.stacks.size());
   for (size_t i = 0; i < s.stacks.size(); ++i) {
-    const int site = site_frame_index(s.stacks[i]);
+    const auto& st = s.stacks[i];
+    const int site = site_frame_index(st);
     site_frame_[i] = site;
-    label_[i] =
-        site < 0 ? no_stack_ : format_frame(s.stacks[i][static_cast<size_t>(site)], full_names);
+    if (site < 0) {
+      label_[i] = no_stack_;
+      continue;
+    }
+    label_[i] = format_frame(st[static_cast<size_t>(site)], full_names);
+    if (const int via = via_frame_index(st, site); via >= 0)
+      label_[i] += " via " + format_frame(st[static_cast<size_t>(via)], full_names);
   }
 }
 

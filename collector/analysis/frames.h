@@ -3,8 +3,15 @@
 // "memory was requested" — libcuda, libcudart, cumemtrace's hooks, PyTorch's caching allocator,
 // tensor factories (at::native::empty*, at::detail::...), the stack capture itself, interpreter
 // glue — listed once in frames.cpp. The allocation site of a stack is the innermost frame the user
-// wrote: the innermost Python frame when the stack has one (that is where a user reads their
-// model), else the innermost frame that is not machinery, else (all machinery) the innermost frame.
+// wrote:
+//  1. the innermost Python frame of the user's own code: outside the Python standard library,
+//     installed packages (site-packages, dist-packages) and PyTorch (is_library_python; the
+//     paths are configurable, set_library_code). Its label names the library frame beside it, the
+//     innermost Python frame (where the library made the request): "forward (train.py:76) via
+//     Linear.forward (linear.py:134)";
+//  2. else, when every Python frame is library code, the innermost Python frame;
+//  3. else (no Python frame) the innermost frame that is not machinery, else (all machinery) the
+//     innermost frame.
 // Labels are "function (file:line)" with the file's base name and the C++ name folded
 // (short_function_name): argument lists become "(...)", template arguments "<...>", as
 // heaptrack_print does, so a PyTorch site never prints as a 1,000-character line. The full name
@@ -34,6 +41,22 @@ std::vector<const snap::Frame*> visible_frames(const snap::Stack& s);
 
 // Index into `s` of its site frame (the rule above); -1 for an empty stack.
 int site_frame_index(const snap::Stack& s);
+
+// Index into `s` of the library frame shown beside a user's site frame `site` (rule 1 above);
+// -1 when the site is not the user's Python line or no library Python frame lies inside it.
+int via_frame_index(const snap::Stack& s, int site);
+
+// True for a Python frame of library code (rule 1 above): a path under the interpreter's own
+// directories (".../lib/python3.N/", site-packages included), in "site-packages/",
+// "dist-packages/" or "/torch/", or matching a library pattern of set_library_code, unless it
+// matches one of its user patterns.
+bool is_library_python(const snap::Frame& f);
+
+// The one setting of the rule, from --library-code (offline commands) or CUMEMTRACE_LIBRARY_CODE
+// (every command; the option wins), set once at start: comma-separated path substrings that count
+// as library code besides the defaults; one starting with '!' counts as the user's code even where
+// a library rule matches ("!site-packages/mytrainer/"). Replaces the previous setting.
+void set_library_code(const std::string& spec);
 
 // "at::native::empty_strided_cuda(c10::ArrayRef<long>, ...)" ->
 // "at::native::empty_strided_cuda(...)", "std::vector<int>::push_back(int const&)" ->

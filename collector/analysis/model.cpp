@@ -89,7 +89,7 @@ struct LiveSet {
   int64_t apply(const snap::TraceEntry& e, const snap::TraceEntry* next) {
     const bool pt = is_pytorch(flavor, e.source);
     if (adds(flavor, e.action)) {
-      Allocation a{device, e.addr, e.size, e.stack, false, pt, e.time_us, e.async_pool};
+      Allocation a{device, e.addr, e.size, e.stack, false, pt, e.time_us, e.async_pool, e.category};
       if (a.stack == snap::kNoStack && flavor == Flavor::kCumemtrace && !pt && next &&
           e.action == snap::Action::kSegmentAlloc && next->action == snap::Action::kAlloc &&
           next->source != snap::Source::kPytorch && next->addr == e.addr) {
@@ -319,6 +319,7 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
   }
   for (auto& a : freed_before) start_live_.push_back(a);
   for (const auto& a : start_live_) tl_.start_bytes += a.size;
+  if (!torch) fill_tensors();
 
   tl_.peak_index = max_idx;
   tl_.peak_bytes = bytes_after(max_idx);
@@ -409,6 +410,37 @@ void DeviceReplay::fill_layers() {
       tl_.has_driver = true;
       if (m.used_bytes > tl_.driver_peak_bytes)
         tl_.driver_peak_bytes = m.used_bytes, tl_.driver_peak_time_us = m.time_us;
+    }
+  }
+}
+
+void DeviceReplay::fill_tensors() {
+  for (const auto& seg : s_.segments)
+    if (seg.device == tl_.device && seg.source == snap::Source::kPytorch) split_ = true;
+  const auto& tr = *trace_;
+  for (const auto& e : tr)
+    if (e.source == snap::Source::kPytorch) split_ = true;
+  if (!split_) return;
+  // PyTorch's tensors replayed as in its own files (alloc adds, free_completed removes), from an
+  // empty state, to learn which of the end state's blocks were live before the first entry.
+  LiveSet ls{Flavor::kTorch, tl_.device, nullptr, {}, {}, nullptr};
+  std::unordered_set<uint64_t> freed_before;
+  for (const auto& e : tr) {
+    if (e.source != snap::Source::kPytorch) continue;
+    if (e.action == snap::Action::kFreeCompleted && !ls.live.count(e.addr)) {
+      if (freed_before.insert(e.addr).second)
+        tensor_start_live_.push_back({tl_.device, e.addr, e.size, snap::kNoStack, true, true, 0});
+      continue;
+    }
+    ls.apply(e, nullptr);
+  }
+  for (const auto& seg : s_.segments) {
+    if (seg.device != tl_.device || seg.source != snap::Source::kPytorch) continue;
+    for (const auto& b : seg.blocks) {
+      if (!active(b) || ls.live.count(b.address) || freed_before.count(b.address)) continue;
+      tensor_start_live_.push_back({tl_.device, b.address, b.size,
+                                    b.stack != snap::kNoStack ? b.stack : seg.stack, false, true,
+                                    0});
     }
   }
 }
@@ -521,13 +553,18 @@ std::optional<uint64_t> DeviceReplay::context_at(int64_t time_us) const {
 
 struct DeviceReplay::Cursor::State {
   LiveSet ls;
+  LiveSet tensors;  // splits_tensors(): PyTorch's live tensors
 };
 
 DeviceReplay::Cursor::Cursor(const DeviceReplay& r)
-    : r_(r), st_(new State{LiveSet{r.flavor_, r.tl_.device, &r.end_stacks_, {}, {}, nullptr}}) {
+    : r_(r),
+      st_(new State{LiveSet{r.flavor_, r.tl_.device, &r.end_stacks_, {}, {}, nullptr},
+                    LiveSet{Flavor::kTorch, r.tl_.device, nullptr, {}, {}, nullptr}}) {
   st_->ls.live.reserve(r.start_live_.size());
   for (const auto& a : r.start_live_) st_->ls.live.emplace(a.addr, a);
   st_->ls.changes = &changes_;
+  for (const auto& a : r.tensor_start_live_) st_->tensors.live.emplace(a.addr, a);
+  st_->tensors.changes = &tensor_changes_;
 }
 
 DeviceReplay::Cursor::~Cursor() {
@@ -536,11 +573,13 @@ DeviceReplay::Cursor::~Cursor() {
 
 bool DeviceReplay::Cursor::step() {
   changes_.clear();
+  tensor_changes_.clear();
   const auto& tr = *r_.trace_;
   if (index_ + 1 >= static_cast<std::ptrdiff_t>(tr.size())) return false;
   ++index_;
   const auto i = static_cast<size_t>(index_);
   st_->ls.apply(tr[i], i + 1 < tr.size() ? &tr[i + 1] : nullptr);
+  if (r_.split_ && tr[i].source == snap::Source::kPytorch) st_->tensors.apply(tr[i], nullptr);
   return true;
 }
 
@@ -555,6 +594,37 @@ std::vector<Allocation> DeviceReplay::Cursor::live() const {
   std::sort(out.begin(), out.end(),
             [](const Allocation& a, const Allocation& b) { return a.addr < b.addr; });
   return out;
+}
+
+Attributed DeviceReplay::Cursor::attributed() const {
+  Attributed out;
+  if (!r_.split_) {
+    out.allocations = live();
+    return out;
+  }
+  out.has_cache = true;
+  uint64_t segments = 0, tensors = 0;
+  for (const auto& [addr, a] : st_->ls.live) {
+    if (a.pytorch)
+      segments += a.size;
+    else
+      out.allocations.push_back(a);
+  }
+  for (const auto& [addr, a] : st_->tensors.live) {
+    tensors += a.size;
+    out.allocations.push_back(a);
+  }
+  out.cached_free = segments > tensors ? segments - tensors : 0;
+  std::sort(out.allocations.begin(), out.allocations.end(),
+            [](const Allocation& a, const Allocation& b) { return a.addr < b.addr; });
+  return out;
+}
+
+Attributed DeviceReplay::attributed_after(std::ptrdiff_t index) const {
+  Cursor c(*this);
+  while (c.index() < index && c.step()) {
+  }
+  return c.attributed();
 }
 
 std::vector<Allocation> DeviceReplay::live_after(std::ptrdiff_t index) const {

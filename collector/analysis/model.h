@@ -64,7 +64,21 @@ struct Allocation {
   bool pytorch = false;       // a PyTorch segment or tensor, not a driver-level allocation
   int64_t time_us = 0;        // when allocated; 0 when before the trace
   bool async_pool = false;    // from a stream-ordered pool (cuMemAllocAsync, ...FromPoolAsync)
+  snap::Category category = snap::Category::kNone;  // its allocating entry's (snapshot.h)
 };
+
+// A moment's memory in a PyTorch user's terms (DeviceReplay::attributed_after): in a cumemtrace
+// file PyTorch's segments are replaced by the tensors live in them (PyTorch's alloc entries: what
+// a user's line holds; a segment is blamed on nobody, whichever op triggered its cudaMalloc), and
+// the rest of those segments is PyTorch's cache, its own line and never a site. Other libraries'
+// driver allocations stay as they are. tensors + cached_free + other allocations = the moment's
+// unit bytes. In PyTorch's own files the units are tensors already and cached_free is 0.
+struct Attributed {
+  std::vector<Allocation> allocations;  // PyTorch's tensors and other libraries' allocations
+  uint64_t cached_free = 0;             // PyTorch's segment bytes no live tensor holds
+  bool has_cache = false;               // PyTorch's segments were split (cached_free applies)
+};
+inline constexpr const char* kCachedFreeLabel = "cached, free in PyTorch's cache";
 
 std::vector<Allocation> live_at_exit(const snap::Snapshot& s);
 
@@ -187,6 +201,11 @@ class DeviceReplay {
   const std::vector<snap::ContextMemory>& contexts() const { return contexts_; }
   // Allocations live after entry `index` (-1: before the first entry).
   std::vector<Allocation> live_after(std::ptrdiff_t index) const;
+  // The same moment in a PyTorch user's terms (Attributed).
+  Attributed attributed_after(std::ptrdiff_t index) const;
+  // True when this device's units are split into tensors and cache (a cumemtrace file with
+  // PyTorch's caching allocator's blocks).
+  bool splits_tensors() const { return split_; }
   // Units live before the first entry.
   const std::vector<Allocation>& start_live() const { return start_live_; }
   // The last entry whose time is at or before `time_us`; -1 when none is.
@@ -223,6 +242,10 @@ class DeviceReplay {
     const std::vector<UnitChange>& changes() const { return changes_; }
     uint64_t bytes() const;
     std::vector<Allocation> live() const;
+    Attributed attributed() const;
+    // Changes to the live tensors of a device that splits_tensors() (PyTorch's alloc and
+    // free_completed entries), from the last step.
+    const std::vector<UnitChange>& tensor_changes() const { return tensor_changes_; }
 
    private:
     const DeviceReplay& r_;
@@ -230,10 +253,12 @@ class DeviceReplay {
     State* st_;
     std::ptrdiff_t index_ = -1;
     std::vector<UnitChange> changes_;
+    std::vector<UnitChange> tensor_changes_;
   };
 
  private:
   void fill_layers();
+  void fill_tensors();
   std::string reserved_owner() const;
   Breakdown breakdown_with(std::ptrdiff_t index, const std::vector<Allocation>& live,
                            const SiteTable& sites, std::string moment) const;
@@ -243,6 +268,8 @@ class DeviceReplay {
   Flavor flavor_;
   Timeline tl_;
   std::vector<Allocation> start_live_;
+  bool split_ = false;                         // see splits_tensors()
+  std::vector<Allocation> tensor_start_live_;  // tensors live before the first entry (split_)
   std::vector<int64_t> rel_;      // unit bytes after each entry relative to start_bytes
   std::vector<int64_t> res_rel_;  // PyTorch reserved, relative to reserved_start_
   std::vector<int64_t> alc_rel_;  // PyTorch allocated, relative to allocated_start_

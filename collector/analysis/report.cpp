@@ -160,12 +160,17 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
       continue;
     DeviceReport dr;
     dr.timeline = tl;
-    dr.at_peak = by_site(replay.live_after(tl.peak_index), sites);
+    const Attributed at_peak = replay.attributed_after(tl.peak_index);
+    dr.at_peak = by_site(at_peak.allocations, sites);
+    if (at_peak.has_cache) dr.at_peak_cached = at_peak.cached_free;
     dr.live_at_exit = by_stack(live_d);
     dr.live_at_exit_kinds = count_live(live_d);
     dr.live_at_exit_bytes = dr.live_at_exit_kinds.bytes;
     dr.live_at_exit_count = dr.live_at_exit_kinds.count;
     dr.layers = replay.breakdowns(sites);
+    if (replay.splits_tensors())
+      for (const auto& b : dr.layers)
+        if (b.moment == "exit") dr.at_exit_cached = b.cached_free;
     dr.contexts = replay.contexts();
     if (r.range) dr.range = evaluate_range(replay, *r.range);
     r.devices.push_back(std::move(dr));
@@ -254,6 +259,9 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
     out << "  live at the peak, by allocation site:\n";
     out << fmt::format("    {:>12} {:>9}  {}\n", "bytes", "count", "site");
     print_sites(out, d.at_peak, o.top);
+    if (d.at_peak_cached)
+      out << fmt::format("    {:>12} {:>9}  {}\n", format_bytes(*d.at_peak_cached), "",
+                         kCachedFreeLabel);
     if (!d.live_at_exit.empty()) {
       out << fmt::format("  live at exit, by call stack:\n");
       for (size_t i = 0; i < d.live_at_exit.size() && i < o.top; ++i) {
@@ -265,6 +273,8 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
       if (d.live_at_exit.size() > o.top)
         out << fmt::format("    ... {} more\n", plural(d.live_at_exit.size() - o.top, "stack"));
     }
+    if (d.at_exit_cached)
+      out << fmt::format("  at exit, {}: {}\n", kCachedFreeLabel, format_bytes(*d.at_exit_cached));
   }
 
   out << "\nTop allocation sites by bytes (all alloc events):\n";
@@ -345,6 +355,9 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
                {"live_at_exit_tensors", d.live_at_exit_kinds.pytorch},
                {"live_at_exit_tensor_bytes", d.live_at_exit_kinds.pytorch_bytes},
                {"at_peak", sites_json(d.at_peak, sites, o.top, o.frames)}};
+    // PyTorch's cache beside the tensors (null where PyTorch's segments are not split).
+    jd["at_peak_cached_free_bytes"] = d.at_peak_cached ? json(*d.at_peak_cached) : json(nullptr);
+    jd["at_exit_cached_free_bytes"] = d.at_exit_cached ? json(*d.at_exit_cached) : json(nullptr);
     if (tl.has_reserved) {
       jd["reserved_peak_bytes"] = tl.reserved_peak_bytes;
       jd["reserved_peak_time_us"] = tl.reserved_peak_time_us;

@@ -4,10 +4,11 @@
 // memory layers (PyTorch reserved = allocated + cached free; driver-visible = untracked (CUDA
 // contexts as measured at creation + other untracked) + other libraries + PyTorch reserved) and the
 // device's measured contexts, at the peak, each OOM and at exit, an optional --range window (peak
-// and leaks within it), (bytes, time, what was live at the peak by allocation site), bytes live at
-// exit by call stack, top allocation sites by bytes and by count, the allocation size histogram,
-// events and drops, anomalies, and VMM/pinned-host memory still held. Building and printing are
-// separate so tests and `diff` can use the numbers directly.
+// and leaks within it), (bytes, time, what was live at the peak by allocation site: PyTorch's
+// memory by its tensors, its cache its own line), bytes live at exit by call stack, top allocation
+// sites by bytes and by count, the allocation size histogram, events and drops, anomalies, and
+// VMM/pinned-host memory still held. Building and printing are separate so tests and `diff` can
+// use the numbers directly.
 #pragma once
 
 #include <cstddef>
@@ -27,8 +28,12 @@ namespace cumemtrace::analysis {
 
 struct DeviceReport {
   Timeline timeline;
-  std::vector<SiteStat> at_peak;         // live at the peak, by site
-  std::vector<StackGroup> live_at_exit;  // by stack
+  // Live at the peak, by site: PyTorch's tensors and other libraries' allocations; PyTorch's cache
+  // apart (model.h Attributed), set where its segments were split into tensors and cache.
+  std::vector<SiteStat> at_peak;
+  std::optional<uint64_t> at_peak_cached;
+  std::optional<uint64_t> at_exit_cached;  // the same at exit (the exit layers' cached free)
+  std::vector<StackGroup> live_at_exit;    // by stack
   uint64_t live_at_exit_bytes = 0;
   uint64_t live_at_exit_count = 0;
   LiveCount live_at_exit_kinds;               // the same, PyTorch's tensors apart

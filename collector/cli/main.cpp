@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "analysis/frames.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/log.h"
@@ -107,6 +109,11 @@ int main(int argc, char** argv) {
   // The offline commands' own diagnostics (what was read, in which format, how long it took):
   // CUMEMTRACE_LOG or --log-level. `run` sets its logger up itself, once its output directory
   // exists, since a relative CUMEMTRACE_LOG_FILE lives there.
+  // The site rule's library paths (analysis/frames.h, set_library_code): CUMEMTRACE_LIBRARY_CODE
+  // for every command (the live collector's summary included), --library-code for the offline
+  // ones, which wins.
+  if (const char* code = std::getenv("CUMEMTRACE_LIBRARY_CODE"))
+    cumemtrace::analysis::set_library_code(code);
   for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; })) {
     if (s->get_name() == "run" || s->get_group().empty()) continue;
     s->add_option_function<std::string>(
@@ -114,6 +121,11 @@ int main(int argc, char** argv) {
          "cumemtrace's own diagnostics: trace, debug, info, warn, error or off "
          "(default: CUMEMTRACE_LOG, else warn)")
         ->check(cumemtrace::cli::log_level_name());
+    s->add_option_function<std::string>(
+        "--library-code",
+        [](const std::string& spec) { cumemtrace::analysis::set_library_code(spec); },
+        "comma-separated path parts whose Python frames are library code, never a site; "
+        "'!PART' makes them the user's (default: CUMEMTRACE_LIBRARY_CODE)");
   }
 
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -29,7 +29,13 @@ void write_collapsed(const snap::Snapshot& s, CollapsedMoment when, std::ostream
     std::vector<analysis::Allocation> live;
     if (when == CollapsedMoment::kPeak) {
       const analysis::DeviceReplay rp(s, device);
-      live = rp.live_after(rp.timeline().peak_index);
+      // PyTorch's memory by its tensors, its cache a root of its own (model.h Attributed), so
+      // the peak's lines still add up to the peak.
+      auto at_peak = rp.attributed_after(rp.timeline().peak_index);
+      live = std::move(at_peak.allocations);
+      if (at_peak.cached_free)
+        lines["cuda:" + std::to_string(device) + ";<" + analysis::kCachedFreeLabel + ">"] +=
+            at_peak.cached_free;
     } else {
       for (const auto& a : held)
         if (a.device == device) live.push_back(a);

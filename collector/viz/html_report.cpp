@@ -20,8 +20,13 @@ json table_json(const LiveTable& t) {
     groups.push_back(
         {{"site", g.site}, {"bytes", g.bytes}, {"count", g.count}, {"stacks", stacks}});
   }
-  return {{"bytes", t.bytes}, {"count", t.count},           {"count_text", t.count_text},
-          {"groups", groups}, {"rest_bytes", t.rest_bytes}, {"rest_groups", t.rest_groups}};
+  return {{"bytes", t.bytes},
+          {"count", t.count},
+          {"count_text", t.count_text},
+          {"groups", groups},
+          {"rest_bytes", t.rest_bytes},
+          {"rest_groups", t.rest_groups},
+          {"cached_free", t.cached_free ? json(*t.cached_free) : json(nullptr)}};
 }
 
 json layers_json(const std::vector<analysis::Breakdown>& layers) {
@@ -72,6 +77,9 @@ json device_json(const ReportDevice& d) {
   for (const auto& b : d.bands) bands.push_back({b.start, b.end, b.name});
   for (const auto& m : d.marks) marks.push_back({m.x, m.name});
   for (const auto& b : d.sizes) sizes.push_back({b.log2, b.count, b.bytes});
+  json phases = json::array(), steps = json::array();
+  for (const auto& p : d.phases) phases.push_back({p.start, p.end, p.name});
+  for (const auto& st : d.steps) steps.push_back({st.x, st.step});
   return {{"device", d.device},
           {"time_axis", d.time_axis},
           {"x0", d.x_begin},
@@ -83,6 +91,11 @@ json device_json(const ReportDevice& d) {
           {"requests", d.requests},
           {"tensors_apart", d.tensors_apart},
           {"series", d.series},
+          {"by_category", d.by_category},
+          {"phases", phases},
+          {"phase_count", d.phase_count},
+          {"steps", steps},
+          {"step_count", d.step_count},
           {"points",
            {{"x", xs},
             {"total", totals},

@@ -1,6 +1,7 @@
 #include "viz/report_model.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <map>
 #include <set>
@@ -44,8 +45,9 @@ struct SiteIndex {
   }
 };
 
-LiveTable make_table(const std::vector<Allocation>& live, const SiteIndex& sites,
+LiveTable make_table(const analysis::Attributed& parts, const SiteIndex& sites,
                      const ReportOptions& opt) {
+  const auto& live = parts.allocations;
   struct Acc {
     uint64_t bytes = 0, count = 0;
     std::unordered_map<int32_t, StackShare> stacks;
@@ -84,16 +86,125 @@ LiveTable make_table(const std::vector<Allocation>& live, const SiteIndex& sites
     if (g.stacks.size() > opt.max_stacks) g.stacks.resize(opt.max_stacks);
     t.groups.push_back(std::move(g));
   }
+  if (parts.has_cache) {
+    t.cached_free = parts.cached_free;
+    t.bytes += parts.cached_free;
+  }
   return t;
+}
+
+// The category series, in the order they stack (report_model.h): PyTorch's tensors by category,
+// then other libraries and PyTorch's cache.
+constexpr std::array<const char*, 10> kCategorySeries = {
+    "parameter", "gradient", "optimizer_state", "activation", "temporary",
+    "input",     "autograd", "unknown",         "library",    "cache"};
+constexpr size_t kLibrarySeries = 8;
+constexpr size_t kCacheSeries = 9;
+
+size_t category_series(snap::Category c) {
+  switch (c) {
+    case snap::Category::kParameter:
+      return 0;
+    case snap::Category::kGradient:
+      return 1;
+    case snap::Category::kOptimizerState:
+      return 2;
+    case snap::Category::kActivation:
+      return 3;
+    case snap::Category::kTemporary:
+      return 4;
+    case snap::Category::kInput:
+      return 5;
+    case snap::Category::kAutograd:
+      return 6;
+    case snap::Category::kLibrary:
+      return kLibrarySeries;
+    default:
+      return 7;  // unknown, and a tensor without a category in a file with them
+  }
+}
+
+// Keeps the category series that hold bytes at some point, in their order.
+void drop_empty_series(ReportDevice& d) {
+  std::vector<size_t> keep;
+  for (size_t k = 0; k < d.series.size(); ++k) {
+    bool any = false;
+    for (const auto& p : d.points) any = any || (k < p.series.size() && p.series[k]);
+    if (any) keep.push_back(k);
+  }
+  std::vector<std::string> names;
+  for (size_t k : keep) names.push_back(d.series[k]);
+  for (auto& p : d.points) {
+    std::vector<uint64_t> v;
+    for (size_t k : keep) v.push_back(k < p.series.size() ? p.series[k] : 0);
+    p.series = std::move(v);
+  }
+  d.series = std::move(names);
+}
+
+constexpr std::string_view kAutoPrefix = "auto:";
+
+// Past max_buckets phases, each of max_buckets time buckets shows the phases that ran in it side
+// by side, each as wide as its share of the bucket (forward, backward, optimizer), neighbours of
+// one phase merged: at most 3 x max_buckets, whatever the step count, and a bucket of many steps
+// still shows their mix.
+void merge_phases(ReportDevice& d, const ReportOptions& opt) {
+  const size_t nb = std::max<size_t>(1, opt.max_buckets);
+  if (d.phases.size() <= nb) return;
+  const double span = static_cast<double>(std::max<int64_t>(1, d.x_end - d.x_begin));
+  const double width = span / static_cast<double>(nb);
+  const std::array<std::string_view, 3> names = {"forward", "backward", "optimizer"};
+  std::vector<std::array<double, 3>> cover(nb, {0, 0, 0});
+  for (const auto& p : d.phases) {
+    const size_t k =
+        static_cast<size_t>(std::find(names.begin(), names.end(), p.name) - names.begin());
+    const double a = static_cast<double>(std::clamp(p.start, d.x_begin, d.x_end) - d.x_begin);
+    const double b = static_cast<double>(std::clamp(p.end, d.x_begin, d.x_end) - d.x_begin);
+    for (auto i = static_cast<size_t>(a / width); i < nb && static_cast<double>(i) * width < b;
+         ++i) {
+      const double lo = std::max(a, static_cast<double>(i) * width);
+      const double hi = std::min(b, static_cast<double>(i + 1) * width);
+      if (hi > lo) cover[i][k] += hi - lo;
+    }
+  }
+  std::vector<Phase> merged;
+  for (size_t i = 0; i < nb; ++i) {
+    double at = static_cast<double>(i) * width;
+    for (size_t k = 0; k < names.size(); ++k) {
+      if (cover[i][k] <= 0) continue;
+      const auto start = d.x_begin + static_cast<int64_t>(at);
+      at += cover[i][k];
+      const auto end = d.x_begin + static_cast<int64_t>(at);
+      if (!merged.empty() && merged.back().name == names[k] && merged.back().end >= start)
+        merged.back().end = end;
+      else
+        merged.push_back({std::string(names[k]), start, end});
+    }
+  }
+  d.phases = std::move(merged);
 }
 
 void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& devices,
                const ReportOptions& opt) {
   if (!d.time_axis) return;  // no clock to place them on
-  std::map<std::string, std::vector<int64_t>> open;
+  std::map<std::string, std::vector<int64_t>> open, open_phases;
   for (const auto& a : s.annotations) {
     // Marks for a device with no trace (or none) belong to every chart.
     if (a.device != d.device && devices.count(a.device)) continue;
+    if (a.name.starts_with(kAutoPrefix)) {  // the automatic phases, apart from the user's marks
+      const std::string phase = a.name.substr(kAutoPrefix.size());
+      if (phase == "step" && a.stage != "START" && a.stage != "END") {
+        d.steps.push_back({a.time_us, ++d.step_count});
+      } else if (phase == "forward" || phase == "backward" || phase == "optimizer") {
+        if (a.stage == "START") open_phases[phase].push_back(a.time_us);
+        auto it = open_phases.find(phase);
+        if (a.stage == "END" && it != open_phases.end() && !it->second.empty()) {
+          d.phases.push_back({phase, it->second.back(), a.time_us});
+          it->second.pop_back();
+        }
+      }
+      continue;
+    }
     if (a.stage == "START") {
       open[a.name].push_back(a.time_us);
     } else if (a.stage == "END") {
@@ -124,6 +235,19 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
     d.bands_dropped += d.marks.size() - kept.size();
     d.marks = std::move(kept);
   }
+  if (d.steps.size() > opt.max_bands) {
+    std::vector<StepMark> kept;
+    for (size_t i = 0; i < opt.max_bands; ++i)
+      kept.push_back(d.steps[i * d.steps.size() / opt.max_bands]);
+    d.steps = std::move(kept);
+  }
+  // A phase still open at the end of the trace (a program killed mid-step) lasts to the end.
+  for (const auto& [name, starts] : open_phases)
+    for (int64_t start : starts) d.phases.push_back({name, start, std::max(start, d.x_end)});
+  std::sort(d.phases.begin(), d.phases.end(),
+            [](const Phase& a, const Phase& b) { return a.start < b.start; });
+  d.phase_count = d.phases.size();
+  merge_phases(d, opt);
 }
 
 ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::SiteTable& table,
@@ -182,8 +306,12 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   }
   for (const auto& [lg, b] : sizes) d.sizes.push_back(b);
 
+  // The series: categories when the file has them (report_model.h), else sites.
+  for (const auto& e : tr) d.by_category = d.by_category || e.category != snap::Category::kNone;
+  const bool split = rp.splits_tensors();
+
   // Pass 1: byte-time per site, for choosing the series.
-  const size_t nsites = sites.labels.size();
+  const size_t nsites = d.by_category ? 0 : sites.labels.size();
   std::vector<uint64_t> site_live(nsites, 0);
   std::vector<int64_t> site_since(nsites, d.x_begin);
   std::vector<double> site_area(nsites, 0.0);
@@ -197,7 +325,7 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
     site_live[k] = static_cast<uint64_t>(static_cast<int64_t>(site_live[k]) + delta);
     site_max[k] = std::max(site_max[k], site_live[k]);
   };
-  {
+  if (!d.by_category) {
     analysis::DeviceReplay::Cursor c(rp);
     while (c.step()) {
       const int64_t x = x_of(c.index());
@@ -226,14 +354,34 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
     d.series.push_back(sites.labels[static_cast<size_t>(ranked[i])]);
   }
   if (ranked.size() > shown) d.series.push_back("other");
+  if (d.by_category) d.series.assign(kCategorySeries.begin(), kCategorySeries.end());
   const size_t nseries = std::max<size_t>(d.series.size(), 1);
   auto series = [&](const Allocation& a) {
+    if (d.by_category) return a.pytorch ? category_series(a.category) : kLibrarySeries;
     return static_cast<size_t>(series_of_site[static_cast<size_t>(sites.site(a))]);
   };
 
   // Pass 2: the downsampled timeline and the live set at the peak.
   std::vector<uint64_t> series_live(nseries, 0);
-  for (const auto& b : rp.start_live()) series_live[series(b)] += b.size;
+  // By category where PyTorch's segments are split: its segments' bytes count as its tensors
+  // (by their categories) and the rest as its cache.
+  uint64_t segment_bytes = 0, tensor_bytes = 0;
+  if (d.by_category && split) {
+    analysis::DeviceReplay::Cursor start(rp);
+    for (const auto& a : start.attributed().allocations) {
+      series_live[series(a)] += a.size;
+      if (a.pytorch) tensor_bytes += a.size;
+    }
+    for (const auto& b : rp.start_live())
+      if (b.pytorch) segment_bytes += b.size;
+  } else {
+    for (const auto& b : rp.start_live()) series_live[series(b)] += b.size;
+  }
+  auto update_cache = [&]() {
+    if (d.by_category && split)
+      series_live[kCacheSeries] = segment_bytes > tensor_bytes ? segment_bytes - tensor_bytes : 0;
+  };
+  update_cache();
   auto point = [&](std::ptrdiff_t i) {
     TimelinePoint p{x_of(i), rp.bytes_after(i), rp.reserved_after(i), 0, 0, series_live};
     if (d.allocated_line) p.allocated = rp.allocated_after(i);
@@ -241,7 +389,10 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
     return p;
   };
   d.points.push_back(point(-1));
-  if (tl.peak_index < 0) d.at_peak = make_table(rp.start_live(), sites, opt);
+  if (tl.peak_index < 0) {
+    analysis::DeviceReplay::Cursor start(rp);
+    d.at_peak = make_table(start.attributed(), sites, opt);
+  }
   const auto span = static_cast<double>(std::max<int64_t>(1, d.x_end - d.x_begin + 1));
   const size_t buckets = std::max<size_t>(1, opt.max_buckets);
   size_t bucket = SIZE_MAX;
@@ -275,10 +426,22 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
       bucket = b;
     }
     for (const auto& ch : c.changes()) {
+      if (d.by_category && split && ch.unit.pytorch) {
+        segment_bytes = ch.added ? segment_bytes + ch.unit.size : segment_bytes - ch.unit.size;
+        continue;
+      }
       auto& v = series_live[series(ch.unit)];
       v = ch.added ? v + ch.unit.size : v - ch.unit.size;
     }
-    if (i == tl.peak_index) d.at_peak = make_table(c.live(), sites, opt);
+    if (d.by_category && split) {
+      for (const auto& ch : c.tensor_changes()) {
+        auto& v = series_live[series(ch.unit)];
+        v = ch.added ? v + ch.unit.size : v - ch.unit.size;
+        tensor_bytes = ch.added ? tensor_bytes + ch.unit.size : tensor_bytes - ch.unit.size;
+      }
+      update_cache();
+    }
+    if (i == tl.peak_index) d.at_peak = make_table(c.attributed(), sites, opt);
     TimelinePoint p = point(i);
     if (have_best && same(p, last)) continue;
     last = std::move(p);
@@ -291,12 +454,20 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   std::vector<Allocation> held_here;
   for (const auto& a : held)
     if (a.device == device) held_here.push_back(a);
-  d.at_exit = make_table(held_here, sites, opt);
+  d.at_exit = make_table(analysis::Attributed{held_here, 0, false}, sites, opt);
   d.at_exit.count_text = analysis::live_count_text(analysis::count_live(held_here));
-  // The peak's live set is the device's memory: PyTorch's segments (where its tensors are apart)
-  // and every other driver allocation, the units of the driver allocations card.
-  d.at_peak.count_text =
-      analysis::plural(d.at_peak.count, d.tensors_apart ? "driver allocation" : "allocation");
+  if (split) {
+    for (const auto& b : d.layers)
+      if (b.moment == "exit") {
+        d.at_exit.cached_free = b.cached_free;
+        d.at_exit.bytes += b.cached_free;
+      }
+  }
+  if (d.by_category) drop_empty_series(d);
+  // The peak's live set is the device's memory: PyTorch's tensors and cache (where its segments
+  // are split) and every other driver allocation.
+  d.at_peak.count_text = analysis::plural(d.at_peak.count, "allocation");
+  if (d.at_peak.cached_free) d.at_peak.count_text += " and PyTorch's cache";
   add_marks(d, s, devices, opt);
   return d;
 }

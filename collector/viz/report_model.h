@@ -1,21 +1,29 @@
 // Contract: everything the HTML report draws, aggregated in C++ so the page stays small and fast
 // whatever the trace length, from the analysis engine (analysis/model.h: one replay, one site
 // rule, the same numbers report/check/summary print). Per device:
-// - a timeline of live bytes stacked by the `top_sites` allocation sites with the most
-//   byte-time (area under their curve) plus "other", downsampled into at most `max_buckets`
-//   time buckets with up to two points each: the moment of the bucket's highest total (so every
-//   local peak, and the device's peak exactly, survives) and the bucket's last state (so a drop
-//   is not hidden behind a long idle gap). The other layers ride along per point: PyTorch
-//   reserved, PyTorch allocated (cumemtrace files with PyTorch merged in; in PyTorch's own files
-//   the stacked tensors are the allocated line) and driver-visible (NVML) bytes.
-// - the peak (the engine's: Timeline::peak_bytes at peak_time_us), OOMs, and marks: START/END
-// annotations
-//   paired by name as bands, MARK annotations as lines (at most `max_bands` of each: the
-//   longest bands, evenly spaced marks, the first OOMs).
+// - a timeline of live bytes stacked by category when the file has categories (TraceEntry::
+//   category; PyTorch's tensors by theirs, other libraries' driver allocations as "library" and,
+//   where PyTorch's segments are split into tensors and cache (model.h Attributed), PyTorch's
+//   cache as its own series: the series add up to the live bytes), else by the `top_sites`
+//   allocation sites with the most byte-time (area under their curve) plus "other"; downsampled
+//   into at most `max_buckets` time buckets with up to two points each: the moment of the bucket's
+//   highest total (so every local peak, and the device's peak exactly, survives) and the bucket's
+//   last state (so a drop is not hidden behind a long idle gap). The other layers ride along per
+//   point: PyTorch reserved, PyTorch allocated (cumemtrace files with PyTorch merged in; in
+//   PyTorch's own files the stacked tensors are the allocated line) and driver-visible (NVML)
+//   bytes.
+// - the peak (the engine's: Timeline::peak_bytes at peak_time_us), OOMs, and the user's marks:
+//   START/END annotations paired by name as bands, MARK annotations as lines (at most `max_bands`
+//   of each: the longest bands, evenly spaced marks, the first OOMs). The automatic phases
+//   (auto:forward / auto:backward / auto:optimizer START/END) are apart, so they never crowd out
+//   the user's marks: `phases`, as they were up to `max_buckets` of them; past that each time
+//   bucket shows the phases that ran in it side by side, each as wide as its share of the bucket
+//   (at most 3 x max_buckets, so a 10,000-step run stays drawable), and the `auto:step`
+//   MARKs as step boundaries (at most `max_bands`, evenly thinned, each with its step number).
 // - the layers breakdown (analysis::Breakdown) at the peak, at each OOM and at exit.
 // - what was live at the peak and at exit (model.h's live_at_exit), grouped by site (largest first,
-// `max_groups`), each
-//   with its largest `max_stacks` stacks.
+//   `max_groups`), each with its largest `max_stacks` stacks; PyTorch's memory by its tensors,
+//   its cache one row of its own (model.h Attributed).
 // - a histogram of allocation sizes in power-of-two buckets (count and bytes).
 // The x axis is µs since the Unix epoch, or the event index when the trace has no time span.
 // Stacks referenced by groups are listed in `stacks` (visible frames only), so the page can show
@@ -23,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +79,8 @@ struct LiveTable {
   std::vector<SiteGroup> groups;
   uint64_t rest_bytes = 0;  // in groups past max_groups
   uint64_t rest_groups = 0;
+  // PyTorch's cache, where its segments are split (model.h Attributed): in `bytes`, in no group.
+  std::optional<uint64_t> cached_free;
 };
 
 struct Band {
@@ -81,6 +92,19 @@ struct Band {
 struct Mark {
   std::string name;
   int64_t x = 0;
+};
+
+// An automatic phase: "forward", "backward" or "optimizer" (from auto:NAME).
+struct Phase {
+  std::string name;
+  int64_t start = 0;
+  int64_t end = 0;
+};
+
+// An automatic step boundary (auto:step MARK): the end of step `step` (1-based).
+struct StepMark {
+  int64_t x = 0;
+  uint64_t step = 0;
 };
 
 struct Oom {
@@ -109,7 +133,10 @@ struct ReportDevice {
   uint64_t requests = 0;
   bool tensors_apart = false;  // analysis::tensors_apart: the card names segments and tensors //
                                // analysis::Timeline::requests: the size histogram's count
-  std::vector<std::string> series;  // site labels; the last is "other" when there are more sites
+  // Site labels, the last "other" when there are more sites; or, when `by_category`, the
+  // categories' names (snap::category_name, "library", and "cache" for PyTorch's cache).
+  std::vector<std::string> series;
+  bool by_category = false;
   std::vector<TimelinePoint> points;
   uint64_t peak_bytes = 0;
   int64_t peak_x = 0;
@@ -124,7 +151,11 @@ struct ReportDevice {
   uint64_t oom_count = 0;
   std::vector<Band> bands;
   std::vector<Mark> marks;
-  size_t bands_dropped = 0;  // bands and marks not drawn past max_bands
+  size_t bands_dropped = 0;   // bands and marks not drawn past max_bands
+  std::vector<Phase> phases;  // automatic phases (see above)
+  size_t phase_count = 0;     // before the time buckets merged them
+  std::vector<StepMark> steps;
+  uint64_t step_count = 0;
   LiveTable at_peak;
   LiveTable at_exit;
   std::vector<SizeBucket> sizes;

@@ -100,6 +100,59 @@ TEST_CASE("a site's library is its innermost native frame, not its Python line",
   CHECK(sites.library(snap::kNoStack) == "(unknown)");
 }
 
+TEST_CASE("a Python site is the user's own line, with the library frame beside it", "[model]") {
+  snap::Snapshot s;
+  s.stacks = {
+      // PyTorch's op under the user's forward under the user's loop, stdlib and torch between.
+      {{"/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", 134, "Linear.forward"},
+       {"/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", 1786,
+        "Module._call_impl"},
+       {"/home/u/proj/model.py", 31, "Net.forward"},
+       {"/usr/lib/python3.12/contextlib.py", 81, "inner"},
+       {"/home/u/proj/train.py", 76, "step"}},
+      // Native library code under the user's line: the site is the line, no library Python frame
+      // to show beside it.
+      {{"/usr/lib/libcudart.so.13", 0, "cudaMalloc"},
+       {"/venv/torch/lib/libtorch_cuda.so", 0, "at::cuda::blas::gemm"},
+       {"/home/u/proj/train.py", 80, "step"}},
+      // Debian's packages and the interpreter's own files only: the innermost Python frame.
+      {{"/usr/lib/python3/dist-packages/numpy/core/numeric.py", 5, "zeros"},
+       {"/usr/lib64/python3.11/runpy.py", 88, "_run_code"}},
+      // A PyTorch source checkout run in place is library code too.
+      {{"/src/pytorch/torch/optim/adam.py", 178, "Adam._init_group"},
+       {"/src/pytorch/train_ref.py", 12, "main"}},
+  };
+  set_library_code("");
+  SiteTable sites(s);
+  CHECK(sites.site(0) == "Net.forward (model.py:31) via Linear.forward (linear.py:134)");
+  CHECK(sites.site_frame(0) == 2);
+  CHECK(via_frame_index(s.stacks[0], 2) == 0);
+  CHECK(sites.site(1) == "step (train.py:80)");
+  CHECK(sites.site(2) == "zeros (numeric.py:5)");
+  CHECK(via_frame_index(s.stacks[2], 0) == -1);
+  CHECK(sites.site(3) == "main (train_ref.py:12) via Adam._init_group (adam.py:178)");
+  // Stack lines start at the user's line; the library frames inside it are the site's "via".
+  const auto lines = stack_lines(sites, 0, false, 8);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] == "at Net.forward (/home/u/proj/model.py:31)");
+  CHECK(lines[2] == "at step (/home/u/proj/train.py:76)");
+  CHECK(SiteTable(s, true).site(0) ==
+        "Net.forward (/home/u/proj/model.py:31) via Linear.forward "
+        "(/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py:134)");
+
+  // Configurable: the user's model.py counted as library code, and an installed package of the
+  // user's counted as theirs.
+  set_library_code("/proj/model.py,!site-packages/torch/nn/modules/module.py");
+  const SiteTable configured(s);
+  CHECK(configured.site(0) ==
+        "Module._call_impl (module.py:1786) via Linear.forward (linear.py:134)");
+  set_library_code("/proj/,");
+  CHECK(SiteTable(s).site(0) == "Linear.forward (linear.py:134)");
+  CHECK(SiteTable(s).site(1) == "step (train.py:80)");  // every Python frame library: rule 2
+  set_library_code("");
+  CHECK(SiteTable(s).site(0) == "Net.forward (model.py:31) via Linear.forward (linear.py:134)");
+}
+
 TEST_CASE("replay finds the peak and what was live at it", "[model]") {
   const auto s = leaky();
   DeviceReplay r(s, 0);

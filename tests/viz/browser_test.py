@@ -6,10 +6,15 @@ JS, and we check the DOM it leaves and keep a screenshot.
 
 1. A synthetic snapshot with a known leak (make_synthetic.py): the chart has its series paths,
    the exit table lists `leaky_cache_grow` first, the page timed its own rendering.
-2. The real PyTorch snapshot (torch 2.11 fixture, PyTorch's own pickle or its JSON), when
+2. A synthetic PyTorch run with categories and the automatic phases (make_synthetic.py
+   --pytorch-steps): the timeline is stacked by category with a legend of exactly those
+   categories (PyTorch's cache and other libraries included), the phase strip has forward,
+   backward and optimizer bands and its legend, one step boundary per step, the user's own band
+   is still drawn, and the live tables give PyTorch's cache its own row.
+3. The real PyTorch snapshot (torch 2.11 fixture, PyTorch's own pickle or its JSON), when
    present: the chart rendered and the site of the largest block still live at exit is listed
    in the exit table.
-Screenshots: DIR/report-synthetic.png, DIR/report-fixture.png. Exit 77 (skipped) only when no
+Screenshots: DIR/report-synthetic.png, DIR/report-pytorch.png, DIR/report-fixture.png. Exit 77 (skipped) only when no
 Chromium binary exists (scripts/setup.sh installs Debian's `chromium`).
 """
 import argparse
@@ -66,8 +71,17 @@ class Dom(html.parser.HTMLParser):
         self.h3 = []  # headings' text
         self.hist_titles = []  # the size histogram's bar tooltips
         self.in_h3 = self.in_hist = self.in_title = False
+        self.legend = []  # the series legend's names
+        self.phase_legend = []  # the phase legend's data-phase
+        self.phase_rects = {}  # data-phase -> count of rect.phase
+        self.steps = 0  # line.step
+        self.bands = 0  # rect.band (the user's ranges)
+        self.cache_rows = 0  # tr.cache
+        self.in_legend_item = False
 
     def handle_data(self, data):
+        if self.in_legend_item:
+            self.legend[-1] += data
         if self.in_h3:
             self.h3[-1] += data
         if self.in_hist and self.in_title:
@@ -93,6 +107,19 @@ class Dom(html.parser.HTMLParser):
                 self.hidden_rows += 1
             else:
                 self.tables[self.current_table].append(a.get("data-site"))
+        if tag == "span" and "data-series" in a:
+            self.legend.append("")
+            self.in_legend_item = True
+        if tag == "span" and "data-phase" in a:
+            self.phase_legend.append(a["data-phase"])
+        if tag == "rect" and "phase" in cls:
+            self.phase_rects[a.get("data-phase")] = self.phase_rects.get(a.get("data-phase"), 0) + 1
+        if tag == "line" and "step" in cls:
+            self.steps += 1
+        if tag == "rect" and "band" in cls:
+            self.bands += 1
+        if tag == "tr" and "cache" in cls:
+            self.cache_rows += 1
         if a.get("id") == "render-time":
             self.render_time = True
         if tag == "h3":
@@ -105,6 +132,8 @@ class Dom(html.parser.HTMLParser):
             self.hist_titles.append("")
 
     def handle_endtag(self, tag):
+        if tag == "span":
+            self.in_legend_item = False
         if tag == "table":
             self.current_table = None
         if tag == "h3":
@@ -224,6 +253,29 @@ def main():
     screenshot(browser, page, out / "report-synthetic.png")
     print(f"ok synthetic: {len(dom.series_paths)} series paths; exit table {exit_sites}; "
           f"rendered in {dom.body['data-render-ms']} ms")
+
+    pt = out / "pytorch.json"
+    steps = 20
+    subprocess.run([sys.executable, HERE / "make_synthetic.py", "--pytorch-steps", str(steps), pt],
+                   check=True)
+    page = out / "pytorch.html"
+    html_report(a.cumemtrace, pt, page)
+    dom = load_dom(browser, page)
+    want = ["parameter", "gradient", "optimizer state", "activation", "temporary", "autograd",
+            "other libraries", "cached, free in PyTorch's cache"]
+    assert dom.legend == want, f"pytorch: legend {dom.legend}, wanted {want}"
+    assert len(dom.series_paths) == len(want), f"pytorch: {len(dom.series_paths)} series paths"
+    assert dom.phase_legend == ["forward", "backward", "optimizer", "step"], dom.phase_legend
+    assert dom.phase_rects == {"forward": steps, "backward": steps, "optimizer": steps}, \
+        dom.phase_rects
+    assert dom.steps == steps, f"pytorch: {dom.steps} step boundaries, wanted {steps}"
+    assert dom.bands == 1, f"pytorch: {dom.bands} user bands drawn, wanted 1 (epoch)"
+    # At the peak (forward of a later step) and at exit (optimizer state held), the cache is a
+    # row of its own in both tables; no site row is PyTorch's cache.
+    assert dom.cache_rows == 2, f"pytorch: {dom.cache_rows} cache rows, wanted 2"
+    assert not any("cache" in s for t in dom.tables.values() for s in t), dom.tables
+    screenshot(browser, page, out / "report-pytorch.png")
+    print(f"ok pytorch: legend {dom.legend}; phases {dom.phase_rects}; {dom.steps} steps")
 
     fixture = Path(a.fixture)
     if not fixture.exists():

@@ -3,6 +3,10 @@
 and for measuring the HTML report on large traces.
 
   make_synthetic.py --events N OUT.json
+  make_synthetic.py --pytorch-steps N OUT.json
+
+The second form is a PyTorch training run as the collector writes it with the automatic phases:
+see pytorch_run().
 
 A training-like loop on cuda:0: each step allocates activations from a few Python sites, frees
 them FIFO, with marks around steps; one site, `leaky_cache_grow` (cache.py:42), keeps one block
@@ -44,14 +48,145 @@ def tool_section(start_us, end_us):
             "driver_memory": []}
 
 
+MiB = 1 << 20
+
+
+def pytorch_run(steps, path):
+    """N steps of a small training loop on PyTorch's caching allocator, with categories and the
+    automatic phases (auto:forward / auto:backward / auto:optimizer START/END, an auto:step MARK
+    after each step) and a user range "epoch" around them all. Two PyTorch segments: 32 MiB of
+    parameters (4 x 8 MiB) and one of 224 MiB that every later tensor reuses (its free part is
+    PyTorch's cache); cuBLAS's 8 MiB workspace at driver level. Per step: forward keeps 6 x 8 MiB
+    of activations and frees 2 x 4 MiB temporaries; backward makes 4 x 8 MiB gradients and frees
+    its 2 x 4 MiB autograd buffers and the activations; the first optimizer step makes 8 x 8 MiB
+    of optimizer state; zero_grad(set_to_none) frees the gradients."""
+    t = T0
+    out, marks = [], []
+    user = [{"filename": "/work/train.py", "line": 40, "name": "train"}]
+
+    def fr(name, line):
+        torch = "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py"
+        return [{"filename": torch, "line": 134, "name": "Linear.forward"},
+                {"filename": "/work/train.py", "line": line, "name": name}] + user
+
+    def entry(action, addr, size, category, frames=None, source="pytorch"):
+        e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
+             "category": category}
+        if source:
+            e["source"] = source
+        if frames:
+            e["frames"] = frames
+        out.append(json.dumps(e, separators=(",", ":")))
+
+    def mark(name, stage):
+        marks.append({"name": name, "stage": stage, "device": 0, "time_us": t})
+
+    params, pool, cublas = 0x7F0000000000, 0x7F1000000000, 0x7E0000000000
+    mark("epoch", "START")
+    entry("segment_alloc", params, 32 * MiB, "unknown", fr("build", 12))
+    for i in range(4):
+        entry("alloc", params + i * 8 * MiB, 8 * MiB, "parameter", fr("build", 12))
+        t += 10
+    entry("segment_alloc", pool, 224 * MiB, "unknown", fr("forward", 22))
+    for step in range(steps):
+        t += 100
+        mark("auto:forward", "START")
+        if step == 0:
+            entry("segment_alloc", cublas, 8 * MiB, "library", source=None)
+            entry("alloc", cublas, 8 * MiB, "library",
+                  [{"filename": "/venv/nvidia/lib/libcublasLt.so.13", "line": 0,
+                    "name": "cublasLtMatmul"}] + fr("forward", 22), source=None)
+        for i in range(6):
+            entry("alloc", pool + i * 8 * MiB, 8 * MiB, "activation", fr("forward", 22))
+            t += 20
+        for i in range(2):
+            entry("alloc", pool + 48 * MiB + i * 4 * MiB, 4 * MiB, "temporary", fr("forward", 23))
+            t += 5
+        for i in range(2):
+            entry("free_completed", pool + 48 * MiB + i * 4 * MiB, 4 * MiB, "temporary")
+        t += 50
+        mark("auto:forward", "END")
+        mark("auto:backward", "START")
+        for i in range(4):
+            entry("alloc", pool + 64 * MiB + i * 8 * MiB, 8 * MiB, "gradient", fr("step", 30))
+            t += 20
+        for i in range(2):
+            entry("alloc", pool + 96 * MiB + i * 4 * MiB, 4 * MiB, "autograd", fr("step", 30))
+            t += 5
+        for i in range(2):
+            entry("free_completed", pool + 96 * MiB + i * 4 * MiB, 4 * MiB, "autograd")
+        for i in range(6):
+            entry("free_completed", pool + i * 8 * MiB, 8 * MiB, "activation")
+            t += 5
+        t += 50
+        mark("auto:backward", "END")
+        mark("auto:optimizer", "START")
+        if step == 0:
+            for i in range(8):
+                entry("alloc", pool + 128 * MiB + i * 8 * MiB, 8 * MiB, "optimizer_state",
+                      fr("step", 31))
+                t += 10
+        t += 40
+        mark("auto:optimizer", "END")
+        mark("auto:step", "MARK")
+        for i in range(4):
+            entry("free_completed", pool + 64 * MiB + i * 8 * MiB, 8 * MiB, "gradient")
+        t += 10
+    mark("epoch", "END")
+
+    def block(addr, size, state, frames):
+        b = {"address": addr, "size": size, "requested_size": size if state != "inactive" else 0,
+             "state": state}
+        if frames:
+            b["frames"] = frames
+        return b
+
+    def segment(addr, size, blocks, source="pytorch"):
+        g = {"device": 0, "address": addr, "total_size": size,
+             "allocated_size": sum(b["size"] for b in blocks if b["state"] != "inactive"),
+             "active_size": sum(b["size"] for b in blocks if b["state"] != "inactive"),
+             "requested_size": sum(b["requested_size"] for b in blocks), "stream": 0,
+             "segment_type": "large", "segment_pool_id": [0, 0], "is_expandable": False,
+             "frames": blocks[0].get("frames", []), "blocks": blocks}
+        if source:
+            g["source"] = source
+        return g
+
+    segments = [
+        segment(params, 32 * MiB, [block(params + i * 8 * MiB, 8 * MiB, "active_allocated",
+                                         fr("build", 12)) for i in range(4)]),
+        segment(pool, 224 * MiB, [block(pool, 128 * MiB, "inactive", None)] +
+                [block(pool + 128 * MiB + i * 8 * MiB, 8 * MiB, "active_allocated",
+                       fr("step", 31)) for i in range(8)] +
+                [block(pool + 192 * MiB, 32 * MiB, "inactive", None)]),
+        segment(cublas, 8 * MiB, [block(cublas, 8 * MiB, "active_allocated", None)], source=None),
+    ]
+    tool = tool_section(T0 - 1000000, t)
+    tool["pytorch"] = {"version": "2.11.0", "backend": "native", "expandable_segments": False,
+                       "capture": "blocks", "why": ""}
+    with open(path, "w") as f:
+        f.write('{"segments":' + json.dumps(segments) + ',\n"device_traces":[[\n')
+        f.write(",\n".join(out))
+        f.write("]],\n\"allocator_settings\":{},\n\"external_annotations\":" + json.dumps(marks))
+        f.write(',\n"cumemtrace":' + json.dumps(tool) + "}\n")
+    print(f"{path}: {len(out)} events, {steps} steps")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--events", type=int, required=True)
+    ap.add_argument("--events", type=int)
+    ap.add_argument("--pytorch-steps", type=int,
+                    help="write a PyTorch run with categories and automatic phases instead")
     ap.add_argument("--started-before-us", type=int, default=None,
                     help="add cumemtrace's section: the traced program started this long before "
                          "the first event (the origin of the times every view shows)")
     ap.add_argument("out")
     a = ap.parse_args()
+    if a.pytorch_steps:
+        pytorch_run(a.pytorch_steps, a.out)
+        return
+    if a.events is None:
+        ap.error("--events or --pytorch-steps is required")
     rendered = {s: json.dumps(frames(s), separators=(",", ":")) for s in SITES + [LEAK]}
     out = []
     live = {}  # addr -> (size, site)

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "support/sample_snapshots.h"
@@ -132,4 +133,79 @@ TEST_CASE("a driver allocation's bytes are its site's from its segment_alloc on"
   for (const auto& p : d.points) {
     REQUIRE(std::accumulate(p.series.begin(), p.series.end(), uint64_t{0}) == p.total);
   }
+}
+
+TEST_CASE("automatic phases stay apart from the user's marks and bounded on a 10,000-step run") {
+  snap::Snapshot s;
+  s.stacks = {{{"/w/train.py", 5, "step"}}};
+  auto& tr = s.device_traces.emplace_back();
+  const int64_t t0 = 1'000'000;
+  // One tensor a step, 100 us per step: forward 40 us, backward 40, optimizer 20.
+  for (int64_t i = 0; i < 10'000; ++i) {
+    const int64_t t = t0 + i * 100;
+    snap::TraceEntry e;
+    e.action = snap::Action::kAlloc, e.addr = 0x1000, e.size = 4096, e.time_us = t + 1;
+    e.stack = 0, e.category = snap::Category::kActivation;
+    tr.push_back(e);
+    e.action = snap::Action::kFreeCompleted, e.time_us = t + 60;
+    tr.push_back(e);
+    s.annotations.push_back({"auto:forward", "START", 0, t});
+    s.annotations.push_back({"auto:forward", "END", 0, t + 40});
+    s.annotations.push_back({"auto:backward", "START", 0, t + 40});
+    s.annotations.push_back({"auto:backward", "END", 0, t + 80});
+    s.annotations.push_back({"auto:optimizer", "START", 0, t + 80});
+    s.annotations.push_back({"auto:optimizer", "END", 0, t + 100});
+    s.annotations.push_back({"auto:step", "MARK", 0, t + 100});
+  }
+  s.annotations.push_back({"warmup", "START", 0, t0});
+  s.annotations.push_back({"warmup", "END", 0, t0 + 200});
+  s.annotations.push_back({"checkpoint", "MARK", 0, t0 + 500'000});
+  ReportOptions opt;
+  opt.max_buckets = 500;
+  opt.max_bands = 100;
+  const auto m = build_report_model(s, opt);
+  REQUIRE(m.devices.size() == 1);
+  const auto& d = m.devices[0];
+  // The user's band and mark are all the bands and marks there are: none crowded out.
+  REQUIRE(d.bands.size() == 1);
+  REQUIRE(d.bands[0].name == "warmup");
+  REQUIRE(d.marks.size() == 1);
+  REQUIRE(d.marks[0].name == "checkpoint");
+  REQUIRE(d.bands_dropped == 0);
+  // 30,000 phases drawn as 500 buckets of 20 steps each: forward, backward and optimizer side by
+  // side in each, as wide as their shares (40, 40 and 20 us of every 100).
+  REQUIRE(d.phase_count == 30'000);
+  REQUIRE(d.phases.size() == 3 * opt.max_buckets);
+  // A bucket's edges cut at most one phase at each end (40 us), and the widths add up to the
+  // phases' own time (each rectangle's ends rounded down to the microsecond).
+  int64_t sum[3] = {0, 0, 0};
+  for (size_t i = 0; i < d.phases.size(); ++i) {
+    const auto& p = d.phases[i];
+    REQUIRE(p.name == std::vector<std::string>{"forward", "backward", "optimizer"}[i % 3]);
+    const int64_t w = p.end - p.start;
+    REQUIRE(std::abs(w - (i % 3 == 2 ? 400 : 800)) <= 80);
+    sum[i % 3] += w;
+  }
+  // The x axis starts at the first entry (t0 + 1) and ends at the last (the last step's free at
+  // +60): forward loses 1 us at the start, backward 20 and the optimizer 20 at the end.
+  REQUIRE(std::abs(sum[0] - (400'000 - 1)) <= 500);
+  REQUIRE(std::abs(sum[1] - (400'000 - 20)) <= 500);
+  REQUIRE(std::abs(sum[2] - (200'000 - 20)) <= 500);
+  // 10,000 step boundaries thinned evenly to max_bands, numbered as they were.
+  REQUIRE(d.step_count == 10'000);
+  REQUIRE(d.steps.size() == 100);
+  REQUIRE(d.steps[0].step == 1);
+  REQUIRE(d.steps[1].step == 101);
+  REQUIRE(d.steps.back().step == 9'901);
+  // By category: a single series, the activation.
+  REQUIRE(d.by_category);
+  REQUIRE(d.series == std::vector<std::string>{"activation"});
+
+  // Fewer phases than buckets: each is drawn as it was.
+  opt.max_buckets = 40'000;
+  const auto exact = build_report_model(s, opt).devices.at(0);
+  REQUIRE(exact.phases.size() == 30'000);
+  REQUIRE(exact.phases[1].name == "backward");
+  REQUIRE(exact.phases[1].start == t0 + 40);
+  REQUIRE(exact.phases[1].end == t0 + 80);
 }

@@ -4,11 +4,16 @@
 // 2 unmapped again) where the HTML report once drew "peak 4 MiB at +0".
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
+#include <numeric>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
+#include "analysis/check.h"
+#include "analysis/diff.h"
 #include "analysis/frames.h"
 #include "analysis/report.h"
 #include "live/summary.h"
@@ -271,4 +276,176 @@ TEST_CASE("an expandable-segments PyTorch file: tensors start when allocated, la
   const auto page = nlohmann::json::parse(viz::report_data_json(s, m, "torch.json"));
   REQUIRE(page["devices"][0]["layers"][0]["moment"] == "peak");
   REQUIRE(page["devices"][0]["layers"][0]["peak_name"] == "the reserved peak");
+}
+
+namespace {
+
+// A cumemtrace file of a PyTorch run: one 20 MiB segment, opened (cudaMalloc'd) for a 2 MiB
+// tensor of line A, then holding two 8 MiB tensors of line B; 2 MiB of it free in PyTorch's cache.
+// Beside it cuBLAS's 4 MiB workspace under line C. One forward phase, one step, a user band.
+snap::Snapshot pytorch_segments_snapshot() {
+  snap::Snapshot s;
+  const std::string torch = "/venv/lib/python3.11/site-packages/torch/";
+  s.stacks = {{{torch + "nn/modules/linear.py", 134, "Linear.forward"}, {"/w/train.py", 10, "a"}},
+              {{torch + "nn/functional.py", 1723, "relu"}, {"/w/train.py", 20, "b"}},
+              {{"/usr/lib/libcudart.so.13", 0, "cudaMalloc"},
+               {"/venv/nvidia/lib/libcublasLt.so.13", 0, "cublasLtMatmul"},
+               {"/w/train.py", 30, "c"}}};
+  const int64_t t0 = 1'000'000;
+  auto& tr = s.device_traces.emplace_back();
+  using A = snap::Action;
+  using C = snap::Category;
+  auto add = [&](A a, uint64_t addr, uint64_t size, int64_t t, int32_t stack, snap::Source src,
+                 C cat) {
+    snap::TraceEntry e;
+    e.action = a, e.addr = addr, e.size = size, e.time_us = t0 + t, e.stack = stack;
+    e.source = src, e.category = cat;
+    tr.push_back(e);
+  };
+  const auto pt = snap::Source::kPytorch, drv = snap::Source::kDriver;
+  const uint64_t seg = 0x7f0000000000;
+  add(A::kSegmentAlloc, seg, 20 * kMiB, 1, 0, pt, C::kUnknown);
+  add(A::kAlloc, seg, 2 * kMiB, 2, 0, pt, C::kParameter);
+  add(A::kAlloc, seg + 2 * kMiB, 8 * kMiB, 3, 1, pt, C::kActivation);
+  add(A::kAlloc, seg + 10 * kMiB, 8 * kMiB, 4, 1, pt, C::kActivation);
+  add(A::kSegmentAlloc, 0x7e0000000000, 4 * kMiB, 5, -1, drv, C::kLibrary);
+  add(A::kAlloc, 0x7e0000000000, 4 * kMiB, 5, 2, drv, C::kLibrary);
+  snap::Segment g;
+  g.address = seg;
+  g.total_size = 20 * kMiB;
+  g.source = pt;
+  g.stack = 0;
+  g.blocks = {{seg, 2 * kMiB, 2 * kMiB, "active_allocated", 0},
+              {seg + 2 * kMiB, 8 * kMiB, 8 * kMiB, "active_allocated", 1},
+              {seg + 10 * kMiB, 8 * kMiB, 8 * kMiB, "active_allocated", 1},
+              {seg + 18 * kMiB, 2 * kMiB, 0, "inactive", -1}};
+  s.segments.push_back(g);
+  snap::Segment w;
+  w.address = 0x7e0000000000;
+  w.total_size = 4 * kMiB;
+  w.stack = 2;
+  s.segments.push_back(w);
+  s.annotations = {{"epoch", "START", 0, t0},
+                   {"auto:forward", "START", 0, t0 + 2},
+                   {"auto:forward", "END", 0, t0 + 4},
+                   {"auto:step", "MARK", 0, t0 + 5},
+                   {"epoch", "END", 0, t0 + 6}};
+  snap::ToolSection t;
+  t.pid = 7;
+  t.exe = "/usr/bin/python3";
+  t.start_time_us = t0;
+  t.end_time_us = t0 + 10;
+  t.ended.how = "exit";
+  t.events_total = 6;
+  s.tool = t;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("PyTorch's memory is blamed on its tensors, its cache is its own line, in every view") {
+  const auto s = pytorch_segments_snapshot();
+  const analysis::SiteTable sites(s);
+  const std::string a = "a (train.py:10) via Linear.forward (linear.py:134)";
+  const std::string b = "b (train.py:20) via relu (functional.py:1723)";
+  const std::string c = "c (train.py:30)";
+
+  // report (JSON): B's 16 MiB, not A's segment of 20; A 2 MiB; cuBLAS 4 MiB; the cache 2 MiB.
+  const auto j = report_json(s);
+  const auto& dj = j["devices"][0];
+  REQUIRE(dj["peak_bytes"] == 24 * kMiB);
+  REQUIRE(dj["at_peak"].size() == 3);
+  REQUIRE(dj["at_peak"][0]["site"] == b);
+  REQUIRE(dj["at_peak"][0]["bytes"] == 16 * kMiB);
+  REQUIRE(dj["at_peak"][0]["count"] == 2);
+  REQUIRE(dj["at_peak"][1]["site"] == c);
+  REQUIRE(dj["at_peak"][1]["bytes"] == 4 * kMiB);
+  REQUIRE(dj["at_peak"][2]["site"] == a);
+  REQUIRE(dj["at_peak"][2]["bytes"] == 2 * kMiB);
+  REQUIRE(dj["at_peak_cached_free_bytes"] == 2 * kMiB);
+  REQUIRE(dj["at_exit_cached_free_bytes"] == 2 * kMiB);
+
+  // report (text): the cache a line of its own, no site's.
+  std::ostringstream text;
+  analysis::print_report_text(analysis::build_report(s, sites, "pt.json"), s, sites, {}, text);
+  REQUIRE(text.str().find("     16.0 MiB         2  " + b + "\n") != std::string::npos);
+  REQUIRE(text.str().find("      2.00 MiB            cached, free in PyTorch's cache\n") !=
+          std::string::npos);
+  REQUIRE(text.str().find("  at exit, cached, free in PyTorch's cache: 2.00 MiB\n") !=
+          std::string::npos);
+
+  // The HTML model: the same rows, the cache apart; tensors + cache + others = the peak.
+  const auto m = viz::build_report_model(s);
+  REQUIRE(m.devices.size() == 1);
+  const auto& d = m.devices[0];
+  REQUIRE(d.at_peak.groups.size() == 3);
+  REQUIRE(d.at_peak.groups[0].site == b);
+  REQUIRE(d.at_peak.groups[0].bytes == 16 * kMiB);
+  REQUIRE(d.at_peak.groups[2].site == a);
+  REQUIRE(d.at_peak.groups[2].bytes == 2 * kMiB);
+  REQUIRE(d.at_peak.cached_free == 2 * kMiB);
+  REQUIRE(d.at_peak.bytes == 24 * kMiB);
+  REQUIRE(d.at_exit.cached_free == 2 * kMiB);
+
+  // Its timeline by category: the series add up to the live bytes at every point.
+  REQUIRE(d.by_category);
+  // PyTorch's segment events ("unknown" for the viewer's sake) are no series: their bytes are
+  // the tensors' and the cache's.
+  REQUIRE(d.series == std::vector<std::string>{"parameter", "activation", "library", "cache"});
+  for (const auto& p : d.points)
+    REQUIRE(std::accumulate(p.series.begin(), p.series.end(), uint64_t{0}) == p.total);
+  const auto& last = d.points.back();
+  REQUIRE(last.total == 24 * kMiB);
+  REQUIRE(last.series == std::vector<uint64_t>{2 * kMiB, 16 * kMiB, 4 * kMiB, 2 * kMiB});
+  // Before the first tensor the new segment is all cache.
+  REQUIRE(std::any_of(d.points.begin(), d.points.end(), [](const viz::TimelinePoint& p) {
+    return p.total == 20 * kMiB && p.series == std::vector<uint64_t>{0, 0, 0, 20 * kMiB};
+  }));
+
+  // The automatic phase and step apart from the user's band.
+  REQUIRE(d.bands.size() == 1);
+  REQUIRE(d.bands[0].name == "epoch");
+  REQUIRE(d.marks.empty());
+  REQUIRE(d.phases.size() == 1);
+  REQUIRE(d.phases[0].name == "forward");
+  REQUIRE(d.phases[0].end - d.phases[0].start == 2);
+  REQUIRE(d.steps.size() == 1);
+  REQUIRE(d.steps[0].step == 1);
+
+  // Folded stacks at the peak: the cache a root of its own, the total the peak.
+  const std::string folded = viz::to_collapsed(s, viz::CollapsedMoment::kPeak);
+  REQUIRE(collapsed_total(folded) == 24 * kMiB);
+  REQUIRE(folded.find("cuda:0;<cached, free in PyTorch's cache> " + std::to_string(2 * kMiB)) !=
+          std::string::npos);
+
+  // check --max-peak-bytes: the stacks are the tensors' lines; the cache is said, not blamed.
+  analysis::CheckOptions o;
+  o.max_peak_bytes = 1;
+  const auto r = analysis::evaluate_check({{"pt.json", s}}, o);
+  bool found = false;
+  for (const auto& f : r.findings) {
+    if (f.check != "peak-bytes") continue;
+    found = true;
+    REQUIRE(f.message.find("; 2.00 MiB of it cached, free in PyTorch's cache") !=
+            std::string::npos);
+    REQUIRE(f.stacks.size() == 3);
+    REQUIRE(f.stacks[0].title == "16.0 MiB live in 2 allocations from " + b);
+  }
+  REQUIRE(found);
+
+  // diff: B's tensors grew by 8 MiB and the cache shrank by as much; A's segment changed nothing.
+  auto grown = s;
+  auto& tr = grown.device_traces[0];
+  snap::TraceEntry extra = tr[3];
+  extra.addr = 0x7f0000000000 + 18 * kMiB;  // B takes the cache's 2 MiB too
+  extra.size = 2 * kMiB;
+  tr.insert(tr.begin() + 4, extra);
+  grown.segments[0].blocks[3] = {0x7f0000000000 + 18 * kMiB, 2 * kMiB, 2 * kMiB, "active_allocated",
+                                 1};
+  const auto dd = analysis::diff_snapshots(s, "a.json", grown, "b.json");
+  std::map<std::string, std::pair<uint64_t, uint64_t>> peak;
+  for (const auto& x : dd.sites) peak[x.site] = {x.base_peak, x.new_peak};
+  REQUIRE(peak.size() == 2);
+  REQUIRE(peak[b] == std::pair<uint64_t, uint64_t>{16 * kMiB, 18 * kMiB});
+  REQUIRE(peak["cached, free in PyTorch's cache"] == std::pair<uint64_t, uint64_t>{2 * kMiB, 0});
 }

@@ -7,6 +7,15 @@
   const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1',
     '#ff9da7', '#9c755f', '#17becf', '#bcbd22', '#7f3c8d'];
   const OTHER = '#bab0ac';
+  // Categories (snapshot.h) and the automatic phases: one colour each, the same on every page.
+  const CATEGORY = {
+    parameter: ['#4e79a7', 'parameter'], gradient: ['#f28e2b', 'gradient'],
+    optimizer_state: ['#59a14f', 'optimizer state'], activation: ['#e15759', 'activation'],
+    temporary: ['#edc948', 'temporary'], input: ['#76b7b2', 'input'], autograd: ['#b07aa1', 'autograd'],
+    unknown: ['#9c755f', 'unknown'], library: ['#8c8c8c', 'other libraries'],
+    cache: ['#d9d4cf', "cached, free in PyTorch's cache"],
+  };
+  const PHASE = { forward: '#2b8cbe', backward: '#e6550d', optimizer: '#31a354' };
   const data = JSON.parse(document.getElementById('cumemtrace-data').textContent);
   const app = document.getElementById('app');
   const charts = [];
@@ -61,8 +70,13 @@
     return n.toLocaleString('en') + ' ' + word + (n === 1 ? '' : 's');
   }
   function color(dev, i) {
+    if (dev.by_category) return (CATEGORY[dev.series[i]] || [OTHER])[0];
     if (dev.series[i] === 'other' && i === dev.series.length - 1) return OTHER;
     return PALETTE[i % PALETTE.length];
+  }
+  // A series' name as shown: a category's words, else the site label.
+  function seriesName(dev, i) {
+    return dev.by_category && CATEGORY[dev.series[i]] ? CATEGORY[dev.series[i]][1] : dev.series[i];
   }
   function hue(name) {
     let h = 0;
@@ -122,12 +136,21 @@
     controls.append(reset, range);
     const legend = el('div', { class: 'legend' });
     dev.series.forEach((name, i) => {
-      const item = el('span', { title: name, 'data-series': i }, el('i', { style: 'background:' + color(dev, i) }), name);
+      const item = el('span', { title: seriesName(dev, i), 'data-series': i }, el('i', { style: 'background:' + color(dev, i) }), seriesName(dev, i));
       item.addEventListener('mouseenter', () => highlightSeries(i));
       item.addEventListener('mouseleave', () => highlightSeries(-1));
       legend.append(item);
     });
-    parent.append(legend, wrap, controls);
+    parent.append(legend);
+    // The automatic phases' legend: the strip above the plot and the step boundaries.
+    if (dev.phases.length || dev.steps.length) {
+      const pl = el('div', { class: 'legend phases', 'data-device': dev.device });
+      for (const name of ['forward', 'backward', 'optimizer'])
+        if (dev.phases.some((p) => p[2] === name)) pl.append(el('span', { 'data-phase': name }, el('i', { style: 'background:' + PHASE[name] }), name));
+      if (dev.steps.length) pl.append(el('span', { 'data-phase': 'step' }, el('i', { class: 'step' }), 'step boundary (' + plural(dev.step_count, 'step') + ')'));
+      parent.append(pl);
+    }
+    parent.append(wrap, controls);
     const chart = { dev, svg, tip, legend, view: null, draw: null, layout: null, hover: -1 };
     const P = dev.points;
     const n = P.x.length;
@@ -145,7 +168,9 @@
       while (svg.firstChild) svg.firstChild.remove();
       const W = Math.max(svg.clientWidth || 900, 300);
       const H = svg.clientHeight || 340;
-      const m = { l: 74, r: 16, t: 22, b: 26 };
+      // Room above the plot for the phase strip when the run has automatic phases.
+      const strip = dev.phases.length ? 14 : 0;
+      const m = { l: 74, r: 16, t: 22 + strip, b: 26 };
       const pw = W - m.l - m.r;
       const ph = H - m.t - m.b;
       // Points in view: the last one before x0 (its state holds into the view) to the end of view.
@@ -184,6 +209,20 @@
         const l = sv('line', { class: 'mark', x1: X(mk[0]), x2: X(mk[0]), y1: m.t, y2: m.t + ph }, marks);
         sv('title', { text: mk[1] }, l);
       }
+      // The automatic phases: a strip above the plot, a faint tint through it; step boundaries.
+      const phases = sv('g', { class: 'phases' }, svg);
+      for (const p of dev.phases) {
+        if (p[1] < x0 || p[0] > x1) continue;
+        const w = Math.max(1, X(p[1]) - X(p[0]));
+        const r = sv('rect', { class: 'phase', 'data-phase': p[2], x: X(p[0]), y: m.t - strip, width: w, height: strip - 4, fill: PHASE[p[2]] }, phases);
+        sv('title', { text: p[2] + ' (' + fmtX(dev, p[0]) + ' to ' + fmtX(dev, p[1]) + ')' }, r);
+        sv('rect', { class: 'phase-tint', x: X(p[0]), y: m.t, width: w, height: ph, fill: PHASE[p[2]] }, marks);
+      }
+      for (const st of dev.steps) {
+        if (st[0] < x0 || st[0] > x1) continue;
+        const l = sv('line', { class: 'step', x1: X(st[0]), x2: X(st[0]), y1: m.t - strip, y2: m.t + ph }, phases);
+        sv('title', { text: 'end of step ' + st[1] }, l);
+      }
       // Stacked step areas: each point's state holds until the next one. Points are first folded
       // into 2-pixel columns: a column shows its highest state across its width (a spike shorter
       // than a pixel stays visible) and then its last state, which holds until the next column.
@@ -220,7 +259,7 @@
           bottom.push('L' + xs[k + 1].toFixed(1) + ',' + yb.toFixed(1) + 'H' + xs[k].toFixed(1));
         }
         const p = sv('path', { class: 'series', d: top + bottom.reverse().join('') + 'Z', fill: color(dev, s), 'data-series': s }, series);
-        sv('title', { text: dev.series[s] }, p);
+        sv('title', { text: seriesName(dev, s) }, p);
       }
       // The layers as lines: PyTorch reserved (dashed), PyTorch allocated under it, the
       // driver-visible total over everything.
@@ -293,7 +332,7 @@
       chart.cursor.setAttribute('x2', L.X(at.x));
       tip.replaceChildren(el('div', { text: fmtX(dev, Math.round(at.x)) + ': ' + fmtBytes(P.total[a]) + ' live' + (P.allocated ? ', ' + fmtBytes(P.allocated[a]) + ' allocated' : '') + (P.reserved[a] ? ', ' + fmtBytes(P.reserved[a]) + ' reserved' : '') + (P.driver && P.driver[a] ? ', ' + fmtBytes(P.driver[a]) + ' driver-visible' : '') }));
       const rows = dev.series.map((s, i) => [i, P.v[i][a]]).filter((r) => r[1] > 0).sort((p, q) => q[1] - p[1]).slice(0, 8);
-      for (const [i, v] of rows) tip.append(el('div', {}, el('span', { style: 'color:' + color(dev, i), text: '\u25A0 ' }), fmtBytes(v) + '  ' + dev.series[i]));
+      for (const [i, v] of rows) tip.append(el('div', {}, el('span', { style: 'color:' + color(dev, i), text: '\u25A0 ' }), fmtBytes(v) + '  ' + seriesName(dev, i)));
       const r = svg.getBoundingClientRect();
       const left = ev.clientX - r.left;
       tip.style.display = 'block';
@@ -333,6 +372,7 @@
       row.addEventListener('click', () => { more.hidden = !more.hidden; row.classList.toggle('open', !more.hidden); });
       body.append(row, more);
     }
+    if (t.cached_free != null) body.append(el('tr', { class: 'cache' }, el('td', { class: 'site', text: CATEGORY.cache[1] }), el('td', { class: 'num', text: fmtBytes(t.cached_free) }), el('td', { class: 'num', text: (t.bytes ? t.cached_free / t.bytes * 100 : 0).toFixed(1) + '%' }), el('td')));
     if (t.rest_groups > 0) body.append(el('tr', {}, el('td', { class: 'empty', text: t.rest_groups + ' more sites' }), el('td', { class: 'num', text: fmtBytes(t.rest_bytes) }), el('td'), el('td')));
     table.append(body);
     box.append(table);
@@ -444,7 +484,8 @@
     if (dev.peak.reserved > 0) note.push(dev.pool_layer ? 'dashed line: pool reserved (driver samples)' : 'dashed line: PyTorch reserved (segments)');
     if (dev.points.allocated) note.push(dev.pool_layer ? 'solid line: pool allocated' : 'solid line: PyTorch allocated');
     if (dev.points.driver) note.push('dotted line: driver-visible (NVML)');
-    note.push('stacked by the ' + plural(dev.series.length, 'allocation site') + ' with the most byte-time');
+    if (dev.phases.length) note.push('the strip above the chart: automatic phases' + (dev.phases.length < dev.phase_count ? ' (one per time bucket: ' + plural(dev.phase_count, 'phase') + ' in all)' : '') + '; dark lines: step boundaries');
+    note.push(dev.by_category ? 'stacked by category (PyTorch\'s tensors by what they are for, other libraries, PyTorch\'s cache)' : 'stacked by the ' + plural(dev.series.length, 'allocation site') + ' with the most byte-time');
     sec.append(el('div', { class: 'sub', text: note.join('; ') + '.' }));
     makeChart(dev, sec);
     layers(dev, sec);
