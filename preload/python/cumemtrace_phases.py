@@ -125,6 +125,8 @@ class Phases:
             lambda: False)
         self._graph_task_id = getattr(torch._C, "_current_graph_task_id", None) or (lambda: -1)
         self._strided = torch.strided
+        # Tensor.is_cuda (is_cpu, ...) is a plain flag; Tensor.device builds an object
+        self._on_device = "is_" + device_type
         self._tensor = torch.Tensor
         self._always_call = True
 
@@ -361,32 +363,34 @@ class Phases:
 
     # --- ownership --------------------------------------------------------------------------
 
-    def _keep(self, t, found):
-        if t.layout is not self._strided or t.device.type != self._device_type:
-            return
-        ptr = t.data_ptr()
-        if ptr and ptr not in found:
-            found[ptr] = t.numel() * t.element_size()
+    def _keep(self, tensors, found):
+        """Adds the strided tensors on the traced device type to found {data pointer: bytes}.
+        One loop with locals: a walk of ~150 parameters is ~600 tensors a step."""
+        on_device, strided = self._on_device, self._strided
+        for t in tensors:
+            if getattr(t, on_device) and t.layout is strided:
+                ptr = t.data_ptr()
+                if ptr and ptr not in found:
+                    found[ptr] = t.nbytes  # numel * element size
 
     def walk_lists(self):
-        """{role: [(data pointer, bytes)]} of what the optimizers seen and the roots own now."""
-        params, grads, state = {}, {}, {}
+        """{role: {data pointer: bytes}} of what the optimizers seen and the roots own now."""
         tensor = self._tensor
+        params, grads, state = [], [], []
         for opt in list(self._optimizers):
             for group in opt.param_groups:
-                for p in group["params"]:
-                    self._keep(p, params)
-                    g = p.grad
-                    if g is not None:
-                        self._keep(g, grads)
+                params.extend(group["params"])
             for per_param in opt.state.values():
-                for v in per_param.values():
-                    if isinstance(v, tensor):
-                        self._keep(v, state)
+                state.extend(v for v in per_param.values() if isinstance(v, tensor))
+        grads = [g for g in (p.grad for p in params) if g is not None]
+        held = set(map(id, params))  # a root's parameters are mostly the optimizers' already
         for root in list(self._roots.keys()):
-            for p in root.parameters():
-                self._keep(p, params)
-        return {ROLE_PARAMETER: params, ROLE_GRADIENT: grads, ROLE_OPTIMIZER_STATE: state}
+            params.extend(p for p in root.parameters() if id(p) not in held)
+        lists = {ROLE_PARAMETER: {}, ROLE_GRADIENT: {}, ROLE_OPTIMIZER_STATE: {}}
+        self._keep(params, lists[ROLE_PARAMETER])
+        self._keep(grads, lists[ROLE_GRADIENT])
+        self._keep(state, lists[ROLE_OPTIMIZER_STATE])
+        return lists
 
     def _walk(self, roles):
         lists = self.walk_lists()

@@ -22,6 +22,8 @@ import re
 import struct
 import sys
 
+import cumemtrace_phases
+
 # torch "major.minor" -> the preload's TraceEntry layout number (preload/torch_tracker.cpp).
 SUPPORTED = {"2.11": 1}
 
@@ -376,12 +378,23 @@ def attach():
     info_fn(text.encode("utf-8", "replace"))
 
 
+def _blocks_wanted():
+    return os.environ.get("CUMEMTRACE_TORCH", "1") != "0"
+
+
+def _phases_wanted():
+    return os.environ.get("CUMEMTRACE_PHASES", "1") != "0"
+
+
 def _on_torch_imported(torch):
-    try:
-        torch.cuda._lazy_call(attach)
-    except Exception as e:
-        sys.stderr.write("cumemtrace: PyTorch blocks not captured (%s); tracing continues at "
-                         "driver level\n" % (str(e) or type(e).__name__))
+    if _blocks_wanted():
+        try:
+            torch.cuda._lazy_call(attach)
+        except Exception as e:
+            sys.stderr.write("cumemtrace: PyTorch blocks not captured (%s); tracing continues at "
+                             "driver level\n" % (str(e) or type(e).__name__))
+    if _phases_wanted():  # whatever the backend: phases are useful at driver level too
+        cumemtrace_phases.install(torch)
 
 
 class _TorchImportWatcher:
@@ -408,7 +421,7 @@ class _TorchImportWatcher:
 
 def install():
     global _installed
-    if _installed or os.environ.get("CUMEMTRACE_TORCH", "1") == "0" or _preload() is None:
+    if _installed or not (_blocks_wanted() or _phases_wanted()) or _preload() is None:
         return
     _installed = True
     if "torch" in sys.modules:
