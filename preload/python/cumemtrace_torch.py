@@ -15,6 +15,8 @@ CUDA's lazy initialisation (torch.cuda._lazy_call), never inside a driver hook.
 
 What was found is reported to the collector (cumemtrace_torch_info) for the snapshot's tool
 section; a torch we cannot handle gives one `cumemtrace:` line and the driver-level view.
+Once torch is imported the automatic phases (cumemtrace_phases) are installed too, whatever the
+backend (CUMEMTRACE_TORCH=0 and CUMEMTRACE_PHASES=0 turn each off).
 """
 import ctypes
 import os
