@@ -30,7 +30,8 @@ What is missed, by design:
     forward has no marks; torch.compile(model) works (the wrapper's call is eager);
   - a loss module called after a compiled root in the first step (discovery ended at that root);
   - torch.compile of a whole step function that calls the modules during the first step: the
-    global hooks become part of its first graph's guards, so removing them recompiles it once;
+    global hooks become part of its first graph's guards, so removing them may recompile it once
+    (seen with torch.compile(model) when the hooks were left on; a step function is untested);
   - forward and backward run inside optimizer.step (LBFGS closures) belong to the optimizer phase;
   - a module running on another thread while discovery ends keeps its global hooks' depth count;
   - without always_call (torch < 2.1) a root whose forward raises leaves its range open.
@@ -124,7 +125,6 @@ class Phases:
         self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (
             lambda: False)
         self._graph_task_id = getattr(torch._C, "_current_graph_task_id", None) or (lambda: -1)
-        self._strided = torch.strided
         # Tensor.is_cuda (is_cpu, ...) is a plain flag; Tensor.device builds an object
         self._on_device = "is_" + device_type
         self._tensor = torch.Tensor
@@ -365,11 +365,14 @@ class Phases:
 
     def _keep(self, tensors, found):
         """Adds the strided tensors on the traced device type to found {data pointer: bytes}.
-        One loop with locals: a walk of ~150 parameters is ~600 tensors a step."""
-        on_device, strided = self._on_device, self._strided
+        One loop with locals: a walk of ~150 parameters is ~600 tensors a step (Adam)."""
+        on_device = self._on_device
         for t in tensors:
-            if getattr(t, on_device) and t.layout is strided:
-                ptr = t.data_ptr()
+            if getattr(t, on_device):
+                try:
+                    ptr = t.data_ptr()
+                except RuntimeError:  # sparse and other layouts without one block: not walked
+                    continue
                 if ptr and ptr not in found:
                     found[ptr] = t.nbytes  # numel * element size
 

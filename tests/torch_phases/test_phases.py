@@ -386,3 +386,18 @@ def test_compile_adds_no_graph_breaks_or_frames(mode):
         "START auto:optimizer", "END auto:optimizer", "MARK auto:step"]] * 3 for m in step]
     assert on["errors"] == ""
     assert "global hooks" not in stderr  # torch.compile's warning about global hooks
+
+
+def test_sparse_gradients_are_not_walked(phases):
+    ph, rec, err = phases
+    torch.manual_seed(0)
+    emb = nn.Embedding(10, 6, sparse=True)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        emb(torch.tensor([1, 2])).sum().backward()
+        assert emb.weight.grad.is_sparse
+        opt.step()
+    assert err.getvalue() == ""
+    assert rec.marks() == (fwd() + bwd() + opt_step()) * 2
+    assert rec.walks() == [(PARAMETER, [(emb.weight.data_ptr(), 240)])]
