@@ -1,6 +1,6 @@
 """The automatic phases and ownership walks (preload/python/cumemtrace_phases.py) on the real
 PyTorch, CPU tensors, through a recording sink: exact mark sequences and walk bytes."""
-import importlib
+import io
 import json
 import os
 import subprocess
@@ -12,7 +12,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 import cumemtrace_phases
-from conftest import MODULE, OPTIM, ENGINE_RUN, SOURCE, Recorder, bwd, fwd, hooks_left, opt_step
+from conftest import ENGINE_RUN, MODULE, OPTIM, SOURCE, Recorder, bwd, fwd, hooks_left, opt_step
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PARAMETER, GRADIENT, OPTIMIZER_STATE = 1, 2, 3
@@ -324,7 +324,7 @@ def test_optimizer_step_raising_leaves_no_stale_state(phases):
 
 def test_no_optimizer_hooks_in_an_older_torch(monkeypatch):
     monkeypatch.delattr(OPTIM, "register_optimizer_step_pre_hook")
-    rec, err = Recorder(), __import__("io").StringIO()
+    rec, err = Recorder(), io.StringIO()
     ph = cumemtrace_phases.Phases(torch, rec, "cpu", err)
     ph.install()
     try:
@@ -351,7 +351,7 @@ def test_no_always_call_in_an_older_torch(monkeypatch):
         return real_module_hook(self, hook, prepend=prepend, with_kwargs=with_kwargs)
 
     monkeypatch.setattr(nn.Module, "register_forward_hook", old_module_hook)
-    rec, err = Recorder(), __import__("io").StringIO()
+    rec, err = Recorder(), io.StringIO()
     ph = cumemtrace_phases.Phases(torch, rec, "cpu", err)
     ph.install()
     try:
