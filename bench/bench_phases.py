@@ -10,7 +10,7 @@ mark; see the recording rows). Also times one ownership walk of the 150 paramete
 Adam state (the tensors are CPU tensors: the walk is run with the "cpu" device filter).
 Times are CPU times (time.process_time: this process, one torch thread), so that a loaded host
 changes them less than wall times. Prints medians in ms per step and the difference with its
-spread over rounds.
+spread over rounds, and the hooks of one step called directly (the step's noise left out).
 """
 import os
 import statistics
@@ -56,6 +56,20 @@ def steps(net, loss_fn, opt, x, y, n):
     return (time.process_time() - t) / n * 1e3
 
 
+def hook_calls(ph, net, loss_fn, opt, n):
+    """CPU ms per step of what the hooks run in a steady-state step, called without the model:
+    the step's own noise is not in it."""
+    t = time.process_time()
+    for _ in range(n):
+        for root in (net, loss_fn):
+            ph._pre_hook(root, ())
+            ph._post_hook(root, (), None)
+        ph._backward_end(ph._backward_begin())
+        ph._optimizer_pre_hook(opt, (), {})
+        ph._optimizer_post_hook(opt, (), {})
+    return (time.process_time() - t) / n * 1e3
+
+
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 20
@@ -65,13 +79,14 @@ def main():
     opt = torch.optim.Adam(net.parameters())
     x, y = torch.randn(16, 64), torch.randn(16, 64)
     steps(net, loss_fn, opt, x, y, 5)  # warm up: Adam's state exists from here on
-    on, off = [], []
+    on, off, hooks = [], [], []
     for _ in range(rounds):
         off.append(steps(net, loss_fn, opt, x, y, n))
         ph = cumemtrace_phases.Phases(torch, NullSink(), "cpu")
         ph.install()
         steps(net, loss_fn, opt, x, y, 1)  # discovery (global hooks) ends in this step
         on.append(steps(net, loss_fn, opt, x, y, n))
+        hooks.append(hook_calls(ph, net, loss_fn, opt, 50))
         walk = []
         for _ in range(50):
             t = time.process_time()
@@ -86,6 +101,8 @@ def main():
     print("on - off: median %+.3f ms (%+.2f%%), quartiles %+.3f .. %+.3f ms" % (
         statistics.median(diffs), 100 * statistics.median(diffs) / m_off,
         *statistics.quantiles(diffs, n=4)[0::2]))
+    print("the hooks of one step called directly (2 roots' forwards, backward, the step with its "
+          "walk): %.3f ms (median)" % statistics.median(hooks))
     print("ownership walk, 150 parameters + grads + 300 Adam state tensors: %.3f ms (median)"
           % statistics.median(walk))
 
