@@ -4,8 +4,9 @@
 #   bin/cumemtrace                the CLI and collector
 #   lib/libcumemtrace.so          the preload: `run` finds it as ../lib next to the executable,
 #                                 and the preload finds the collector as ../bin/cumemtrace
-#   lib/cumemtrace/python/        sitecustomize.py + cumemtrace_torch.py: `run` puts this first on
-#                                 PYTHONPATH to capture PyTorch's allocator events (docs/pytorch.md)
+#   lib/cumemtrace/python/        sitecustomize.py + cumemtrace_torch.py + cumemtrace_phases.py:
+#                                 `run` puts this first on PYTHONPATH to capture PyTorch's
+#                                 allocator events and phases (docs/pytorch.md)
 #   include/cumemtrace.h          the marks API (header only)
 #   lib/cmake/cumemtrace/         find_package(cumemtrace): cumemtrace::headers,
 #                                 CUMEMTRACE_EXECUTABLE, CUMEMTRACE_PRELOAD_LIBRARY
@@ -20,6 +21,7 @@ install(TARGETS cumemtrace RUNTIME DESTINATION bin COMPONENT runtime)
 install(TARGETS cumemtrace_preload LIBRARY DESTINATION lib COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/preload/python/sitecustomize.py
   ${PROJECT_SOURCE_DIR}/preload/python/cumemtrace_torch.py
+  ${PROJECT_SOURCE_DIR}/preload/python/cumemtrace_phases.py
   DESTINATION lib/cumemtrace/python COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/include/cumemtrace.h DESTINATION include COMPONENT devel)
 install(FILES ${PROJECT_SOURCE_DIR}/schemas/snapshot.schema.json

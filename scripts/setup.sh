@@ -21,6 +21,15 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The real PyTorch for tests/torch_phases (the automatic phases): a venv with torch 2.11.0 from
+# PyPI (with its CUDA wheels, ~3 GB), numpy and pytest. Skipped when it already imports them.
+TORCH_VENV=${CUMEMTRACE_TORCH_VENV:-$HOME/.cache/cumemtrace/torch-2.11}
+if ! "$TORCH_VENV/bin/python" -c 'import torch, numpy, pytest' >/dev/null 2>&1; then
+  echo "cumemtrace setup: installing torch 2.11.0, numpy and pytest into $TORCH_VENV" >&2
+  [ -x "$TORCH_VENV/bin/python" ] || python3 -m venv "$TORCH_VENV"
+  "$TORCH_VENV/bin/python" -m pip install -q torch==2.11.0 numpy pytest
+fi
+
 if [ ! -f /usr/local/cuda/include/cuda.h ] && ! command -v nvcc >/dev/null; then
   echo "cumemtrace setup: the CUDA toolkit headers (cuda.h) are needed at build time;" \
        "install the CUDA toolkit in /usr/local/cuda" >&2

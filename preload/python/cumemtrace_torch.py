@@ -15,12 +15,16 @@ CUDA's lazy initialisation (torch.cuda._lazy_call), never inside a driver hook.
 
 What was found is reported to the collector (cumemtrace_torch_info) for the snapshot's tool
 section; a torch we cannot handle gives one `cumemtrace:` line and the driver-level view.
+Once torch is imported the automatic phases (cumemtrace_phases) are installed too, whatever the
+backend (CUMEMTRACE_TORCH=0 and CUMEMTRACE_PHASES=0 turn each off).
 """
 import ctypes
 import os
 import re
 import struct
 import sys
+
+import cumemtrace_phases
 
 # torch "major.minor" -> the preload's TraceEntry layout number (preload/torch_tracker.cpp).
 SUPPORTED = {"2.11": 1}
@@ -376,12 +380,23 @@ def attach():
     info_fn(text.encode("utf-8", "replace"))
 
 
+def _blocks_wanted():
+    return os.environ.get("CUMEMTRACE_TORCH", "1") != "0"
+
+
+def _phases_wanted():
+    return os.environ.get("CUMEMTRACE_PHASES", "1") != "0"
+
+
 def _on_torch_imported(torch):
-    try:
-        torch.cuda._lazy_call(attach)
-    except Exception as e:
-        sys.stderr.write("cumemtrace: PyTorch blocks not captured (%s); tracing continues at "
-                         "driver level\n" % (str(e) or type(e).__name__))
+    if _blocks_wanted():
+        try:
+            torch.cuda._lazy_call(attach)
+        except Exception as e:
+            sys.stderr.write("cumemtrace: PyTorch blocks not captured (%s); tracing continues at "
+                             "driver level\n" % (str(e) or type(e).__name__))
+    if _phases_wanted():  # whatever the backend: phases are useful at driver level too
+        cumemtrace_phases.install(torch)
 
 
 class _TorchImportWatcher:
@@ -408,7 +423,7 @@ class _TorchImportWatcher:
 
 def install():
     global _installed
-    if _installed or os.environ.get("CUMEMTRACE_TORCH", "1") == "0" or _preload() is None:
+    if _installed or not (_blocks_wanted() or _phases_wanted()) or _preload() is None:
         return
     _installed = True
     if "torch" in sys.modules:

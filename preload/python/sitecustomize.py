@@ -3,7 +3,8 @@
 `cumemtrace run` puts this folder first on PYTHONPATH (plain LD_PRELOAD users do it themselves,
 see docs/pytorch.md). Python imports it at start-up; it first runs the sitecustomize that would
 have run without us (the next one on sys.path), then arranges for cumemtrace_torch.attach to run
-right after CUDA's lazy initialisation once the program imports torch. Nothing here may break
+right after CUDA's lazy initialisation once the program imports torch, and for the automatic
+phases (cumemtrace_phases) to be installed at that import. Nothing here may break
 the program: any failure of ours is one `cumemtrace:` line on stderr.
 """
 import os

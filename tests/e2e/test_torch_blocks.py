@@ -18,7 +18,9 @@ OUR_PY = os.path.join(BUILD, "lib", "cumemtrace", "python")
 
 
 def torch_env(**extra):
-    env = dict(PYTHONPATH=FAKE_TORCH, FAKE_TORCH_LIB=FAKE_LIB)
+    # The fake torch has no nn, optim or autograd for the automatic phases to hook (they are
+    # tested on the real torch: tests/torch_phases).
+    env = dict(PYTHONPATH=FAKE_TORCH, FAKE_TORCH_LIB=FAKE_LIB, CUMEMTRACE_PHASES="0")
     env.update(extra)
     return env
 

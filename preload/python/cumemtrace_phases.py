@@ -1,0 +1,430 @@
+"""Automatic phases and ownership walks of a PyTorch program, with no change to its script.
+
+Installed by cumemtrace_torch once torch is imported (whatever the allocator backend), this emits
+the annotation contract that the analysis reads (docs/pytorch.md):
+  START/END "auto:forward"    around the call of a root module (one called at depth 0 on a thread
+                              that is not inside backward, the optimizer step or another root),
+  START/END "auto:backward"   around the outermost autograd run (Tensor.backward,
+                              torch.autograd.backward and torch.autograd.grad all end in
+                              torch.autograd._engine_run_backward) outside a forward,
+  START/END "auto:optimizer"  between the global optimizer step pre- and post-hooks (every
+                              torch.optim.Optimizer subclass), then the MARK "auto:step",
+and ownership walks (cumemtrace_torch_owners): at each optimizer post-hook the parameters of every
+optimizer seen and of every root, their .grad, and the tensors in the optimizers' state; before the
+first step the roots' parameters at their first forward. Only tensors on the traced device type,
+deduplicated by data pointer, as (data pointer, numel * element size); a role is sent only when its
+list changed since it was last sent (a walk replaces that role's previous one).
+
+How the roots are found, and why so: a global forward hook disables Module._call_impl's fast path
+for every module (+1-4% a step), so the global hooks stay only until the roots are known: until the
+first backward or optimizer step begins, or a root is called a second time (inference), or a root
+is compiled (torch.compile(model), or a module under it compiled in place). Then they are removed
+and per-module hooks go on the roots alone. Inside compiled code the hooks do nothing (the tracer
+sees a hook that returns at once), so they add no graph break.
+
+What is missed, by design:
+  - a root first called after discovery ended (e.g. an evaluation model first run after the first
+    training step): its forward shows as no phase; its parameters still join the walks only if an
+    optimizer holds them;
+  - a root compiled in place (model.compile()): its hooks run inside the compiled code, so its
+    forward has no marks; torch.compile(model) works (the wrapper's call is eager);
+  - a loss module called after a compiled root in the first step (discovery ended at that root);
+  - torch.compile of a whole step function that calls the modules during the first step: the
+    global hooks become part of its first graph's guards, so removing them may recompile it once
+    (seen with torch.compile(model) when the hooks were left on; a step function is untested);
+  - forward and backward run inside optimizer.step (LBFGS closures) belong to the optimizer phase;
+  - a module running on another thread while discovery ends keeps its global hooks' depth count;
+  - without always_call (torch < 2.1) a root whose forward raises leaves its range open.
+Errors: no exception of ours reaches the program. The first one prints one `cumemtrace:` line and
+turns all of this off (hooks removed, backward unwrapped). CUMEMTRACE_PHASES=0 turns it off.
+"""
+import array
+import ctypes
+import importlib
+import sys
+import threading
+import warnings
+import weakref
+
+ROLE_PARAMETER, ROLE_GRADIENT, ROLE_OPTIMIZER_STATE = 1, 2, 3  # snap::OwnerRole, wire kTorchOwners
+FORWARD, BACKWARD, OPTIMIZER, STEP = b"auto:forward", b"auto:backward", b"auto:optimizer", b"auto:step"
+
+# The warning torch.compile's wrapper gives while a global module hook exists: ours exist only
+# during discovery, which ends at that wrapper's first forward pre-hook (before anything fires
+# twice), so the warning would describe something that does not happen.
+_COMPILE_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
+
+
+class PreloadSink:
+    """Emits through libcumemtrace.so's exported functions (include/cumemtrace.h), GIL held."""
+
+    def __init__(self, err=None):
+        lib = ctypes.PyDLL(None)
+        self._push = lib.cumemtrace_range_push
+        self._push.argtypes, self._push.restype = [ctypes.c_char_p], None
+        self._pop = lib.cumemtrace_range_pop
+        self._pop.argtypes, self._pop.restype = [], None
+        self._mark = lib.cumemtrace_mark
+        self._mark.argtypes, self._mark.restype = [ctypes.c_char_p], None
+        try:
+            self._owners = lib.cumemtrace_torch_owners
+            self._owners.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64]
+            self._owners.restype = ctypes.c_int
+        except AttributeError:
+            self._owners = None
+            (err or sys.stderr).write("cumemtrace: this libcumemtrace.so has no "
+                                      "cumemtrace_torch_owners; phases without ownership walks\n")
+
+    def push(self, name):
+        self._push(name)
+
+    def pop(self):
+        self._pop()
+
+    def mark(self, name):
+        self._mark(name)
+
+    def owners(self, role, pairs):
+        """pairs: (data pointer, bytes) flattened into one list of ints."""
+        if self._owners is None:
+            return
+        buf = array.array("Q", pairs)
+        address, n = buf.buffer_info()
+        self._owners(role, address, n // 2)
+
+
+class _ThreadState(threading.local):
+    def __init__(self):
+        self.depth = 0  # modules (roots, after discovery) whose pre-hook ran and post-hook not yet
+        self.forward_open = False  # this thread's auto:forward is open
+        self.backward = 0  # autograd runs in progress on this thread
+        self.optimizers = []  # optimizer steps in progress on this thread (outermost first)
+
+
+class Phases:
+    """The hooks. `sink` has push(name), pop(), mark(name) and owners(role, flat pairs);
+    `device_type` is the tensors' device type that walks keep ("cuda" when traced)."""
+
+    def __init__(self, torch, sink, device_type="cuda", err=None):
+        self._torch = torch
+        self._sink = sink
+        self._device_type = device_type
+        self._err = err or sys.stderr
+        self._tls = _ThreadState()
+        self._off = False
+        self._discovering = False
+        self._roots = weakref.WeakKeyDictionary()  # root module -> its per-module hook handles
+        self._optimizers = weakref.WeakSet()
+        # role -> the tuple of pairs last sent; an empty list is sent only to clear a sent one
+        self._sent = {ROLE_PARAMETER: (), ROLE_GRADIENT: (), ROLE_OPTIMIZER_STATE: ()}
+        self._global_handles = []
+        self._optimizer_handles = []
+        self._warning_filter = None
+        self._engine_run = None  # torch.autograd's original _engine_run_backward
+        self._wrapped_names = []  # (module, name, original) of what was replaced
+        self._is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (
+            lambda: False)
+        self._graph_task_id = getattr(torch._C, "_current_graph_task_id", None) or (lambda: -1)
+        # Tensor.is_cuda (is_cpu, ...) is a plain flag; Tensor.device builds an object
+        self._on_device = "is_" + device_type
+        self._tensor = torch.Tensor
+        self._always_call = True
+
+    # --- installing and removing ------------------------------------------------------------
+
+    def install(self):
+        torch = self._torch
+        module_mod = importlib.import_module("torch.nn.modules.module")
+        warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
+        self._warning_filter = warnings.filters[0]
+        self._global_handles.append(module_mod.register_module_forward_pre_hook(self._pre_hook))
+        try:
+            post = module_mod.register_module_forward_hook(self._post_hook, always_call=True)
+        except TypeError:  # torch < 2.1
+            self._always_call = False
+            self._note("torch %s has no always_call forward hooks: a forward that raises leaves "
+                       "its phase open" % torch.__version__)
+            post = module_mod.register_module_forward_hook(self._post_hook)
+        self._global_handles.append(post)
+        self._discovering = True
+
+        optim = importlib.import_module("torch.optim.optimizer")  # not an attribute in 2.11
+        if hasattr(optim, "register_optimizer_step_pre_hook"):
+            self._optimizer_handles = [
+                optim.register_optimizer_step_pre_hook(self._optimizer_pre_hook),
+                optim.register_optimizer_step_post_hook(self._optimizer_post_hook)]
+        else:
+            self._note("torch %s has no global optimizer step hooks: no auto:optimizer phases or "
+                       "ownership walks" % torch.__version__)
+
+        autograd = torch.autograd
+        if callable(getattr(autograd, "_engine_run_backward", None)):
+            self._wrap(autograd, "_engine_run_backward")
+        else:  # older torch: the public entry points (Tensor.backward calls the first)
+            self._wrap(autograd, "backward")
+            self._wrap(autograd, "grad")
+
+    def _wrap(self, module, name):
+        original = getattr(module, name)
+        phases = self
+
+        def run_backward(*args, **kwargs):
+            opened = phases._backward_begin()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                phases._backward_end(opened)
+
+        run_backward.__wrapped__ = original
+        run_backward.__name__ = getattr(original, "__name__", name)
+        run_backward.__doc__ = getattr(original, "__doc__", None)
+        setattr(module, name, run_backward)
+        self._wrapped_names.append((module, name, original, run_backward))
+
+    def uninstall(self):
+        self._off = True
+        self._remove_global_hooks()
+        for handles in list(self._roots.values()):
+            for h in handles or ():  # None: a root not hooked yet
+                h.remove()
+        self._roots = weakref.WeakKeyDictionary()
+        for h in self._optimizer_handles:
+            h.remove()
+        self._optimizer_handles = []
+        for module, name, original, wrapper in self._wrapped_names:
+            if getattr(module, name, None) is wrapper:  # someone else's wrapper stays (ours passes)
+                setattr(module, name, original)
+        self._wrapped_names = []
+
+    def _remove_global_hooks(self):
+        self._discovering = False
+        for h in self._global_handles:
+            h.remove()
+        self._global_handles = []
+        if self._warning_filter is not None:
+            try:
+                warnings.filters.remove(self._warning_filter)
+                warnings._filters_mutated()
+            except (ValueError, AttributeError):
+                pass
+            self._warning_filter = None
+
+    def _end_discovery(self):
+        """Global hooks off; per-module hooks on the roots known now."""
+        self._end_pending = False
+        self._remove_global_hooks()
+        for root in list(self._roots.keys()):
+            self._hook_root(root)
+
+    def _hook_root(self, root):
+        if self._roots.get(root):
+            return
+        pre = root.register_forward_pre_hook(self._pre_hook)
+        if self._always_call:
+            post = root.register_forward_hook(self._post_hook, always_call=True)
+        else:
+            post = root.register_forward_hook(self._post_hook)
+        self._roots[root] = [pre, post]
+
+    def _note(self, what):
+        self._err.write("cumemtrace: %s\n" % what)
+
+    def _fail(self, where, e):
+        if self._off:
+            return
+        try:
+            self._note("automatic phases off (%s: %s: %s)" % (where, type(e).__name__, e))
+            self.uninstall()
+        except Exception:
+            self._off = True
+
+    # --- forward ----------------------------------------------------------------------------
+
+    def _busy(self, tls):
+        """In backward or an optimizer step on this thread (or on autograd's engine thread)."""
+        return tls.backward or tls.optimizers or self._graph_task_id() != -1
+
+    def _pre_hook(self, module, args):
+        if self._off or self._is_compiling():
+            return
+        try:
+            tls = self._tls
+            if tls.depth == 0 and not self._busy(tls):
+                new = module not in self._roots
+                if new:
+                    self._roots[module] = None
+                if self._discovering and (not new or self._compiled(module)):
+                    self._end_discovery()  # before a compiled forward's guards see our hooks
+                elif not self._discovering and new:
+                    self._hook_root(module)
+                self._sink.push(FORWARD)
+                tls.forward_open = True
+                if new:
+                    self._walk((ROLE_PARAMETER,))
+            tls.depth += 1
+        except Exception as e:
+            self._fail("forward pre-hook", e)
+
+    def _post_hook(self, module, args, result):
+        if self._off or self._is_compiling():
+            return
+        try:
+            tls = self._tls
+            if tls.depth == 0:
+                return  # its pre-hook ran before we were installed
+            tls.depth -= 1
+            if tls.depth == 0:
+                if tls.forward_open:
+                    tls.forward_open = False
+                    self._sink.pop()
+                if self._discovering and self._end_pending:
+                    self._end_discovery()
+        except Exception as e:
+            self._fail("forward hook", e)
+
+    _end_pending = False
+
+    def _compiled(self, module):
+        """torch.compile's wrapper, or a module with a submodule compiled in place."""
+        if type(module).__name__ == "OptimizedModule":
+            return True
+        return any(getattr(m, "_compiled_call_impl", None) is not None for m in module.modules())
+
+    def _discovery_ends(self, tls):
+        if tls.depth == 0:
+            self._end_discovery()
+        else:  # a backward or step inside a forward: when that forward ends
+            self._end_pending = True
+
+    # --- backward ---------------------------------------------------------------------------
+
+    def _backward_begin(self):
+        """True when this call opened auto:backward."""
+        if self._off:
+            return False
+        try:
+            tls = self._tls
+            outer = (not tls.backward and not tls.forward_open and not tls.optimizers
+                     and self._graph_task_id() == -1 and not self._is_compiling())
+            tls.backward += 1
+            if outer:
+                if self._discovering:
+                    self._discovery_ends(tls)
+                self._sink.push(BACKWARD)
+            return outer
+        except Exception as e:
+            self._fail("backward", e)
+            return False
+
+    def _backward_end(self, opened):
+        if self._off and not opened:
+            return
+        try:
+            tls = self._tls
+            if tls.backward:
+                tls.backward -= 1
+            if opened and not self._off:
+                self._sink.pop()
+        except Exception as e:
+            self._fail("backward", e)
+
+    # --- optimizer step ---------------------------------------------------------------------
+
+    def _optimizer_pre_hook(self, optimizer, args, kwargs):
+        if self._off:
+            return
+        try:
+            tls = self._tls
+            if optimizer in tls.optimizers:  # its step raised last time: those ranges stay open
+                del tls.optimizers[tls.optimizers.index(optimizer):]
+            self._optimizers.add(optimizer)
+            if not tls.optimizers:
+                if self._discovering:
+                    self._discovery_ends(tls)
+                self._sink.push(OPTIMIZER)
+            tls.optimizers.append(optimizer)
+        except Exception as e:
+            self._fail("optimizer step pre-hook", e)
+
+    def _optimizer_post_hook(self, optimizer, args, kwargs):
+        if self._off:
+            return
+        try:
+            tls = self._tls
+            if optimizer not in tls.optimizers:
+                return  # its pre-hook ran before we were installed
+            del tls.optimizers[tls.optimizers.index(optimizer):]
+            if not tls.optimizers:
+                self._sink.pop()
+                self._sink.mark(STEP)
+                self._walk((ROLE_PARAMETER, ROLE_GRADIENT, ROLE_OPTIMIZER_STATE))
+        except Exception as e:
+            self._fail("optimizer step post-hook", e)
+
+    # --- ownership --------------------------------------------------------------------------
+
+    def _keep(self, tensors, found):
+        """Adds the strided tensors on the traced device type to found {data pointer: bytes}.
+        One loop with locals: a walk of ~150 parameters is ~600 tensors a step (Adam)."""
+        on_device = self._on_device
+        for t in tensors:
+            if getattr(t, on_device):
+                try:
+                    ptr = t.data_ptr()
+                except RuntimeError:  # sparse and other layouts without one block: not walked
+                    continue
+                if ptr and ptr not in found:
+                    found[ptr] = t.nbytes  # numel * element size
+
+    def walk_lists(self):
+        """{role: {data pointer: bytes}} of what the optimizers seen and the roots own now."""
+        tensor = self._tensor
+        params, grads, state = [], [], []
+        for opt in list(self._optimizers):
+            for group in opt.param_groups:
+                params.extend(group["params"])
+            for per_param in opt.state.values():
+                state.extend(v for v in per_param.values() if isinstance(v, tensor))
+        grads = [g for g in (p.grad for p in params) if g is not None]
+        held = set(map(id, params))  # a root's parameters are mostly the optimizers' already
+        for root in list(self._roots.keys()):
+            params.extend(p for p in root.parameters() if id(p) not in held)
+        lists = {ROLE_PARAMETER: {}, ROLE_GRADIENT: {}, ROLE_OPTIMIZER_STATE: {}}
+        self._keep(params, lists[ROLE_PARAMETER])
+        self._keep(grads, lists[ROLE_GRADIENT])
+        self._keep(state, lists[ROLE_OPTIMIZER_STATE])
+        return lists
+
+    def _walk(self, roles):
+        lists = self.walk_lists()
+        for role in roles:
+            pairs = tuple(lists[role].items())
+            if self._sent.get(role) == pairs:
+                continue
+            self._sent[role] = pairs
+            flat = [x for pair in pairs for x in pair]
+            self._sink.owners(role, flat)
+
+
+_phases = None
+
+
+def install(torch, err=None):
+    """Installs the hooks with the preload's sink; never raises (one `cumemtrace:` line)."""
+    global _phases
+    err = err or sys.stderr
+    if _phases is not None:
+        return _phases
+    phases = None
+    try:
+        phases = Phases(torch, PreloadSink(err), "cuda", err)
+        phases.install()
+        _phases = phases
+    except Exception as e:
+        if phases is not None:
+            try:
+                phases.uninstall()
+            except Exception:
+                pass
+        err.write("cumemtrace: automatic phases not installed (%s: %s)\n" % (type(e).__name__, e))
+    return _phases

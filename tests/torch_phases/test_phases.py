@@ -1,0 +1,403 @@
+"""The automatic phases and ownership walks (preload/python/cumemtrace_phases.py) on the real
+PyTorch, CPU tensors, through a recording sink: exact mark sequences and walk bytes."""
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+import cumemtrace_phases
+from conftest import ENGINE_RUN, MODULE, OPTIM, SOURCE, Recorder, bwd, fwd, hooks_left, opt_step
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PARAMETER, GRADIENT, OPTIMIZER_STATE = 1, 2, 3
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))  # 212 floats: 848 bytes
+
+
+def batch():
+    return torch.randn(2, 8), torch.randn(2, 4)
+
+
+def train(model, opt, steps, micro=1, set_to_none=True, loss_fn=None):
+    loss_fn = loss_fn or nn.MSELoss()
+    x, y = batch()
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=set_to_none)
+        for _ in range(micro):
+            loss_fn(model(x), y).backward()
+        opt.step()
+
+
+def one_step_marks():
+    # the model and the loss module are both roots (called at depth 0 outside backward)
+    return fwd() + fwd() + bwd() + opt_step()
+
+
+def tensor_bytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def test_mlp_adam_three_steps_marks(phases):
+    ph, rec, err = phases
+    model = mlp()
+    train(model, torch.optim.Adam(model.parameters()), 3)
+    assert rec.marks() == one_step_marks() * 3
+    assert err.getvalue() == ""
+
+
+def test_walk_bytes_are_the_parameters_and_the_optimizer_state(phases):
+    ph, rec, err = phases
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters())
+    train(model, opt, 1)
+    walks = rec.walks()
+    assert [role for role, _ in walks] == [PARAMETER, GRADIENT, OPTIMIZER_STATE]
+    params = list(model.parameters())
+    # before the first step: the root's parameters at its first forward
+    assert walks[0][1] == [(p.data_ptr(), p.numel() * p.element_size()) for p in params]
+    assert sum(b for _, b in walks[0][1]) == tensor_bytes(params) == 848
+    assert walks[1][1] == [(p.grad.data_ptr(), 4 * p.numel()) for p in params]
+    state = [v for s in opt.state.values() for v in s.values()]
+    assert len(state) == 12  # exp_avg, exp_avg_sq and step (a 4-byte scalar on the CPU) each
+    assert sorted(walks[2][1]) == sorted((t.data_ptr(), t.numel() * t.element_size())
+                                         for t in state)
+    assert sum(b for _, b in walks[2][1]) == tensor_bytes(state) == 2 * 848 + 4 * 4
+
+
+def test_walk_keeps_only_the_traced_device_type():
+    rec = Recorder()
+    ph = cumemtrace_phases.Phases(torch, rec, "cuda")  # every tensor here is a CPU tensor
+    ph.install()
+    try:
+        model = mlp()
+        train(model, torch.optim.Adam(model.parameters()), 2)
+    finally:
+        ph.uninstall()
+    assert rec.walks() == []  # nothing sent: an empty list is sent only to clear a sent one
+    assert rec.marks() == one_step_marks() * 2
+
+
+def test_tied_parameters_count_once(phases):
+    ph, rec, err = phases
+    torch.manual_seed(0)
+    emb = nn.Embedding(10, 6)
+    head = nn.Linear(6, 10, bias=False)
+    head.weight = emb.weight  # tied, as in language models
+    model = nn.Sequential(emb, head)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.tensor([[1, 2, 3]])
+    model(x).sum().backward()
+    opt.step()
+    walks = dict(rec.walks())
+    assert walks[PARAMETER] == [(emb.weight.data_ptr(), 240)]
+    assert walks[GRADIENT] == [(emb.weight.grad.data_ptr(), 240)]
+    assert walks[OPTIMIZER_STATE] == [(opt.state[emb.weight]["momentum_buffer"].data_ptr(), 240)]
+
+
+def test_walk_not_sent_again_when_nothing_changed(phases):
+    ph, rec, err = phases
+    model = mlp()
+    train(model, torch.optim.Adam(model.parameters()), 3, set_to_none=False)
+    # gradients zeroed in place and Adam's state updated in place: the same lists every step
+    assert [role for role, _ in rec.walks()] == [PARAMETER, GRADIENT, OPTIMIZER_STATE]
+    assert [e[0] for e in rec.events].count("OWNERS") == 3
+    assert rec.events[-1] == ("MARK", "auto:step")
+
+
+def test_gradients_sent_again_when_they_moved(phases):
+    ph, rec, err = phases
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, opt, 1)
+    first = dict(rec.walks())[GRADIENT]
+    opt.zero_grad(set_to_none=True)
+    keep = [torch.empty(1 << 16) for _ in range(4)]  # so that the new gradients land elsewhere
+    train(model, opt, 1, set_to_none=False)
+    del keep
+    roles = [role for role, _ in rec.walks()]
+    assert roles == [PARAMETER, GRADIENT, GRADIENT]  # SGD without momentum has no state
+    assert rec.walks()[-1][1] == [(p.grad.data_ptr(), 4 * p.numel()) for p in model.parameters()]
+    assert rec.walks()[-1][1] != first
+
+
+def test_gradient_accumulation(phases):
+    ph, rec, err = phases
+    model = mlp()
+    train(model, torch.optim.AdamW(model.parameters()), 2, micro=4)
+    micro = fwd() + fwd() + bwd()
+    assert rec.marks() == (micro * 4 + opt_step()) * 2
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpoint_recompute_is_backward(phases, reentrant):
+    ph, rec, err = phases
+    model = mlp()
+    calls = []
+    model.register_forward_pre_hook(lambda m, a: calls.append(torch.is_grad_enabled()))
+    opt = torch.optim.Adam(model.parameters())
+    x, y = batch()
+    x.requires_grad_(True)  # the reentrant variant needs an input that requires grad
+    for _ in range(2):
+        opt.zero_grad()
+        out = checkpoint(model, x, use_reentrant=reentrant)  # the root itself is recomputed
+        nn.functional.mse_loss(out, y).backward()
+        opt.step()
+    assert len(calls) == 4  # it was recomputed in each backward
+    assert rec.marks() == (fwd() + bwd() + opt_step()) * 2
+    assert err.getvalue() == ""
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpointed_block_inside_the_model(phases, reentrant):
+    ph, rec, err = phases
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 4)
+
+        def forward(self, x):
+            x = self.a(x)
+            x = checkpoint(self.b, x, use_reentrant=reentrant)
+            return self.c(x)
+
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batch()
+    for _ in range(3):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    assert rec.marks() == (fwd() + bwd() + opt_step()) * 3
+
+
+def test_autocast_bfloat16(phases):
+    ph, rec, err = phases
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters())
+    x, y = batch()
+    for _ in range(2):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+            assert out.dtype == torch.bfloat16
+            loss = nn.functional.mse_loss(out.float(), y)
+        loss.backward()
+        opt.step()
+    assert rec.marks() == (fwd() + bwd() + opt_step()) * 2
+    assert sum(b for _, b in dict(rec.walks())[PARAMETER]) == 848
+
+
+def test_inference_forward_only(phases):
+    ph, rec, err = phases
+    model = mlp().eval()
+    x, _ = batch()
+    with torch.no_grad():
+        for _ in range(3):
+            model(x)
+    assert rec.marks() == fwd() * 3
+    assert [role for role, _ in rec.walks()] == [PARAMETER]
+    # the second call of a known root ended discovery: only the root's own hooks are left
+    assert len(MODULE._global_forward_pre_hooks) == len(MODULE._global_forward_hooks) == 0
+    assert (len(model._forward_pre_hooks), len(model._forward_hooks)) == (1, 1)
+
+
+def test_no_global_hooks_after_the_first_step(phases):
+    ph, rec, err = phases
+    model = mlp()
+    loss_fn = nn.MSELoss()
+    opt = torch.optim.Adam(model.parameters())
+    x, y = batch()
+    opt.zero_grad()
+    loss = loss_fn(model(x), y)
+    assert len(MODULE._global_forward_pre_hooks) == 1  # still discovering
+    loss.backward()  # the first backward ends discovery
+    assert len(MODULE._global_forward_pre_hooks) == 0
+    assert len(MODULE._global_forward_hooks) == len(MODULE._global_forward_hooks_always_called) == 0
+    # per-module hooks on the two roots only: every other module keeps the fast path
+    for m in (model, loss_fn):
+        assert (len(m._forward_pre_hooks), len(m._forward_hooks)) == (1, 1)
+    for m in model.children():
+        assert not (m._forward_pre_hooks or m._forward_hooks)
+    opt.step()
+    train(model, opt, 1, loss_fn=loss_fn)
+    assert rec.marks() == one_step_marks() * 2
+
+
+def test_loss_inside_no_module_still_steps(phases):
+    """A functional loss: the model is the only root."""
+    ph, rec, err = phases
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batch()
+    for _ in range(2):
+        opt.zero_grad()
+        torch.autograd.backward(nn.functional.mse_loss(model(x), y))
+        opt.step()
+    assert rec.marks() == (fwd() + bwd() + opt_step()) * 2
+
+
+def test_autograd_grad_is_backward_but_not_inside_a_forward(phases):
+    ph, rec, err = phases
+    torch.manual_seed(0)
+
+    class Physics(nn.Module):  # calls autograd.grad inside its forward
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 1)
+
+        def forward(self, x):
+            u = self.lin(x)
+            (du,) = torch.autograd.grad(u.sum(), x, create_graph=True)
+            return du
+
+    model = Physics()
+    x = torch.randn(4, 3, requires_grad=True)
+    model(x)
+    (g,) = torch.autograd.grad(model(x).sum(), model.lin.weight, allow_unused=True)
+    assert rec.marks() == fwd() + fwd() + bwd()
+
+
+def test_a_hook_failing_turns_phases_off_and_the_loop_runs(phases):
+    ph, rec, err = phases
+
+    class Failing(Recorder):
+        def mark(self, name):
+            raise RuntimeError("ring gone")
+
+    failing = Failing()
+    ph._sink = failing
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters())
+    before = [p.detach().clone() for p in model.parameters()]
+    train(model, opt, 3)
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # it trained
+    assert err.getvalue() == ("cumemtrace: automatic phases off (optimizer step post-hook: "
+                              "RuntimeError: ring gone)\n")
+    assert failing.marks() == one_step_marks()[:-1]  # nothing after the failure
+    assert hooks_left() == 0
+    assert torch.autograd._engine_run_backward is ENGINE_RUN
+    assert not (model._forward_pre_hooks or model._forward_hooks)
+
+
+def test_a_forward_hook_failing(phases):
+    ph, rec, err = phases
+
+    class Failing(Recorder):
+        def owners(self, role, flat):
+            raise ValueError("bad walk")
+
+    ph._sink = failing = Failing()
+    model = mlp()
+    train(model, torch.optim.SGD(model.parameters(), lr=0.1), 2)
+    assert err.getvalue() == ("cumemtrace: automatic phases off (forward pre-hook: "
+                              "ValueError: bad walk)\n")
+    assert failing.events == [("START", "auto:forward")]  # the range the failure left open
+    assert hooks_left() == 0
+
+
+def test_optimizer_step_raising_leaves_no_stale_state(phases):
+    ph, rec, err = phases
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batch()
+    nn.functional.mse_loss(model(x), y).backward()
+    with pytest.raises(TypeError):
+        opt.step(closure=3)  # the user's own error: the post-hook does not run
+    opt.step()
+    assert rec.marks() == fwd() + bwd() + [("START", "auto:optimizer"),
+                                           ("START", "auto:optimizer"),
+                                           ("END", "auto:optimizer"), ("MARK", "auto:step")]
+    train(model, opt, 1)
+    assert rec.marks()[-len(fwd() + bwd() + opt_step()):] == fwd() + bwd() + opt_step()
+
+
+def test_no_optimizer_hooks_in_an_older_torch(monkeypatch):
+    monkeypatch.delattr(OPTIM, "register_optimizer_step_pre_hook")
+    rec, err = Recorder(), io.StringIO()
+    ph = cumemtrace_phases.Phases(torch, rec, "cpu", err)
+    ph.install()
+    try:
+        model = mlp()
+        train(model, torch.optim.SGD(model.parameters(), lr=0.1), 2)
+    finally:
+        ph.uninstall()
+    assert err.getvalue() == ("cumemtrace: torch %s has no global optimizer step hooks: no "
+                              "auto:optimizer phases or ownership walks\n" % torch.__version__)
+    assert rec.marks() == (fwd() + fwd() + bwd()) * 2
+    assert hooks_left() == 0
+
+
+def test_no_always_call_in_an_older_torch(monkeypatch):
+    real = MODULE.register_module_forward_hook
+
+    def old_signature(hook, *, with_kwargs=False):
+        return real(hook, with_kwargs=with_kwargs)
+
+    monkeypatch.setattr(MODULE, "register_module_forward_hook", old_signature)
+    real_module_hook = nn.Module.register_forward_hook
+
+    def old_module_hook(self, hook, *, prepend=False, with_kwargs=False):
+        return real_module_hook(self, hook, prepend=prepend, with_kwargs=with_kwargs)
+
+    monkeypatch.setattr(nn.Module, "register_forward_hook", old_module_hook)
+    rec, err = Recorder(), io.StringIO()
+    ph = cumemtrace_phases.Phases(torch, rec, "cpu", err)
+    ph.install()
+    try:
+        model = mlp()
+        train(model, torch.optim.SGD(model.parameters(), lr=0.1), 2)
+    finally:
+        ph.uninstall()
+    assert err.getvalue() == ("cumemtrace: torch %s has no always_call forward hooks: a forward "
+                              "that raises leaves its phase open\n" % torch.__version__)
+    assert rec.marks() == one_step_marks() * 2
+    assert hooks_left() == 0
+
+
+def compiled_run(mode, hooks):
+    p = subprocess.run([sys.executable, os.path.join(HERE, "compile_probe.py"), mode, hooks],
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, CT_SOURCE=SOURCE))
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.splitlines()[-1]), p.stderr
+
+
+@pytest.mark.parametrize("mode", ["wrapper", "inplace_block"])
+def test_compile_adds_no_graph_breaks_or_frames(mode):
+    off, _ = compiled_run(mode, "off")
+    on, stderr = compiled_run(mode, "on")
+    assert off["graph_breaks"] == on["graph_breaks"]
+    assert off["frames"] == on["frames"]
+    assert on["frames"]["ok"] >= 1  # something was compiled
+    assert off["marks"] == []
+    assert on["marks"] == [m for step in [[
+        "START auto:forward", "END auto:forward", "START auto:backward", "END auto:backward",
+        "START auto:optimizer", "END auto:optimizer", "MARK auto:step"]] * 3 for m in step]
+    assert on["errors"] == ""
+    assert "global hooks" not in stderr  # torch.compile's warning about global hooks
+
+
+def test_sparse_gradients_are_not_walked(phases):
+    ph, rec, err = phases
+    torch.manual_seed(0)
+    emb = nn.Embedding(10, 6, sparse=True)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        emb(torch.tensor([1, 2])).sum().backward()
+        assert emb.weight.grad.is_sparse
+        opt.step()
+    assert err.getvalue() == ""
+    assert rec.marks() == (fwd() + bwd() + opt_step()) * 2
+    assert rec.walks() == [(PARAMETER, [(emb.weight.data_ptr(), 240)])]
