@@ -355,9 +355,9 @@ void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept {
   record_bytes(kind, aux, s, strnlen(s, wire::kMaxExtraSlots * wire::kPayloadBytes));
 }
 
-void record_bytes(wire::Kind kind, uint64_t aux, const char* s, size_t len) noexcept {
-  if (!ensure_session()) return;
-  publish_string(kind, aux, s, len, current_tid());
+bool record_bytes(wire::Kind kind, uint64_t aux, const char* s, size_t len) noexcept {
+  if (!ensure_session()) return false;
+  return publish_string(kind, aux, s, len, current_tid());
 }
 
 void record_string_and_wait(wire::Kind kind, uint64_t aux, const char* s,

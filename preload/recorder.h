@@ -75,8 +75,9 @@ void set_plain_kinds() noexcept;
 
 // Records an event that carries a string instead of a stack (marks, thread names, modules).
 void record_string(wire::Kind kind, uint64_t aux, const char* s) noexcept;
-// Same with explicit length (the bytes may contain NULs).
-void record_bytes(wire::Kind kind, uint64_t aux, const char* s, size_t len) noexcept;
+// Same with explicit length (the bytes may contain NULs; more than kMaxExtraSlots slots hold are
+// cut). False when nothing was recorded: tracing is off, or the record was dropped.
+bool record_bytes(wire::Kind kind, uint64_t aux, const char* s, size_t len) noexcept;
 // Records a string event and waits (at most timeout_ns) until the collector has consumed it:
 // a snapshot request returns once its file is written.
 void record_string_and_wait(wire::Kind kind, uint64_t aux, const char* s,

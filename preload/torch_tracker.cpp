@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -184,4 +185,38 @@ CUMEMTRACE_EXPORT void cumemtrace_torch_info(const char* text) noexcept {
   cumemtrace::preload::ReentryGuard guard;
   if (!guard.outer || !text || !cumemtrace::preload::tracing_possible()) return;
   cumemtrace::preload::record_string(cumemtrace::wire::Kind::kTorchInfo, 0, text);
+}
+
+// What the model and optimizer own (the automatic phases' ownership walk, called through ctypes
+// with the GIL held): `npairs` (data pointer, bytes) pairs of tensors of one role (1 parameter, 2
+// gradient, 3 optimizer state). They go out as kTorchOwners records of at most kMaxExtraSlots
+// slots of pairs each, the first marked kOwnersFirst (the walk replaces the role's previous one;
+// an empty walk says the role owns nothing now). Returns 0 when recorded, -1 when not tracing,
+// for bad arguments, or when a record was dropped (the walk is then incomplete).
+CUMEMTRACE_EXPORT int cumemtrace_torch_owners(int role, const uint64_t* pairs,
+                                              uint64_t npairs) noexcept {
+  namespace wire = cumemtrace::wire;
+  constexpr uint64_t kPairBytes = 2 * sizeof(uint64_t);
+  constexpr uint64_t kPairsPerRecord = wire::kMaxExtraSlots * wire::kPayloadBytes / kPairBytes;
+  static_assert(wire::kMaxExtraSlots * wire::kPayloadBytes % kPairBytes == 0,
+                "a record's slots hold whole pairs");
+  if (role < static_cast<int>(wire::OwnerRole::kParameter) ||
+      role > static_cast<int>(wire::OwnerRole::kOptimizerState) || (npairs && !pairs) ||
+      npairs > UINT64_MAX / kPairBytes) {
+    return -1;
+  }
+  cumemtrace::preload::ReentryGuard guard;
+  if (!guard.outer || !cumemtrace::preload::tracing_possible()) return -1;
+  uint64_t done = 0;
+  do {
+    const uint64_t n = std::min(npairs - done, kPairsPerRecord);
+    const uint64_t aux = static_cast<uint64_t>(role) | (done == 0 ? wire::kOwnersFirst : 0);
+    if (!cumemtrace::preload::record_bytes(wire::Kind::kTorchOwners, aux,
+                                           reinterpret_cast<const char*>(pairs + 2 * done),
+                                           n * kPairBytes)) {
+      return -1;
+    }
+    done += n;
+  } while (done < npairs);
+  return 0;
 }

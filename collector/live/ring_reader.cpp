@@ -106,12 +106,19 @@ size_t RingReader::drain(const std::function<void(const Record&)>& fn, size_t ma
         throw CorruptRing(
             fmt::format("record {} string of {} bytes in {} slots", t, r.ev.size, extra));
       }
+      // An ownership walk's payload is whole (data pointer, bytes) pairs.
+      if (r.ev.kind == wire::Kind::kTorchOwners && r.ev.size % (2 * sizeof(uint64_t)) != 0) {
+        throw CorruptRing(
+            fmt::format("record {} ownership walk of {} bytes, not whole pairs", t, r.ev.size));
+      }
       r.text.resize(r.ev.size);
       for (size_t off = 0; off < r.ev.size; off += wire::kPayloadBytes) {
         const size_t len = std::min(wire::kPayloadBytes, static_cast<size_t>(r.ev.size - off));
         std::memcpy(r.text.data() + off,
                     slots_[(t + 1 + off / wire::kPayloadBytes) & mask_].payload, len);
       }
+    } else if (r.ev.kind == wire::Kind::kTorchOwners) {
+      throw CorruptRing(fmt::format("record {} ownership walk without its byte payload", t));
     } else {
       const size_t nf = r.ev.nframes;
       const size_t npy = r.ev.npyframes;

@@ -1,8 +1,9 @@
 // Contract: the consumer side of one traced process's ring (layout in preload/wire/wire_format.h).
 // Everything in the shared memory is untrusted: the header is validated against the memfd's real
 // size and the wire version, every record's lengths are bounds-checked, and a record that breaks
-// the rules raises CorruptRing (the session then ends with an error, never a crash). drain() hands
-// out only fully published records, in ticket order, with their times in CLOCK_MONOTONIC ns
+// the rules raises CorruptRing (the session then ends with an error, never a crash); so does an
+// ownership walk (kTorchOwners) that is not a byte record of whole (pointer, bytes) pairs. drain()
+// hands out only fully published records, in ticket order, with their times in CLOCK_MONOTONIC ns
 // (live/event_clock.h converts a TSC ring's), and frees their slots for the producers.
 #pragma once
 

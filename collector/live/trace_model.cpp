@@ -1,6 +1,9 @@
 #include "live/trace_model.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
 
 namespace cumemtrace::collect {
 
@@ -324,6 +327,9 @@ void TraceModel::add(const Record& r) {
       return;
     case Kind::kPoolUsage:
       on_pool_usage(r, t);
+      return;
+    case Kind::kTorchOwners:
+      on_owners(r, t);
       return;
     case Kind::kContextCreated:
     case Kind::kContextDestroyed:
@@ -898,6 +904,32 @@ void TraceModel::on_pool_usage(const Record& r, int64_t t) {
   }
 }
 
+// A walk's first record starts a walk of its role at its time; the records after it append.
+// The ring reader checked the payload (whole pairs).
+void TraceModel::on_owners(const Record& r, int64_t t) {
+  const uint64_t role = r.ev.aux & ~wire::kOwnersFirst;
+  if (role < static_cast<uint64_t>(snap::OwnerRole::kParameter) ||
+      role > static_cast<uint64_t>(snap::OwnerRole::kOptimizerState)) {
+    throw CorruptRing(fmt::format("record {} ownership walk of role {}", r.ticket, r.ev.aux));
+  }
+  if (r.ev.aux & wire::kOwnersFirst) {
+    snap::OwnerWalk w;
+    w.time_us = t;
+    w.role = static_cast<snap::OwnerRole>(role);
+    open_walk_[role] = ownership_.size();
+    ownership_.push_back(std::move(w));
+    last_time_us_ = std::max(last_time_us_, t);
+  } else if (open_walk_[role] == kNoWalk) {
+    return;  // the walk's first record was dropped (counted in events_dropped)
+  }
+  auto& tensors = ownership_[open_walk_[role]].tensors;
+  for (size_t off = 0; off + 16 <= r.text.size(); off += 16) {
+    uint64_t pair[2];
+    std::memcpy(pair, r.text.data() + off, sizeof pair);
+    tensors.emplace_back(pair[0], pair[1]);
+  }
+}
+
 void TraceModel::on_torch_info(const std::string& text) {
   snap::PytorchInfo info;
   size_t pos = 0;
@@ -1078,6 +1110,7 @@ snap::Snapshot TraceModel::build(const ProcessInfo& info, Symbolizer& sym) const
   tool.anomalies = anomalies_;
   tool.pytorch = pytorch_;
   tool.pool_memory = pool_samples_;
+  tool.ownership = ownership_;
   // Each pool's latest sample (the one at exit, at the end) even when its reserved bytes were
   // unchanged, so that the pool's state at the snapshot's moment is in the file.
   for (const auto& [pool, m] : pool_latest_) {

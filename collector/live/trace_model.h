@@ -50,6 +50,11 @@
 // ones are written (tool section's contexts). A cuCtxDestroy ends the context of its handle, a
 // primary context's last release or reset the in-being primary context of its device; a primary
 // context's creation while one is in being on the device (two threads raced) is the same one.
+// The automatic phases' ownership walks (kTorchOwners: the data pointers and sizes of the
+// parameters, gradients or optimizer state at one moment) become the tool section's ownership, one
+// OwnerWalk per walk in ring order: a record marked kOwnersFirst starts a walk of its role at its
+// time, the role's records after it append their pairs to it. All walks are kept (the analysis
+// joins each with the blocks live at its time); a role outside 1..3 is a corrupt record.
 // Marks become external_annotations in ring order: MARK, START (a push or a start/end range),
 // END (a pop takes the name of the thread's innermost open push, an end the name of its range's
 // start; an END that matches nothing is dropped). Their device is that of the marking thread's
@@ -254,6 +259,13 @@ class TraceModel {
   std::map<uint64_t, TorchSegment> torch_segments_;  // cudaMalloc'd, by address
   std::map<uint64_t, TorchSegment> torch_mapped_;    // expandable pieces, by address
   std::optional<snap::PytorchInfo> pytorch_;
+
+  // What the model and optimizer own (kTorchOwners): every walk, in ring order; by role, the
+  // index of its latest walk, which a continuation record extends.
+  void on_owners(const Record& r, int64_t t);
+  static constexpr size_t kNoWalk = ~size_t{0};
+  std::vector<snap::OwnerWalk> ownership_;
+  size_t open_walk_[4] = {kNoWalk, kNoWalk, kNoWalk, kNoWalk};
 
   // Stream-ordered memory pools as the preload sampled them (kPoolUsage).
   void on_pool_usage(const Record& r, int64_t t);

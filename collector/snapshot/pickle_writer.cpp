@@ -177,9 +177,13 @@ class SnapshotPickler {
       p_.list(s_.segments.size(), [&](size_t j) { segment(s_.segments[j]); });
       p_.item();
       p_.string("device_traces");
+      const auto stand_in = snap::unknown_category_stand_in(s_);
       p_.list(s_.device_traces.size(), [&](size_t d) {
         const auto& tr = s_.device_traces[d];
-        p_.list(tr.size(), [&](size_t j) { entry(tr[j]); });
+        p_.list(tr.size(), [&](size_t j) {
+          entry(tr[j],
+                stand_in == snap::EntryIndex{d, j} ? snap::Category::kUnknown : tr[j].category);
+        });
       });
       p_.item();
       p_.string("allocator_settings");
@@ -284,7 +288,9 @@ class SnapshotPickler {
     });
   }
 
-  void entry(const snap::TraceEntry& e) {
+  // `category`: the entry's, or kUnknown where the file needs one
+  // (snap::unknown_category_stand_in).
+  void entry(const snap::TraceEntry& e, snap::Category category) {
     const bool oom = e.action == snap::Action::kOom;
     p_.dict([&] {
       key_str("action", snap::action_name(e.action));
@@ -300,6 +306,7 @@ class SnapshotPickler {
       if (e.stream_per_thread) key_bool("stream_per_thread", true);
       if (e.async_pool) key_bool("async_pool", true);
       source(e.source);
+      if (category != snap::Category::kNone) key_str("category", snap::category_name(category));
       if (snap::writes_frames(e)) frames(e.stack);
     });
   }
@@ -417,6 +424,18 @@ class SnapshotPickler {
           if (c.end_time_us) key_int("end_time_us", c.end_time_us);
           key_str("api", c.api);
           key_uint("handle", c.handle);
+        });
+      }
+      if (!t.ownership.empty()) {
+        list_of_dicts("ownership", t.ownership, [&](const snap::OwnerWalk& w) {
+          key_int("time_us", w.time_us);
+          key_str("role", snap::owner_role_name(w.role));
+          p_.string("tensors");
+          p_.list(w.tensors.size(), [&](size_t i) {
+            const auto& [ptr, bytes] = w.tensors[i];
+            p_.list(2, [&](size_t k) { p_.unsigned_integer(k ? bytes : ptr); });
+          });
+          p_.item();
         });
       }
       if (t.pytorch) {

@@ -54,4 +54,29 @@ std::optional<OwnerRole> parse_owner_role(std::string_view s) {
   return std::nullopt;
 }
 
+std::optional<EntryIndex> unknown_category_stand_in(const Snapshot& s) {
+  bool any = false;
+  for (const auto& tr : s.device_traces) {
+    for (const auto& e : tr) {
+      if (e.category == Category::kUnknown) return std::nullopt;
+      any = any || e.category != Category::kNone;
+    }
+  }
+  if (!any) return std::nullopt;
+  auto first = [&](auto&& pred) -> std::optional<EntryIndex> {
+    for (size_t d = 0; d < s.device_traces.size(); ++d) {
+      for (size_t i = 0; i < s.device_traces[d].size(); ++i) {
+        if (pred(s.device_traces[d][i])) return EntryIndex{d, i};
+      }
+    }
+    return std::nullopt;
+  };
+  auto counted = [](const TraceEntry& e) { return e.action != Action::kFreeCompleted; };
+  if (auto at =
+          first([&](const TraceEntry& e) { return counted(e) && e.category == Category::kNone; }))
+    return at;
+  if (auto at = first(counted)) return at;
+  return first([](const TraceEntry&) { return true; });
+}
+
 }  // namespace cumemtrace::snap

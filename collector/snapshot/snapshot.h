@@ -94,6 +94,20 @@ inline bool writes_frames(const TraceEntry& e) {
   return e.action == Action::kAlloc || e.action == Action::kOom || e.action == Action::kSegmentMap;
 }
 
+// memory_viz cannot open a file in which some trace entry has a category and none is "unknown"
+// (torch-snapshot-format reference, §2.1.5 trap 3). Labelling puts "unknown" on PyTorch's segment
+// events; for a snapshot labelled otherwise, both writers (JSON and pickle) write "unknown" on the
+// entry this names: the first one without a category that the viewer does not fold into the
+// entry before it (a free_completed), else the first such entry at all (its own category is lost
+// in the file: one event coloured "unknown" rather than a file the viewer refuses), else the first
+// entry. Nothing when no entry has a category or one is already kUnknown.
+struct EntryIndex {
+  size_t device = 0, index = 0;
+  bool operator==(const EntryIndex&) const = default;
+};
+struct Snapshot;
+std::optional<EntryIndex> unknown_category_stand_in(const Snapshot& s);
+
 struct Block {
   uint64_t address = 0;
   uint64_t size = 0;

@@ -281,6 +281,22 @@ void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rend
     }
     put(b, "]");
   }
+  if (!t.ownership.empty()) {
+    put(b, ",\"ownership\":[");
+    for (size_t i = 0; i < t.ownership.size(); ++i) {
+      const auto& w = t.ownership[i];
+      if (i) b.push_back(',');
+      fmt::format_to(fmt::appender(b.mem), "{{\"time_us\":{},\"role\":\"{}\",\"tensors\":[",
+                     w.time_us, owner_role_name(w.role));
+      for (size_t j = 0; j < w.tensors.size(); ++j) {
+        if (j) b.push_back(',');
+        fmt::format_to(fmt::appender(b.mem), "[{},{}]", w.tensors[j].first, w.tensors[j].second);
+      }
+      put(b, "]}");
+      b.boundary();
+    }
+    put(b, "]");
+  }
   if (t.pytorch) {
     const PytorchInfo& p = *t.pytorch;
     put(b, ",\"pytorch\":{\"version\":");
@@ -332,6 +348,7 @@ void put_snapshot(Buf& b, const Snapshot& s) {
     b.boundary();
   }
   put(b, "],\n\"device_traces\":[");
+  const auto stand_in = unknown_category_stand_in(s);
   for (size_t d = 0; d < s.device_traces.size(); ++d) {
     if (d) b.push_back(',');
     b.push_back('[');
@@ -353,6 +370,12 @@ void put_snapshot(Buf& b, const Snapshot& s) {
       if (e.stream_per_thread) put(b, ",\"stream_per_thread\":true");
       if (e.async_pool) put(b, ",\"async_pool\":true");
       if (explicit_source) put_source(b, e.source);
+      const Category category = stand_in == EntryIndex{d, i} ? Category::kUnknown : e.category;
+      if (category != Category::kNone) {
+        put(b, ",\"category\":\"");
+        put(b, category_name(category));
+        b.push_back('"');
+      }
       if (writes_frames(e)) put_frames(b, rendered, e.stack);
       b.push_back('}');
       b.boundary();

@@ -100,6 +100,10 @@ enum class C : uint8_t {
   kContexts,
   kContext,
   kPytorch,
+  kOwners,        // ownership: the walks
+  kOwner,         // one walk
+  kOwnerTensors,  // its tensors: [pointer, bytes] pairs
+  kOwnerPair,
   kSkip,
 };
 
@@ -120,14 +124,14 @@ using Keys = std::vector<std::string_view>;
 #define FRAME_KEYS(X) X(filename) X(line) X(name)
 #define ENTRY_KEYS(X) \
   X(action) X(addr) X(size) X(stream) X(time_us) X(tid) X(frames) X(device_free) \
-  X(stream_per_thread) X(source) X(async_pool)
+  X(stream_per_thread) X(source) X(async_pool) X(category)
 #define ANNOTATION_KEYS(X) X(name) X(stage) X(device) X(time_us)
 #define TOOL_KEYS(X) \
   X(schema_version) X(tool_version) X(pid) X(ppid) X(exe) X(argv) X(hostname) X(rank) \
   X(start_time_us) X(end_time_us) X(reason) X(ended) X(events_total) X(events_dropped) \
   X(devices) X(vmm_handles) X(host_allocations) X(anomalies) X(threads) \
   X(trace_entries_dropped) X(driver_memory) X(tag) X(imported_mappings) X(ring_error) \
-  X(pytorch) X(pool_memory) X(contexts) X(time_resolution_ns)
+  X(pytorch) X(pool_memory) X(contexts) X(time_resolution_ns) X(ownership)
 #define ENDED_KEYS(X) X(how) X(code) X(signal)
 #define DEVICE_KEYS(X) \
   X(device) X(peak_bytes) X(peak_time_us) X(live_bytes) X(allocations) X(frees) \
@@ -140,6 +144,7 @@ using Keys = std::vector<std::string_view>;
 #define POOL_KEYS(X) X(time_us) X(device) X(pool) X(reserved_bytes) X(used_bytes)
 #define CONTEXT_KEYS(X) X(device) X(bytes) X(time_us) X(end_time_us) X(api) X(handle)
 #define PYTORCH_KEYS(X) X(version) X(backend) X(expandable_segments) X(capture) X(why)
+#define OWNER_KEYS(X) X(time_us) X(role) X(tensors)
 // clang-format on
 
 #define CT_KEYS(Enum, table, LIST)         \
@@ -163,6 +168,7 @@ CT_KEYS(DriverKey, kDriverKeys, DRIVER_KEYS)
 CT_KEYS(PoolKey, kPoolKeys, POOL_KEYS)
 CT_KEYS(CtxKey, kCtxKeys, CONTEXT_KEYS)
 CT_KEYS(PytorchKey, kPytorchKeys, PYTORCH_KEYS)
+CT_KEYS(OwnerKey, kOwnerKeys, OWNER_KEYS)
 
 template <typename... E>
 uint32_t bits(E... keys) {
@@ -208,6 +214,8 @@ const Keys* keys_of(C c) {
       return &kCtxKeys;
     case C::kPytorch:
       return &kPytorchKeys;
+    case C::kOwner:
+      return &kOwnerKeys;
     default:
       return nullptr;
   }
@@ -228,10 +236,11 @@ uint32_t required_of(C c) {
       // support), ring_error (only when the ring was not read to its end), pytorch (only when
       // the target imported torch), pool_memory (only when the target used memory pools),
       // contexts (only when a context's cost was measured), time_resolution_ns (only for
-      // --clock coarse).
-      return all_bits(kToolKeys) &
-             ~bits(ToolKey::tag, ToolKey::imported_mappings, ToolKey::ring_error, ToolKey::pytorch,
-                   ToolKey::pool_memory, ToolKey::contexts, ToolKey::time_resolution_ns);
+      // --clock coarse), ownership (only with the automatic phases' ownership walks).
+      return all_bits(kToolKeys) & ~bits(ToolKey::tag, ToolKey::imported_mappings,
+                                         ToolKey::ring_error, ToolKey::pytorch,
+                                         ToolKey::pool_memory, ToolKey::contexts,
+                                         ToolKey::time_resolution_ns, ToolKey::ownership);
     case C::kContext:  // end_time_us: only once the context was destroyed
       return all_bits(kCtxKeys) & ~bits(CtxKey::end_time_us);
     case C::kDevice:  // graph_reserved_*: only where the process made graph memory nodes
@@ -247,6 +256,7 @@ uint32_t required_of(C c) {
     case C::kHost:
     case C::kAnom:
     case C::kPytorch:
+    case C::kOwner:
       return all_bits(*keys_of(c));
     default:
       return 0;
@@ -501,6 +511,13 @@ class Handler {
         i64(v);
         ++l.index;
         return true;
+      case C::kOwnerPair: {
+        if (l.index >= 2) fail("expected a [pointer, bytes] pair");
+        auto& pair = snap_.tool->ownership.back().tensors.back();
+        (l.index == 0 ? pair.first : pair.second) = u64(v);
+        ++l.index;
+        return true;
+      }
       default:
         break;
     }
@@ -552,7 +569,10 @@ class Handler {
       case C::kDrivers:
       case C::kPools:
       case C::kContexts:
+      case C::kOwners:
         return "expected an object";
+      case C::kOwnerTensors:
+        return "expected a [pointer, bytes] pair";
       default:
         return "unexpected value";
     }
@@ -684,6 +704,12 @@ class Handler {
           case EntryKey::async_pool:
             entry_.async_pool = boolean_of(v);
             return;
+          case EntryKey::category:
+            // PyTorch's profiler-path files name categories of their own (PARAMETER, ...):
+            // what is not one of ours is unknown, never an error.
+            if (v.kind != Val::kString) fail("expected a string");
+            entry_.category = parse_category(*v.s).value_or(Category::kUnknown);
+            return;
           case EntryKey::frames:
             fail("expected an array");
         }
@@ -773,6 +799,25 @@ class Handler {
           case ToolKey::pool_memory:
           case ToolKey::contexts:
           case ToolKey::imported_mappings:
+          case ToolKey::ownership:
+            fail("expected an array");
+        }
+        return;
+      }
+      case C::kOwner: {
+        OwnerWalk& w = snap_.tool->ownership.back();
+        switch (static_cast<OwnerKey>(l.key)) {
+          case OwnerKey::time_us:
+            w.time_us = static_cast<int64_t>(u64(v));
+            return;
+          case OwnerKey::role: {
+            if (v.kind != Val::kString) fail("expected a string");
+            auto role = parse_owner_role(*v.s);
+            if (!role) fail("expected role \"parameter\", \"gradient\" or \"optimizer_state\"");
+            w.role = *role;
+            return;
+          }
+          case OwnerKey::tensors:
             fail("expected an array");
         }
         return;
@@ -1111,6 +1156,18 @@ class Handler {
         snap_.tool->anomalies.emplace_back();
         push(C::kAnom, {});
         return true;
+      case C::kOwners:
+        need(true);
+        snap_.tool->ownership.emplace_back();
+        push(C::kOwner, {});
+        return true;
+      case C::kOwnerTensors:
+        if (object) fail("expected a [pointer, bytes] pair");
+        snap_.tool->ownership.back().tensors.emplace_back(0, 0);
+        push(C::kOwnerPair, {});
+        return true;
+      case C::kOwnerPair:
+        fail("expected an integer");
       case C::kArgv:
       case C::kStrMap:
         fail("expected a string");
@@ -1228,8 +1285,19 @@ class Handler {
             need(false);
             push(C::kContexts, kn);
             return true;
+          case ToolKey::ownership:
+            need(false);
+            push(C::kOwners, kn);
+            return true;
           default:
             break;
+        }
+        break;
+      case C::kOwner:
+        if (static_cast<OwnerKey>(l.key) == OwnerKey::tensors) {
+          need(false);
+          push(C::kOwnerTensors, kn);
+          return true;
         }
         break;
       default:
@@ -1356,6 +1424,9 @@ class Handler {
       }
       case C::kPoolId:
         if (l.index != 2) fail("expected segment_pool_id to be a pair of integers");
+        break;
+      case C::kOwnerPair:
+        if (l.index != 2) fail("expected a [pointer, bytes] pair");
         break;
       default:
         break;

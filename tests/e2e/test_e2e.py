@@ -383,6 +383,7 @@ def test_preload_exports_only_its_hooks():
         "cuMemImportFromShareableHandle", "cuMemMap", "cuMemUnmap", "cuMemAddressReserve",
         "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost",
         "cumemtrace_torch_attach", "cumemtrace_torch_info", "cumemtrace_torch_stop_walks_in",
+        "cumemtrace_torch_owners",
         "cumemtrace_torch_pool_allocator_in",
         "cumemtrace_torch_autograd_nodes",
         "cumemtrace_bench_pause_torch_blocks",

@@ -377,3 +377,49 @@ TEST_CASE("a PyTorch free_completed without a stack takes its request's, else it
   REQUIRE(tr[4].stack >= 0);
   REQUIRE(tr[11].stack != tr[10].stack);  // d: recorded with its own, kept
 }
+
+TEST_CASE("ownership walks: one per first record, continuations append, all kept in ring order") {
+  Feeder f;
+  auto owners = [&](uint64_t aux, std::vector<uint64_t> words) {
+    collect::Record r;
+    r.ev.kind = Kind::kTorchOwners;
+    r.ev.aux = aux;
+    r.ev.flags = wire::kFlagStringRecord;
+    r.ev.size = words.size() * sizeof(uint64_t);
+    r.ev.tid = 42;
+    r.ev.time_ns = f.clock += 1000;
+    r.text.assign(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(uint64_t));
+    f.model.add(r);
+  };
+  const uint64_t first = wire::kOwnersFirst;
+  owners(3, {0x9000, 64});  // a continuation before any walk of its role: its first was dropped
+  owners(1 | first, {0x1000, 4096, 0x2000, 512});
+  owners(2 | first, {});     // no gradients yet
+  owners(1, {0x3000, 256});  // the parameter walk goes on
+  owners(2 | first, {0x4000, 4096});
+  owners(3 | first, {0x5000, 8192});
+  owners(2, {0x6000, 512});  // appends to the newest gradient walk
+  const auto s = f.build();
+  const auto& w = s.tool->ownership;
+  REQUIRE(w.size() == 4);
+  // Times: epoch us of the first record of each walk (the Feeder's clock starts 1 s into the run).
+  const int64_t t0 = 1'700'000'000'000'000;
+  CHECK(w[0].time_us == t0 + 2);
+  CHECK(w[0].role == snap::OwnerRole::kParameter);
+  CHECK(w[0].tensors ==
+        std::vector<std::pair<uint64_t, uint64_t>>{{0x1000, 4096}, {0x2000, 512}, {0x3000, 256}});
+  CHECK(w[1].time_us == t0 + 3);
+  CHECK(w[1].role == snap::OwnerRole::kGradient);
+  CHECK(w[1].tensors.empty());
+  CHECK(w[2].time_us == t0 + 5);
+  CHECK(w[2].role == snap::OwnerRole::kGradient);
+  CHECK(w[2].tensors == std::vector<std::pair<uint64_t, uint64_t>>{{0x4000, 4096}, {0x6000, 512}});
+  CHECK(w[3].role == snap::OwnerRole::kOptimizerState);
+  CHECK(w[3].tensors == std::vector<std::pair<uint64_t, uint64_t>>{{0x5000, 8192}});
+  // Walks are no trace events.
+  CHECK(s.tool->events_total == 0);
+  for (const auto& tr : s.device_traces) CHECK(tr.empty());
+  // A role the preload never sends is a corrupt record.
+  REQUIRE_THROWS_AS(owners(4 | first, {}), collect::CorruptRing);
+  REQUIRE_THROWS_AS(owners(0, {}), collect::CorruptRing);
+}

@@ -346,4 +346,19 @@ TEST_CASE("the reader refuses rings it cannot trust") {
     slots[0].seq.store(1);
     REQUIRE_THROWS_AS(reader.drain([](const collect::Record&) {}), collect::CorruptRing);
   }
+  SECTION("an ownership walk that is not whole (pointer, bytes) pairs, or not bytes at all") {
+    for (const bool string_record : {true, false}) {
+      TestRing ring(wire::kMinCapacity);
+      auto reader = ring.reader();
+      wire::EventPayload ev{};
+      ev.kind = wire::Kind::kTorchOwners;
+      ev.aux = 1 | wire::kOwnersFirst;
+      ev.flags = string_record ? wire::kFlagStringRecord : 0;
+      ev.size = 24;  // one pair and a half
+      const uint64_t words[3] = {0x7000, 512, 0x8000};
+      REQUIRE(ring.producer.publish(ev, words, sizeof words));
+      REQUIRE_THROWS_WITH(reader.drain([](const collect::Record&) {}),
+                          Catch::Contains("ownership walk"));
+    }
+  }
 }

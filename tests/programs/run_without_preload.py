@@ -31,6 +31,8 @@ COMMON = [
     # Without the preload the marks API and NVTX are no-ops.
     (["marks"], {}, 0, ""),
     (["nvtx"], {}, 0, "nvtx levels -2 -2 -2 -2\n"),
+    # The ownership walks' entry point is the preload's own: without it the scenario says so.
+    (["owners"], {}, 3, ""),
     (["steps", "3", "4096"], {}, 0, ""),
     (["spawn"], {}, 0, ""),
     (["setsid"], {}, 0, ""),

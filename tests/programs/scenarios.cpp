@@ -533,6 +533,29 @@ int scenario_async_stream_device(const Driver& d, int, char**) {
   return 0;
 }
 
+int scenario_owners(const Driver& d, int, char**) {
+  require("owners", d.init, d.setDevice, d.memAlloc, d.memFree);
+  using OwnersFn = int (*)(int, const uint64_t*, uint64_t);
+  auto owners = reinterpret_cast<OwnersFn>(dlsym(RTLD_DEFAULT, "cumemtrace_torch_owners"));
+  if (!owners) {
+    std::fprintf(stderr, "ct: no cumemtrace_torch_owners (not preloaded)\n");
+    return 3;
+  }
+  const CUdeviceptr a = alloc_1mib_on_device0(d, "owners");
+  const CUdeviceptr b = alloc(d, 2 * kMiB, "alloc b (2 MiB)");
+  const uint64_t params[] = {a, kMiB, b, 2 * kMiB};
+  uint64_t grads[2 * 300];
+  for (uint64_t i = 0; i < 300; ++i) {
+    grads[2 * i] = 0x10000000 + 4096 * i;
+    grads[2 * i + 1] = 4096 + i;
+  }
+  const int rc[] = {owners(1, params, 2), owners(2, grads, 300), owners(2, nullptr, 0),
+                    owners(4, params, 1), owners(0, params, 1),  owners(1, nullptr, 1)};
+  std::printf("owners %d %d %d %d %d %d\n", rc[0], rc[1], rc[2], rc[3], rc[4], rc[5]);
+  check(d.memFree(a), "free a");
+  return 0;
+}
+
 int scenario_marks(const Driver& d, int, char**) {
   require("marks", d.init, d.setDevice, d.memAlloc, d.memFree);
   check(d.init(), "init");
@@ -961,6 +984,7 @@ constexpr Scenario kScenarios[] = {
     {"pause_recording", scenario_pause_recording},
     {"async_stream_device", scenario_async_stream_device},
     {"marks", scenario_marks},
+    {"owners", scenario_owners},
     {"bytes", scenario_bytes},
     {"nvtx", scenario_nvtx},
     {"steps", scenario_steps},

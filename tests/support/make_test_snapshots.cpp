@@ -1,9 +1,13 @@
 // Writes the scenario snapshots used by the CLI tests and as the fuzz seed corpus:
-//   make_test_snapshots DIR  ->  DIR/{clean,leak,growth,steady,drops,anomaly,twodev}.json
+//   make_test_snapshots DIR  ->  DIR/{clean,leak,growth,steady,drops,anomaly,twodev,labelled}.json
+//   and DIR/labelled.pickle (the same snapshot as a pickle: a seed of the pickle reader's fuzzer)
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <stdexcept>
 
+#include "snapshot/pickle_writer.h"
 #include "snapshot/snapshot_json_writer.h"
 #include "support/snapshot_builder.h"
 
@@ -80,6 +84,30 @@ int main(int argc, char** argv) {
       b.alloc(0x1000, 5 * MiB, b.site("on_gpu1", "multi.cu", 9), 1);
       b.free(0x1000, 0);
       write(dir, "twodev.json", b.finish());
+    }
+    {
+      // Categories on the trace entries (one of each name, "unknown" on a segment event) and
+      // the automatic phases' ownership walks: the fields the readers must parse.
+      SnapshotBuilder b;
+      const auto p = b.site("init_weights", "model.py", 7);
+      b.alloc(0x10000000, 2 * MiB, p);
+      b.alloc(0x20000000, 1 * MiB, p);
+      b.free(0x20000000);
+      snap::Snapshot s = b.finish();
+      auto& tr = s.device_traces.at(0);
+      for (size_t i = 0; i < tr.size(); ++i)
+        tr[i].category = static_cast<snap::Category>(1 + i % 9);
+      tr[0].category = snap::Category::kUnknown;
+      s.tool->ownership = {
+          {s.tool->start_time_us + 1,
+           snap::OwnerRole::kParameter,
+           {{0x10000000, 2 * MiB}, {0x20000000, MiB}}},
+          {s.tool->start_time_us + 2, snap::OwnerRole::kGradient, {}},
+          {s.tool->start_time_us + 3, snap::OwnerRole::kOptimizerState, {{0x10000000, 4096}}}};
+      write(dir, "labelled.json", s);
+      std::ofstream pickle(dir / "labelled.pickle", std::ios::binary | std::ios::trunc);
+      cumemtrace::viz::write_pickle(s, pickle);
+      if (!pickle.flush()) throw std::runtime_error("cannot write labelled.pickle");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_test_snapshots: %s\n", e.what());
