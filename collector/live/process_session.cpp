@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "analysis/categories.h"
 #include "snapshot/snapshot_json_writer.h"
 
 namespace cumemtrace::collect {
@@ -347,6 +348,9 @@ snap::Snapshot ProcessSession::snapshot(const std::string& reason,
   s.tool->time_resolution_ns = time_resolution_ns_;
   s.tool->driver_memory = driver_samples_;
   if (ended) s.tool->ended = *ended;
+  // What each byte is for, decided once here so that every reader of the file (memory_viz's
+  // legend, report, check, diff) reads the same answer (analysis/categories.h).
+  analysis::label_categories(s);
   return s;
 }
 
