@@ -13,7 +13,9 @@ and ownership walks (cumemtrace_torch_owners): at each optimizer post-hook the p
 optimizer seen and of every root, their .grad, and the tensors in the optimizers' state; before the
 first step the roots' parameters at their first forward. Only tensors on the traced device type,
 deduplicated by data pointer, as (data pointer, numel * element size); a role is sent only when its
-list changed since it was last sent (a walk replaces that role's previous one).
+list changed since it was last sent (a walk replaces that role's previous one). A step's walk is
+one pass over the gradients' data pointers: parameters and state are walked again only when their
+containers changed (Phases._walk), which keeps the hooks' cost per step in microseconds.
 
 How the roots are found, and why so: a global forward hook disables Module._call_impl's fast path
 for every module (+1-4% a step), so the global hooks stay only until the roots are known: until the
@@ -378,32 +380,86 @@ class Phases:
 
     def walk_lists(self):
         """{role: {data pointer: bytes}} of what the optimizers seen and the roots own now."""
-        tensor = self._tensor
-        params, grads, state = [], [], []
-        for opt in list(self._optimizers):
-            for group in opt.param_groups:
-                params.extend(group["params"])
-            for per_param in opt.state.values():
-                state.extend(v for v in per_param.values() if isinstance(v, tensor))
+        params, state = self._owned_params(), self._state_tensors()
         grads = [g for g in (p.grad for p in params) if g is not None]
-        held = set(map(id, params))  # a root's parameters are mostly the optimizers' already
-        for root in list(self._roots.keys()):
-            params.extend(p for p in root.parameters() if id(p) not in held)
         lists = {ROLE_PARAMETER: {}, ROLE_GRADIENT: {}, ROLE_OPTIMIZER_STATE: {}}
         self._keep(params, lists[ROLE_PARAMETER])
         self._keep(grads, lists[ROLE_GRADIENT])
         self._keep(state, lists[ROLE_OPTIMIZER_STATE])
         return lists
 
+    def _owned_params(self):
+        """The optimizers' parameters, then the roots' that no optimizer holds."""
+        params = []
+        for opt in list(self._optimizers):
+            for group in opt.param_groups:
+                params.extend(group["params"])
+        held = set(map(id, params))  # a root's parameters are mostly the optimizers' already
+        for root in list(self._roots.keys()):
+            params.extend(p for p in root.parameters() if id(p) not in held)
+        return params
+
+    def _state_tensors(self):
+        tensor = self._tensor
+        return [v for opt in list(self._optimizers) for per_param in opt.state.values()
+                for v in per_param.values() if isinstance(v, tensor)]
+
+    def _containers_key(self):
+        """What changes when the parameter lists or the optimizer state's entries do: the
+        optimizers, their groups' lists and lengths, their state dicts and lengths, the roots. An
+        in-place update (the usual step) changes none of it, so a step re-walks only gradients."""
+        key = []
+        for opt in list(self._optimizers):
+            key.append(id(opt))
+            key.append(id(opt.state))
+            key.append(len(opt.state))
+            for group in opt.param_groups:
+                ps = group["params"]
+                key.append(id(ps))
+                key.append(len(ps))
+        key.append(len(self._roots))
+        return key
+
+    def _send(self, role, found):
+        pairs = tuple(found.items())
+        if self._sent.get(role) == pairs:
+            return
+        self._sent[role] = pairs
+        self._sink.owners(role, [x for pair in pairs for x in pair])
+
     def _walk(self, roles):
-        lists = self.walk_lists()
-        for role in roles:
-            pairs = tuple(lists[role].items())
-            if self._sent.get(role) == pairs:
-                continue
-            self._sent[role] = pairs
-            flat = [x for pair in pairs for x in pair]
-            self._sink.owners(role, flat)
+        """Sends each role whose list changed. A step's walk (all three roles) costs one pass over
+        the gradients' data pointers when nothing else moved: the parameters and the state are
+        walked again only when _containers_key changed (a new optimizer or param group, state
+        filled at the first step or loaded, a new root). A parameter whose data is replaced in
+        place (param.data = ...) between such changes is not seen until the next one."""
+        key = self._containers_key()
+        rewalk = key != self._key or ROLE_GRADIENT not in roles
+        if rewalk:
+            self._key = key if ROLE_OPTIMIZER_STATE in roles else None  # None: state not walked
+            self._params = self._owned_params()
+            found = {}
+            self._keep(self._params, found)
+            self._send(ROLE_PARAMETER, found)
+        if ROLE_GRADIENT in roles:
+            grads = [g for g in (p.grad for p in self._params) if g is not None]
+            try:
+                pointers = [g.data_ptr() for g in grads]
+            except RuntimeError:  # a sparse gradient: the careful walk below skips it
+                pointers = None
+            if pointers is None or pointers != self._grad_pointers:
+                self._grad_pointers = pointers
+                found = {}
+                self._keep(grads, found)
+                self._send(ROLE_GRADIENT, found)
+        if rewalk and ROLE_OPTIMIZER_STATE in roles:
+            found = {}
+            self._keep(self._state_tensors(), found)
+            self._send(ROLE_OPTIMIZER_STATE, found)
+
+    _key = None
+    _params = ()
+    _grad_pointers = None
 
 
 _phases = None
