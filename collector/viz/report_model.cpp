@@ -86,10 +86,7 @@ LiveTable make_table(const analysis::Attributed& parts, const SiteIndex& sites,
     if (g.stacks.size() > opt.max_stacks) g.stacks.resize(opt.max_stacks);
     t.groups.push_back(std::move(g));
   }
-  if (parts.has_cache) {
-    t.cached_free = parts.cached_free;
-    t.bytes += parts.cached_free;
-  }
+  if (parts.has_cache) t.cached_free = parts.cached_free;
   return t;
 }
 
@@ -458,16 +455,12 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   d.at_exit.count_text = analysis::live_count_text(analysis::count_live(held_here));
   if (split) {
     for (const auto& b : d.layers)
-      if (b.moment == "exit") {
-        d.at_exit.cached_free = b.cached_free;
-        d.at_exit.bytes += b.cached_free;
-      }
+      if (b.moment == "exit") d.at_exit.cached_free = b.cached_free;
   }
   if (d.by_category) drop_empty_series(d);
   // The peak's live set is the device's memory: PyTorch's tensors and cache (where its segments
   // are split) and every other driver allocation.
   d.at_peak.count_text = analysis::plural(d.at_peak.count, "allocation");
-  if (d.at_peak.cached_free) d.at_peak.count_text += " and PyTorch's cache";
   add_marks(d, s, devices, opt);
   return d;
 }

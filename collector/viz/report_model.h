@@ -79,7 +79,9 @@ struct LiveTable {
   std::vector<SiteGroup> groups;
   uint64_t rest_bytes = 0;  // in groups past max_groups
   uint64_t rest_groups = 0;
-  // PyTorch's cache, where its segments are split (model.h Attributed): in `bytes`, in no group.
+  // PyTorch's cache, where its segments are split (model.h Attributed): in no group and not in
+  // `bytes` (at exit `bytes` is what the program holds, `report`'s "live at exit"); at the peak
+  // bytes + cached_free = the peak.
   std::optional<uint64_t> cached_free;
 };
 

@@ -63,6 +63,33 @@ def test_report():
     expect_rc(["report"], 2)
 
 
+def test_library_code():
+    """The site rule's one setting: --library-code on an offline command, CUMEMTRACE_LIBRARY_CODE
+    for every command, the option winning (docs/check.md)."""
+    torch = "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py"
+    frames = [{"filename": torch, "line": 134, "name": "Linear.forward"},
+              {"filename": "/proj/mylib/layers.py", "line": 7, "name": "Block.forward"},
+              {"filename": "/proj/train.py", "line": 76, "name": "step"}]
+    path = write("sites.json", json.dumps({
+        "segments": [], "device_traces": [[{"action": "alloc", "addr": 4096, "size": 1 << 20,
+                                            "stream": 0, "time_us": 1, "frames": frames}]]}))
+    mine = "Block.forward (layers.py:7) via Linear.forward (linear.py:134)"
+    train = "step (train.py:76) via Linear.forward (linear.py:134)"
+    out, _ = expect_rc(["report", "--format", "json", path], 0)
+    expect(json.loads(out)["top_sites_by_bytes"][0]["site"] == mine, f"default site: {out[:400]}")
+    out, _ = expect_rc(["report", "--format", "json", "--library-code", "/mylib/", path], 0)
+    expect(json.loads(out)["top_sites_by_bytes"][0]["site"] == train, "--library-code /mylib/")
+    env = dict(os.environ, CUMEMTRACE_LIBRARY_CODE="/mylib/")
+    p = subprocess.run([ARGS.cumemtrace, "report", "--format", "json", path], capture_output=True,
+                       text=True, timeout=120, env=env)
+    expect(p.returncode == 0 and json.loads(p.stdout)["top_sites_by_bytes"][0]["site"] == train,
+           f"CUMEMTRACE_LIBRARY_CODE=/mylib/: {p.returncode} {p.stdout[:400]} {p.stderr}")
+    p = subprocess.run([ARGS.cumemtrace, "report", "--format", "json", "--library-code", "", path],
+                       capture_output=True, text=True, timeout=120, env=env)
+    expect(p.returncode == 0 and json.loads(p.stdout)["top_sites_by_bytes"][0]["site"] == mine,
+           f"--library-code '' over the variable: {p.returncode} {p.stdout[:400]} {p.stderr}")
+
+
 def test_unreadable():
     good = open(snap("leak.json")).read()
     cases = {
@@ -354,7 +381,7 @@ def main():
     shutil.rmtree(ARGS.work, ignore_errors=True)  # outputs are never overwritten: start afresh
     os.makedirs(ARGS.work, exist_ok=True)
     subprocess.run([ARGS.make_snapshots, ARGS.work], check=True)
-    for t in (test_report, test_unreadable, test_check_text, test_check_usage, test_drops,
+    for t in (test_report, test_library_code, test_unreadable, test_check_text, test_check_usage, test_drops,
               test_growth_and_suppressions, test_formats, test_diff, test_torch_fixture,
               test_real_collector_output, test_schema, test_outputs_never_destroy_data,
               test_inputs_are_bounded_and_never_hang, test_usage_messages):

@@ -22,6 +22,7 @@ import html.parser
 import json
 import os
 import pickle
+import re
 import shutil
 import struct
 import subprocess
@@ -287,8 +288,17 @@ def main():
     src = pickle.loads(fixture.read_bytes()) if fixture.suffix == ".pickle" else json.loads(fixture.read_text())
     blocks = [b for s in src["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
     biggest = max(blocks, key=lambda b: b.get("requested_size") or b["size"])
+    # The site rule (docs/check.md): the user's own line, the library frame beside it.
     py = [f for f in biggest["frames"] if f["filename"].endswith(".py")]
-    want = f"{py[0]['name']} ({os.path.basename(py[0]['filename'])}:{py[0]['line']})" if py else None
+    label = lambda f: f"{f['name']} ({os.path.basename(f['filename'])}:{f['line']})"
+    library = lambda f: (any(p in f["filename"] for p in ("site-packages/", "dist-packages/", "/torch/"))
+                         or re.search(r"/lib(64)?/python[0-9]", f["filename"]))
+    user = [f for f in py if not library(f)]
+    want = None
+    if user:
+        want = label(user[0]) + (f" via {label(py[0])}" if py[0] is not user[0] else "")
+    elif py:
+        want = label(py[0])
     exit_sites = dom.tables.get("exit", [])
     check_histogram(dom, "fixture")
     check_peak_time(a.cumemtrace, fixture, dom, "fixture")

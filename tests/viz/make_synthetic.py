@@ -82,6 +82,8 @@ def pytorch_run(steps, path):
         marks.append({"name": name, "stage": stage, "device": 0, "time_us": t})
 
     params, pool, cublas = 0x7F0000000000, 0x7F1000000000, 0x7E0000000000
+    cublas_frames = [{"filename": "/venv/nvidia/lib/libcublasLt.so.13", "line": 0,
+                      "name": "cublasLtMatmul"}] + fr("forward", 22)
     mark("epoch", "START")
     entry("segment_alloc", params, 32 * MiB, "unknown", fr("build", 12))
     for i in range(4):
@@ -93,9 +95,7 @@ def pytorch_run(steps, path):
         mark("auto:forward", "START")
         if step == 0:
             entry("segment_alloc", cublas, 8 * MiB, "library", source=None)
-            entry("alloc", cublas, 8 * MiB, "library",
-                  [{"filename": "/venv/nvidia/lib/libcublasLt.so.13", "line": 0,
-                    "name": "cublasLtMatmul"}] + fr("forward", 22), source=None)
+            entry("alloc", cublas, 8 * MiB, "library", cublas_frames, source=None)
         for i in range(6):
             entry("alloc", pool + i * 8 * MiB, 8 * MiB, "activation", fr("forward", 22))
             t += 20
@@ -159,7 +159,8 @@ def pytorch_run(steps, path):
                 [block(pool + 128 * MiB + i * 8 * MiB, 8 * MiB, "active_allocated",
                        fr("step", 31)) for i in range(8)] +
                 [block(pool + 192 * MiB, 32 * MiB, "inactive", None)]),
-        segment(cublas, 8 * MiB, [block(cublas, 8 * MiB, "active_allocated", None)], source=None),
+        segment(cublas, 8 * MiB, [block(cublas, 8 * MiB, "active_allocated", cublas_frames)],
+                source=None),
     ]
     tool = tool_section(T0 - 1000000, t)
     tool["pytorch"] = {"version": "2.11.0", "backend": "native", "expandable_segments": False,

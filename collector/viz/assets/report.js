@@ -347,13 +347,15 @@
   // ---------- live tables ----------
   function liveTable(dev, t, title, what) {
     const box = el('div');
-    box.append(el('h3', { text: title + ': ' + fmtBytes(t.bytes) + ' in ' + countText(t) }));
+    // PyTorch's cache is no allocation's: said apart, its row below the sites' (shares are of both).
+    const cached = t.cached_free != null ? t.cached_free : 0;
+    box.append(el('h3', { text: title + ': ' + fmtBytes(t.bytes) + ' in ' + countText(t) + (t.cached_free != null ? ', and ' + fmtBytes(cached) + ' ' + CATEGORY.cache[1] : '') }));
     if (!t.groups.length) { box.append(el('div', { class: 'empty', text: 'nothing live' })); return box; }
     const table = el('table', { class: 'live', 'data-table': what, 'data-device': dev.device });
     table.append(el('thead', {}, el('tr', {}, el('th', { text: 'allocation site' }), el('th', { text: 'bytes' }), el('th', { text: 'share' }), el('th', { text: 'count' }))));
     const body = el('tbody');
     for (const g of t.groups) {
-      const share = t.bytes ? g.bytes / t.bytes : 0;
+      const share = t.bytes + cached ? g.bytes / (t.bytes + cached) : 0;
       const row = el('tr', { class: 'group', 'data-site': g.site },
         el('td', { class: 'site', text: g.site }),
         el('td', { class: 'num', text: fmtBytes(g.bytes) }),
@@ -372,7 +374,10 @@
       row.addEventListener('click', () => { more.hidden = !more.hidden; row.classList.toggle('open', !more.hidden); });
       body.append(row, more);
     }
-    if (t.cached_free != null) body.append(el('tr', { class: 'cache' }, el('td', { class: 'site', text: CATEGORY.cache[1] }), el('td', { class: 'num', text: fmtBytes(t.cached_free) }), el('td', { class: 'num', text: (t.bytes ? t.cached_free / t.bytes * 100 : 0).toFixed(1) + '%' }), el('td')));
+    if (t.cached_free != null) {
+      const share = t.bytes + cached ? cached / (t.bytes + cached) : 0;
+      body.append(el('tr', { class: 'cache' }, el('td', { class: 'site', text: CATEGORY.cache[1] }), el('td', { class: 'num', text: fmtBytes(cached) }), el('td', { class: 'num' }, el('span', { class: 'bar', style: 'width:' + Math.round(share * 60) + 'px' }), (share * 100).toFixed(1) + '%'), el('td')));
+    }
     if (t.rest_groups > 0) body.append(el('tr', {}, el('td', { class: 'empty', text: t.rest_groups + ' more sites' }), el('td', { class: 'num', text: fmtBytes(t.rest_bytes) }), el('td'), el('td')));
     table.append(body);
     box.append(table);
