@@ -150,9 +150,14 @@ void judge(OomVerdict& v) {
   if (v.compacted_free < v.requested) {
     v.verdict = "exhaustion";
     v.shortfall = v.requested - v.compacted_free;
+    // Under a budget below the device its headroom is not recorded (less than one segment):
+    // the shortfall is then an upper bound.
     v.advice.push_back(fmt::format(
-        "at least {} more would have had to be free: what is live must shrink by that much{}",
-        compact_bytes(v.shortfall),
+        "{} {} more would have had to be free{}: what is live must shrink by that much{}",
+        v.budget_below_device ? "up to" : "at least", compact_bytes(v.shortfall),
+        v.budget_below_device ? " (less the budget's headroom above the reserved bytes, which is "
+                                "not recorded)"
+                              : "",
         v.has_cache ? fmt::format(" ({} held by live tensors{})", compact_bytes(v.allocated),
                                   v.other_libraries ? fmt::format(", {} by other libraries",
                                                                   compact_bytes(v.other_libraries))

@@ -196,6 +196,11 @@ TEST_CASE("a memory fraction: PyTorch refused although the device had room", "[o
   CHECK(oom_verdict_line(v[0]) ==
         "exhaustion: 26 MiB requested, 25 MiB free even compacted (cached free 25 MiB + no "
         "headroom under a budget below the device), largest free block 21 MiB");
+  REQUIRE_FALSE(v[0].advice.empty());
+  CHECK(v[0].advice[0] ==
+        "up to 1 MiB more would have had to be free (less the budget's headroom above the reserved "
+        "bytes, which is not recorded): what is live must shrink by that much (35 MiB held by live "
+        "tensors)");
 }
 
 TEST_CASE("a driver OOM without PyTorch: the device's free bytes against the request", "[oom]") {
