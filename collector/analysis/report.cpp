@@ -52,9 +52,17 @@ std::string hex(uint64_t v) {
   return fmt::format("{:#x}", v);
 }
 
-std::string layers_moment(const Breakdown& b, size_t oom_number, int64_t origin);
+// "at exit" for a snapshot written when the program ended; "at this snapshot" for one written
+// while it ran (at an OOM, on request, periodically): what it holds is live then, not at exit.
+std::string end_moment(const snap::Snapshot& s) {
+  return s.tool && s.tool->reason != "exit" ? "at this snapshot" : "at exit";
+}
 
-void print_layers(std::ostream& out, const DeviceReport& d, int64_t origin) {
+std::string layers_moment(const Breakdown& b, size_t oom_number, int64_t origin,
+                          const std::string& end);
+
+void print_layers(std::ostream& out, const DeviceReport& d, int64_t origin,
+                  const std::string& end) {
   size_t ooms = 0;
   // Exit first: it is exact (from the blocks); then the peak and the OOMs.
   std::vector<const Breakdown*> order;
@@ -67,7 +75,7 @@ void print_layers(std::ostream& out, const DeviceReport& d, int64_t origin) {
     const std::string drv = driver_layers_text(*b);
     if (b->moment == "oom") ++ooms;
     if (pt.empty() && drv.empty()) continue;
-    out << fmt::format("  memory layers {}:\n", layers_moment(*b, ooms, origin));
+    out << fmt::format("  memory layers {}:\n", layers_moment(*b, ooms, origin, end));
     if (!pt.empty()) {
       out << fmt::format("    device {}: {}", d.timeline.device, pt);
       if (b->pytorch_reserved)
@@ -78,12 +86,101 @@ void print_layers(std::ostream& out, const DeviceReport& d, int64_t origin) {
   }
 }
 
-std::string layers_moment(const Breakdown& b, size_t oom_number, int64_t origin) {
-  if (b.moment == "exit") return fmt::format("at exit ({})", format_time(b.time_us, origin));
+std::string layers_moment(const Breakdown& b, size_t oom_number, int64_t origin,
+                          const std::string& end) {
+  if (b.moment == "exit") return fmt::format("{} ({})", end, format_time(b.time_us, origin));
   if (b.moment == "peak")
     return fmt::format("at {} ({})", layers_peak_name(b), format_time(b.time_us, origin));
   return fmt::format("at OOM {} ({}, {} requested)", oom_number, format_time(b.time_us, origin),
                      compact_bytes(b.oom_requested));
+}
+
+std::string libraries_text(const std::vector<std::pair<std::string, uint64_t>>& libs, size_t max) {
+  std::string t;
+  for (size_t i = 0; i < libs.size() && i < max; ++i)
+    t += fmt::format("{}{} {}", i ? ", " : "", libs[i].first, compact_bytes(libs[i].second));
+  if (libs.size() > max) t += fmt::format(", {} more", libs.size() - max);
+  return t;
+}
+
+// The report's first section: each OOM's verdict, its facts, the advice they support and the
+// failing request's own stack.
+void print_ooms(std::ostream& out, const Report& r, const SiteTable& sites,
+                const ReportOptions& o) {
+  for (size_t k = 0; k < r.ooms.size(); ++k) {
+    const OomVerdict& v = r.ooms[k];
+    out << fmt::format("\nOOM {} on device {} at {}: {}\n", k + 1, v.device,
+                       format_time(v.time_us, r.time_origin_us), v.verdict);
+    out << fmt::format("  {}\n", oom_verdict_line(v));
+    out << fmt::format("  {} could not get {}; the device had {} free\n",
+                       v.pytorch ? "PyTorch's caching allocator" : "a driver allocation",
+                       compact_bytes(v.requested), compact_bytes(v.device_free));
+    if (v.budget_below_device) {
+      out << fmt::format(
+          "  budget: below the device (a memory fraction): PyTorch refused with {} reserved\n",
+          compact_bytes(v.budget));
+    } else {
+      out << fmt::format("  budget: {} (held on the device + its free bytes)\n",
+                         compact_bytes(v.budget));
+    }
+    if (v.has_cache) {
+      out << fmt::format("  {} reserved {} = allocated {} + cached {} free", v.cache_owner,
+                         compact_bytes(v.reserved), compact_bytes(v.allocated),
+                         compact_bytes(v.cached_free));
+      if (v.largest_free) {
+        out << fmt::format(
+            ", largest free block {} ({})", compact_bytes(*v.largest_free),
+            v.blocks_exact ? "from the snapshot's segments" : "reconstructed from the trace");
+      }
+      out << '\n';
+      if (v.largest_free) {
+        out << fmt::format(
+            "  free in segments holding live tensors: {}; in empty segments (releasable): {}\n",
+            compact_bytes(v.unreleasable), compact_bytes(v.releasable));
+      }
+    }
+    if (v.other_libraries) {
+      out << fmt::format("  other libraries: {} ({})\n", compact_bytes(v.other_libraries),
+                         libraries_text(v.by_library, 3));
+    }
+    if (v.context) out << fmt::format("  CUDA context: {}\n", compact_bytes(*v.context));
+    for (const auto& a : v.advice) out << fmt::format("  advice: {}\n", a);
+    out << "  the failing request:\n";
+    for (const auto& line : stack_lines(sites, v.stack, false, o.frames))
+      out << "        " << line << '\n';
+  }
+}
+
+nlohmann::json ooms_json(const Report& r, const SiteTable& sites, const ReportOptions& o) {
+  using nlohmann::json;
+  json a = json::array();
+  for (const auto& v : r.ooms) {
+    json libs = json::object();
+    for (const auto& [lib, bytes] : v.by_library) libs[lib] = bytes;
+    a.push_back({{"device", v.device},
+                 {"time_us", v.time_us},
+                 {"verdict", v.verdict},
+                 {"source", v.pytorch ? "pytorch" : "driver"},
+                 {"requested_bytes", v.requested},
+                 {"device_free_bytes", v.device_free},
+                 {"budget_bytes", v.budget},
+                 {"budget_below_device", v.budget_below_device},
+                 {"compacted_free_bytes", v.compacted_free},
+                 {"shortfall_bytes", v.shortfall},
+                 {"reserved_bytes", v.has_cache ? json(v.reserved) : json(nullptr)},
+                 {"allocated_bytes", v.has_cache ? json(v.allocated) : json(nullptr)},
+                 {"cached_free_bytes", v.cached_free},
+                 {"largest_free_bytes", v.largest_free ? json(*v.largest_free) : json(nullptr)},
+                 {"blocks_exact", v.blocks_exact},
+                 {"unreleasable_free_bytes", v.largest_free ? json(v.unreleasable) : json(nullptr)},
+                 {"releasable_free_bytes", v.largest_free ? json(v.releasable) : json(nullptr)},
+                 {"other_libraries", {{"bytes", v.other_libraries}, {"by_library", libs}}},
+                 {"context_bytes", v.context ? json(*v.context) : json(nullptr)},
+                 {"advice", v.advice},
+                 {"site", sites.site(v.stack)},
+                 {"frames", frames_json(sites, v.stack, o.frames)}});
+  }
+  return a;
 }
 
 void print_range(std::ostream& out, const RangeWindow& w, const RangeResult& rr,
@@ -179,6 +276,7 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
   r.top_by_count = trace_alloc_sites(s, sites, true);
   r.histogram = size_histogram(s);
   r.ledger = build_ledger(s, sites);
+  r.ooms = oom_verdicts(s, sites);
   return r;
 }
 
@@ -206,7 +304,9 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
     }
   }
   out << fmt::format("  trace entries: {}\n", r.trace_entries);
+  print_ooms(out, r, sites, o);
   if (r.ledger) print_ledger_text(*r.ledger, r.time_origin_us, o.top, out);
+  const std::string end = end_moment(s);
 
   for (const auto& d : r.devices) {
     const Timeline& tl = d.timeline;
@@ -224,7 +324,7 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
       out << fmt::format("  peak reserved (cached by the allocator included): {} at {}\n",
                          format_bytes(tl.reserved_peak_bytes),
                          format_time(tl.reserved_peak_time_us, r.time_origin_us));
-      out << fmt::format("  reserved at exit: {}\n", format_bytes(tl.reserved_end_bytes));
+      out << fmt::format("  reserved {}: {}\n", end, format_bytes(tl.reserved_end_bytes));
       if (r.flavor == Flavor::kCumemtrace) {
         out << fmt::format("  peak allocated ({}): {} at {}\n",
                            tl.pool_layer ? "stream-ordered pool allocations" : "PyTorch tensors",
@@ -252,9 +352,9 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
     if (tensors_apart(tl, r.flavor)) {
       out << fmt::format("  tensor allocations (PyTorch's requests): {}\n", tl.requests);
     }
-    out << fmt::format("  live at exit: {} in {}\n", format_bytes(d.live_at_exit_bytes),
+    out << fmt::format("  live {}: {} in {}\n", end, format_bytes(d.live_at_exit_bytes),
                        live_count_text(d.live_at_exit_kinds));
-    print_layers(out, d, r.time_origin_us);
+    print_layers(out, d, r.time_origin_us, end);
     if (d.range) print_range(out, *r.range, *d.range, sites, r.time_origin_us, o);
     out << "  live at the peak, by allocation site:\n";
     out << fmt::format("    {:>12} {:>9}  {}\n", "bytes", "count", "site");
@@ -263,7 +363,7 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
       out << fmt::format("    {:>12} {:>9}  {}\n", format_bytes(*d.at_peak_cached), "",
                          kCachedFreeLabel);
     if (!d.live_at_exit.empty()) {
-      out << fmt::format("  live at exit, by call stack:\n");
+      out << fmt::format("  live {}, by call stack:\n", end);
       for (size_t i = 0; i < d.live_at_exit.size() && i < o.top; ++i) {
         const auto& g = d.live_at_exit[i];
         out << fmt::format("    {} in {}\n", format_bytes(g.bytes), plural(g.count, "allocation"));
@@ -306,13 +406,13 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
     if (!t.vmm_handles.empty()) {
       uint64_t bytes = 0;
       for (const auto& h : t.vmm_handles) bytes += h.size;
-      out << fmt::format("\nVMM physical memory held at exit: {} in {}\n", format_bytes(bytes),
+      out << fmt::format("\nVMM physical memory held {}: {} in {}\n", end, format_bytes(bytes),
                          plural(t.vmm_handles.size(), "handle"));
     }
     if (!t.host_allocations.empty()) {
       uint64_t bytes = 0;
       for (const auto& h : t.host_allocations) bytes += h.size;
-      out << fmt::format("\nPinned host memory held at exit: {} in {}\n", format_bytes(bytes),
+      out << fmt::format("\nPinned host memory held {}: {} in {}\n", end, format_bytes(bytes),
                          plural(t.host_allocations.size(), "allocation"));
     }
   }
@@ -432,6 +532,7 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
     j["host_allocations"] = {{"count", s.tool->host_allocations.size()}, {"bytes", host}};
   }
   j["anomalies"] = std::move(anomalies);
+  j["ooms"] = ooms_json(r, sites, o);
   out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
 }
 

@@ -1,14 +1,17 @@
 // Contract: `cumemtrace report` — what a snapshot says about memory, for people (text) and
-// machines (json): first, for a PyTorch run with automatic phases, the ledger (ledger.h: per phase
-// added by category and line, the peaks by category, growth per step); then per device peak, the
-// memory layers (PyTorch reserved = allocated + cached free; driver-visible = untracked (CUDA
-// contexts as measured at creation + other untracked) + other libraries + PyTorch reserved) and the
-// device's measured contexts, at the peak, each OOM and at exit, an optional --range window (peak
-// and leaks within it), (bytes, time, what was live at the peak by allocation site: PyTorch's
-// memory by its tensors, its cache its own line), bytes live at exit by call stack, top allocation
-// sites by bytes and by count, the allocation size histogram, events and drops, anomalies, and
-// VMM/pinned-host memory still held. Building and printing are separate so tests and `diff` can
-// use the numbers directly.
+// machines (json): first the verdict at each OOM (oom_verdict.h: facts, advice, the failing
+// request's stack; json `ooms`), then, for a PyTorch run with automatic phases, the ledger
+// (ledger.h: per phase added by category and line, the peaks by category, growth per step); then
+// per device peak, the memory layers (PyTorch reserved = allocated + cached free; driver-visible =
+// untracked (CUDA contexts as measured at creation + other untracked) + other libraries + PyTorch
+// reserved) and the device's measured contexts, at the peak, each OOM and at exit, an optional
+// --range window (peak and leaks within it), (bytes, time, what was live at the peak by allocation
+// site: PyTorch's memory by its tensors, its cache its own line), bytes live at exit by call
+// stack, top allocation sites by bytes and by count, the allocation size histogram, events and
+// drops, anomalies, and VMM/pinned-host memory still held. "At exit" is said only of a snapshot
+// written when the program ended; one written at an OOM, on request or periodically says "at this
+// snapshot" (the tool section's reason). Building and printing are separate so tests and `diff`
+// can use the numbers directly.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +25,7 @@
 #include "analysis/grouping.h"
 #include "analysis/ledger.h"
 #include "analysis/model.h"
+#include "analysis/oom_verdict.h"
 #include "analysis/range.h"
 
 namespace cumemtrace::analysis {
@@ -53,6 +57,7 @@ struct Report {
   std::vector<SizeBucket> histogram;
   std::optional<RangeWindow> range;
   std::optional<Ledger> ledger;  // a PyTorch run with automatic phases (ledger.h); shown first
+  std::vector<OomVerdict> ooms;  // every OOM, by device and in trace order
 };
 
 struct RangeNotFound : std::runtime_error {

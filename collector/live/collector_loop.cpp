@@ -179,8 +179,14 @@ void Collector::finish(ProcessSession& s) {
 
 // Files written while processes run get their one line as they appear.
 void Collector::report_written(ProcessSession& s) {
-  for (const auto& path : s.take_new_files()) {
-    if (opts_.summary) fmt::print(stderr, "cumemtrace: wrote {}\n", path);
+  for (const auto& f : s.take_new_files()) {
+    if (!opts_.summary) continue;
+    if (f.oom_verdict.empty()) {
+      fmt::print(stderr, "cumemtrace: wrote {}\n", f.path);
+    } else {
+      // The same "wrote" line, with the verdict of the OOM that asked for the file.
+      fmt::print(stderr, "cumemtrace: wrote {}: out of memory on {}\n", f.path, f.oom_verdict);
+    }
   }
 }
 

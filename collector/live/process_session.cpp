@@ -16,6 +16,8 @@
 #include <spdlog/spdlog.h>
 
 #include "analysis/categories.h"
+#include "analysis/frames.h"
+#include "analysis/oom_verdict.h"
 #include "snapshot/snapshot_json_writer.h"
 
 namespace cumemtrace::collect {
@@ -142,8 +144,16 @@ void ProcessSession::on_record(const Record& r) {
   try {
     if (model_.take_oom_request()) {
       sample_driver();
-      oom_files_.push_back(write(snapshot("oom", std::nullopt)));
+      const snap::Snapshot s = snapshot("oom", std::nullopt);
+      oom_files_.push_back(write(s));
       extra_files_.push_back(oom_files_.back());
+      // The newest OOM is the one this record reported.
+      const analysis::SiteTable sites(s);
+      const auto verdicts = analysis::oom_verdicts(s, sites);
+      if (!verdicts.empty()) {
+        oom_verdicts_[oom_files_.back()] = fmt::format("device {}: {}", verdicts.back().device,
+                                                       analysis::oom_verdict_line(verdicts.back()));
+      }
     }
     if (auto tag = model_.take_snapshot_request()) write_running("request", file_tag(*tag));
     if (r.ev.kind == wire::Kind::kExit) sample_driver(true);  // the last look at the context
@@ -184,9 +194,12 @@ size_t ProcessSession::drain() {
   return n;
 }
 
-std::vector<std::string> ProcessSession::take_new_files() {
-  std::vector<std::string> out(extra_files_.begin() + static_cast<std::ptrdiff_t>(files_taken_),
-                               extra_files_.end());
+std::vector<ProcessSession::NewFile> ProcessSession::take_new_files() {
+  std::vector<NewFile> out;
+  for (size_t i = files_taken_; i < extra_files_.size(); ++i) {
+    const auto v = oom_verdicts_.find(extra_files_[i]);
+    out.push_back({extra_files_[i], v != oom_verdicts_.end() ? v->second : std::string()});
+  }
   files_taken_ = extra_files_.size();
   return out;
 }

@@ -7,7 +7,8 @@
 // the process names a device (with its PCI address, which maps NVML's numbering to the process's
 // CUDA ordinals), when a context is created (which measures the context: TraceModel) or
 // destroyed, at exit() and OOM, and by the owner. Snapshots of a running process are written
-// on the way: at an OOM (EXE.PID.oom.json), at a cumemtrace_snapshot(tag) record
+// on the way: at an OOM (EXE.PID.oom.json, with that OOM's verdict, analysis/oom_verdict.h, for
+// the collector's line), at a cumemtrace_snapshot(tag) record
 // (EXE.PID.TAG.json), when the process's SIGUSR2 counter in the ring header changed
 // (EXE.PID.request-N.json; several signals between two drains make one file) and every
 // `snapshot_every_s` seconds (EXE.PID.periodic-N.json). A driver sample is kept only when a
@@ -85,8 +86,13 @@ class ProcessSession {
   const std::vector<std::string>& oom_files() const { return oom_files_; }
   // Snapshots written while the process ran (OOM, tagged, requested, periodic), in order.
   const std::vector<std::string>& extra_files() const { return extra_files_; }
-  // Those written since the last call.
-  std::vector<std::string> take_new_files();
+  // Those written since the last call; an OOM snapshot's with the verdict of the OOM that asked
+  // for it (analysis/oom_verdict.h: oom_verdict_line), for the collector's one line.
+  struct NewFile {
+    std::string path;
+    std::string oom_verdict;  // "device 0: exhaustion: 1 MiB requested, ..."; empty: no OOM
+  };
+  std::vector<NewFile> take_new_files();
 
  private:
   std::unique_ptr<RingReader> ring_;
@@ -98,6 +104,7 @@ class ProcessSession {
   std::string error_;
   uint64_t time_resolution_ns_ = 0;  // the ring's clock: the coarse clock's tick, else 0
   std::vector<std::string> oom_files_;
+  std::map<std::string, std::string> oom_verdicts_;  // OOM file -> its verdict line
   std::vector<std::string> extra_files_;
   size_t files_taken_ = 0;
   uint32_t requests_seen_ = 0;

@@ -440,6 +440,20 @@ def test_allocator_oom_writes_oom_snapshot_with_python_line(tmp_path):
     (seg,) = oom["segments"]
     assert blocks(seg) == [(0, 3 * MiB, "active_allocated", 3 * MiB),
                            (3 * MiB, 17 * MiB, "inactive", 0)]
+    # The verdict (analysis/oom_verdict.h): the fake's limit (22 MiB) refused although the device
+    # had room, a budget below the device; 17 MiB free in the cache cannot hold 30 MiB.
+    (line,) = [l for l in p.stderr.splitlines() if "out of memory on" in l]
+    assert line.endswith(f"{oom_name}: out of memory on device 0: exhaustion: 30 MiB requested, "
+                         "17 MiB free even compacted (cached free 17 MiB + no headroom under a "
+                         "budget below the device), largest free block 17 MiB"), line
+    r = subprocess.run([CT, "report", str(tmp_path / "traces" / oom_name), "--format", "json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (o,) = json.loads(r.stdout)["ooms"]
+    assert (o["verdict"], o["source"], o["requested_bytes"], o["cached_free_bytes"],
+            o["largest_free_bytes"], o["budget_bytes"], o["budget_below_device"],
+            o["unreleasable_free_bytes"]) == \
+        ("exhaustion", "pytorch", 30 * MiB, 17 * MiB, 17 * MiB, 20 * MiB, True, 17 * MiB)
 
 
 def test_sigkill_keeps_block_events(tmp_path):

@@ -1,0 +1,87 @@
+// Contract: the verdict at each OOM of a snapshot (issue 43, item 1): why the request failed, in
+// the numbers PyTorch's own OOM message prints (c10/cuda/CUDACachingAllocator.cpp: "Tried to
+// allocate X. GPU d has a total capacity of T of which F is free. ... Of the allocated memory A is
+// allocated by PyTorch, and R - A is reserved by PyTorch but unallocated."), and what would help.
+//
+// Which OOMs: every `oom` trace entry, PyTorch's (its allocator raised OutOfMemoryError: size =
+// the request as the allocator rounded it, device_free = cudaMemGetInfo's free bytes) and
+// cumemtrace's own (a driver allocation failed: size = the request, device_free the driver's free
+// bytes), except a driver OOM that PyTorch's allocator met on its way to its own OOM (a later
+// PyTorch `oom` on the device with no PyTorch `alloc` in between): that one is the same failure.
+//
+// The facts, at the OOM's entry (an `oom` entry changes nothing, so the state after it is the
+// state the request met), from the model's breakdown (model.h): PyTorch reserved and allocated
+// (or a stream-ordered pool's, reserved_owner "pool"), cached free = reserved - allocated,
+// non-PyTorch bytes by library, the CUDA context when measured. Free blocks of PyTorch's segments:
+// exact from the snapshot's own segments when nothing on the device changed after the OOM (an OOM
+// snapshot); otherwise reconstructed by replaying the device's trace to the OOM: the extents of
+// PyTorch's segments (segment_alloc/free, and segment_map/unmap runs of expandable segments)
+// minus the live tensor blocks (alloc to free_completed, sizes rounded up to PyTorch's 512 B).
+// A free byte is releasable (empty_cache() returns it) when its segment holds no live block.
+//
+// Budget: what the process could have had: the bytes it held on the device (driver-visible when an
+// NVML sample is known, else tracked) plus the device's free bytes. When PyTorch's allocator raised
+// an OOM although the device had the request free, a budget below the device was in force (a
+// memory fraction, set_per_process_memory_fraction): the fraction itself is not recorded, so the
+// budget is then what PyTorch had reserved and the device's free bytes do not count as headroom.
+//
+// Verdict: "exhaustion" when the free bytes, even compacted (cached free + headroom), are fewer
+// than the request; else "fragmentation" (enough is free, but no free block or segment holds it).
+// Advice only where the facts support it: expandable segments for PyTorch fragmentation when they
+// are off (the tool section's pytorch.expandable_segments; never when on); for exhaustion, how
+// many bytes would have to be freed; that empty_cache() cannot help when every free byte of the
+// cache sits in a segment holding live blocks.
+//
+// Who holds the memory (by category, by the user's line) is the ledger's: OomVerdict::device and
+// index name the moment for it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "analysis/model.h"
+
+namespace cumemtrace::analysis {
+
+struct OomVerdict {
+  int device = 0;
+  size_t index = 0;  // the oom entry in device_traces[device]
+  int64_t time_us = 0;
+  bool pytorch = false;  // PyTorch's allocator raised it; else a driver allocation failed
+  uint64_t requested = 0;
+  uint64_t device_free = 0;  // the driver's free bytes at the OOM
+  bool has_cache = false;    // a caching allocator (PyTorch's, or a stream-ordered pool)
+  std::string cache_owner;   // "PyTorch" or "pool"
+  uint64_t reserved = 0;     // the cache's reserved bytes
+  uint64_t allocated = 0;    // ... and those of live tensors (pool: live allocations)
+  uint64_t cached_free = 0;  // reserved - allocated
+  std::optional<uint64_t> largest_free;  // largest free block of PyTorch's segments
+  bool blocks_exact = false;  // free blocks from the snapshot's segments, not reconstructed
+  uint64_t releasable = 0;    // free bytes in segments without live blocks
+  uint64_t unreleasable = 0;  // free bytes in segments that hold live blocks
+  uint64_t budget = 0;
+  bool budget_below_device = false;  // PyTorch failed with the request free on the device
+  uint64_t headroom = 0;             // what the budget had left beyond what was held
+  uint64_t compacted_free = 0;       // cached_free + headroom
+  uint64_t other_libraries = 0;      // tracked bytes outside the cache
+  std::vector<std::pair<std::string, uint64_t>> by_library;  // largest first
+  std::optional<uint64_t> context;                           // CUDA contexts, as measured
+  std::optional<bool> expandable_segments;                   // as the capture found them
+  int32_t stack = snap::kNoStack;                            // the failing request's
+  std::string verdict;                                       // "exhaustion" or "fragmentation"
+  uint64_t shortfall = 0;                                    // exhaustion: request - compacted free
+  std::vector<std::string> advice;
+};
+
+// Every OOM of the snapshot, by device, then in trace order.
+std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& sites);
+
+// One line for `run`'s stderr and the report's heading: "exhaustion: 26 MiB requested, 25 MiB
+// free even compacted (cached free 25 MiB + 0 B headroom), largest free block 21 MiB".
+std::string oom_verdict_line(const OomVerdict& v);
+
+}  // namespace cumemtrace::analysis
