@@ -14,6 +14,8 @@ Run under cumemtrace (the script refuses to run without the preload):
   cumemtrace run -q -o /tmp/ab -- python3 bench/gpu/torch_blocks_ab.py [--model cnn|gpt|resnet18]
       [--batch N] [--blocks 40] [--block-steps 10] [--aa]
 --aa never pauses: the same comparison between blocks that differ in nothing, the noise floor.
+--phases pauses the automatic phases and ownership walks (preload/python/cumemtrace_phases.py)
+instead, block capture staying on: their own cost.
 --all-recording pauses all of cumemtrace's recording (cumemtrace_bench_pause_recording: driver
 events too), not only the block events: the loop to use under PYTORCH_CUDA_ALLOC_CONF=
 backend:cudaMallocAsync, where every tensor is a driver event of the stream-ordered pool.
@@ -52,6 +54,9 @@ def main():
     ap.add_argument("--torch-history", choices=("all", "python"),
                     help="measure PyTorch's _record_memory_history with these stacks instead")
     ap.add_argument("--torch-context", choices=("all", "alloc"), default="all")
+    ap.add_argument("--phases", action="store_true",
+                    help="pause the automatic phases and ownership walks instead (block capture "
+                         "stays on in every block)")
     args = ap.parse_args()
     try:
         lib = ctypes.CDLL(None)
@@ -69,6 +74,21 @@ def main():
                 record(enabled=None)
             else:
                 record(stacks=args.torch_history, context=args.torch_context)
+    elif args.phases:
+        phases = sys.modules.get("cumemtrace_phases")
+        if phases is None or phases._phases is None:
+            sys.exit("torch_blocks_ab.py: --phases needs the automatic phases installed "
+                     "(cumemtrace run, CUMEMTRACE_PHASES unset)")
+
+        def pause(paused):
+            # Paused: every hook removed (uninstall). On again: installed afresh, so each phased
+            # block also pays one step of root discovery (global hooks) and re-sends its walks:
+            # the cost measured is an upper bound of the steady state's.
+            if paused and phases._phases is not None:
+                phases._phases.uninstall()
+                phases._phases = None
+            elif not paused and phases._phases is None:
+                phases.install(torch)
     elif ours:
         ours.argtypes = [ctypes.c_int]
         pause = ours
@@ -97,6 +117,8 @@ def main():
     pairs = [order[k][1] / ((order[k - 1][1] + order[k + 1][1]) / 2) - 1
              for k in range(1, len(order) - 1) if order[k][0]]
     label = "A/A (never paused)" if args.aa else "capturing vs paused"
+    if args.phases and not args.aa:
+        label = "automatic phases on vs off"
     if args.all_recording:
         label += " (all recording)"
     if args.torch_history:

@@ -130,12 +130,21 @@ def main():
         from torch.distributed._tools.mem_tracker import MemTracker
         mt = MemTracker()
         mt.track_external(model, opt)
+        from torch.distributed._tools.mem_tracker import _ModState
+        pre_bw = {}
         with mt:
             for i in range(args.steps):
                 one_step(i)
+                # The root's state when its backward began (MemTracker's Pre-Backward snapshot):
+                # the moment cumemtrace's "activation" is defined at (alive when backward starts).
+                snaps = mt.memory_tracking[model].snapshots.get(_ModState.PRE_BW) or [{}]
+                pre_bw = snaps[-1]
+                mt.reset_mod_stats()  # its module stats allow one call a module; peaks stay
         peak = mt.get_tracker_snapshot("peak")
-        result = {"memtracker_peak": {str(dev): {str(k): v for k, v in cats.items()}
-                                      for dev, cats in peak.items()}}
+
+        def named(snap):
+            return {str(dev): {str(k): v for k, v in cats.items()} for dev, cats in snap.items()}
+        result = {"memtracker_peak": named(peak), "memtracker_pre_backward": named(pre_bw)}
     else:
         for i in range(args.steps):
             one_step(i)
