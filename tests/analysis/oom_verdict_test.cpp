@@ -336,7 +336,8 @@ namespace {
 // freed so that each segment keeps one; then 15 MiB, which no free block holds (the largest 14 MiB)
 // and whose 16 MiB segment does not fit the 4 MiB the device has free. 42 MiB cached free: a
 // fragmentation OOM, and one the model of PyTorch's allocator reproduces segment for segment.
-snap::Snapshot replayable_fragmentation() {
+// `request` other than 15 MiB: the same state asked for that much.
+snap::Snapshot replayable_fragmentation(uint64_t request = 15 * MiB) {
   snap::Snapshot s = torch_oom({}, 0, 0, false);
   auto& tr = s.device_traces[0];
   tr.clear();
@@ -353,7 +354,7 @@ snap::Snapshot replayable_fragmentation() {
     tr.push_back(entry(snap::Action::kFreeRequested, a, sz, t += 10));
     tr.push_back(entry(snap::Action::kFreeCompleted, a, sz, t += 10));
   }
-  snap::TraceEntry oom = entry(snap::Action::kOom, 0, 15 * MiB, t += 10, 1);
+  snap::TraceEntry oom = entry(snap::Action::kOom, 0, request, t += 10, 1);
   oom.device_free = 4 * MiB;
   tr.push_back(oom);
   // The segments at the OOM: the kept tensor of each (first, middle, last) and its free pieces.
@@ -432,6 +433,32 @@ TEST_CASE("fragmentation: the replay says expandable segments would have served 
   CHECK_FALSE(v_on[0].whatif);
   REQUIRE(v_on[0].advice.size() == 1);
   CHECK(v_on[0].advice[0].rfind("torch.cuda.empty_cache() cannot help", 0) == 0);
+}
+
+TEST_CASE("fragmentation the replay says expandable segments would not have served", "[oom]") {
+  // 30 MiB: 46 MiB free even compacted (fragmentation), but the model of PyTorch's allocator,
+  // replayed under expandable segments within the recorded 64 MiB budget (60 reserved + 4 free on
+  // the device), fails this same request too.
+  const snap::Snapshot s = replayable_fragmentation(30 * MiB);
+  const auto v = verdicts(s);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].verdict == "fragmentation");
+  CHECK(v[0].compacted_free == 46 * MiB);
+  REQUIRE(v[0].whatif);
+  CHECK_FALSE(v[0].whatif->would_succeed);
+  REQUIRE(v[0].whatif->first_failing_request);
+  CHECK(v[0].whatif->first_failing_request->entry == v[0].index);
+  // No advice to turn expandable segments on: the replay says they would not have helped.
+  REQUIRE(v[0].advice.size() == 2);
+  CHECK(v[0].advice[0] ==
+        "under expandable_segments:True this request would not have succeeded either (reserved "
+        "peak 60 MiB instead of 60 MiB; replayed from this trace)");
+  CHECK(v[0].advice[1].rfind("torch.cuda.empty_cache() cannot help", 0) == 0);
+  const SiteTable sites(s);
+  std::ostringstream js;
+  print_report_json(build_report(s, sites, "f.json"), s, sites, ReportOptions{}, js);
+  const auto j = nlohmann::json::parse(js.str());
+  CHECK(j["ooms"][0]["whatif"]["would_succeed"] == false);
 }
 
 TEST_CASE("exhaustion in a training step: who holds it by category and line", "[oom]") {
