@@ -186,14 +186,23 @@ void advise(OomVerdict& v, const SiteTable& sites) {
     // What would have to shrink: the largest holders at the OOM, from the ledger's moment.
     std::string holders;
     size_t named = 0;
+    uint64_t held = 0;
     for (const auto& sb : v.held.by_site) {
-      if (sb.bytes <= 0 || named == kHolders) continue;
-      holders += (named++ ? "; " : "") + holder_text(v, sb);
+      if (sb.bytes <= 0) continue;
+      held += static_cast<uint64_t>(sb.bytes);
+      if (named < kHolders) holders += (named++ ? "; " : "") + holder_text(v, sb);
     }
     if (named) {
-      v.advice.push_back(fmt::format("{} {} of what the largest holders keep would have to go: {}",
+      v.advice.push_back(fmt::format("what holds it, largest first (to shrink by {} {}): {}",
                                      v.budget_below_device ? "up to" : "at least",
                                      compact_bytes(v.shortfall), holders));
+    }
+    // Exact shortfall larger than everything live: no shrinking would have made room.
+    if (!v.budget_below_device && named && held < v.shortfall) {
+      v.advice.push_back(fmt::format(
+          "freeing everything live ({}) would not have been enough: {} needs a larger budget or "
+          "a smaller request",
+          compact_bytes(held), compact_bytes(v.requested)));
     }
   } else {
     if (v.pytorch && v.cache_owner == "PyTorch" && v.expandable_segments == false) {
@@ -253,15 +262,20 @@ std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& s
   }
   // Who holds the memory: the ledger's moment (one Phases for the snapshot, the tensors and their
   // categories per device).
-  const Phases phases(s);
-  const bool categorized = labels_categories(s, phases);
+  // Made on the first device with an OOM: a snapshot without one costs nothing here.
+  std::optional<Phases> phases;
+  bool categorized = false;
   for (size_t d = 0; d < s.device_traces.size(); ++d) {
     const auto& tr = s.device_traces[d];
     if (std::none_of(tr.begin(), tr.end(),
                      [](const snap::TraceEntry& e) { return e.action == Action::kOom; }))
       continue;
     const DeviceReplay replay(s, static_cast<int>(d));
-    const DeviceTensors tensors = device_tensors(s, static_cast<int>(d), phases);
+    if (!phases) {
+      phases.emplace(s);
+      categorized = labels_categories(s, *phases);
+    }
+    const DeviceTensors tensors = device_tensors(s, static_cast<int>(d), *phases);
     for (size_t i = 0; i < tr.size(); ++i) {
       const auto& e = tr[i];
       if (e.action != Action::kOom || part_of_pytorch_oom(tr, i)) continue;
@@ -312,8 +326,8 @@ std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& s
         v.headroom = 0;
       }
       v.categorized = categorized;
-      v.phased = phases.automatic();
-      v.held = moment_at("oom", static_cast<std::ptrdiff_t>(i), phases, replay, tensors, sites);
+      v.phased = phases->automatic();
+      v.held = moment_at("oom", static_cast<std::ptrdiff_t>(i), *phases, replay, tensors, sites);
       if (tensors.lives.empty()) {
         // No PyTorch tensors on the device: the program's own allocations hold it, by site.
         for (const auto& st : by_site(replay.live_after(static_cast<std::ptrdiff_t>(i)), sites)) {

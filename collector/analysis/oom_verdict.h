@@ -37,8 +37,9 @@
 // alone (category "unknown") when the run has no categories (categories.h: labels_categories);
 // the cache, other libraries and the context are the facts above. A device without PyTorch
 // tensors: its live allocations by site (grouping.h), category "library". For exhaustion the advice
-// then names the largest holders (line, category, bytes) and how much of them would have to go (the
-// shortfall).
+// then names the largest holders (line, category, bytes) and the shortfall they would have to
+// shrink by, and, when the shortfall is exact and more than everything live, that no shrinking
+// would have made room.
 //
 // The replay (item 3, whatif.h oom_whatif): for a fragmentation verdict of PyTorch's allocator
 // with expandable segments off (the tool section's, else PyTorch's own allocator_settings), the

@@ -188,7 +188,7 @@ TEST_CASE("exhaustion: 26 MiB asked, 25 MiB free in the cache, largest block 21 
         "at least 1 MiB more would have had to be free: what is live must shrink by that much "
         "(35 MiB held by live tensors)");
   CHECK(v[0].advice[1] ==
-        "at least 1 MiB of what the largest holders keep would have to go: 35 MiB at forward "
+        "what holds it, largest first (to shrink by at least 1 MiB): 35 MiB at forward "
         "(train.py:41)");
   CHECK(v[0].advice[2] ==
         "torch.cuda.empty_cache() cannot help: all 25 MiB free in the cache lies in segments that "
@@ -220,7 +220,7 @@ TEST_CASE("a memory fraction: PyTorch refused although the device had room", "[o
         "tensors)");
   REQUIRE(v[0].advice.size() == 3);
   CHECK(v[0].advice[1] ==
-        "up to 1 MiB of what the largest holders keep would have to go: 35 MiB at forward "
+        "what holds it, largest first (to shrink by up to 1 MiB): 35 MiB at forward "
         "(train.py:41)");
 }
 
@@ -255,8 +255,18 @@ TEST_CASE("a driver OOM without PyTorch: the device's free bytes against the req
   CHECK(v[0].advice[0] ==
         "at least 3 MiB more would have had to be free: what is live must shrink by that much");
   CHECK(v[0].advice[1] ==
-        "at least 3 MiB of what the largest holders keep would have to go: 3 MiB at load_weights "
+        "what holds it, largest first (to shrink by at least 3 MiB): 3 MiB at load_weights "
         "(model.cpp:88)");
+  // 5 MiB asked with 1 MiB free: 4 MiB short, more than the 3 MiB everything live holds.
+  s.device_traces[0].back().size = 5 * MiB;
+  v = verdicts(s);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].shortfall == 4 * MiB);
+  REQUIRE(v[0].advice.size() == 3);
+  CHECK(v[0].advice[2] ==
+        "freeing everything live (3 MiB) would not have been enough: 5 MiB needs a larger budget "
+        "or a smaller request");
+  s.device_traces[0].back().size = 4 * MiB;
   // 5 MiB free but the driver still refused 4 MiB: fragmented (or limited) device memory.
   s.device_traces[0].back().device_free = 5 * MiB;
   v = verdicts(s);
@@ -482,7 +492,7 @@ TEST_CASE("exhaustion in a training step: who holds it by category and line", "[
   CHECK(v[0].held.by_category[1].bytes == 24 * iMiB);
   REQUIRE(v[0].advice.size() == 3);
   CHECK(v[0].advice[1] ==
-        "at least 6 MiB of what the largest holders keep would have to go: activation 30 MiB at "
+        "what holds it, largest first (to shrink by at least 6 MiB): activation 30 MiB at "
         "forward (model.py:40); parameter 24 MiB at <module> (train.py:5)");
 
   const SiteTable sites(s);
@@ -501,8 +511,8 @@ TEST_CASE("exhaustion in a training step: who holds it by category and line", "[
       "            24.0 MiB  <module> (train.py:5) (parameter)\n"
       "  advice: at least 6 MiB more would have had to be free: what is live must shrink by that "
       "much (54 MiB held by live tensors)\n"
-      "  advice: at least 6 MiB of what the largest holders keep would have to go: activation 30 "
-      "MiB at forward (model.py:40); parameter 24 MiB at <module> (train.py:5)\n"
+      "  advice: what holds it, largest first (to shrink by at least 6 MiB): activation 30 MiB at "
+      "forward (model.py:40); parameter 24 MiB at <module> (train.py:5)\n"
       "  advice: torch.cuda.empty_cache() cannot help: all 10 MiB free in the cache lies in "
       "segments that hold live tensors\n"
       "  the failing request:\n"
