@@ -115,6 +115,8 @@ std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceRepl
   return rows;
 }
 
+}  // namespace
+
 LedgerMoment moment_at(std::string name, std::ptrdiff_t index, const Phases& ph,
                        const DeviceReplay& rp, const DeviceTensors& dt, const SiteTable& sites) {
   LedgerMoment m;
@@ -145,8 +147,6 @@ LedgerMoment moment_at(std::string name, std::ptrdiff_t index, const Phases& ph,
   m.layers = rp.breakdown_after(index, sites, "peak");
   return m;
 }
-
-}  // namespace
 
 Growth growth_per_step(const Phases& ph, const DeviceReplay& rp, const DeviceTensors& dt,
                        const SiteTable& sites, int64_t t0, int64_t t1) {
@@ -263,6 +263,8 @@ std::string step_name(const Ledger& l, int step) {
   return fmt::format("{} {}", l.training ? "step" : "iteration", step + 1);
 }
 
+}  // namespace
+
 std::string categories_text(const std::vector<CategoryBytes>& v, bool sign) {
   std::string s;
   for (const auto& c : v) {
@@ -274,15 +276,18 @@ std::string categories_text(const std::vector<CategoryBytes>& v, bool sign) {
   return s.empty() ? "nothing" : s;
 }
 
-void print_sites(std::ostream& out, const std::vector<SiteBytes>& v, size_t top, bool sign) {
+void print_site_bytes(std::ostream& out, const std::vector<SiteBytes>& v, size_t top, bool sign,
+                      bool categories) {
   for (size_t i = 0; i < v.size() && i < top; ++i) {
     out << fmt::format(
-        "        {:>12}  {} ({})\n",
+        "        {:>12}  {}{}\n",
         sign ? format_signed_bytes(v[i].bytes) : format_bytes(static_cast<uint64_t>(v[i].bytes)),
-        v[i].site, category_label(v[i].category));
+        v[i].site, categories ? fmt::format(" ({})", category_label(v[i].category)) : "");
   }
   if (v.size() > top) out << fmt::format("        ... {} more\n", plural(v.size() - top, "line"));
 }
+
+namespace {
 
 void print_phases(std::ostream& out, const std::vector<LedgerPhase>& rows, size_t top) {
   for (const auto& p : rows) {
@@ -294,7 +299,7 @@ void print_phases(std::ostream& out, const std::vector<LedgerPhase>& rows, size_
                        format_bytes(p.reserved_before), format_bytes(p.reserved_after),
                        format_bytes(p.allocated_peak));
     out << fmt::format("        added: {}\n", categories_text(p.added_by_category, true));
-    print_sites(out, p.added_by_site, top, true);
+    print_site_bytes(out, p.added_by_site, top, true);
   }
 }
 
@@ -314,8 +319,10 @@ void print_moment(std::ostream& out, const Ledger& l, const LedgerMoment& m, int
   }
   if (m.layers.context)
     out << fmt::format("        CUDA context: {}\n", format_bytes(*m.layers.context));
-  print_sites(out, m.by_site, top, false);
+  print_site_bytes(out, m.by_site, top, false);
 }
+
+}  // namespace
 
 nlohmann::json categories_json(const std::vector<CategoryBytes>& v) {
   nlohmann::json j = nlohmann::json::object();
@@ -332,6 +339,8 @@ nlohmann::json sites_json(const std::vector<SiteBytes>& v, size_t top) {
                  {"count", v[i].count}});
   return a;
 }
+
+namespace {
 
 nlohmann::json phases_json(const std::vector<LedgerPhase>& rows, size_t top) {
   nlohmann::json a = nlohmann::json::array();

@@ -122,6 +122,12 @@ Growth growth_per_step(const Phases& ph, const DeviceReplay& rp, const DeviceTen
                        const SiteTable& sites, int64_t t0 = std::numeric_limits<int64_t>::min(),
                        int64_t t1 = std::numeric_limits<int64_t>::max());
 
+// One moment (contract: "at the allocated peak and at the reserved peak"), after entry `index` of
+// the device's trace: the tensors live then by category and by (site, category), the Breakdown at
+// that index. The OOM verdict (oom_verdict.h) asks it who holds the memory at an OOM.
+LedgerMoment moment_at(std::string name, std::ptrdiff_t index, const Phases& ph,
+                       const DeviceReplay& rp, const DeviceTensors& dt, const SiteTable& sites);
+
 // The warm-up (steps skipped) of growth and leaks for K complete steps (contract).
 int warmup_steps(size_t complete_steps);
 
@@ -129,6 +135,17 @@ int warmup_steps(size_t complete_steps);
 std::string category_label(snap::Category c);
 // "forward", "forward 2" (its micro-step, from 1, when the step has several), "optimizer"...
 std::string phase_label(const LedgerPhase& p);
+
+// The ledger's lists, as every view that shows them writes them: "activation 3.00 MiB, parameter
+// 6.00 MiB" ("nothing" when empty; signed deltas with `sign`), one indented line per (site,
+// category) up to `top` (the rest counted), and their JSON ({"activation": bytes}, [{site,
+// category, bytes, count}]).
+std::string categories_text(const std::vector<CategoryBytes>& v, bool sign);
+// `categories` false: the run has none, the lines go without "(unknown)".
+void print_site_bytes(std::ostream& out, const std::vector<SiteBytes>& v, size_t top, bool sign,
+                      bool categories = true);
+nlohmann::json categories_json(const std::vector<CategoryBytes>& v);
+nlohmann::json sites_json(const std::vector<SiteBytes>& v, size_t top);
 
 void print_ledger_text(const Ledger& l, int64_t origin_us, size_t top, std::ostream& out);
 nlohmann::json ledger_json(const Ledger& l, size_t top);

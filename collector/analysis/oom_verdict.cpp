@@ -5,9 +5,13 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
+#include "analysis/categories.h"
 #include "analysis/frames.h"
+#include "analysis/grouping.h"
+#include "snapshot/size_format.h"
 
 namespace cumemtrace::analysis {
 
@@ -145,11 +149,27 @@ bool part_of_pytorch_oom(const std::vector<snap::TraceEntry>& tr, size_t i) {
   return false;
 }
 
+// "activation 3 MiB at forward (model.py:20)", or without categories "3 MiB at forward (...)".
+std::string holder_text(const OomVerdict& v, const SiteBytes& sb) {
+  return fmt::format("{}{} at {}", v.categorized ? category_label(sb.category) + " " : "",
+                     compact_bytes(static_cast<uint64_t>(sb.bytes)), sb.site);
+}
+
+// How many of the largest holders the exhaustion advice names.
+constexpr size_t kHolders = 3;
+
 void judge(OomVerdict& v) {
   v.compacted_free = v.cached_free + v.headroom;
   if (v.compacted_free < v.requested) {
     v.verdict = "exhaustion";
     v.shortfall = v.requested - v.compacted_free;
+  } else {
+    v.verdict = "fragmentation";
+  }
+}
+
+void advise(OomVerdict& v, const SiteTable& sites) {
+  if (v.verdict == "exhaustion") {
     // Under a budget below the device its headroom is not recorded (less than one segment):
     // the shortfall is then an upper bound.
     v.advice.push_back(fmt::format(
@@ -163,15 +183,58 @@ void judge(OomVerdict& v) {
                                                                   compact_bytes(v.other_libraries))
                                                     : "")
                     : ""));
-  } else {
-    v.verdict = "fragmentation";
-    if (v.pytorch && v.cache_owner == "PyTorch" && v.expandable_segments == false) {
+    // What would have to shrink: the largest holders at the OOM, from the ledger's moment.
+    std::string holders;
+    size_t named = 0;
+    uint64_t held = 0;
+    for (const auto& sb : v.held.by_site) {
+      if (sb.bytes <= 0) continue;
+      held += static_cast<uint64_t>(sb.bytes);
+      if (named < kHolders) holders += (named++ ? "; " : "") + holder_text(v, sb);
+    }
+    if (named) {
+      v.advice.push_back(fmt::format("what holds it, largest first (to shrink by {} {}): {}",
+                                     v.budget_below_device ? "up to" : "at least",
+                                     compact_bytes(v.shortfall), holders));
+    }
+    // Exact shortfall larger than everything live: no shrinking would have made room.
+    if (!v.budget_below_device && named && held < v.shortfall) {
       v.advice.push_back(fmt::format(
-          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: {} was free in the cache but no "
-          "free block{} holds {}; an expandable segment grows in place instead",
-          compact_bytes(v.cached_free),
-          v.largest_free ? fmt::format(" (the largest {})", compact_bytes(*v.largest_free)) : "",
-          compact_bytes(v.requested)));
+          "freeing everything live ({}) would not have been enough: {} needs a larger budget or "
+          "a smaller request",
+          compact_bytes(held), compact_bytes(v.requested)));
+    }
+  } else {
+    if (v.pytorch && v.cache_owner == "PyTorch" && v.expandable_segments == false) {
+      const std::string conf = "expandable_segments:True";
+      const auto& w = v.whatif;
+      if (!w || w->would_succeed) {
+        v.advice.push_back(fmt::format(
+            "PYTORCH_CUDA_ALLOC_CONF={}: {} was free in the cache but no free block{} holds {}; "
+            "an expandable segment grows in place instead",
+            conf, compact_bytes(v.cached_free),
+            v.largest_free ? fmt::format(" (the largest {})", compact_bytes(*v.largest_free)) : "",
+            compact_bytes(v.requested)));
+      }
+      if (w && w->would_succeed) {
+        v.advice.push_back(fmt::format(
+            "under {} this request would have succeeded (reserved peak {} instead of {}; "
+            "replayed from this trace)",
+            conf, compact_bytes(w->reserved_peak_bytes),
+            compact_bytes(w->recorded_reserved_peak_bytes)));
+      } else if (w) {
+        // The replay says the setting would not have helped: no advice to use it.
+        const auto& f = w->first_failing_request;
+        const bool earlier = f && f->entry != v.index;
+        v.advice.push_back(fmt::format(
+            "under {} this request would not have succeeded either{} (reserved peak {} instead "
+            "of {}; replayed from this trace)",
+            conf,
+            earlier ? fmt::format(": an earlier request of {} at {} would have failed first",
+                                  compact_bytes(f->requested), sites.site(f->stack))
+                    : "",
+            compact_bytes(w->reserved_peak_bytes), compact_bytes(w->recorded_reserved_peak_bytes)));
+      }
     }
   }
   if (v.has_cache && v.largest_free && v.cached_free && v.releasable == 0) {
@@ -188,13 +251,31 @@ std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& s
   std::vector<OomVerdict> out;
   const bool torch_file = flavor_of(s) == Flavor::kTorch;
   std::optional<bool> expandable;
-  if (s.tool && s.tool->pytorch) expandable = s.tool->pytorch->expandable_segments;
+  if (s.tool && s.tool->pytorch) {
+    expandable = s.tool->pytorch->expandable_segments;
+  } else if (torch_file && !s.allocator_settings.empty()) {
+    try {
+      expandable = recorded_config(s).expandable_segments;
+    } catch (const std::exception&) {
+      // Settings the model cannot parse: whether expandable segments were on stays unknown.
+    }
+  }
+  // Who holds the memory: the ledger's moment (one Phases for the snapshot, the tensors and their
+  // categories per device).
+  // Made on the first device with an OOM: a snapshot without one costs nothing here.
+  std::optional<Phases> phases;
+  bool categorized = false;
   for (size_t d = 0; d < s.device_traces.size(); ++d) {
     const auto& tr = s.device_traces[d];
     if (std::none_of(tr.begin(), tr.end(),
                      [](const snap::TraceEntry& e) { return e.action == Action::kOom; }))
       continue;
     const DeviceReplay replay(s, static_cast<int>(d));
+    if (!phases) {
+      phases.emplace(s);
+      categorized = labels_categories(s, *phases);
+    }
+    const DeviceTensors tensors = device_tensors(s, static_cast<int>(d), *phases);
     for (size_t i = 0; i < tr.size(); ++i) {
       const auto& e = tr[i];
       if (e.action != Action::kOom || part_of_pytorch_oom(tr, i)) continue;
@@ -244,7 +325,27 @@ std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& s
         v.budget = v.reserved;
         v.headroom = 0;
       }
+      v.categorized = categorized;
+      v.phased = phases->automatic();
+      v.held = moment_at("oom", static_cast<std::ptrdiff_t>(i), *phases, replay, tensors, sites);
+      if (tensors.lives.empty()) {
+        // No PyTorch tensors on the device: the program's own allocations hold it, by site.
+        for (const auto& st : by_site(replay.live_after(static_cast<std::ptrdiff_t>(i)), sites)) {
+          v.held.by_site.push_back({st.site, snap::Category::kLibrary,
+                                    static_cast<int64_t>(st.bytes), st.count, st.stack});
+        }
+      }
       judge(v);
+      if (v.verdict == "fragmentation" && v.pytorch && v.cache_owner == "PyTorch" &&
+          v.expandable_segments == false) {
+        try {
+          std::string why;  // a refusal: nothing is said of the replay
+          v.whatif = oom_whatif(s, v.device, i, "expandable_segments:True", &why);
+        } catch (const std::exception&) {
+          v.whatif.reset();
+        }
+      }
+      advise(v, sites);
       out.push_back(std::move(v));
     }
   }
@@ -262,6 +363,101 @@ std::string oom_verdict_line(const OomVerdict& v) {
   if (v.largest_free)
     line += fmt::format(", largest free block {}", compact_bytes(*v.largest_free));
   return line;
+}
+
+namespace {
+
+std::string libraries_text(const std::vector<std::pair<std::string, uint64_t>>& libs, size_t max) {
+  std::string t;
+  for (size_t i = 0; i < libs.size() && i < max; ++i)
+    t += fmt::format("{}{} {}", i ? ", " : "", libs[i].first, compact_bytes(libs[i].second));
+  if (libs.size() > max) t += fmt::format(", {} more", libs.size() - max);
+  return t;
+}
+
+}  // namespace
+
+std::vector<std::string> oom_facts(const OomVerdict& v) {
+  std::vector<std::string> f;
+  f.push_back(fmt::format("{} could not get {}; the device had {} free",
+                          v.pytorch ? "PyTorch's caching allocator" : "a driver allocation",
+                          compact_bytes(v.requested), compact_bytes(v.device_free)));
+  if (v.budget_below_device) {
+    f.push_back(fmt::format(
+        "budget: below the device (a memory fraction): PyTorch refused with {} reserved",
+        compact_bytes(v.budget)));
+  } else {
+    f.push_back(
+        fmt::format("budget: {} (held on the device + its free bytes)", compact_bytes(v.budget)));
+  }
+  if (v.has_cache) {
+    std::string line = fmt::format("{} reserved {} = allocated {} + cached {} free", v.cache_owner,
+                                   compact_bytes(v.reserved), compact_bytes(v.allocated),
+                                   compact_bytes(v.cached_free));
+    if (v.largest_free) {
+      line += fmt::format(
+          ", largest free block {} ({})", compact_bytes(*v.largest_free),
+          v.blocks_exact ? "from the snapshot's segments" : "reconstructed from the trace");
+    }
+    f.push_back(std::move(line));
+    if (v.largest_free) {
+      f.push_back(fmt::format(
+          "free in segments holding live tensors: {}; in empty segments (releasable): {}",
+          compact_bytes(v.unreleasable), compact_bytes(v.releasable)));
+    }
+  }
+  if (v.other_libraries) {
+    f.push_back(fmt::format("other libraries: {} ({})", compact_bytes(v.other_libraries),
+                            libraries_text(v.by_library, 3)));
+  }
+  if (v.context) f.push_back(fmt::format("CUDA context: {}", compact_bytes(*v.context)));
+  return f;
+}
+
+std::string oom_held_when(const OomVerdict& v) {
+  return v.phased ? fmt::format(" (step {}, {})", v.held.step + 1, phase_name(v.held.phase)) : "";
+}
+
+nlohmann::json oom_verdict_json(const OomVerdict& v, const SiteTable& sites, size_t top) {
+  using nlohmann::json;
+  json libs = json::object();
+  for (const auto& [lib, bytes] : v.by_library) libs[lib] = bytes;
+  json j = {
+      {"device", v.device},
+      {"time_us", v.time_us},
+      {"verdict", v.verdict},
+      {"line", oom_verdict_line(v)},
+      {"facts", oom_facts(v)},
+      {"source", v.pytorch ? "pytorch" : "driver"},
+      {"requested_bytes", v.requested},
+      {"device_free_bytes", v.device_free},
+      {"budget_bytes", v.budget},
+      {"budget_below_device", v.budget_below_device},
+      {"compacted_free_bytes", v.compacted_free},
+      {"shortfall_bytes", v.shortfall},
+      {"reserved_bytes", v.has_cache ? json(v.reserved) : json(nullptr)},
+      {"allocated_bytes", v.has_cache ? json(v.allocated) : json(nullptr)},
+      {"cached_free_bytes", v.cached_free},
+      {"largest_free_bytes", v.largest_free ? json(*v.largest_free) : json(nullptr)},
+      {"blocks_exact", v.blocks_exact},
+      {"unreleasable_free_bytes", v.largest_free ? json(v.unreleasable) : json(nullptr)},
+      {"releasable_free_bytes", v.largest_free ? json(v.releasable) : json(nullptr)},
+      {"other_libraries", {{"bytes", v.other_libraries}, {"by_library", libs}}},
+      {"context_bytes", v.context ? json(*v.context) : json(nullptr)},
+      {"held_by_category", v.categorized ? categories_json(v.held.by_category) : json(nullptr)},
+      {"held_by_site", sites_json(v.held.by_site, top)},
+      {"held_at", v.phased ? json{{"step", v.held.step + 1}, {"phase", phase_name(v.held.phase)}}
+                           : json(nullptr)},
+      {"advice", v.advice},
+      {"site", sites.site(v.stack)},
+      {"stack", v.stack}};
+  if (v.whatif) {
+    j["whatif"] = {{"alloc_conf", v.whatif->alloc_conf},
+                   {"would_succeed", v.whatif->would_succeed},
+                   {"reserved_peak_bytes", v.whatif->reserved_peak_bytes},
+                   {"recorded_reserved_peak_bytes", v.whatif->recorded_reserved_peak_bytes}};
+  }
+  return j;
 }
 
 }  // namespace cumemtrace::analysis

@@ -32,8 +32,20 @@
 // many bytes would have to be freed; that empty_cache() cannot help when every free byte of the
 // cache sits in a segment holding live blocks.
 //
-// Who holds the memory (by category, by the user's line) is the ledger's: OomVerdict::device and
-// index name the moment for it.
+// Who holds the memory: the ledger's moment after the OOM's entry (ledger.h moment_at): PyTorch's
+// tensors live then by category and by (user line, category) (frames.h: SiteTable::site), by line
+// alone (category "unknown") when the run has no categories (categories.h: labels_categories);
+// the cache, other libraries and the context are the facts above. A device without PyTorch
+// tensors: its live allocations by site (grouping.h), category "library". For exhaustion the advice
+// then names the largest holders (line, category, bytes) and the shortfall they would have to
+// shrink by, and, when the shortfall is exact and more than everything live, that no shrinking
+// would have made room.
+//
+// The replay (item 3, whatif.h oom_whatif): for a fragmentation verdict of PyTorch's allocator
+// with expandable segments off (the tool section's, else PyTorch's own allocator_settings), the
+// trace is replayed to the OOM under "expandable_segments:True": the verdict says whether the
+// request would have succeeded and the reserved peak under it against the recorded one. When the
+// replay refuses (it cannot reproduce the recording), nothing is said of it.
 #pragma once
 
 #include <cstddef>
@@ -43,7 +55,11 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "analysis/ledger.h"
 #include "analysis/model.h"
+#include "analysis/whatif.h"
 
 namespace cumemtrace::analysis {
 
@@ -72,8 +88,12 @@ struct OomVerdict {
   std::optional<uint64_t> context;                           // CUDA contexts, as measured
   std::optional<bool> expandable_segments;                   // as the capture found them
   int32_t stack = snap::kNoStack;                            // the failing request's
-  std::string verdict;                                       // "exhaustion" or "fragmentation"
-  uint64_t shortfall = 0;                                    // exhaustion: request - compacted free
+  bool categorized = false;  // the run's tensors carry categories: held.by_category is meaningful
+  bool phased = false;       // the run has automatic phases: held.phase and held.step are
+  LedgerMoment held;         // who holds the memory at the OOM (ledger.h)
+  std::optional<OomWhatIf> whatif;  // fragmentation with expandable segments off, when replayable
+  std::string verdict;              // "exhaustion" or "fragmentation"
+  uint64_t shortfall = 0;           // exhaustion: request - compacted free
   std::vector<std::string> advice;
 };
 
@@ -83,5 +103,20 @@ std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& s
 // One line for `run`'s stderr and the report's heading: "exhaustion: 26 MiB requested, 25 MiB
 // free even compacted (cached free 25 MiB + 0 B headroom), largest free block 21 MiB".
 std::string oom_verdict_line(const OomVerdict& v);
+
+// The facts after the verdict line, one line each, as the report's first section and the HTML's
+// OOM card print them: "PyTorch's caching allocator could not get 200 MiB; the device had 0 B
+// free", the budget, the cache's layers and free blocks, other libraries, the CUDA context.
+std::vector<std::string> oom_facts(const OomVerdict& v);
+
+// " (step 2, forward)" when the run has automatic phases: the moment "held by" describes; else "".
+std::string oom_held_when(const OomVerdict& v);
+
+// One OOM as `report --format json`'s `ooms[]` item and the HTML's OOM card read it (without the
+// stack's frames, which the caller adds as it shows stacks): the verdict, its line and facts,
+// every number, held_by_category (null without categories) / held_by_site (`top` lines) /
+// held_at (null without automatic phases), advice, the failing request's site and stack id, and
+// `whatif` only when the replay answered.
+nlohmann::json oom_verdict_json(const OomVerdict& v, const SiteTable& sites, size_t top);
 
 }  // namespace cumemtrace::analysis

@@ -95,16 +95,9 @@ std::string layers_moment(const Breakdown& b, size_t oom_number, int64_t origin,
                      compact_bytes(b.oom_requested));
 }
 
-std::string libraries_text(const std::vector<std::pair<std::string, uint64_t>>& libs, size_t max) {
-  std::string t;
-  for (size_t i = 0; i < libs.size() && i < max; ++i)
-    t += fmt::format("{}{} {}", i ? ", " : "", libs[i].first, compact_bytes(libs[i].second));
-  if (libs.size() > max) t += fmt::format(", {} more", libs.size() - max);
-  return t;
-}
-
-// The report's first section: each OOM's verdict, its facts, the advice they support and the
-// failing request's own stack.
+// The report's first section: each OOM's verdict, its facts, who holds the memory, the advice
+// the facts support and the failing request's own stack (oom_verdict.h; the HTML's OOM card shows
+// the same lines).
 void print_ooms(std::ostream& out, const Report& r, const SiteTable& sites,
                 const ReportOptions& o) {
   for (size_t k = 0; k < r.ooms.size(); ++k) {
@@ -112,38 +105,16 @@ void print_ooms(std::ostream& out, const Report& r, const SiteTable& sites,
     out << fmt::format("\nOOM {} on device {} at {}: {}\n", k + 1, v.device,
                        format_time(v.time_us, r.time_origin_us), v.verdict);
     out << fmt::format("  {}\n", oom_verdict_line(v));
-    out << fmt::format("  {} could not get {}; the device had {} free\n",
-                       v.pytorch ? "PyTorch's caching allocator" : "a driver allocation",
-                       compact_bytes(v.requested), compact_bytes(v.device_free));
-    if (v.budget_below_device) {
-      out << fmt::format(
-          "  budget: below the device (a memory fraction): PyTorch refused with {} reserved\n",
-          compact_bytes(v.budget));
-    } else {
-      out << fmt::format("  budget: {} (held on the device + its free bytes)\n",
-                         compact_bytes(v.budget));
-    }
-    if (v.has_cache) {
-      out << fmt::format("  {} reserved {} = allocated {} + cached {} free", v.cache_owner,
-                         compact_bytes(v.reserved), compact_bytes(v.allocated),
-                         compact_bytes(v.cached_free));
-      if (v.largest_free) {
-        out << fmt::format(
-            ", largest free block {} ({})", compact_bytes(*v.largest_free),
-            v.blocks_exact ? "from the snapshot's segments" : "reconstructed from the trace");
+    for (const auto& f : oom_facts(v)) out << fmt::format("  {}\n", f);
+    // Who holds it: PyTorch's tensors at the OOM, by category and by the user's line (ledger.h).
+    if (!v.held.by_site.empty()) {
+      if (v.categorized) {
+        out << fmt::format("  held by category{}: {}\n", oom_held_when(v),
+                           categories_text(v.held.by_category, false));
       }
-      out << '\n';
-      if (v.largest_free) {
-        out << fmt::format(
-            "  free in segments holding live tensors: {}; in empty segments (releasable): {}\n",
-            compact_bytes(v.unreleasable), compact_bytes(v.releasable));
-      }
+      out << fmt::format("  held by line{}:\n", v.categorized ? "" : oom_held_when(v));
+      print_site_bytes(out, v.held.by_site, o.top, false, v.categorized);
     }
-    if (v.other_libraries) {
-      out << fmt::format("  other libraries: {} ({})\n", compact_bytes(v.other_libraries),
-                         libraries_text(v.by_library, 3));
-    }
-    if (v.context) out << fmt::format("  CUDA context: {}\n", compact_bytes(*v.context));
     for (const auto& a : v.advice) out << fmt::format("  advice: {}\n", a);
     out << "  the failing request:\n";
     for (const auto& line : stack_lines(sites, v.stack, false, o.frames))
@@ -152,33 +123,10 @@ void print_ooms(std::ostream& out, const Report& r, const SiteTable& sites,
 }
 
 nlohmann::json ooms_json(const Report& r, const SiteTable& sites, const ReportOptions& o) {
-  using nlohmann::json;
-  json a = json::array();
+  nlohmann::json a = nlohmann::json::array();
   for (const auto& v : r.ooms) {
-    json libs = json::object();
-    for (const auto& [lib, bytes] : v.by_library) libs[lib] = bytes;
-    a.push_back({{"device", v.device},
-                 {"time_us", v.time_us},
-                 {"verdict", v.verdict},
-                 {"source", v.pytorch ? "pytorch" : "driver"},
-                 {"requested_bytes", v.requested},
-                 {"device_free_bytes", v.device_free},
-                 {"budget_bytes", v.budget},
-                 {"budget_below_device", v.budget_below_device},
-                 {"compacted_free_bytes", v.compacted_free},
-                 {"shortfall_bytes", v.shortfall},
-                 {"reserved_bytes", v.has_cache ? json(v.reserved) : json(nullptr)},
-                 {"allocated_bytes", v.has_cache ? json(v.allocated) : json(nullptr)},
-                 {"cached_free_bytes", v.cached_free},
-                 {"largest_free_bytes", v.largest_free ? json(*v.largest_free) : json(nullptr)},
-                 {"blocks_exact", v.blocks_exact},
-                 {"unreleasable_free_bytes", v.largest_free ? json(v.unreleasable) : json(nullptr)},
-                 {"releasable_free_bytes", v.largest_free ? json(v.releasable) : json(nullptr)},
-                 {"other_libraries", {{"bytes", v.other_libraries}, {"by_library", libs}}},
-                 {"context_bytes", v.context ? json(*v.context) : json(nullptr)},
-                 {"advice", v.advice},
-                 {"site", sites.site(v.stack)},
-                 {"frames", frames_json(sites, v.stack, o.frames)}});
+    a.push_back(oom_verdict_json(v, sites, o.top));
+    a.back()["frames"] = frames_json(sites, v.stack, o.frames);
   }
   return a;
 }
@@ -374,7 +322,7 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
         out << fmt::format("    ... {} more\n", plural(d.live_at_exit.size() - o.top, "stack"));
     }
     if (d.at_exit_cached)
-      out << fmt::format("  at exit, {}: {}\n", kCachedFreeLabel, format_bytes(*d.at_exit_cached));
+      out << fmt::format("  {}, {}: {}\n", end, kCachedFreeLabel, format_bytes(*d.at_exit_cached));
   }
 
   out << "\nTop allocation sites by bytes (all alloc events):\n";

@@ -1,7 +1,8 @@
 // Contract: `cumemtrace report` — what a snapshot says about memory, for people (text) and
-// machines (json): first the verdict at each OOM (oom_verdict.h: facts, advice, the failing
-// request's stack; json `ooms`), then, for a PyTorch run with automatic phases, the ledger
-// (ledger.h: per phase added by category and line, the peaks by category, growth per step); then
+// machines (json): first the verdict at each OOM (oom_verdict.h: facts, who holds the memory,
+// advice, the failing request's stack; json `ooms`), then, for a PyTorch run with automatic
+// phases, the ledger (ledger.h: per phase added by category and line, the peaks by category,
+// growth per step); then
 // per device peak, the memory layers (PyTorch reserved = allocated + cached free; driver-visible =
 // untracked (CUDA contexts as measured at creation + other untracked) + other libraries + PyTorch
 // reserved) and the device's measured contexts, at the peak, each OOM and at exit, an optional

@@ -3,12 +3,17 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
+#include "analysis/frames.h"
+#include "analysis/oom_verdict.h"
 #include "snapshot/utf8.h"
 #include "viz/report_assets.h"
 
 namespace cumemtrace::viz {
 
 namespace {
+
+// Lines of "held by" in the OOM card: `report`'s default --top, so the two show the same rows.
+constexpr size_t kOomLines = 10;
 
 using nlohmann::json;
 
@@ -155,9 +160,17 @@ std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
   }
   json devices = json::array();
   for (const auto& d : m.devices) devices.push_back(device_json(d));
+  // The OOM card: each verdict as `report --format json` writes it (the page finds its stack in
+  // `stacks`).
+  json ooms = json::array();
+  if (!m.ooms.empty()) {
+    const analysis::SiteTable sites(s);
+    for (const auto& v : m.ooms) ooms.push_back(analysis::oom_verdict_json(v, sites, kOomLines));
+  }
   json root = {{"source", source_name},
                {"stacks", stacks},
                {"devices", devices},
+               {"ooms", ooms},
                {"tool", s.tool ? tool_json(*s.tool) : json(nullptr)}};
   std::string text = root.dump(-1, ' ', false, json::error_handler_t::replace);
   // '<' only occurs inside JSON strings, where \u003c means the same; "</script>" and "<!--"

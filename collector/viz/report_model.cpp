@@ -486,7 +486,10 @@ ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt
   }
   for (int device : devices)
     m.devices.push_back(build_device(s, device, table, sites, held, devices, opt));
+  m.ooms = analysis::oom_verdicts(s, table);
   std::set<int32_t> used;
+  for (const auto& v : m.ooms)
+    if (v.stack >= 0 && static_cast<size_t>(v.stack) < s.stacks.size()) used.insert(v.stack);
   for (const auto& d : m.devices)
     for (const auto* t : {&d.at_peak, &d.at_exit})
       for (const auto& g : t->groups)

@@ -25,6 +25,8 @@
 //   `max_groups`), each with its largest `max_stacks` stacks; PyTorch's memory by its tensors,
 //   its cache one row of its own (model.h Attributed).
 // - a histogram of allocation sizes in power-of-two buckets (count and bytes).
+// - the OOM card: the verdict at every OOM (analysis/oom_verdict.h, the one `report` prints
+//   first): facts, who holds the memory, advice, the failing request's site and stack.
 // The x axis is µs since the Unix epoch, or the event index when the trace has no time span.
 // Stacks referenced by groups are listed in `stacks` (visible frames only), so the page can show
 // them and search them.
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "analysis/model.h"
+#include "analysis/oom_verdict.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::viz {
@@ -171,6 +174,7 @@ struct ReportStack {
 struct ReportModel {
   std::vector<ReportDevice> devices;
   std::vector<ReportStack> stacks;
+  std::vector<analysis::OomVerdict> ooms;  // every OOM, by device then in trace order
 };
 
 ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt = {});

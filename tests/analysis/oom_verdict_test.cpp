@@ -8,10 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/categories.h"
 #include "analysis/frames.h"
 #include "analysis/oom_verdict.h"
 #include "analysis/report.h"
 #include "support/snapshot_builder.h"
+#include "support/torch_oom_snapshot.h"
 
 using namespace cumemtrace;
 using namespace cumemtrace::analysis;
@@ -19,6 +21,7 @@ using namespace cumemtrace::analysis;
 namespace {
 
 constexpr uint64_t MiB = 1 << 20;
+constexpr int64_t iMiB = 1 << 20;
 
 struct Seg {
   uint64_t addr, size, tensor;  // one live tensor of `tensor` bytes at the segment's start
@@ -135,6 +138,9 @@ TEST_CASE("fragmentation: the cache has room, no free block holds the request", 
     CHECK_FALSE(v[0].budget_below_device);
     CHECK(v[0].budget == 1920 * MiB);  // held (tracked: the segments) + 0 free on the device
     CHECK(v[0].stack == 1);
+    // The replay cannot reproduce these 40 MiB segments (PyTorch would have made 20 MiB ones for
+    // a 20 MiB tensor): it refuses, and the verdict says nothing of it.
+    CHECK_FALSE(v[0].whatif);
     REQUIRE(v[0].advice.size() == 2);
     CHECK(v[0].advice[0] ==
           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: 960 MiB was free in the cache but no "
@@ -169,11 +175,22 @@ TEST_CASE("exhaustion: 26 MiB asked, 25 MiB free in the cache, largest block 21 
   CHECK(v[0].shortfall == 1 * MiB);
   CHECK(v[0].reserved == 60 * MiB);
   CHECK(v[0].allocated == 35 * MiB);
-  REQUIRE(v[0].advice.size() == 2);
+  // Who holds it: both tensors at one line; the run has no categories (no phases, no walks).
+  CHECK_FALSE(v[0].categorized);
+  CHECK_FALSE(v[0].phased);
+  REQUIRE(v[0].held.by_site.size() == 1);
+  CHECK(v[0].held.by_site[0].site == "forward (train.py:41)");
+  CHECK(v[0].held.by_site[0].bytes == 35 * iMiB);
+  CHECK(v[0].held.by_site[0].count == 2);
+  CHECK_FALSE(v[0].whatif);  // exhaustion: no replay asked
+  REQUIRE(v[0].advice.size() == 3);
   CHECK(v[0].advice[0] ==
         "at least 1 MiB more would have had to be free: what is live must shrink by that much "
         "(35 MiB held by live tensors)");
   CHECK(v[0].advice[1] ==
+        "what holds it, largest first (to shrink by at least 1 MiB): 35 MiB at forward "
+        "(train.py:41)");
+  CHECK(v[0].advice[2] ==
         "torch.cuda.empty_cache() cannot help: all 25 MiB free in the cache lies in segments that "
         "hold live tensors");
   // One more MiB free on the device makes it fit once compacted: fragmentation.
@@ -201,6 +218,10 @@ TEST_CASE("a memory fraction: PyTorch refused although the device had room", "[o
         "up to 1 MiB more would have had to be free (less the budget's headroom above the reserved "
         "bytes, which is not recorded): what is live must shrink by that much (35 MiB held by live "
         "tensors)");
+  REQUIRE(v[0].advice.size() == 3);
+  CHECK(v[0].advice[1] ==
+        "what holds it, largest first (to shrink by up to 1 MiB): 35 MiB at forward "
+        "(train.py:41)");
 }
 
 TEST_CASE("a driver OOM without PyTorch: the device's free bytes against the request", "[oom]") {
@@ -225,9 +246,27 @@ TEST_CASE("a driver OOM without PyTorch: the device's free bytes against the req
   CHECK(v[0].compacted_free == 1 * MiB);
   CHECK(v[0].shortfall == 3 * MiB);
   CHECK(v[0].other_libraries == 3 * MiB);
-  REQUIRE(v[0].advice.size() == 1);
+  // Who holds it: the program's own allocations by site (no PyTorch tensors on the device).
+  REQUIRE(v[0].held.by_site.size() == 1);
+  CHECK(v[0].held.by_site[0].site == "load_weights (model.cpp:88)");
+  CHECK(v[0].held.by_site[0].bytes == 3 * iMiB);
+  CHECK(v[0].held.by_site[0].category == snap::Category::kLibrary);
+  REQUIRE(v[0].advice.size() == 2);
   CHECK(v[0].advice[0] ==
         "at least 3 MiB more would have had to be free: what is live must shrink by that much");
+  CHECK(v[0].advice[1] ==
+        "what holds it, largest first (to shrink by at least 3 MiB): 3 MiB at load_weights "
+        "(model.cpp:88)");
+  // 5 MiB asked with 1 MiB free: 4 MiB short, more than the 3 MiB everything live holds.
+  s.device_traces[0].back().size = 5 * MiB;
+  v = verdicts(s);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].shortfall == 4 * MiB);
+  REQUIRE(v[0].advice.size() == 3);
+  CHECK(v[0].advice[2] ==
+        "freeing everything live (3 MiB) would not have been enough: 5 MiB needs a larger budget "
+        "or a smaller request");
+  s.device_traces[0].back().size = 4 * MiB;
   // 5 MiB free but the driver still refused 4 MiB: fragmented (or limited) device memory.
   s.device_traces[0].back().device_free = 5 * MiB;
   v = verdicts(s);
@@ -272,6 +311,8 @@ TEST_CASE("report: the OOM first, its json, and 'at this snapshot' for an OOM sn
       "  PyTorch reserved 1.88 GiB = allocated 960 MiB + cached 960 MiB free, largest free block "
       "20 MiB (from the snapshot's segments)\n"
       "  free in segments holding live tensors: 960 MiB; in empty segments (releasable): 0 B\n"
+      "  held by line:\n"
+      "             960 MiB  forward (train.py:41)\n"
       "  advice: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: 960 MiB was free in the cache "
       "but no free block (the largest 20 MiB) holds 200 MiB; an expandable segment grows in place "
       "instead\n"
@@ -296,4 +337,205 @@ TEST_CASE("report: the OOM first, its json, and 'at this snapshot' for an OOM sn
   CHECK(o["budget_bytes"] == 1920 * MiB);
   CHECK(o["source"] == "pytorch");
   CHECK(o["site"] == "attention (train.py:57)");
+}
+
+namespace {
+
+// whatif_test's fragmentation OOM as the collector writes it (a cumemtrace snapshot, PyTorch's
+// entries merged, expandable segments off): nine 6 MiB tensors, three per 20 MiB segment, six
+// freed so that each segment keeps one; then 15 MiB, which no free block holds (the largest 14 MiB)
+// and whose 16 MiB segment does not fit the 4 MiB the device has free. 42 MiB cached free: a
+// fragmentation OOM, and one the model of PyTorch's allocator reproduces segment for segment.
+// `request` other than 15 MiB: the same state asked for that much.
+snap::Snapshot replayable_fragmentation(uint64_t request = 15 * MiB) {
+  snap::Snapshot s = torch_oom({}, 0, 0, false);
+  auto& tr = s.device_traces[0];
+  tr.clear();
+  s.segments.clear();
+  int64_t t = 2'000'000;
+  const uint64_t S[3] = {0x7f0000000000, 0x7f0002000000, 0x7f0004000000};
+  const uint64_t sz = 6 * MiB;
+  for (int g = 0; g < 3; ++g) {
+    tr.push_back(entry(snap::Action::kSegmentAlloc, S[g], 20 * MiB, t += 10));
+    for (uint64_t j = 0; j < 3; ++j)
+      tr.push_back(entry(snap::Action::kAlloc, S[g] + j * sz, sz, t += 10, 0));
+  }
+  for (const uint64_t a : {S[0] + sz, S[0] + 2 * sz, S[1], S[1] + 2 * sz, S[2], S[2] + sz}) {
+    tr.push_back(entry(snap::Action::kFreeRequested, a, sz, t += 10));
+    tr.push_back(entry(snap::Action::kFreeCompleted, a, sz, t += 10));
+  }
+  snap::TraceEntry oom = entry(snap::Action::kOom, 0, request, t += 10, 1);
+  oom.device_free = 4 * MiB;
+  tr.push_back(oom);
+  // The segments at the OOM: the kept tensor of each (first, middle, last) and its free pieces.
+  const uint64_t kept[3] = {S[0], S[1] + sz, S[2] + 2 * sz};
+  for (int g = 0; g < 3; ++g) {
+    snap::Segment seg;
+    seg.source = snap::Source::kPytorch;
+    seg.address = S[g];
+    seg.total_size = 20 * MiB;
+    seg.segment_type = "large";
+    if (kept[g] > S[g]) seg.blocks.push_back({S[g], kept[g] - S[g], 0, "inactive", snap::kNoStack});
+    seg.blocks.push_back({kept[g], sz, sz, "active_allocated", 0});
+    if (kept[g] + sz < S[g] + 20 * MiB)
+      seg.blocks.push_back(
+          {kept[g] + sz, S[g] + 20 * MiB - kept[g] - sz, 0, "inactive", snap::kNoStack});
+    s.segments.push_back(seg);
+  }
+  s.tool->end_time_us = t;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("fragmentation: the replay says expandable segments would have served it", "[oom]") {
+  const snap::Snapshot s = replayable_fragmentation();
+  const auto v = verdicts(s);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].verdict == "fragmentation");
+  CHECK(v[0].reserved == 60 * MiB);
+  CHECK(v[0].allocated == 18 * MiB);
+  CHECK(v[0].cached_free == 42 * MiB);
+  CHECK(v[0].largest_free == 14 * MiB);  // the first segment: its tensor at the start
+  CHECK(v[0].compacted_free == 46 * MiB);
+  REQUIRE(v[0].whatif);
+  CHECK(v[0].whatif->alloc_conf == "expandable_segments:True");
+  CHECK(v[0].whatif->would_succeed);
+  CHECK(v[0].whatif->reserved_peak_bytes == 60 * MiB);
+  CHECK(v[0].whatif->recorded_reserved_peak_bytes == 60 * MiB);
+  REQUIRE(v[0].advice.size() == 3);
+  CHECK(v[0].advice[0] ==
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: 42 MiB was free in the cache but no "
+        "free block (the largest 14 MiB) holds 15 MiB; an expandable segment grows in place "
+        "instead");
+  CHECK(v[0].advice[1] ==
+        "under expandable_segments:True this request would have succeeded (reserved peak 60 MiB "
+        "instead of 60 MiB; replayed from this trace)");
+  CHECK(v[0].advice[2] ==
+        "torch.cuda.empty_cache() cannot help: all 42 MiB free in the cache lies in segments that "
+        "hold live tensors");
+
+  const SiteTable sites(s);
+  const Report r = build_report(s, sites, "train.4242.oom.json");
+  std::ostringstream js;
+  print_report_json(r, s, sites, ReportOptions{}, js);
+  const auto j = nlohmann::json::parse(js.str());
+  REQUIRE(j["ooms"].size() == 1);
+  const auto& w = j["ooms"][0]["whatif"];
+  CHECK(w["alloc_conf"] == "expandable_segments:True");
+  CHECK(w["would_succeed"] == true);
+  CHECK(w["reserved_peak_bytes"] == 60 * MiB);
+  CHECK(w["recorded_reserved_peak_bytes"] == 60 * MiB);
+  // By site alone: the run has no categories.
+  CHECK(j["ooms"][0]["held_by_category"].is_null());
+  CHECK(j["ooms"][0]["held_at"].is_null());
+  const nlohmann::json by_site = nlohmann::json::array({{{"site", "forward (train.py:41)"},
+                                                         {"category", "unknown"},
+                                                         {"bytes", 18 * MiB},
+                                                         {"count", 3}}});
+  CHECK(j["ooms"][0]["held_by_site"] == by_site);
+
+  // Expandable segments already on: no replay, no advice to turn them on.
+  snap::Snapshot on = s;
+  on.tool->pytorch->expandable_segments = true;
+  const auto v_on = verdicts(on);
+  REQUIRE(v_on.size() == 1);
+  CHECK_FALSE(v_on[0].whatif);
+  REQUIRE(v_on[0].advice.size() == 1);
+  CHECK(v_on[0].advice[0].rfind("torch.cuda.empty_cache() cannot help", 0) == 0);
+}
+
+TEST_CASE("fragmentation the replay says expandable segments would not have served", "[oom]") {
+  // 30 MiB: 46 MiB free even compacted (fragmentation), but the model of PyTorch's allocator,
+  // replayed under expandable segments within the recorded 64 MiB budget (60 reserved + 4 free on
+  // the device), fails this same request too.
+  const snap::Snapshot s = replayable_fragmentation(30 * MiB);
+  const auto v = verdicts(s);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].verdict == "fragmentation");
+  CHECK(v[0].compacted_free == 46 * MiB);
+  REQUIRE(v[0].whatif);
+  CHECK_FALSE(v[0].whatif->would_succeed);
+  REQUIRE(v[0].whatif->first_failing_request);
+  CHECK(v[0].whatif->first_failing_request->entry == v[0].index);
+  // No advice to turn expandable segments on: the replay says they would not have helped.
+  REQUIRE(v[0].advice.size() == 2);
+  CHECK(v[0].advice[0] ==
+        "under expandable_segments:True this request would not have succeeded either (reserved "
+        "peak 60 MiB instead of 60 MiB; replayed from this trace)");
+  CHECK(v[0].advice[1].rfind("torch.cuda.empty_cache() cannot help", 0) == 0);
+  const SiteTable sites(s);
+  std::ostringstream js;
+  print_report_json(build_report(s, sites, "f.json"), s, sites, ReportOptions{}, js);
+  const auto j = nlohmann::json::parse(js.str());
+  CHECK(j["ooms"][0]["whatif"]["would_succeed"] == false);
+}
+
+TEST_CASE("exhaustion in a training step: who holds it by category and line", "[oom]") {
+  snap::Snapshot s = testing::training_oom_snapshot();
+  label_categories(s);
+  const auto v = verdicts(s);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].verdict == "exhaustion");
+  CHECK(v[0].reserved == 64 * MiB);
+  CHECK(v[0].allocated == 54 * MiB);
+  CHECK(v[0].cached_free == 10 * MiB);
+  CHECK(v[0].shortfall == 6 * MiB);
+  CHECK(v[0].categorized);
+  CHECK(v[0].phased);
+  CHECK(v[0].held.step == 1);
+  CHECK(v[0].held.phase == Phase::kForward);
+  REQUIRE(v[0].held.by_category.size() == 2);
+  CHECK(v[0].held.by_category[0].category == snap::Category::kActivation);
+  CHECK(v[0].held.by_category[0].bytes == 30 * iMiB);
+  CHECK(v[0].held.by_category[1].category == snap::Category::kParameter);
+  CHECK(v[0].held.by_category[1].bytes == 24 * iMiB);
+  REQUIRE(v[0].advice.size() == 3);
+  CHECK(v[0].advice[1] ==
+        "what holds it, largest first (to shrink by at least 6 MiB): activation 30 MiB at "
+        "forward (model.py:40); parameter 24 MiB at <module> (train.py:5)");
+
+  const SiteTable sites(s);
+  const Report r = build_report(s, sites, "train.4321.oom.json");
+  std::ostringstream text;
+  print_report_text(r, s, sites, ReportOptions{}, text);
+  const std::string t = text.str();
+  // Between the facts and the advice.
+  const std::string expected =
+      "  PyTorch reserved 64 MiB = allocated 54 MiB + cached 10 MiB free, largest free block 10 "
+      "MiB (from the snapshot's segments)\n"
+      "  free in segments holding live tensors: 10 MiB; in empty segments (releasable): 0 B\n"
+      "  held by category (step 2, forward): activation 30.0 MiB, parameter 24.0 MiB\n"
+      "  held by line:\n"
+      "            30.0 MiB  forward (model.py:40) (activation)\n"
+      "            24.0 MiB  <module> (train.py:5) (parameter)\n"
+      "  advice: at least 6 MiB more would have had to be free: what is live must shrink by that "
+      "much (54 MiB held by live tensors)\n"
+      "  advice: what holds it, largest first (to shrink by at least 6 MiB): activation 30 MiB at "
+      "forward (model.py:40); parameter 24 MiB at <module> (train.py:5)\n"
+      "  advice: torch.cuda.empty_cache() cannot help: all 10 MiB free in the cache lies in "
+      "segments that hold live tensors\n"
+      "  the failing request:\n"
+      "        at forward (model.py:44)\n";
+  INFO(t);
+  CHECK(t.find(expected) != std::string::npos);
+
+  std::ostringstream js;
+  print_report_json(r, s, sites, ReportOptions{}, js);
+  const auto j = nlohmann::json::parse(js.str());
+  REQUIRE(j["ooms"].size() == 1);
+  const auto& o = j["ooms"][0];
+  CHECK(o["held_by_category"] ==
+        nlohmann::json::parse(R"({"activation": 31457280, "parameter": 25165824})"));
+  const nlohmann::json by_site = nlohmann::json::array({{{"site", "forward (model.py:40)"},
+                                                         {"category", "activation"},
+                                                         {"bytes", 30 * MiB},
+                                                         {"count", 1}},
+                                                        {{"site", "<module> (train.py:5)"},
+                                                         {"category", "parameter"},
+                                                         {"bytes", 24 * MiB},
+                                                         {"count", 1}}});
+  CHECK(o["held_by_site"] == by_site);
+  CHECK(o["held_at"] == nlohmann::json::parse(R"({"step": 2, "phase": "forward"})"));
+  CHECK_FALSE(o.contains("whatif"));
 }

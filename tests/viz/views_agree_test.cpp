@@ -12,11 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
+#include "analysis/categories.h"
 #include "analysis/check.h"
 #include "analysis/diff.h"
 #include "analysis/frames.h"
 #include "analysis/report.h"
 #include "live/summary.h"
+#include "support/torch_oom_snapshot.h"
 #include "viz/collapsed_writer.h"
 #include "viz/html_report.h"
 #include "viz/perfetto_writer.h"
@@ -453,4 +455,47 @@ TEST_CASE("PyTorch's memory is blamed on its tensors, its cache is its own line,
   REQUIRE(peak.size() == 2);
   REQUIRE(peak[b] == std::pair<uint64_t, uint64_t>{16 * kMiB, 18 * kMiB});
   REQUIRE(peak["cached, free in PyTorch's cache"] == std::pair<uint64_t, uint64_t>{2 * kMiB, 0});
+}
+
+TEST_CASE("an OOM: report's first section and the HTML's OOM card say the same") {
+  snap::Snapshot s = testing::training_oom_snapshot();
+  analysis::label_categories(s);
+  const analysis::SiteTable sites(s);
+  const auto r = analysis::build_report(s, sites, "train.4321.oom.json");
+  std::ostringstream rj;
+  analysis::print_report_json(r, s, sites, {}, rj);
+  const auto ooms = nlohmann::json::parse(rj.str())["ooms"];
+  REQUIRE(ooms.size() == 1);
+
+  // The page's data: the same verdict, item for item, and the failing request's stack with it.
+  const auto m = viz::build_report_model(s);
+  const auto page = nlohmann::json::parse(viz::report_data_json(s, m, "train.4321.oom.json"));
+  REQUIRE(page["ooms"].size() == 1);
+  const auto& card = page["ooms"][0];
+  auto item = ooms[0];
+  item.erase("frames");  // report's own rendering of the stack; the page has it in `stacks`
+  CHECK(card == item);
+  CHECK(card["verdict"] == "exhaustion");
+  CHECK(card["requested_bytes"] == 16 * kMiB);
+  CHECK(card["cached_free_bytes"] == 10 * kMiB);
+  CHECK(card["shortfall_bytes"] == 6 * kMiB);
+  CHECK(card["held_by_category"] ==
+        nlohmann::json::parse(R"({"activation": 31457280, "parameter": 25165824})"));
+  CHECK(card["held_by_site"][0]["site"] == "forward (model.py:40)");
+  CHECK(card["site"] == "forward (model.py:44)");
+  REQUIRE(page["stacks"].contains(std::to_string(card["stack"].get<int>())));
+  CHECK(page["stacks"][std::to_string(card["stack"].get<int>())][0] ==
+        nlohmann::json::parse(R"(["forward", "model.py", 44])"));
+
+  // The card's lines are report's lines: the verdict line, each fact, each advice.
+  std::ostringstream text;
+  analysis::print_report_text(r, s, sites, {}, text);
+  const std::string t = text.str();
+  CHECK(t.find("\n  " + card["line"].get<std::string>() + "\n") != std::string::npos);
+  REQUIRE(card["facts"].size() == 4);
+  for (const auto& f : card["facts"])
+    CHECK(t.find("\n  " + f.get<std::string>() + "\n") != std::string::npos);
+  REQUIRE(card["advice"].size() == 3);
+  for (const auto& a : card["advice"])
+    CHECK(t.find("\n  advice: " + a.get<std::string>() + "\n") != std::string::npos);
 }

@@ -459,6 +459,35 @@
     document.getElementById('search-status').textContent = query ? shown + ' of ' + total + ' table rows match "' + query + '"' : 'Drag across a chart to zoom; double-click to reset.';
   }
 
+  // ---------- OOM card ----------
+  // Each OOM's verdict as `report` prints it first (analysis/oom_verdict.h): the verdict line and
+  // facts as the engine wrote them, who holds the memory, the advice, the failing request.
+  function oomCards() {
+    data.ooms.forEach((o, k) => {
+      const card = el('section', { class: 'oom-card', id: 'oom-' + (k + 1), 'data-verdict': o.verdict });
+      card.append(el('h2', { text: 'OOM ' + (k + 1) + ' on cuda:' + o.device + ': ' + o.verdict }));
+      card.append(el('div', { class: 'verdict', text: o.line }));
+      card.append(el('ul', { class: 'facts' }, ...o.facts.map((f) => el('li', { text: f }))));
+      if (o.held_by_site.length) {
+        const when = o.held_at ? ' (step ' + o.held_at.step + ', ' + o.held_at.phase + ')' : '';
+        if (o.held_by_category) {
+          const cats = Object.entries(o.held_by_category).sort((a, b) => b[1] - a[1]);
+          card.append(el('div', { class: 'held-cat', text: 'held by category' + when + ': ' + cats.map(([c, b]) => c.replace(/_/g, ' ') + ' ' + fmtBytes(b)).join(', ') }));
+        }
+        const tb = el('tbody');
+        for (const h of o.held_by_site) tb.append(el('tr', {}, el('td', { class: 'num', text: fmtBytes(h.bytes) }), el('td', { text: h.site }), el('td', { text: o.held_by_category ? h.category.replace(/_/g, ' ') : '' })));
+        card.append(el('div', { class: 'sub', text: 'held by line' + (o.held_by_category ? '' : when) + ':' }));
+        card.append(el('table', { class: 'held' }, tb));
+      }
+      if (o.advice.length) card.append(el('ul', { class: 'advice' }, ...o.advice.map((a) => el('li', { text: a }))));
+      const frames = data.stacks[o.stack] || [];
+      const ol = el('ol', { class: 'request' });
+      for (const f of frames) ol.append(el('li', {}, f[0] + ' ', el('span', { class: 'file', text: f[1] + (f[2] > 0 ? ':' + f[2] : '') })));
+      card.append(el('div', { class: 'sub', text: 'the failing request: ' + o.site }), ol);
+      app.append(card);
+    });
+  }
+
   // ---------- memory layers ----------
   // The engine's breakdown at exit, at the peak and at each OOM, in the words `report` uses.
   function layers(dev, parent) {
@@ -478,6 +507,7 @@
 
   // ---------- page ----------
   header();
+  oomCards();
   if (!data.devices.length) app.append(el('div', { class: 'empty', text: 'This snapshot has no device activity.' }));
   for (const dev of data.devices) {
     const sec = el('section', { id: 'device-' + dev.device });
