@@ -175,6 +175,28 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
     next_forward[j - 1] = spans[j].phase == Phase::kForward ? j : next_forward[j];
   }
 
+  // A gradient made again where the current gradient walk saw one (rule 3's exception, contract):
+  // the walks are sent only when the gradients' pointers moved, so with zero_grad(set_to_none)
+  // each step's new gradients usually land where the last walk's were and no new walk comes.
+  std::vector<const snap::OwnerWalk*> grad_walks;  // by time
+  if (s.tool)
+    for (const auto& w : s.tool->ownership)
+      if (w.role == snap::OwnerRole::kGradient) grad_walks.push_back(&w);
+  std::stable_sort(grad_walks.begin(), grad_walks.end(),
+                   [](const auto* a, const auto* b) { return a->time_us < b->time_us; });
+  std::vector<size_t> next_optimizer(spans.size(), kNone);
+  for (size_t j = spans.size(); j-- > 1;)
+    next_optimizer[j - 1] = spans[j].phase == Phase::kOptimizer ? j : next_optimizer[j];
+  auto regrown_gradient = [&](const TensorLife& l, size_t span) {
+    const size_t o = next_optimizer[span];
+    if (o == kNone || l.free_us < spans[o].begin_us) return false;  // not alive into the step
+    auto it = std::upper_bound(grad_walks.begin(), grad_walks.end(), l.alloc_us,
+                               [](int64_t t, const auto* w) { return t < w->time_us; });
+    if (it == grad_walks.begin()) return false;  // no walk yet: nothing to carry over
+    for (const auto& [p, bytes] : (*std::prev(it))->tensors)
+      if (p == l.addr && bytes <= l.size) return true;
+    return false;
+  };
   for (size_t k = 0; k < dt.lives.size(); ++k) {
     auto& l = dt.lives[k];
     if (role[k]) {
@@ -196,7 +218,12 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
         break;
       }
       case Phase::kBackward:
-        l.category = freed_within ? Category::kTemporary : Category::kAutograd;
+        if (freed_within)
+          l.category = Category::kTemporary;
+        else if (regrown_gradient(l, w.span))
+          l.category = Category::kGradient;
+        else
+          l.category = Category::kAutograd;
         break;
       case Phase::kOptimizer:
         if (freed_within) l.category = Category::kTemporary;

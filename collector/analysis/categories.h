@@ -15,7 +15,11 @@
 //       in its step starts (no backward after it in the step: alive at the forward's end) ->
 //       activation; freed within that forward -> temporary; else unknown.
 //    3. allocated in backward (an autograd engine thread, or a backward interval): freed within
-//       the same span -> temporary (activation checkpointing's recompute is this), else autograd.
+//       the same span -> temporary (activation checkpointing's recompute is this); alive when the
+//       next optimizer step starts and at a data pointer (same address, no more bytes) of the
+//       latest gradient walk made before it was allocated -> gradient (the walks are re-sent only
+//       when the gradients' pointers moved: after zero_grad(set_to_none=True) each step's new
+//       gradients mostly land where the last ones were); else autograd.
 //    4. allocated in the optimizer step: freed within it -> temporary, else unknown.
 //    5. allocated in "other": alive when the next forward starts -> input; freed within the same
 //       stretch -> temporary; else unknown.

@@ -432,8 +432,8 @@ class SnapshotPickler {
           key_str("role", snap::owner_role_name(w.role));
           p_.string("tensors");
           p_.list(w.tensors.size(), [&](size_t i) {
-            const auto& [ptr, bytes] = w.tensors[i];
-            p_.list(2, [&](size_t k) { p_.unsigned_integer(k ? bytes : ptr); });
+            const std::pair<uint64_t, uint64_t>& t = w.tensors[i];  // (pointer, bytes)
+            p_.list(2, [&](size_t k) { p_.unsigned_integer(k ? t.second : t.first); });
           });
           p_.item();
         });

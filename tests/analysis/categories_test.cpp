@@ -289,6 +289,39 @@ TEST_CASE("categories: gradient accumulation labels each micro-step's activation
   CHECK(cat(s, 0x100200000) == Category::kGradient);
 }
 
+TEST_CASE("categories: a gradient made again where the last walk saw one is a gradient",
+          "[categories]") {
+  // zero_grad(set_to_none=True): step 2's gradient is a new tensor at step 1's address, and no
+  // walk follows it (the pointers did not move). A backward tensor at that address that does not
+  // live into the optimizer step, and one of another size, stay autograd/temporary.
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 20);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.phase(100, 150, "auto:forward");
+  b.phase(200, 250, "auto:backward");
+  b.alloc(210, 0x100200000, 4 * MiB, ln, TorchRunBuilder::kAutogradTid);  // step 1's gradient
+  b.phase(300, 350, "auto:optimizer");
+  b.walk(350, snap::OwnerRole::kGradient, {{0x100200000, 4 * MiB}});
+  b.mark(350, "auto:step");
+  b.free(400, 0x100200000);  // zero_grad(set_to_none=True)
+  b.phase(500, 550, "auto:forward");
+  b.phase(600, 650, "auto:backward");
+  b.alloc(605, 0x100200000, 2 * MiB, ln, TorchRunBuilder::kAutogradTid);  // another size
+  b.free(606, 0x100200000, TorchRunBuilder::kAutogradTid);
+  b.alloc(610, 0x100200000, 4 * MiB, ln, TorchRunBuilder::kAutogradTid);  // step 2's gradient
+  b.alloc(620, 0x100800000, 1 * MiB, ln, TorchRunBuilder::kAutogradTid);  // kept, not walked
+  b.phase(700, 750, "auto:optimizer");
+  b.mark(750, "auto:step");
+  auto s = b.finish();
+  label_categories(s);
+  const auto all = cats(s, 0x100200000);
+  REQUIRE(all.size() == 7);  // step 1's alloc and 2 frees, the 2 MiB one's 3, step 2's alloc
+  CHECK(all[0] == Category::kGradient);
+  CHECK(all[3] == Category::kTemporary);
+  CHECK(all[6] == Category::kGradient);
+  CHECK(cat(s, 0x100800000) == Category::kAutograd);
+}
+
 TEST_CASE("categories: checkpoint recompute is backward's, never forward's", "[categories]") {
   TorchRunBuilder b;
   const auto ln = b.line("train.py", 30);
