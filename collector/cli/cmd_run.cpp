@@ -341,8 +341,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
                   "also write EXE.PID.periodic-N.json every SECONDS while a process runs")
       ->check(seconds_between(0.001, 1e9));
   sub->add_flag("--no-follow", args->no_follow, "trace only PROGRAM itself, not its children");
-  sub->add_flag("-q,--quiet", args->quiet,
-                "print nothing but errors (a failing verdict is one; a passing one is not)");
+  sub->add_flag(
+      "-q,--quiet", args->quiet,
+      "print nothing but errors (a failing verdict is one, and so is an out-of-memory line; a "
+      "passing verdict is not)");
   add_check_options(sub, args->check);
   sub->add_option("--error-exitcode", args->error_exitcode,
                   "exit status when a limit fails and the program itself succeeded")

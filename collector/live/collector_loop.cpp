@@ -180,7 +180,8 @@ void Collector::finish(ProcessSession& s) {
 // Files written while processes run get their one line as they appear.
 void Collector::report_written(ProcessSession& s) {
   for (const auto& f : s.take_new_files()) {
-    if (!opts_.summary) continue;
+    // An OOM's line is said even under -q: the program is failing, and the line says why.
+    if (!opts_.summary && f.oom_verdict.empty()) continue;
     if (f.oom_verdict.empty()) {
       fmt::print(stderr, "cumemtrace: wrote {}\n", f.path);
     } else {
