@@ -92,6 +92,12 @@
   }
 
   // ---------- header ----------
+  // The words for the moment the file was written, as report says them (report.cpp end_moment):
+  // only a snapshot written when the program ended is "at exit".
+  function endMoment() {
+    return data.tool && data.tool.reason !== 'exit' ? 'at this snapshot' : 'at exit';
+  }
+
   function header() {
     const t = data.tool;
     app.append(el('h1', { text: 'cumemtrace: ' + data.source }));
@@ -112,7 +118,7 @@
     const cards = el('div', { class: 'cards' });
     for (const d of data.devices) {
       cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' peak' }), el('b', { text: fmtBytes(d.peak.bytes) }), el('span', { text: 'at ' + fmtX(d, d.peak.x) })));
-      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' live at exit' }), el('b', { text: fmtBytes(d.at_exit.bytes) }), el('span', { text: countText(d.at_exit) })));
+      cards.append(el('div', { class: 'card' }, el('span', { text: 'cuda:' + d.device + ' live ' + endMoment() }), el('b', { text: fmtBytes(d.at_exit.bytes) }), el('span', { text: countText(d.at_exit) })));
       // With PyTorch's blocks the timeline's units are segments (PyTorch's and other libraries'
       // memory): the card says so and names the tensors too, the histogram's count.
       const segments = d.tensors_apart;
@@ -497,7 +503,7 @@
     for (const b of order) {
       if (b.moment === 'oom') oom++;
       if (!b.pytorch_text && !b.driver_text) continue;
-      const when = b.moment === 'exit' ? 'at exit' : b.moment === 'peak' ? 'at ' + b.peak_name : 'at OOM ' + oom + ' (' + fmtBytes(b.requested) + ' requested)';
+      const when = b.moment === 'exit' ? endMoment() : b.moment === 'peak' ? 'at ' + b.peak_name : 'at OOM ' + oom + ' (' + fmtBytes(b.requested) + ' requested)';
       for (const t of [b.pytorch_text, b.driver_text]) if (t) rows.push(el('li', { class: 'layer', 'data-moment': b.moment, text: when + ': ' + t }));
     }
     if (!rows.length) return;
@@ -525,7 +531,7 @@
     makeChart(dev, sec);
     layers(dev, sec);
     const tables = el('div', { class: 'tables' });
-    tables.append(liveTable(dev, dev.at_peak, 'Live at peak (' + fmtX(dev, dev.peak.x) + ')', 'peak'), liveTable(dev, dev.at_exit, 'Live at exit', 'exit'));
+    tables.append(liveTable(dev, dev.at_peak, 'Live at peak (' + fmtX(dev, dev.peak.x) + ')', 'peak'), liveTable(dev, dev.at_exit, 'Live ' + endMoment(), 'exit'));
     sec.append(tables);
     histogram(dev, sec);
   }
