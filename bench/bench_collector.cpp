@@ -14,9 +14,9 @@
 #include <new>
 #include <thread>
 
+#include "core/ring_producer.h"
 #include "live/ring_reader.h"
 #include "live/trace_model.h"
-#include "ring_producer.h"
 #include "snapshot/snapshot_json_writer.h"
 #include "support/memfd_ring.h"
 

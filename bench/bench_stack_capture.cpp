@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cfi_unwinder.h"
+#include "stacks/cfi_unwinder.h"
 
 namespace cfi = cumemtrace::preload::cfi;
 

@@ -4,7 +4,9 @@
 #   bin/cumemtrace                the CLI and collector
 #   lib/libcumemtrace.so          the preload: `run` finds it as ../lib next to the executable,
 #                                 and the preload finds the collector as ../bin/cumemtrace
-#   lib/cumemtrace/python/        sitecustomize.py + cumemtrace_torch.py + cumemtrace_phases.py:
+#   lib/cumemtrace/python/        sitecustomize.py + cumemtrace_torch.py (+ its generated
+#                                 cumemtrace_torch_layouts.py) + cumemtrace_phases.py
+#                                 + cumemtrace_ranks.py:
 #                                 `run` puts this first on PYTHONPATH to capture PyTorch's
 #                                 allocator events and phases (docs/pytorch.md)
 #   include/cumemtrace.h          the marks API (header only)
@@ -21,7 +23,9 @@ install(TARGETS cumemtrace RUNTIME DESTINATION bin COMPONENT runtime)
 install(TARGETS cumemtrace_preload LIBRARY DESTINATION lib COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/preload/python/sitecustomize.py
   ${PROJECT_SOURCE_DIR}/preload/python/cumemtrace_torch.py
+  ${PROJECT_SOURCE_DIR}/preload/python/cumemtrace_torch_layouts.py
   ${PROJECT_SOURCE_DIR}/preload/python/cumemtrace_phases.py
+  ${PROJECT_SOURCE_DIR}/preload/python/cumemtrace_ranks.py
   DESTINATION lib/cumemtrace/python COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/include/cumemtrace.h DESTINATION include COMPONENT devel)
 install(FILES ${PROJECT_SOURCE_DIR}/schemas/snapshot.schema.json

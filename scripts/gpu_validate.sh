@@ -10,9 +10,11 @@ P=${1:-build}
 OUT=${2:-/tmp/cumemtrace-validate}
 CT=$P/bin/cumemtrace
 export PATH="$PATH:/usr/local/cuda/bin"
-rm -rf "$OUT"; mkdir -p "$OUT/traces" "$OUT/sanitizer"
+rm -rf "$OUT"; mkdir -p "$OUT/traces" "$OUT/sanitizer" "$OUT/logs"
 ROWS="$OUT/rows.txt"; : > "$ROWS"
-row() { printf '| %-58s | %s | %s\n' "$1" "$2" "$3" >> "$ROWS"; }
+LOGS="$OUT/logs"
+# row, validate (a validator that exits non-zero or prints no row is a FAIL row), verdict.
+. scripts/gpu_validate_rows.sh
 
 # 1. Portable build: nothing but glibc (and the loader) needed on this host.
 for b in "$CT" "$P/lib/libcumemtrace.so"; do
@@ -28,7 +30,7 @@ for prog in ap_static ap_shared driver_api; do
   "$CT" run -q -o "$OUT/traces/$prog" -- "$OUT/$prog" >/dev/null
   compute-sanitizer --leak-check full "$OUT/$prog" > "$OUT/sanitizer/$prog.txt" 2>&1
 done
-python3 tests/gpu/validate_cuda.py "$OUT" >> "$ROWS"
+validate validate_cuda python3 tests/gpu/validate_cuda.py "$OUT"
 if "$CT" check --max-leaked-bytes 0 "$OUT"/traces/ap_static/*.json > "$OUT/check.txt" 2>&1; then rc=0; else rc=$?; fi
 grep -q load_weights "$OUT/check.txt" && [ $rc = 1 ] && row "check --max-leaked-bytes 0 flags the planted leak" PASS "exit $rc" \
   || row "check --max-leaked-bytes 0 flags the planted leak" FAIL "exit $rc: $(head -c 300 "$OUT/check.txt")"
@@ -47,10 +49,10 @@ for mode in default expandable async nocache; do
   env "${conf[@]}" "$CT" run -q -o "$OUT/traces/torch_$mode" -- python3 tests/gpu/torch_train.py 20 "${hist[@]}" "${hooks[@]}" >/dev/null
   snap=$(ls "$OUT"/traces/torch_$mode/*.json | head -1)
   if [ ${#hist[@]} -gt 0 ]; then
-    python3 tests/gpu/validate_torch.py "$mode" "$snap" "$OUT/torch_$mode.pickle" >> "$ROWS"
+    validate "validate_torch_$mode" python3 tests/gpu/validate_torch.py "$mode" "$snap" "$OUT/torch_$mode.pickle"
   fi
   if [ ${#hooks[@]} -gt 0 ]; then
-    python3 tests/gpu/validate_gpu_trace.py "$mode" "$snap" "$OUT/torch_$mode.hooks.json" >> "$ROWS"
+    validate "validate_gpu_trace_$mode" python3 tests/gpu/validate_gpu_trace.py "$mode" "$snap" "$OUT/torch_$mode.hooks.json"
   fi
   # The snapshot opens in PyTorch's own viewer CLI after conversion.
   if "$CT" convert "$snap" --to pickle -o "$OUT/$mode.pickle" >/dev/null 2>&1 \
@@ -79,30 +81,22 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   # Workers started by torchrun's subprocess (descriptors closed) have collectors of their own.
   for _ in $(seq 60); do [ "$(ls "$OUT"/traces/ddp/*.json 2>/dev/null | wc -l)" -ge 2 ] && break; sleep 0.5; done
   sleep 1
-  python3 tests/gpu/validate_ddp.py "$OUT/traces/ddp" >> "$ROWS"
+  validate validate_ddp python3 tests/gpu/validate_ddp.py "$OUT/traces/ddp"
 else
   row "torchrun 2 ranks" SKIP "one GPU on this host"
 fi
 
 # 5. Graph memory, stream-captured async allocations, IPC between two processes, arrays and
 # external memory against compute-sanitizer, and CUDA graphs in PyTorch (issue 18).
-bash tests/gpu/validate_driver_memory.sh "$P" "$OUT/driver-memory" 2>&1 \
-  | grep -E '^\| .* \| (PASS|FAIL|SKIP) \|' >> "$ROWS" \
-  || row "graph, IPC, arrays, external memory" FAIL "validate_driver_memory.sh printed no rows"
+validate validate_driver_memory bash tests/gpu/validate_driver_memory.sh "$P" "$OUT/driver-memory"
 
 # 6. PyTorch's allocator merged in: block events and layouts against PyTorch's own history, the
 # TraceEntry header, cudaMallocAsync pool layers, SIGKILL, allocator OOM (issue 15).
-python3 "tests/gpu/validate_torch_blocks.py" "$P" "$OUT/torch-blocks" 2>&1 \
-  | grep -E '^\| .* \| (PASS|FAIL|SKIP) \|' >> "$ROWS" \
-  || row "PyTorch allocator view" FAIL "validate_torch_blocks.py printed no rows"
+validate validate_torch_blocks python3 tests/gpu/validate_torch_blocks.py "$P" "$OUT/torch-blocks"
 
 # 7. `whatif`: the recorded configuration reproduced, other settings' reserved peaks predicted
 # within 5% of PyTorch's own (issue 43).
-python3 "tests/gpu/validate_whatif.py" "$P" "$OUT/whatif" 2>&1 \
-  | grep -E '^\| .* \| (PASS|FAIL|SKIP) \|' >> "$ROWS" \
-  || row "whatif against PyTorch's allocator" FAIL "validate_whatif.py printed no rows"
+validate validate_whatif python3 tests/gpu/validate_whatif.py "$P" "$OUT/whatif"
 
 nvidia-smi -L | head -2
-printf '| %-58s | %s | %s\n' check verdict detail
-cat "$ROWS"
-! grep -q "| FAIL |" "$ROWS"
+verdict

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Builds the release artefacts, each of whose ELF files needs at most GLIBC_2.28 and nothing
 # beyond glibc, and tests them on Debian bullseye:
-#   OUTDIR/cumemtrace-V-linux-x86_64.tar.gz      bin/ lib/ include/ share/ (relocatable)
-#   OUTDIR/cumemtrace-V-py3-none-manylinux_2_28_x86_64.whl
+#   OUTDIR/cumemtrace-V-linux-x86_64.tar.gz        bin/ lib/ include/ share/ (relocatable)
+#   OUTDIR/cumemtrace-V-py3-none-manylinux_2_28_x86_64.whl   (at most 10 MiB, else it fails)
+#   OUTDIR/cumemtrace-V-linux-x86_64-debug.tar.gz  the shipped binaries' debug information,
+#                                                  .build-id/XX/REST.debug (gdb's layout)
 #
 # Usage: scripts/package.sh OUTDIR
 #   CUMEMTRACE_PORTABLE_BUILD  build folder of the portable build (default build-portable)
 #   CUMEMTRACE_SKIP_CHROOT=1   skip the bullseye chroot test (it needs root and, once, network)
 # Steps: scripts/portable_build.sh; `cmake --install` into a staging prefix; the glibc floor
-# checked on every staged ELF (scripts/check_glibc_floor.py, fails above 2.28); tarball; wheel
+# checked on every staged ELF (scripts/check_glibc_floor.py, fails above 2.28); the debug
+# information split off into its own tree by build ID and checked (scripts/split_debug.py: the
+# shipped files are stripped with --strip-debug, symbol table and build ID kept); tarballs; wheel
 # (scripts/build_wheel.py); then scripts/bullseye_chroot_test.sh runs the tarball's
 # `cumemtrace run` on a Python program allocating through the fake driver inside a debootstrap'd
 # bullseye (glibc 2.31, Python 3.9).
@@ -26,12 +30,25 @@ trap 'rm -rf "$STAGE"' EXIT
 cmake --install "$BUILD" --prefix "$STAGE/$NAME" >/dev/null
 echo "cumemtrace package: glibc floor of the release tree" >&2
 python3 "$ROOT/scripts/check_glibc_floor.py" --max 2.28 "$STAGE/$NAME"
+echo "cumemtrace package: debug information split off by build ID" >&2
+python3 "$ROOT/scripts/split_debug.py" split "$STAGE/$NAME" "$STAGE/$NAME-debug" >&2
 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 tar -C "$STAGE" --owner=0 --group=0 --numeric-owner -czf "$OUT/$NAME.tar.gz" "$NAME"
 echo "$OUT/$NAME.tar.gz"
-python3 "$ROOT/scripts/build_wheel.py" --tree "$STAGE/$NAME" --out "$OUT" --version "$VERSION"
+tar -C "$STAGE" --owner=0 --group=0 --numeric-owner -czf "$OUT/$NAME-debug.tar.gz" "$NAME-debug"
+echo "$OUT/$NAME-debug.tar.gz"
+WHEEL=$(python3 "$ROOT/scripts/build_wheel.py" --tree "$STAGE/$NAME" --out "$OUT" --version "$VERSION")
+echo "$WHEEL"
+WHEEL_MAX=$((10 * 1024 * 1024))
+for f in "$OUT/$NAME.tar.gz" "$WHEEL" "$OUT/$NAME-debug.tar.gz"; do
+  echo "cumemtrace package: $(basename "$f") $(stat -c %s "$f") bytes" >&2
+done
+if (($(stat -c %s "$WHEEL") > WHEEL_MAX)); then
+  echo "cumemtrace package: the wheel is over $WHEEL_MAX bytes (debug information left in?)" >&2
+  exit 1
+fi
 
 if [ "${CUMEMTRACE_SKIP_CHROOT:-0}" != 1 ]; then
   "$ROOT/scripts/bullseye_chroot_test.sh" "$OUT/$NAME.tar.gz" "$BUILD"

@@ -2,8 +2,9 @@
 // us per pair bare on an H200), so it shows cumemtrace's per-event cost most clearly.
 // Usage: async_pool_pair [PAIRS] [--ab BLOCKS [--aa]]
 //   prints "ns_per_pair N" (the whole loop).
-// --ab BLOCKS (under cumemtrace only): the PAIRS are run in BLOCKS blocks, recording paused
-//   (cumemtrace_bench_pause_recording, preload/session.cpp) and on in turn, paused first; each
+// --ab BLOCKS (under cumemtrace with CUMEMTRACE_PRELOAD=build/lib/libcumemtrace_bench.so, the
+//   library with the switches): the PAIRS are run in BLOCKS blocks, recording paused
+//   (cumemtrace_bench_pause_recording, preload/hooks/bench_switches.cpp) and on in turn, paused first; each
 //   recording block is compared with the mean of the paused blocks on either side, so a drift of
 //   the host's speed cancels out of each comparison. Whole runs of this program differ by more
 //   than the cost being measured (the bare pair is bimodal on the H200 host, 600-760 or

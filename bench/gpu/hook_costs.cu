@@ -67,13 +67,13 @@ int main(int argc, char** argv) {
                 clock_gettime(CLOCK_MONOTONIC, &ts);
                 sink = static_cast<int>(ts.tv_nsec);
               }));
-  // The pool sampler's interval check on every pool allocation (preload/pool_sampler.cpp).
+  // The pool sampler's interval check on every pool allocation (preload/record/pool_sampler.cpp).
   std::printf("clock_gettime(CLOCK_MONOTONIC_COARSE) %.1f\n", per_call_ns(n, [&] {
                 timespec ts;
                 clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
                 sink = static_cast<int>(ts.tv_nsec);
               }));
-  // What an event reads instead where the clocksource is the TSC (preload/event_clock.h).
+  // What an event reads instead where the clocksource is the TSC (preload/core/event_clock.h).
   std::printf("rdtsc %.1f\n", per_call_ns(n, [&] { sink = static_cast<int>(__rdtsc()); }));
   std::printf("gettid-syscall %.1f\n",
               per_call_ns(n / 10, [&] { sink = static_cast<int>(syscall(SYS_gettid)); }));

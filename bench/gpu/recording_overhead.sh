@@ -33,6 +33,8 @@ P=${1:-build}; ROUNDS=${2:-4}; STEPS=${3:-200}; PAIRS=${4:-200000}; BASE=${5:-}
 CT=$P/bin/cumemtrace
 [ -x "$CT" ] || { echo "no $CT"; exit 2; }
 [ -z "$BASE" ] || [ -x "$BASE/bin/cumemtrace" ] || { echo "no $BASE/bin/cumemtrace"; exit 2; }
+[ "${AB:-1}" = 0 ] || [ -f "$P/lib/libcumemtrace_bench.so" ] ||
+  { echo "no $P/lib/libcumemtrace_bench.so (the in-process rows need it; AB=0 leaves them out)"; exit 2; }
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 export PATH="$PATH:/usr/local/cuda/bin"
@@ -57,19 +59,22 @@ step() { "$@" 2>/dev/null | awk '/ms_per_step=/{split($2,a,"=");print a[2]}'; }
 MODEL=${MODEL:-cnn}
 # An in-process A/B line's per-pair median.
 ab_parse() { sed -nE 's/.*per.pair.median ([-+0-9.]+)%.*/\1/p' | tail -1; }
+# The in-process rows need the benchmarks' build of the library (its pause switches):
+# PREFIX/lib/libcumemtrace_bench.so (build/lib has it; copy it next to an installed library).
+BENCH_LIB=$P/lib/libcumemtrace_bench.so
 ab_pair() {  # the pair program's extra arguments ("" or --aa), then options of `run`
   local extra=$1
   shift
   if [ -n "$PIN" ]; then
-    taskset -c "$PIN" "$CT" run -q -o "$OUT/t" "$@" -- taskset -c "${PIN%%,*}" "$OUT/pair" "$PAIRS" --ab 40 $extra
+    CUMEMTRACE_PRELOAD=$BENCH_LIB taskset -c "$PIN" "$CT" run -q -o "$OUT/t" "$@" -- taskset -c "${PIN%%,*}" "$OUT/pair" "$PAIRS" --ab 40 $extra
   else
-    "$CT" run -q -o "$OUT/t" "$@" -- "$OUT/pair" "$PAIRS" --ab 40 $extra
+    CUMEMTRACE_PRELOAD=$BENCH_LIB "$CT" run -q -o "$OUT/t" "$@" -- "$OUT/pair" "$PAIRS" --ab 40 $extra
   fi 2>/dev/null | ab_parse
 }
 ab_torch() {  # torch_blocks_ab.py's extra arguments ("" or --aa), then options of `run`
   local extra=$1
   shift
-  "$CT" run -q -o "$OUT/t" "$@" -- python3 bench/gpu/torch_blocks_ab.py --model "$MODEL" \
+  CUMEMTRACE_PRELOAD=$BENCH_LIB "$CT" run -q -o "$OUT/t" "$@" -- python3 bench/gpu/torch_blocks_ab.py --model "$MODEL" \
     --all-recording $extra 2>/dev/null | ab_parse
 }
 modes=("pair bare" "pair bare-A/A" "pair traced-stacks-off" "pair traced-default" "pair traced-stacks-off-64MiB-ring"
@@ -125,7 +130,7 @@ for ((r = 0; r < ROUNDS; r++)); do
   done
 done
 # record()'s own time per event, summed inside the program (CUMEMTRACE_DEBUG=1,
-# preload/recording_meter.h): the part of (traced - bare) spent after the hook's driver queries.
+# preload/record/recording_meter.h): the part of (traced - bare) spent after the hook's driver queries.
 if [ "${METER:-1}" != 0 ]; then
   echo "in-process, record() per event (CUMEMTRACE_DEBUG=1):"
   for depth in 0 32; do

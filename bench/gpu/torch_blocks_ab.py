@@ -4,14 +4,15 @@ block capture on and paused, alternated, on the same host at the same time.
 Whole runs (torch_blocks_overhead.sh) compare separate processes, and on the GPU host two bare
 runs of the same loop differ by 5-30%, more than the cost being measured. Here every block of
 steps with capture on sits between two blocks with it paused (cumemtrace_bench_pause_torch_blocks,
-preload/torch_tracker.cpp), so a drift of the host's speed cancels out of each comparison. Unlike
+preload/hooks/bench_switches.cpp), so a drift of the host's speed cancels out of each comparison. Unlike
 CUMEMTRACE_DEBUG's meter, which sums the time spent inside the recorder, this includes what
 recording costs the program indirectly: the caches and code its walks evict, the collector's
 traffic. It leaves out what PyTorch itself spends building each event for an attached tracker,
 which a paused block pays too (PyTorch has no detach).
 
-Run under cumemtrace (the script refuses to run without the preload):
-  cumemtrace run -q -o /tmp/ab -- python3 bench/gpu/torch_blocks_ab.py [--model cnn|gpt|resnet18]
+Run under cumemtrace with the benchmarks' build of the library, which has the switches (the
+script refuses to run without them):
+  CUMEMTRACE_PRELOAD=build/lib/libcumemtrace_bench.so cumemtrace run -q -o /tmp/ab -- python3 bench/gpu/torch_blocks_ab.py [--model cnn|gpt|resnet18]
       [--batch N] [--blocks 40] [--block-steps 10] [--aa]
 --aa never pauses: the same comparison between blocks that differ in nothing, the noise floor.
 --phases pauses the automatic phases and ownership walks (preload/python/cumemtrace_phases.py)

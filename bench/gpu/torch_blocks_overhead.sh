@@ -18,7 +18,7 @@
 # TRAIN_ARGS="--model resnet18 --batch 64" times a realistic step (tens of ms) instead of the
 # launch-bound default CNN; MODES="bare blocks bare-again torch-history" runs a subset.
 # Then one more `blocks` run with CUMEMTRACE_DEBUG=1, whose preload sums the time record() took
-# per event inside the program (preload/recording_meter.h): that sum per step, over the bare
+# per event inside the program (preload/record/recording_meter.h): that sum per step, over the bare
 # median step, is the recording's cost resolved below the A/A noise of whole runs (METER=0 skips
 # it). It leaves out what recording costs the program indirectly (caches, the collector's core);
 # bench/gpu/torch_blocks_ab.py measures that too, inside one process.

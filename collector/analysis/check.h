@@ -4,7 +4,10 @@
 // already-loaded snapshots, prints the result in the chosen format to `out` (problems with the
 // options' own files, e.g. an unreadable suppressions file, go to `err`) and returns the exit code:
 // 0 every limit holds, 1 a limit failed (or a snapshot is incomplete: dropped events and no
-// --allow-drops), 2 bad usage (check_options_problem). Limits:
+// --allow-drops), 2 bad usage (check_options_problem) or an unreadable file (checked beside the
+// others: LoadedSnapshot::unreadable). Over many files the text gives one verdict per file
+// ("ok" / "FAILED") and one for the job; every line names the process's rank where it was a
+// rank of a job (rank_identity.h: describe()). Limits:
 //  - --max-leaked-bytes N: per device, bytes live at exit (model.h's live_at_exit) minus leak
 //    suppressions must be <= N.
 //  - --max-peak-bytes N: per device, the replayed peak must be <= N.
@@ -14,7 +17,9 @@
 //  - --max-growth N [--mark NAME] [--warmup K]: per device, live bytes at the occurrences of mark
 //    NAME (stage START or MARK) — without --mark, at the ends of the automatic steps (phases.h) —
 //    after skipping the first K must not grow by more than N from the first counted occurrence to
-//    the last; growth suppressions exclude matching allocations.
+//    the last; growth suppressions exclude matching allocations. With a capped trace
+//    (--max-trace-events) a mark older than the oldest kept entry cannot be measured: growth is
+//    measured from the first kept one, and fails saying why when fewer than two are kept.
 //  - --max-growth-per-step N: per device, the ledger's growth per step (ledger.h) must be <= N;
 //    a snapshot without automatic steps, or with too few, cannot be judged and fails (a gate
 //    that could not judge never passes). With --range, over the complete steps that end within
@@ -25,6 +30,10 @@
 //  - --range NAME: every limit above is evaluated within the last START..END pair named NAME
 //    (range.h): peaks within the window, leaked = allocated within it and live at its END. A
 //    snapshot without a completed pair of that name is bad usage (exit 2).
+// The list of limits (flags, Python names, what each needs) is analysis/limits.h. A snapshot
+// written while its process ran (periodic, on request, at an OOM) does not judge the limits of a
+// process's end (leaked bytes, growth) outside --range: one warning says so, and they fail when
+// no input was written at an end. `run` judges only the snapshots written at the end.
 // Anomalies (double free, free of an unknown pointer...) are reported as warnings.
 #pragma once
 
@@ -32,6 +41,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/findings.h"
@@ -66,16 +76,25 @@ struct CheckOptions {
 std::string check_options_problem(const CheckOptions& o, const std::vector<std::string>& inputs);
 
 struct LoadedSnapshot {
+  LoadedSnapshot() = default;
+  LoadedSnapshot(std::string p, snap::Snapshot s, std::string why = {})
+      : path(std::move(p)), snapshot(std::move(s)), unreadable(std::move(why)) {}
   std::string path;
   snap::Snapshot snapshot;
+  // Why the file could not be read (one line naming it); empty when it was. An unreadable file is
+  // a failed verdict of its own ("readable"), shown beside the others' and never stopping them,
+  // and makes run_check return 2 (unreadable input).
+  std::string unreadable;
 };
 
 // Evaluates without printing; throws SuppressionError for a bad suppressions file and
 // RangeNotFound (report.h) for a --range the snapshot lacks.
 CheckResult evaluate_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o);
 
+// `result`, when given, receives what was evaluated (for `run`, which names the rank of a file
+// that failed).
 int run_check(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o, std::ostream& out,
-              std::ostream& err = std::cerr);
+              std::ostream& err = std::cerr, CheckResult* result = nullptr);
 
 void write_check_text(const CheckResult& r, std::ostream& out);
 void write_check_json(const CheckResult& r, std::ostream& out);

@@ -10,6 +10,7 @@
 #include "analysis/grouping.h"
 #include "analysis/ledger.h"
 #include "analysis/model.h"
+#include "analysis/rank_identity.h"
 #include "snapshot/size_format.h"
 
 namespace cumemtrace::analysis {
@@ -21,6 +22,8 @@ namespace {
 
 struct Side {
   std::vector<uint64_t> peak, live;
+  // Devices with memory or entries (report.h's rule: device_used), in model.h's pairing_order.
+  std::vector<int> used;
   std::map<std::pair<int, std::string>, std::array<uint64_t, 3>> sites;  // peak, live, count
 };
 
@@ -30,22 +33,74 @@ Side measure(const snap::Snapshot& s) {
   const int n = device_count(s);
   side.peak.resize(static_cast<size_t>(n));
   side.live.resize(static_cast<size_t>(n));
+  std::vector<bool> has_live(static_cast<size_t>(n));
+  for (const auto& a : live_at_exit(s)) {
+    side.live[static_cast<size_t>(a.device)] += a.size;
+    has_live[static_cast<size_t>(a.device)] = true;
+    auto& e = side.sites[{a.device, site_label(a, sites)}];
+    e[1] += a.size;
+    e[2] += 1;
+  }
   for (int d = 0; d < n; ++d) {
     DeviceReplay rp(s, d);
     side.peak[static_cast<size_t>(d)] = rp.timeline().peak_bytes;
+    if (device_used(rp.timeline(), has_live[static_cast<size_t>(d)])) side.used.push_back(d);
     // PyTorch's memory by its tensors, its cache one row of its own (model.h Attributed).
     const Attributed at_peak = rp.attributed_after(rp.timeline().peak_index);
     for (const auto& st : by_site(at_peak.allocations, sites))
       side.sites[{d, st.site}][0] += st.bytes;
     if (at_peak.has_cache) side.sites[{d, kCachedFreeLabel}][0] += at_peak.cached_free;
   }
-  for (const auto& a : live_at_exit(s)) {
-    side.live[static_cast<size_t>(a.device)] += a.size;
-    auto& e = side.sites[{a.device, site_label(a, sites)}];
-    e[1] += a.size;
-    e[2] += 1;
-  }
+  std::vector<std::pair<int, uint64_t>> used;
+  for (int d : side.used) used.emplace_back(d, side.peak[static_cast<size_t>(d)]);
+  side.used = pairing_order(std::move(used));
   return side;
+}
+
+// Each side's devices mapped onto the pairs compared (contract): device -> pair number.
+struct Pairing {
+  std::map<int, int> base, now;
+  std::vector<DeviceDiff> pairs;
+};
+
+Pairing pair_devices(const snap::Snapshot& base, const Side& a, const snap::Snapshot& now,
+                     const Side& b) {
+  Pairing p;
+  const RankIdentity ra = rank_identity(base), rb = rank_identity(now);
+  const bool ranks = ra.known() && rb.known();
+  const bool own = ranks || (a.used.size() == 1 && b.used.size() == 1);
+  if (own && (ranks || a.used != b.used)) {
+    const size_t n = std::max(a.used.size(), b.used.size());
+    for (size_t k = 0; k < n; ++k) {
+      DeviceDiff dd;
+      dd.device = static_cast<int>(k);
+      dd.base_device = k < a.used.size() ? a.used[k] : -1;
+      dd.new_device = k < b.used.size() ? b.used[k] : -1;
+      auto side = [&](const RankIdentity& id, int device) {
+        const std::string dev = device >= 0 ? fmt::format("cuda:{}", device) : "(no device)";
+        return id.known() ? fmt::format("rank {} {}", id.rank, dev) : dev;
+      };
+      dd.label = fmt::format("{} vs {}", side(ra, dd.base_device), side(rb, dd.new_device));
+      if (dd.base_device >= 0) p.base[dd.base_device] = dd.device;
+      if (dd.new_device >= 0) p.now[dd.new_device] = dd.device;
+      p.pairs.push_back(dd);
+    }
+    return p;
+  }
+  const size_t n = std::max(a.peak.size(), b.peak.size());
+  for (size_t i = 0; i < n; ++i) {
+    DeviceDiff dd;
+    dd.device = dd.base_device = dd.new_device = static_cast<int>(i);
+    p.base[dd.device] = p.now[dd.device] = dd.device;
+    p.pairs.push_back(dd);
+  }
+  return p;
+}
+
+// The pair a side's device belongs to; devices outside every pair get numbers after them.
+int pair_of(const std::map<int, int>& m, int device, size_t pairs) {
+  auto it = m.find(device);
+  return it != m.end() ? it->second : static_cast<int>(pairs) + device;
 }
 
 int64_t delta(uint64_t a, uint64_t b) {
@@ -74,9 +129,10 @@ struct LedgerValues {
   std::vector<std::pair<std::pair<int, std::string>, int64_t>> peaks, phases, categories;
 };
 
-LedgerValues ledger_values(const Ledger& l) {
+LedgerValues ledger_values(const Ledger& l, const std::map<int, int>& pair, size_t pairs) {
   LedgerValues v;
-  for (const auto& d : l.devices) {
+  for (DeviceLedger d : l.devices) {
+    d.device = pair_of(pair, d.device, pairs);
     v.peaks.push_back(
         {{d.device, "allocated peak"}, static_cast<int64_t>(d.allocated_peak.allocated)});
     v.peaks.push_back(
@@ -127,16 +183,19 @@ Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
   d.base_file = base_file;
   d.new_file = new_file;
   const Side a = measure(base), b = measure(now);
-  const size_t n = std::max(a.peak.size(), b.peak.size());
-  for (size_t i = 0; i < n; ++i) {
-    DeviceDiff dd;
-    dd.device = static_cast<int>(i);
-    if (i < a.peak.size()) dd.base_peak = a.peak[i], dd.base_live = a.live[i];
-    if (i < b.peak.size()) dd.new_peak = b.peak[i], dd.new_live = b.live[i];
+  const Pairing pairing = pair_devices(base, a, now, b);
+  const size_t np = pairing.pairs.size();
+  for (DeviceDiff dd : pairing.pairs) {
+    const auto ba = static_cast<size_t>(dd.base_device), nb = static_cast<size_t>(dd.new_device);
+    if (dd.base_device >= 0 && ba < a.peak.size())
+      dd.base_peak = a.peak[ba], dd.base_live = a.live[ba];
+    if (dd.new_device >= 0 && nb < b.peak.size())
+      dd.new_peak = b.peak[nb], dd.new_live = b.live[nb];
     d.devices.push_back(dd);
   }
   std::map<std::pair<int, std::string>, SiteDiff> all;
-  for (const auto& [k, v] : a.sites) {
+  for (const auto& [dk, v] : a.sites) {
+    const std::pair<int, std::string> k{pair_of(pairing.base, dk.first, np), dk.second};
     auto& s = all[k];
     s.device = k.first;
     s.site = k.second;
@@ -144,7 +203,8 @@ Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
     s.base_live = v[1];
     s.base_count = v[2];
   }
-  for (const auto& [k, v] : b.sites) {
+  for (const auto& [dk, v] : b.sites) {
+    const std::pair<int, std::string> k{pair_of(pairing.now, dk.first, np), dk.second};
     auto& s = all[k];
     s.device = k.first;
     s.site = k.second;
@@ -170,7 +230,7 @@ Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
   const auto lb = build_ledger(now, new_sites);
   if (la && lb) {
     d.ledgers = true;
-    const auto va = ledger_values(*la), vb = ledger_values(*lb);
+    const auto va = ledger_values(*la, pairing.base, np), vb = ledger_values(*lb, pairing.now, np);
     d.pytorch_peaks = pair_values(va.peaks, vb.peaks);
     d.phases = pair_values(va.phases, vb.phases);
     d.categories = pair_values(va.categories, vb.categories);
@@ -182,10 +242,22 @@ Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
   return d;
 }
 
+namespace {
+
+// "device 1", or the pair's own label ("rank 0 cuda:0 vs rank 1 cuda:1").
+std::string pair_label(const Diff& d, int device) {
+  for (const auto& dev : d.devices)
+    if (dev.device == device && !dev.label.empty()) return dev.label;
+  return fmt::format("device {}", device);
+}
+
+}  // namespace
+
 void print_diff_text(const Diff& d, size_t top, std::ostream& out) {
   out << fmt::format("cumemtrace diff: {} -> {}\n", d.base_file, d.new_file);
   for (const auto& dev : d.devices) {
-    out << fmt::format("\nDevice {}\n", dev.device);
+    out << (dev.label.empty() ? fmt::format("\nDevice {}\n", dev.device)
+                              : fmt::format("\n{}\n", dev.label));
     out << fmt::format("  peak:         {}\n", change(dev.base_peak, dev.new_peak));
     out << fmt::format("  live at exit: {}\n", change(dev.base_live, dev.new_live));
   }
@@ -193,7 +265,7 @@ void print_diff_text(const Diff& d, size_t top, std::ostream& out) {
   if (d.sites.empty()) out << "  none\n";
   for (size_t i = 0; i < d.sites.size() && i < top; ++i) {
     const auto& s = d.sites[i];
-    out << fmt::format("  device {}: {}\n", s.device, s.site);
+    out << fmt::format("  {}: {}\n", pair_label(d, s.device), s.site);
     if (s.base_peak != s.new_peak)
       out << fmt::format("      at peak: {}\n", change(s.base_peak, s.new_peak));
     if (s.base_live != s.new_live)
@@ -205,14 +277,15 @@ void print_diff_text(const Diff& d, size_t top, std::ostream& out) {
   if (!d.ledgers) return;
   out << "\nPyTorch peaks:\n";
   for (const auto& v : d.pytorch_peaks)
-    out << fmt::format("  device {} {}: {}\n", v.device, v.name,
+    out << fmt::format("  {} {}: {}\n", pair_label(d, v.device), v.name,
                        change(static_cast<uint64_t>(v.base), static_cast<uint64_t>(v.now)));
   out << "\nPyTorch, added per phase of the steady step:\n";
   for (const auto& v : d.phases)
-    out << fmt::format("  device {} {}: {}\n", v.device, v.name, change_signed(v.base, v.now));
+    out << fmt::format("  {} {}: {}\n", pair_label(d, v.device), v.name,
+                       change_signed(v.base, v.now));
   out << "\nPyTorch, by category at the peaks:\n";
   for (const auto& v : d.categories)
-    out << fmt::format("  device {} {}: {}\n", v.device, v.name,
+    out << fmt::format("  {} {}: {}\n", pair_label(d, v.device), v.name,
                        change(static_cast<uint64_t>(v.base), static_cast<uint64_t>(v.now)));
 }
 
@@ -221,6 +294,9 @@ void print_diff_json(const Diff& d, std::ostream& out) {
   json devs = json::array();
   for (const auto& dev : d.devices) {
     devs.push_back({{"device", dev.device},
+                    {"base_device", dev.base_device},
+                    {"new_device", dev.new_device},
+                    {"label", pair_label(d, dev.device)},
                     {"base_peak_bytes", dev.base_peak},
                     {"new_peak_bytes", dev.new_peak},
                     {"peak_change_bytes", delta(dev.base_peak, dev.new_peak)},

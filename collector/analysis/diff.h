@@ -6,6 +6,11 @@
 // allocated and reserved peaks, what each phase of the steady step (the first step when a run
 // has no other complete one) added, matched by phase name in order ("other", "other 2"...), and
 // the bytes by category at the allocated and at the reserved peak.
+// Devices are compared as each process used them when both snapshots are ranks of a job
+// (rank_identity.h), or each used exactly one device: the k-th device A used (report.h's devices:
+// those with memory or entries, most memory first: model.h's pairing_order) with the k-th device
+// B used, so rank 0's cuda:0 meets rank 1's
+// cuda:1 ("rank 0 cuda:0 vs rank 1 cuda:1"); otherwise device N with device N ("device N").
 #pragma once
 
 #include <cstdint>
@@ -18,7 +23,9 @@
 namespace cumemtrace::analysis {
 
 struct DeviceDiff {
-  int device = 0;
+  int device = 0;                       // the pair's number: `device` of SiteDiff and ValueDiff
+  int base_device = 0, new_device = 0;  // each side's device ordinal; -1 where a side has none
+  std::string label;                    // "rank 0 cuda:0 vs rank 1 cuda:1"; empty: "device N"
   uint64_t base_peak = 0, new_peak = 0;
   uint64_t base_live = 0, new_live = 0;
 };

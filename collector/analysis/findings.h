@@ -39,6 +39,20 @@ struct SuppressionUse {
 
 struct CheckResult {
   std::vector<std::string> snapshots;
+  // Per snapshot (same order): "rank 1/2 (local 1) on node7" for a rank of a job
+  // (rank_identity.h), else empty; and whether it could be read at all.
+  std::vector<std::string> ranks;
+  std::vector<bool> readable;
+  // "file (rank 1/2 (local 1) on node7)", or the file alone: how every format names a snapshot.
+  std::string label(size_t i) const {
+    return i < ranks.size() && !ranks[i].empty() ? snapshots[i] + " (" + ranks[i] + ")"
+                                                 : snapshots[i];
+  }
+  bool all_readable() const {
+    for (bool r : readable)
+      if (!r) return false;
+    return true;
+  }
   std::vector<Finding> findings;
   std::vector<SuppressionUse> suppressions_used;
   int failures() const {

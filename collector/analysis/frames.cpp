@@ -91,10 +91,6 @@ std::string_view base_name(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-bool is_python(const snap::Frame& f) {
-  return ends_with(f.filename, ".py");
-}
-
 // Where Python's standard library and installed packages live ("/usr/lib/python3.11/",
 // ".../lib64/python3.12/"): "/lib/python" or "/lib64/python" and a version digit.
 bool in_python_lib_dir(std::string_view path) {
@@ -110,11 +106,14 @@ bool in_python_lib_dir(std::string_view path) {
 
 // The default library locations besides the interpreter's own directories: packages installed
 // anywhere (virtual environments, --user, Debian's dist-packages) and PyTorch run from a source
-// tree. Matched as substrings of the frame's path.
-constexpr std::array<std::string_view, 3> kLibraryParts = {
+// tree, and cumemtrace's own Python side in the target (lib/cumemtrace/python: its wrapper of
+// init_process_group is on the stack of every allocation NCCL makes there, and is never the
+// user's line). Matched as substrings of the frame's path.
+constexpr std::array<std::string_view, 4> kLibraryParts = {
     "site-packages/",
     "dist-packages/",
     "/torch/",
+    "/cumemtrace/python/",
 };
 
 // The --library-code / CUMEMTRACE_LIBRARY_CODE patterns (set_library_code): extra library paths,
@@ -138,6 +137,10 @@ size_t matching(std::string_view s, size_t i, char open, char close) {
 }
 
 }  // namespace
+
+bool is_python_frame(const snap::Frame& f) {
+  return ends_with(f.filename, ".py");
+}
 
 bool is_runtime_frame(const snap::Frame& f) {
   for (std::string_view p : kStartupFrames)
@@ -181,7 +184,7 @@ void set_library_code(const std::string& spec) {
 }
 
 bool is_library_python(const snap::Frame& f) {
-  if (!is_python(f)) return false;
+  if (!is_python_frame(f)) return false;
   const std::string_view path(f.filename);
   for (const auto& p : library_code().user)
     if (contains(path, p)) return false;
@@ -195,16 +198,16 @@ bool is_library_python(const snap::Frame& f) {
 int via_frame_index(const snap::Stack& s, int site) {
   if (site <= 0 || is_library_python(s[static_cast<size_t>(site)])) return -1;
   for (int j = 0; j < site; ++j)
-    if (is_python(s[static_cast<size_t>(j)])) return j;
+    if (is_python_frame(s[static_cast<size_t>(j)])) return j;
   return -1;
 }
 
 int site_frame_index(const snap::Stack& s) {
   if (s.empty()) return -1;
   for (size_t j = 0; j < s.size(); ++j)
-    if (is_python(s[j]) && !is_library_python(s[j])) return static_cast<int>(j);
+    if (is_python_frame(s[j]) && !is_library_python(s[j])) return static_cast<int>(j);
   for (size_t j = 0; j < s.size(); ++j)
-    if (is_python(s[j])) return static_cast<int>(j);
+    if (is_python_frame(s[j])) return static_cast<int>(j);
   for (size_t j = 0; j < s.size(); ++j)
     if (!is_runtime_frame(s[j])) return static_cast<int>(j);
   return 0;
@@ -254,7 +257,7 @@ std::string short_function_name(const std::string& name) {
 std::string format_frame(const snap::Frame& f, bool full) {
   // Python names ("<module>", "<lambda>") are short already and their brackets are the name.
   std::string name =
-      f.name.empty() ? "??" : (full || is_python(f) ? f.name : short_function_name(f.name));
+      f.name.empty() ? "??" : (full || is_python_frame(f) ? f.name : short_function_name(f.name));
   if (f.filename.empty() || f.filename == "??") return name;
   const std::string_view file = full ? std::string_view(f.filename) : base_name(f.filename);
   if (f.line <= 0) return fmt::format("{} ({})", name, file);
@@ -295,7 +298,7 @@ std::string SiteTable::library(int32_t stack) const {
   // The innermost native frame of the program's code is the library that asked: a Python site
   // ("Linear.forward (linear.py:134)") names the line, not the library whose memory it is.
   for (const auto& f : st) {
-    if (!is_python(f) && !is_runtime_frame(f) && !f.filename.empty() && f.filename != "??") {
+    if (!is_python_frame(f) && !is_runtime_frame(f) && !f.filename.empty() && f.filename != "??") {
       return std::string(base_name(f.filename));
     }
   }
@@ -325,7 +328,8 @@ std::vector<std::string> stack_lines(const SiteTable& sites, int32_t stack, bool
     // Compiler-style lines keep the path as recorded (editors and CI annotations open it); the
     // name is folded unless full names were asked for.
     snap::Frame shown = *f;
-    if (!sites.full_names() && !is_python(shown)) shown.name = short_function_name(shown.name);
+    if (!sites.full_names() && !is_python_frame(shown))
+      shown.name = short_function_name(shown.name);
     out.push_back("at " + format_frame(shown, true));
   }
   if (out.empty())

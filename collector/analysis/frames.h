@@ -46,6 +46,9 @@ int site_frame_index(const snap::Stack& s);
 // -1 when the site is not the user's Python line or no library Python frame lies inside it.
 int via_frame_index(const snap::Stack& s, int site);
 
+// True for a Python frame: its file is a .py file (its name is Python's, never folded).
+bool is_python_frame(const snap::Frame& f);
+
 // True for a Python frame of library code (rule 1 above): a path under the interpreter's own
 // directories (".../lib/python3.N/", site-packages included), in "site-packages/",
 // "dist-packages/" or "/torch/", or matching a library pattern of set_library_code, unless it

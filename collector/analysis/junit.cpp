@@ -49,7 +49,8 @@ void write_junit(const CheckResult& r, std::ostream& out) {
   out << fmt::format(
       "<testsuites name=\"cumemtrace check\" tests=\"{}\" failures=\"{}\" errors=\"0\">\n", tests,
       r.failures());
-  for (const auto& snap : r.snapshots) {
+  for (size_t i = 0; i < r.snapshots.size(); ++i) {
+    const std::string& snap = r.snapshots[i];
     int t = 0, failed = 0;
     for (const auto& f : r.findings) {
       if (f.snapshot != snap || f.severity == Severity::kWarning) continue;
@@ -58,7 +59,7 @@ void write_junit(const CheckResult& r, std::ostream& out) {
     }
     out << fmt::format(
         "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\">\n",
-        xml(snap), t, failed);
+        xml(r.label(i)), t, failed);
     for (const auto& f : r.findings) {
       if (f.snapshot != snap || f.severity == Severity::kWarning) continue;
       out << fmt::format("    <testcase classname=\"cumemtrace.{}\" name=\"{}\" file=\"{}\"",

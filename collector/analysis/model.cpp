@@ -583,10 +583,6 @@ bool DeviceReplay::Cursor::step() {
   return true;
 }
 
-uint64_t DeviceReplay::Cursor::bytes() const {
-  return r_.bytes_after(index_);
-}
-
 std::vector<Allocation> DeviceReplay::Cursor::live() const {
   std::vector<Allocation> out;
   out.reserve(st_->ls.live.size());

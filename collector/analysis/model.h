@@ -23,6 +23,7 @@
 // mappings counted through their handles; PyTorch: active_allocated blocks, not the cache).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -31,6 +32,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "snapshot/snapshot.h"
@@ -139,6 +141,24 @@ struct Timeline {
   int64_t driver_peak_time_us = 0;
 };
 
+// True for a device the process used: memory, entries, PyTorch's layers or NVML samples on it, or
+// allocations live there at exit. report.h lists these devices; diff.h pairs them by order.
+inline bool device_used(const Timeline& tl, bool live_at_exit) {
+  return tl.peak_bytes || live_at_exit || tl.allocations || tl.reserved_peak_bytes || tl.has_driver;
+}
+
+// The order in which a job's views pair one process's devices with another's (rank_table.h,
+// diff.h): most memory first (the device's peak), then by ordinal. A rank's own device leads even
+// where the rank touched another one too: on the H200 host, NCCL's start-up in rank 1 made a
+// context (driver-visible memory, no allocation) on device 0 before rank 1 used its device 1.
+inline std::vector<int> pairing_order(std::vector<std::pair<int, uint64_t>> device_peaks) {
+  std::stable_sort(device_peaks.begin(), device_peaks.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<int> out;
+  for (const auto& dp : device_peaks) out.push_back(dp.first);
+  return out;
+}
+
 // A cumemtrace file with PyTorch's caching-allocator blocks: its units (allocations, frees) are
 // segments, PyTorch's and other libraries', and its requests are PyTorch's tensors, so every
 // view names the two apart (report's text, the HTML card).
@@ -240,7 +260,6 @@ class DeviceReplay {
     bool step();
     std::ptrdiff_t index() const { return index_; }  // last entry applied, -1 before any
     const std::vector<UnitChange>& changes() const { return changes_; }
-    uint64_t bytes() const;
     std::vector<Allocation> live() const;
     Attributed attributed() const;
     // Changes to the live tensors of a device that splits_tensors() (PyTorch's alloc and

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -43,6 +44,46 @@ std::optional<RangeWindow> find_range(const snap::Snapshot& s, const std::string
   return std::nullopt;
 }
 
+namespace {
+
+// The window's own allocations while a cursor walks it: added within it, not yet freed.
+struct OwnBytes {
+  const std::map<uint64_t, int64_t>& at_start;  // units live at START: address -> time
+  std::unordered_map<uint64_t, uint64_t> live;  // address -> bytes
+  uint64_t bytes = 0;
+
+  bool before(const Allocation& a) const {
+    auto it = at_start.find(a.addr);
+    return it != at_start.end() && it->second == a.time_us;
+  }
+  void apply(const UnitChange& ch) {
+    auto it = live.find(ch.unit.addr);
+    if (it != live.end()) {  // freed, or re-stacked (removed and added again)
+      bytes -= it->second;
+      live.erase(it);
+    }
+    if (ch.added && !before(ch.unit)) {
+      live[ch.unit.addr] = ch.unit.size;
+      bytes += ch.unit.size;
+    }
+  }
+  // One step's changes in a PyTorch user's terms: tensors, not PyTorch's segments.
+  void step(const DeviceReplay& r, const DeviceReplay::Cursor& c) {
+    for (const auto& ch : c.changes())
+      if (!(r.splits_tensors() && ch.unit.pytorch)) apply(ch);
+    for (const auto& ch : c.tensor_changes()) apply(ch);
+  }
+};
+
+std::vector<Allocation> allocated_within(const DeviceReplay::Cursor& c, const OwnBytes& own) {
+  std::vector<Allocation> out;
+  for (const auto& a : c.attributed().allocations)
+    if (!own.before(a)) out.push_back(a);
+  return out;
+}
+
+}  // namespace
+
 RangeResult evaluate_range(const DeviceReplay& r, const RangeWindow& w) {
   RangeResult out;
   out.device = r.device();
@@ -54,14 +95,30 @@ RangeResult evaluate_range(const DeviceReplay& r, const RangeWindow& w) {
   out.peak_bytes = p.bytes;
   out.peak_time_us = p.time_us;
   out.peak_index = p.index;
-  // Allocated within the window: not live at START (by address and time), live at END.
+  // Allocated within the window: not live at START (by address and time).
+  DeviceReplay::Cursor c(r);
+  while (c.index() < first && c.step()) {
+  }
   std::map<uint64_t, int64_t> at_start;
-  for (const auto& a : r.live_after(first)) at_start[a.addr] = a.time_us;
-  for (const auto& a : r.live_after(last)) {
-    auto it = at_start.find(a.addr);
-    if (it != at_start.end() && it->second == a.time_us) continue;
-    out.leaked_bytes += a.size;
-    out.leaked.push_back(a);
+  for (const auto& a : c.attributed().allocations) at_start[a.addr] = a.time_us;
+  OwnBytes own{at_start, {}, 0};
+  std::ptrdiff_t own_peak_index = first;
+  out.own_peak_time_us = w.start_us;
+  while (c.index() < last && c.step()) {
+    own.step(r, c);
+    if (own.bytes > out.own_peak_bytes) {
+      out.own_peak_bytes = own.bytes;
+      out.own_peak_time_us = r.time_after(c.index());
+      own_peak_index = c.index();
+    }
+  }
+  out.leaked = allocated_within(c, own);
+  for (const auto& a : out.leaked) out.leaked_bytes += a.size;
+  if (out.own_peak_bytes > 0) {
+    DeviceReplay::Cursor at(r);
+    while (at.index() < own_peak_index && at.step()) {
+    }
+    out.own_at_peak = allocated_within(at, own);
   }
   return out;
 }

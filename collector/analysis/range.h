@@ -4,8 +4,15 @@
 //  - the window is the LAST completed pair of that name (pairs nest like brackets: an END closes
 //    the latest open START of its name), so a test that ran twice is judged on its last run;
 //  - peak = the highest unit bytes (model.h) within the window, the state at START included;
-//  - leaked = allocations made within the window (after START, at or before END) still live at
-//    END. Memory allocated before START and freed inside the window is not a leak of it.
+//  - own peak = the window's own: the most bytes allocated within it (after START, at or before
+//    END) that were live at one moment. What was live at START, and its freeing, do not count, so
+//    a test's number is the same whatever ran before it (pytest-memray's rule); check --range
+//    judges this one;
+//  - leaked = allocations made within the window still live at END. Memory allocated before
+//    START and freed inside the window is not a leak of it.
+// Both count in a PyTorch user's terms (model.h Attributed): on a device whose PyTorch segments
+// are split into tensors, its tensors and other libraries' allocations, never PyTorch's cache (a
+// segment cached by one test and reused by the next is neither's).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +42,9 @@ struct RangeResult {
   uint64_t peak_bytes = 0;
   int64_t peak_time_us = 0;
   std::ptrdiff_t peak_index = -1;
+  uint64_t own_peak_bytes = 0;
+  int64_t own_peak_time_us = 0;
+  std::vector<Allocation> own_at_peak;  // allocated within the window, live at the own peak
   std::vector<Allocation> leaked;
   uint64_t leaked_bytes = 0;
 };

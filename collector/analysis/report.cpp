@@ -139,6 +139,8 @@ void print_range(std::ostream& out, const RangeWindow& w, const RangeResult& rr,
   out << fmt::format("    peak {} at {}; {} at START, {} at END\n", format_bytes(rr.peak_bytes),
                      format_time(rr.peak_time_us, origin), format_bytes(rr.start_bytes),
                      format_bytes(rr.end_bytes));
+  out << fmt::format("    its own peak (allocated within, live at once) {} at {}\n",
+                     format_bytes(rr.own_peak_bytes), format_time(rr.own_peak_time_us, origin));
   out << fmt::format("    allocated within and live at END: {} in {}\n",
                      format_bytes(rr.leaked_bytes), plural(rr.leaked.size(), "allocation"));
   print_sites(out, by_site(rr.leaked, sites), o.top);
@@ -200,9 +202,7 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
     for (const auto& a : live) {
       if (a.device == d) live_d.push_back(a);
     }
-    if (tl.peak_bytes == 0 && live_d.empty() && tl.allocations == 0 && !tl.reserved_peak_bytes &&
-        !tl.has_driver)
-      continue;
+    if (!device_used(tl, !live_d.empty())) continue;
     DeviceReport dr;
     dr.timeline = tl;
     const Attributed at_peak = replay.attributed_after(tl.peak_index);
@@ -228,146 +228,177 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
   return r;
 }
 
-void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
-                       const ReportOptions& o, std::ostream& out) {
-  out << fmt::format("cumemtrace report: {} ({})\n", r.file, flavor_name(r.flavor));
-  if (s.tool) {
-    const auto& t = *s.tool;
-    std::string cmd;
-    for (const auto& a : t.argv) cmd += (cmd.empty() ? "" : " ") + a;
-    if (cmd.empty()) cmd = t.exe;
-    std::string ended = t.ended.how;
-    if (t.ended.how == "exit") ended = fmt::format("exit code {}", t.ended.code);
-    if (t.ended.how == "signal") ended = fmt::format("signal {}", t.ended.signal);
-    out << fmt::format("  program: {} (pid {}), ended: {}, snapshot written on {}\n", cmd, t.pid,
-                       ended, t.reason);
-    out << fmt::format("  events: {} recorded, {} dropped{}\n", t.events_total, t.events_dropped,
-                       t.events_dropped ? " (INCOMPLETE: numbers below undercount)" : "");
-    if (!t.ring_error.empty()) {
-      out << fmt::format("  INCOMPLETE: {}; events after it are missing\n", t.ring_error);
-    }
-    if (t.time_resolution_ns) {
-      out << fmt::format("  times: read at the kernel tick (--clock coarse), every {:g} ms\n",
-                         static_cast<double>(t.time_resolution_ns) / 1e6);
+namespace {
+
+// What ran, how it ended, and whether every event was recorded.
+void print_program_text(std::ostream& out, const snap::ToolSection& t) {
+  std::string cmd;
+  for (const auto& a : t.argv) cmd += (cmd.empty() ? "" : " ") + a;
+  if (cmd.empty()) cmd = t.exe;
+  std::string ended = t.ended.how;
+  if (t.ended.how == "exit") ended = fmt::format("exit code {}", t.ended.code);
+  if (t.ended.how == "signal") ended = fmt::format("signal {}", t.ended.signal);
+  out << fmt::format("  program: {} (pid {}), ended: {}, snapshot written on {}\n", cmd, t.pid,
+                     ended, t.reason);
+  out << fmt::format("  events: {} recorded, {} dropped{}\n", t.events_total, t.events_dropped,
+                     t.events_dropped ? " (INCOMPLETE: numbers below undercount)" : "");
+  if (!t.ring_error.empty()) {
+    out << fmt::format("  INCOMPLETE: {}; events after it are missing\n", t.ring_error);
+  }
+  if (t.time_resolution_ns) {
+    out << fmt::format("  times: read at the kernel tick (--clock coarse), every {:g} ms\n",
+                       static_cast<double>(t.time_resolution_ns) / 1e6);
+  }
+}
+
+// A device's peaks, one line per layer it has.
+void print_peaks_text(std::ostream& out, const Report& r, const Timeline& tl,
+                      const std::string& end) {
+  const char* what = r.flavor == Flavor::kTorch ? "allocated" : "device memory";
+  out << fmt::format("  peak {}: {} at {}\n", what, format_bytes(tl.peak_bytes),
+                     format_time(tl.peak_time_us, r.time_origin_us));
+  if (tl.peak_from_summary) {
+    out << fmt::format(
+        "  (peak from the collector's summary of all events; the trace holds less, its highest "
+        "point is {} and is what \"live at the peak\" shows)\n",
+        format_bytes(tl.trace_peak_bytes));
+  }
+  if (tl.has_reserved) {
+    out << fmt::format("  peak reserved (cached by the allocator included): {} at {}\n",
+                       format_bytes(tl.reserved_peak_bytes),
+                       format_time(tl.reserved_peak_time_us, r.time_origin_us));
+    out << fmt::format("  reserved {}: {}\n", end, format_bytes(tl.reserved_end_bytes));
+    if (r.flavor == Flavor::kCumemtrace) {
+      out << fmt::format("  peak allocated ({}): {} at {}\n",
+                         tl.pool_layer ? "stream-ordered pool allocations" : "PyTorch tensors",
+                         format_bytes(tl.allocated_peak_bytes),
+                         format_time(tl.allocated_peak_time_us, r.time_origin_us));
     }
   }
-  out << fmt::format("  trace entries: {}\n", r.trace_entries);
-  print_ooms(out, r, sites, o);
-  if (r.ledger) print_ledger_text(*r.ledger, r.time_origin_us, o.top, out);
-  const std::string end = end_moment(s);
-
-  for (const auto& d : r.devices) {
-    const Timeline& tl = d.timeline;
-    out << fmt::format("\nDevice {}\n", tl.device);
-    const char* what = r.flavor == Flavor::kTorch ? "allocated" : "device memory";
-    out << fmt::format("  peak {}: {} at {}\n", what, format_bytes(tl.peak_bytes),
-                       format_time(tl.peak_time_us, r.time_origin_us));
-    if (tl.peak_from_summary) {
-      out << fmt::format(
-          "  (peak from the collector's summary of all events; the trace holds less, its highest "
-          "point is {} and is what \"live at the peak\" shows)\n",
-          format_bytes(tl.trace_peak_bytes));
-    }
-    if (tl.has_reserved) {
-      out << fmt::format("  peak reserved (cached by the allocator included): {} at {}\n",
-                         format_bytes(tl.reserved_peak_bytes),
-                         format_time(tl.reserved_peak_time_us, r.time_origin_us));
-      out << fmt::format("  reserved {}: {}\n", end, format_bytes(tl.reserved_end_bytes));
-      if (r.flavor == Flavor::kCumemtrace) {
-        out << fmt::format("  peak allocated ({}): {} at {}\n",
-                           tl.pool_layer ? "stream-ordered pool allocations" : "PyTorch tensors",
-                           format_bytes(tl.allocated_peak_bytes),
-                           format_time(tl.allocated_peak_time_us, r.time_origin_us));
-      }
-    }
-    if (tl.has_driver) {
-      out << fmt::format("  peak driver-visible (NVML): {} at {}\n",
-                         format_bytes(tl.driver_peak_bytes),
-                         format_time(tl.driver_peak_time_us, r.time_origin_us));
-    }
-    for (const auto& c : d.contexts) {
-      out << fmt::format(
-          "  CUDA context (measured at creation): {} from {} at {}{}\n", format_bytes(c.bytes),
-          c.api, format_time(c.time_us, r.time_origin_us),
-          c.end_time_us ? ", destroyed at " + format_time(c.end_time_us, r.time_origin_us) : "");
-    }
-    if (tl.start_bytes) {
-      out << fmt::format("  live before the first trace entry: {}\n", format_bytes(tl.start_bytes));
-    }
-    out << fmt::format("  allocations: {}, frees: {}\n", tl.allocations, tl.frees);
-    // With PyTorch's blocks in a cumemtrace file the allocations above are segments (PyTorch's
-    // and other libraries' memory); the program's tensors are its requests.
-    if (tensors_apart(tl, r.flavor)) {
-      out << fmt::format("  tensor allocations (PyTorch's requests): {}\n", tl.requests);
-    }
-    out << fmt::format("  live {}: {} in {}\n", end, format_bytes(d.live_at_exit_bytes),
-                       live_count_text(d.live_at_exit_kinds));
-    print_layers(out, d, r.time_origin_us, end);
-    if (d.range) print_range(out, *r.range, *d.range, sites, r.time_origin_us, o);
-    out << "  live at the peak, by allocation site:\n";
-    out << fmt::format("    {:>12} {:>9}  {}\n", "bytes", "count", "site");
-    print_sites(out, d.at_peak, o.top);
-    if (d.at_peak_cached)
-      out << fmt::format("    {:>12} {:>9}  {}\n", format_bytes(*d.at_peak_cached), "",
-                         kCachedFreeLabel);
-    if (!d.live_at_exit.empty()) {
-      out << fmt::format("  live {}, by call stack:\n", end);
-      for (size_t i = 0; i < d.live_at_exit.size() && i < o.top; ++i) {
-        const auto& g = d.live_at_exit[i];
-        out << fmt::format("    {} in {}\n", format_bytes(g.bytes), plural(g.count, "allocation"));
-        for (const auto& line : stack_lines(sites, g.stack, g.before_trace, o.frames))
-          out << "        " << line << '\n';
-      }
-      if (d.live_at_exit.size() > o.top)
-        out << fmt::format("    ... {} more\n", plural(d.live_at_exit.size() - o.top, "stack"));
-    }
-    if (d.at_exit_cached)
-      out << fmt::format("  {}, {}: {}\n", end, kCachedFreeLabel, format_bytes(*d.at_exit_cached));
+  if (tl.has_driver) {
+    out << fmt::format("  peak driver-visible (NVML): {} at {}\n",
+                       format_bytes(tl.driver_peak_bytes),
+                       format_time(tl.driver_peak_time_us, r.time_origin_us));
   }
+}
 
+// What a device still held at the end, by call stack.
+void print_live_at_exit_text(std::ostream& out, const DeviceReport& d, const SiteTable& sites,
+                             const ReportOptions& o, const std::string& end) {
+  if (!d.live_at_exit.empty()) {
+    out << fmt::format("  live {}, by call stack:\n", end);
+    for (size_t i = 0; i < d.live_at_exit.size() && i < o.top; ++i) {
+      const auto& g = d.live_at_exit[i];
+      out << fmt::format("    {} in {}\n", format_bytes(g.bytes), plural(g.count, "allocation"));
+      for (const auto& line : stack_lines(sites, g.stack, g.before_trace, o.frames))
+        out << "        " << line << '\n';
+    }
+    if (d.live_at_exit.size() > o.top)
+      out << fmt::format("    ... {} more\n", plural(d.live_at_exit.size() - o.top, "stack"));
+  }
+  if (d.at_exit_cached)
+    out << fmt::format("  {}, {}: {}\n", end, kCachedFreeLabel, format_bytes(*d.at_exit_cached));
+}
+
+void print_device_text(std::ostream& out, const Report& r, const DeviceReport& d,
+                       const SiteTable& sites, const ReportOptions& o, const std::string& end) {
+  const Timeline& tl = d.timeline;
+  out << fmt::format("\nDevice {}\n", tl.device);
+  print_peaks_text(out, r, tl, end);
+  for (const auto& c : d.contexts) {
+    out << fmt::format(
+        "  CUDA context (measured at creation): {} from {} at {}{}\n", format_bytes(c.bytes), c.api,
+        format_time(c.time_us, r.time_origin_us),
+        c.end_time_us ? ", destroyed at " + format_time(c.end_time_us, r.time_origin_us) : "");
+  }
+  if (tl.start_bytes) {
+    out << fmt::format("  live before the first trace entry: {}\n", format_bytes(tl.start_bytes));
+  }
+  out << fmt::format("  allocations: {}, frees: {}\n", tl.allocations, tl.frees);
+  // With PyTorch's blocks in a cumemtrace file the allocations above are segments (PyTorch's
+  // and other libraries' memory); the program's tensors are its requests.
+  if (tensors_apart(tl, r.flavor)) {
+    out << fmt::format("  tensor allocations (PyTorch's requests): {}\n", tl.requests);
+  }
+  out << fmt::format("  live {}: {} in {}\n", end, format_bytes(d.live_at_exit_bytes),
+                     live_count_text(d.live_at_exit_kinds));
+  print_layers(out, d, r.time_origin_us, end);
+  if (d.range) print_range(out, *r.range, *d.range, sites, r.time_origin_us, o);
+  out << "  live at the peak, by allocation site:\n";
+  out << fmt::format("    {:>12} {:>9}  {}\n", "bytes", "count", "site");
+  print_sites(out, d.at_peak, o.top);
+  if (d.at_peak_cached)
+    out << fmt::format("    {:>12} {:>9}  {}\n", format_bytes(*d.at_peak_cached), "",
+                       kCachedFreeLabel);
+  print_live_at_exit_text(out, d, sites, o, end);
+}
+
+// The whole file's sites and sizes, every device together.
+void print_totals_text(std::ostream& out, const Report& r, const ReportOptions& o) {
   out << "\nTop allocation sites by bytes (all alloc events):\n";
   out << fmt::format("    {:>12} {:>9}  {}\n", "bytes", "count", "site");
   print_sites(out, r.top_by_bytes, o.top);
   out << "\nTop allocation sites by count:\n";
   out << fmt::format("    {:>12} {:>9}  {}\n", "bytes", "count", "site");
-  auto by_count = r.top_by_count;
-  print_sites(out, by_count, o.top);
+  print_sites(out, r.top_by_count, o.top);
 
   out << "\nAllocation sizes:\n";
   out << fmt::format("    {:<24} {:>9} {:>12}\n", "size", "count", "bytes");
   for (const auto& b : r.histogram) {
     out << fmt::format("    {:<24} {:>9} {:>12}\n", range_label(b), b.count, format_bytes(b.bytes));
   }
+}
 
-  if (s.tool) {
-    const auto& t = *s.tool;
-    out << fmt::format("\nAnomalies: {}\n",
-                       t.anomalies.empty() ? "none" : std::to_string(t.anomalies.size()));
-    for (size_t i = 0; i < t.anomalies.size() && i < o.top * 10; ++i) {
-      const auto& a = t.anomalies[i];
-      out << fmt::format("    {} of {} ({}) at {}{}\n", a.kind, hex(a.addr), a.api,
-                         format_time(a.time_us, r.time_origin_us),
-                         a.tid ? fmt::format(", thread {}", a.tid) : "");
-      for (const auto& line : stack_lines(sites, a.stack, false, o.frames))
-        out << "        " << line << '\n';
-    }
-    if (!t.vmm_handles.empty()) {
-      uint64_t bytes = 0;
-      for (const auto& h : t.vmm_handles) bytes += h.size;
-      out << fmt::format("\nVMM physical memory held {}: {} in {}\n", end, format_bytes(bytes),
-                         plural(t.vmm_handles.size(), "handle"));
-    }
-    if (!t.host_allocations.empty()) {
-      uint64_t bytes = 0;
-      for (const auto& h : t.host_allocations) bytes += h.size;
-      out << fmt::format("\nPinned host memory held {}: {} in {}\n", end, format_bytes(bytes),
-                         plural(t.host_allocations.size(), "allocation"));
-    }
+// What only cumemtrace records: anomalies, VMM handles and pinned host memory still held.
+void print_tool_tail_text(std::ostream& out, const Report& r, const snap::ToolSection& t,
+                          const SiteTable& sites, const ReportOptions& o, const std::string& end) {
+  out << fmt::format("\nAnomalies: {}\n",
+                     t.anomalies.empty() ? "none" : std::to_string(t.anomalies.size()));
+  for (size_t i = 0; i < t.anomalies.size() && i < o.top * 10; ++i) {
+    const auto& a = t.anomalies[i];
+    out << fmt::format("    {} of {} ({}) at {}{}\n", a.kind, hex(a.addr), a.api,
+                       format_time(a.time_us, r.time_origin_us),
+                       a.tid ? fmt::format(", thread {}", a.tid) : "");
+    for (const auto& line : stack_lines(sites, a.stack, false, o.frames))
+      out << "        " << line << '\n';
   }
+  if (!t.vmm_handles.empty()) {
+    uint64_t bytes = 0;
+    for (const auto& h : t.vmm_handles) bytes += h.size;
+    out << fmt::format("\nVMM physical memory held {}: {} in {}\n", end, format_bytes(bytes),
+                       plural(t.vmm_handles.size(), "handle"));
+  }
+  if (!t.host_allocations.empty()) {
+    uint64_t bytes = 0;
+    for (const auto& h : t.host_allocations) bytes += h.size;
+    out << fmt::format("\nPinned host memory held {}: {} in {}\n", end, format_bytes(bytes),
+                       plural(t.host_allocations.size(), "allocation"));
+  }
+}
+
+}  // namespace
+
+void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
+                       const ReportOptions& o, std::ostream& out) {
+  out << fmt::format("cumemtrace report: {} ({})\n", r.file, flavor_name(r.flavor));
+  if (s.tool) print_program_text(out, *s.tool);
+  out << fmt::format("  trace entries: {}\n", r.trace_entries);
+  print_ooms(out, r, sites, o);
+  if (r.ledger) print_ledger_text(*r.ledger, r.time_origin_us, o.top, out);
+  const std::string end = end_moment(s);
+  for (const auto& d : r.devices) print_device_text(out, r, d, sites, o, end);
+  print_totals_text(out, r, o);
+  if (s.tool) print_tool_tail_text(out, r, *s.tool, sites, o, end);
 }
 
 void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
                        const ReportOptions& o, std::ostream& out) {
+  out << report_json(r, s, sites, o).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+      << '\n';
+}
+
+nlohmann::json report_json(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
+                           const ReportOptions& o) {
   using nlohmann::json;
   json j;
   j["file"] = r.file;
@@ -443,6 +474,8 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
           {"end_time_us", r.range->end_us},
           {"peak_bytes", d.range->peak_bytes},
           {"peak_time_us", d.range->peak_time_us},
+          {"own_peak_bytes", d.range->own_peak_bytes},
+          {"own_peak_time_us", d.range->own_peak_time_us},
           {"start_bytes", d.range->start_bytes},
           {"end_bytes", d.range->end_bytes},
           {"leaked_bytes", d.range->leaked_bytes},
@@ -481,7 +514,7 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
   }
   j["anomalies"] = std::move(anomalies);
   j["ooms"] = ooms_json(r, sites, o);
-  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  return j;
 }
 
 }  // namespace cumemtrace::analysis

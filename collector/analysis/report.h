@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
 #include "analysis/ledger.h"
@@ -81,6 +83,9 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
                        const ReportOptions& o, std::ostream& out);
 void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
                        const ReportOptions& o, std::ostream& out);
+// The document print_report_json writes (report over many files nests it, --each).
+nlohmann::json report_json(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
+                           const ReportOptions& o);
 
 // Seconds since the origin, "+1.234567 s".
 std::string format_time(int64_t time_us, int64_t origin_us);

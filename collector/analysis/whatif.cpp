@@ -156,9 +156,11 @@ void check_complete(const snap::Snapshot& s, Stream& st, int device) {
   }
 }
 
+// The model's live blocks by the address the trace gave them: block id, bytes requested.
+using Blocks = std::unordered_map<uint64_t, std::pair<int32_t, uint64_t>>;
+
 // The model in the state before the trace: the seeds' segments and live blocks.
-void seed(CachingAllocatorModel& m, const Stream& st,
-          std::unordered_map<uint64_t, std::pair<int32_t, uint64_t>>& blocks, uint64_t& requested) {
+void seed(CachingAllocatorModel& m, const Stream& st, Blocks& blocks, uint64_t& requested) {
   for (const auto& sd : st.seeds) {
     std::vector<std::pair<uint64_t, uint64_t>> live;
     for (const auto& b : sd.live) live.push_back({b.addr, b.size});
@@ -168,6 +170,16 @@ void seed(CachingAllocatorModel& m, const Stream& st,
       requested += sd.live[i].requested;
     }
   }
+}
+
+// Returns the block the trace frees at `addr` to the model, and its requested bytes; an address
+// the model holds no block for returns nothing.
+void free_block(CachingAllocatorModel& m, Blocks& blocks, uint64_t addr, uint64_t& requested) {
+  auto it = blocks.find(addr);
+  if (it == blocks.end()) return;
+  m.free(it->second.first);
+  requested -= it->second.second;
+  blocks.erase(it);
 }
 
 struct Plan {
@@ -201,7 +213,7 @@ struct Replay {
 WhatIfResult replay(const Stream& st, const AllocatorConfig& c, const Plan& plan, size_t last) {
   CachingAllocatorModel m(c, plan.budget);
   Replay rp{st, c, plan.budget, {}, 0};
-  std::unordered_map<uint64_t, std::pair<int32_t, uint64_t>> blocks;  // addr -> block, requested
+  Blocks blocks;
   seed(m, st, blocks, rp.requested);
   rp.peaks(m, 0);
   for (size_t k = 0; k < st.anchors.size() && k <= last; ++k) {
@@ -211,12 +223,7 @@ WhatIfResult replay(const Stream& st, const AllocatorConfig& c, const Plan& plan
       rp.peaks(m, e.time_us);
     }
     if (e.action == Action::kFreeCompleted) {
-      auto it = blocks.find(e.addr);
-      if (it != blocks.end()) {
-        m.free(it->second.first);
-        rp.requested -= it->second.second;
-        blocks.erase(it);
-      }
+      free_block(m, blocks, e.addr, rp.requested);
     } else {
       const int32_t b = m.malloc(e.size, e.stream);
       if (b < 0) {
@@ -287,6 +294,79 @@ void derive_budget(const Stream& st, const AllocatorConfig& c, const snap::Snaps
   }
 }
 
+// Fails the replay where the model's segment events before anchor `k` (its request, or the end)
+// are not the recorded ones: its predictions would not hold for this run.
+void compare_segments(const Stream& st, size_t k, const std::vector<SegmentEvent>& got, int device,
+                      Plan& plan) {
+  const auto rec = st.segments(k);
+  const size_t n = std::max(rec.size(), got.size());
+  for (size_t j = 0; j < n; ++j) {
+    const bool have_rec = j < rec.size(), have_got = j < got.size();
+    if (have_rec && have_got && (*st.trace)[rec[j]].action == got[j].action &&
+        (*st.trace)[rec[j]].size == got[j].size) {
+      continue;
+    }
+    const std::string where =
+        k < st.anchors.size() ? fmt::format("before entry {}", st.anchors[k]) : "at the end";
+    throw CannotReplay(fmt::format(
+        "device {}: the model of torch {}'s allocator does not reproduce the recorded segments "
+        "({}: recorded {}, model {}); its predictions would not hold for this run",
+        device, torch_alloc::kModelledTorch, where,
+        have_rec ? event_text((*st.trace)[rec[j]].action, (*st.trace)[rec[j]].size) : "nothing",
+        have_got ? event_text(got[j].action, got[j].size) : "nothing"));
+  }
+  plan.recorded_segment_events += rec.size();
+}
+
+// Whether the `releases` segment releases recorded before request `e` were the allocator's own
+// retry (after a failed request, or for one that would not fit the budget) rather than a call of
+// empty_cache(), which the other configurations' replays must repeat.
+bool releases_are_retry(const Stream& st, const AllocatorConfig& c, const Plan& plan,
+                        const CachingAllocatorModel& m, const snap::TraceEntry* e,
+                        std::span<const size_t> rec, size_t releases) {
+  if (e && e->action == Action::kOom) return true;
+  if (!e || e->action != Action::kAlloc || releases >= rec.size() || !plan.budget) return false;
+  uint64_t wanted = 0;
+  for (size_t j = releases; j < rec.size(); ++j) wanted += (*st.trace)[rec[j]].size;
+  if (plan.budget->fraction) {
+    wanted = torch_alloc::allocation_size(c, torch_alloc::round_size(c, e->size));
+  }
+  return m.reserved() + wanted > plan.budget->bytes ||
+         (plan.budget->fraction && c.garbage_collection_threshold > 0);
+}
+
+// Request `e` (anchor `k`) under the recorded configuration; the model must succeed and fail
+// where the recording did.
+void replay_recorded_request(const Stream& st, const AllocatorConfig& c, const Plan& plan,
+                             CachingAllocatorModel& m, Replay& rp, Blocks& blocks,
+                             const snap::TraceEntry& e, size_t k, size_t last, int device) {
+  if (e.action == Action::kFreeCompleted) return free_block(m, blocks, e.addr, rp.requested);
+  const int32_t b = m.malloc(e.size, e.stream);
+  if (e.action == Action::kOom && b >= 0) {
+    throw CannotReplay(fmt::format(
+        "device {}: the model finds room for the request of {} that failed at entry {} under "
+        "the budget the recording shows ({}); pass the run's budget with --budget SIZE",
+        device, snap::format_bytes(e.size), st.anchors[k],
+        plan.budget ? snap::format_bytes(plan.budget->bytes) : "none"));
+  }
+  if (e.action == Action::kAlloc && b < 0) {
+    throw CannotReplay(fmt::format(
+        "device {}: the model runs out of memory at entry {} ({}) where the recorded run did "
+        "not, under a budget of {} ({}); pass the run's budget with --budget SIZE",
+        device, st.anchors[k], snap::format_bytes(e.size),
+        plan.budget ? snap::format_bytes(plan.budget->bytes) : "none", plan.budget_source));
+  }
+  if (b < 0) {
+    if (k <= last && !rp.r.first_failing_request) {
+      rp.r.first_failing_request = FailingRequest{
+          st.anchors[k], e.size, torch_alloc::round_size(c, e.size), e.time_us, e.stack, true};
+    }
+  } else {
+    blocks[e.addr] = {b, e.size};
+    rp.requested += e.size;
+  }
+}
+
 // The replay under the recorded configuration: it uses the recorded segment addresses (so that
 // best fit breaks ties as it did), finds the empty_cache() calls, and checks that every segment
 // event comes out as recorded. Fills `plan`; returns the result over the window.
@@ -310,29 +390,9 @@ WhatIfResult replay_recorded(const Stream& st, const AllocatorConfig& c, Plan& p
   };
   CachingAllocatorModel m(c, plan.budget, hooks);
   Replay rp{st, c, plan.budget, {}, 0};
-  std::unordered_map<uint64_t, std::pair<int32_t, uint64_t>> blocks;
+  Blocks blocks;
   seed(m, st, blocks, rp.requested);
   rp.peaks(m, 0);
-  auto compare = [&](size_t k, const std::vector<SegmentEvent>& got) {
-    const auto rec = st.segments(k);
-    const size_t n = std::max(rec.size(), got.size());
-    for (size_t j = 0; j < n; ++j) {
-      const bool have_rec = j < rec.size(), have_got = j < got.size();
-      if (have_rec && have_got && (*st.trace)[rec[j]].action == got[j].action &&
-          (*st.trace)[rec[j]].size == got[j].size) {
-        continue;
-      }
-      const std::string where =
-          k < st.anchors.size() ? fmt::format("before entry {}", st.anchors[k]) : "at the end";
-      throw CannotReplay(fmt::format(
-          "device {}: the model of torch {}'s allocator does not reproduce the recorded segments "
-          "({}: recorded {}, model {}); its predictions would not hold for this run",
-          device, torch_alloc::kModelledTorch, where,
-          have_rec ? event_text((*st.trace)[rec[j]].action, (*st.trace)[rec[j]].size) : "nothing",
-          have_got ? event_text(got[j].action, got[j].size) : "nothing"));
-    }
-    plan.recorded_segment_events += rec.size();
-  };
   for (size_t k = 0; k <= st.anchors.size(); ++k) {
     pos = k;
     const auto rec = st.segments(k);
@@ -341,67 +401,20 @@ WhatIfResult replay_recorded(const Stream& st, const AllocatorConfig& c, Plan& p
     // Leading releases: a request's retry, or a call of empty_cache() before it.
     size_t releases = 0;
     while (releases < rec.size() && is_release((*st.trace)[rec[releases]].action)) ++releases;
-    if (releases > 0) {
-      bool retry = false;
-      if (e && e->action == Action::kOom) {
-        retry = true;
-      } else if (e && e->action == Action::kAlloc && releases < rec.size() && plan.budget) {
-        uint64_t wanted = 0;
-        for (size_t j = releases; j < rec.size(); ++j) wanted += (*st.trace)[rec[j]].size;
-        if (plan.budget->fraction) {
-          wanted = torch_alloc::allocation_size(c, torch_alloc::round_size(c, e->size));
-        }
-        retry = m.reserved() + wanted > plan.budget->bytes ||
-                (plan.budget->fraction && c.garbage_collection_threshold > 0);
-      }
-      if (!retry) {
-        plan.empty_cache.insert(k);
-        m.empty_cache();
-        if (k <= last) rp.peaks(m, e ? e->time_us : 0);
-      }
+    if (releases > 0 && !releases_are_retry(st, c, plan, m, e, rec, releases)) {
+      plan.empty_cache.insert(k);
+      m.empty_cache();
+      if (k <= last) rp.peaks(m, e ? e->time_us : 0);
     }
     if (!e) {  // empty_cache() after the last request
       const auto got = m.take_events();
-      compare(k, got);
+      compare_segments(st, k, got, device, plan);
       if (k <= last) rp.r.segment_events += got.size();
       break;
     }
-    if (e->action == Action::kFreeCompleted) {
-      auto it = blocks.find(e->addr);
-      if (it != blocks.end()) {
-        m.free(it->second.first);
-        rp.requested -= it->second.second;
-        blocks.erase(it);
-      }
-    } else {
-      const int32_t b = m.malloc(e->size, e->stream);
-      if (e->action == Action::kOom && b >= 0) {
-        throw CannotReplay(fmt::format(
-            "device {}: the model finds room for the request of {} that failed at entry {} under "
-            "the budget the recording shows ({}); pass the run's budget with --budget SIZE",
-            device, snap::format_bytes(e->size), st.anchors[k],
-            plan.budget ? snap::format_bytes(plan.budget->bytes) : "none"));
-      }
-      if (e->action == Action::kAlloc && b < 0) {
-        throw CannotReplay(fmt::format(
-            "device {}: the model runs out of memory at entry {} ({}) where the recorded run did "
-            "not, under a budget of {} ({}); pass the run's budget with --budget SIZE",
-            device, st.anchors[k], snap::format_bytes(e->size),
-            plan.budget ? snap::format_bytes(plan.budget->bytes) : "none", plan.budget_source));
-      }
-      if (b < 0) {
-        if (k <= last && !rp.r.first_failing_request) {
-          rp.r.first_failing_request =
-              FailingRequest{st.anchors[k], e->size,  torch_alloc::round_size(c, e->size),
-                             e->time_us,    e->stack, true};
-        }
-      } else {
-        blocks[e->addr] = {b, e->size};
-        rp.requested += e->size;
-      }
-    }
+    replay_recorded_request(st, c, plan, m, rp, blocks, *e, k, last, device);
     const auto got = m.take_events();
-    compare(k, got);
+    compare_segments(st, k, got, device, plan);
     if (k <= last) {
       rp.r.segment_events += got.size();
       rp.peaks(m, e->time_us);

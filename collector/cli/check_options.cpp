@@ -1,5 +1,6 @@
 #include "cli/check_options.h"
 
+#include "analysis/limits.h"
 #include "cli/cli_checks.h"
 #include "snapshot/size_format.h"
 
@@ -26,26 +27,12 @@ void add_size_option(CLI::App* app, const std::string& name, std::optional<uint6
 }  // namespace
 
 void add_check_options(CLI::App* app, analysis::CheckOptions& o) {
-  add_size_option(app, "--max-leaked-bytes", o.max_leaked_bytes,
-                  "Fail when more than SIZE bytes are live at exit on a device");
-  add_size_option(app, "--max-peak-bytes", o.max_peak_bytes,
-                  "Fail when a device's peak exceeds SIZE bytes");
-  add_size_option(app, "--max-allocated-peak", o.max_allocated_peak,
-                  "Fail when PyTorch's allocated bytes on a device peak above SIZE");
-  add_size_option(
-      app, "--max-reserved-peak", o.max_reserved_peak,
-      "Fail when PyTorch's reserved bytes (cache included) on a device peak above SIZE");
-  add_size_option(app, "--max-driver-peak", o.max_driver_peak,
-                  "Fail when the driver-visible (NVML) memory of a device peaks above SIZE");
+  for (const auto& l : analysis::limit_specs()) {
+    add_size_option(app, std::string(l.flag), o.*l.member, std::string(l.help));
+  }
   app->add_option("--range", o.range,
                   "Evaluate the limits within the last START..END annotation pair NAME")
       ->type_name("NAME");
-  add_size_option(app, "--max-growth", o.max_growth,
-                  "Fail when live bytes grow by more than SIZE between occurrences of --mark "
-                  "(without --mark: the ends of a PyTorch run's automatic steps)");
-  add_size_option(app, "--max-growth-per-step", o.max_growth_per_step,
-                  "Fail when a PyTorch run's tensors grow by more than SIZE a step (automatic "
-                  "steps, after a warm-up); a run without automatic steps fails");
   app->add_option("--mark", o.mark,
                   "Mark (annotation name) that --max-growth measures between (default: the "
                   "automatic steps)");

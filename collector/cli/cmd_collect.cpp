@@ -12,7 +12,10 @@
 
 #include "cli/commands.h"
 #include "cli/log.h"
+#include "cli/settings_options.h"
+#include "live/bounded_settings.h"
 #include "live/collector_loop.h"
+#include "live/metrics_server.h"
 #include "live/output_dir.h"
 
 namespace cumemtrace::cli {
@@ -27,25 +30,47 @@ struct CollectArgs {
 };
 
 // Plain-preload settings the collector applies itself (it inherits the application's
-// environment); a bad value refuses tracing with a message the application prints.
-std::string env_settings(collect::SessionOptions& o) {
-  if (const char* v = getenv("CUMEMTRACE_SNAPSHOT_EVERY"); v && *v) {
-    char* end = nullptr;
-    const double s = strtod(v, &end);
-    if (*end || !(s >= 0.001 && s <= 1e9)) {
-      return fmt::format("invalid CUMEMTRACE_SNAPSHOT_EVERY (expected seconds > 0): {}", v);
-    }
-    o.snapshot_every_s = s;
+// environment), by the settings table's rule; a bad value refuses tracing with a message the
+// application prints.
+std::string env_settings(collect::CollectorOptions& opts) {
+  using settings::Id;
+  if (std::string bad = env_problem(); !bad.empty()) return bad;
+  collect::SessionOptions& o = opts.session;
+  settings::Value v;
+  if (settings::parse(settings::row(Id::kSnapshotEvery), settings::from_env(Id::kSnapshotEvery),
+                      v)) {
+    o.snapshot_every_s = v.seconds;
   }
-  if (const char* v = getenv("CUMEMTRACE_MAX_TRACE_EVENTS"); v && *v) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long n = strtoull(v, &end, 10);
-    if (*end || errno || *v == '-') {
-      return fmt::format("invalid CUMEMTRACE_MAX_TRACE_EVENTS (expected a count): {}", v);
-    }
-    o.max_trace_events = n;
+  if (settings::parse(settings::row(Id::kMaxTraceEvents), settings::from_env(Id::kMaxTraceEvents),
+                      v)) {
+    o.max_trace_events = v.number;
   }
+  collect::BoundedSettings b;
+  b.spelled_keep = settings::row(Id::kKeep).variable;
+  b.spelled_max_disk = settings::row(Id::kMaxDisk).variable;
+  b.spelled_interval = settings::row(Id::kInterval).variable;
+  if (const char* text = settings::from_env(Id::kKeep)) b.keep = text;
+  if (const char* text = settings::from_env(Id::kMaxDisk)) b.max_disk = text;
+  if (const char* text = settings::from_env(Id::kInterval)) b.interval = text;
+  return collect::apply_bounded(b, opts);
+}
+
+// CUMEMTRACE_METRICS=ADDR:PORT (live/metrics_server.h): a value that is wrong, or an address
+// not loopback without CUMEMTRACE_METRICS_PUBLIC=1, refuses tracing (the user asked for
+// something else); a port already taken (another process of the same program has its own
+// collector) is one line, and this process is traced without gauges.
+std::string env_metrics(collect::MetricsServer& m) {
+  const char* v = settings::from_env(settings::Id::kMetrics);
+  if (!v) return {};
+  const char* pub = settings::from_env(settings::Id::kMetricsPublic);
+  const std::string why = m.open(v, pub && std::string(pub) == "1");
+  if (why.rfind("cannot listen", 0) == 0) {
+    fmt::print(stderr, "cumemtrace: CUMEMTRACE_METRICS: {}; this collector serves no metrics\n",
+               why);
+    return {};
+  }
+  if (!why.empty()) return fmt::format("invalid CUMEMTRACE_METRICS: {}", why);
+  fmt::print(stderr, "cumemtrace: serving metrics at http://{}/metrics\n", m.address());
   return {};
 }
 
@@ -68,8 +93,14 @@ int collect_main(const CollectArgs& a) {
   const std::string log_problem = log::init("", a.output);
   if (!log_problem.empty()) spdlog::warn("{}", log_problem);
   spdlog::debug("collector started (pid {}), writing to {}", getpid(), a.output);
-  if (opts.refuse.empty()) opts.refuse = env_settings(opts.session);
+  if (opts.refuse.empty()) opts.refuse = env_settings(opts);
+  collect::MetricsServer metrics;
+  if (opts.refuse.empty()) opts.refuse = env_metrics(metrics);
   collect::Collector c(a.control_fd, opts);
+  if (!metrics.address().empty()) {
+    metrics.start();
+    c.set_metrics(&metrics);
+  }
   if (!opts.refuse.empty()) spdlog::debug("refusing to trace: {}", opts.refuse);
   c.run();
   spdlog::debug("collector done");

@@ -1,7 +1,7 @@
-// `cumemtrace convert FILE --to json|pickle|perfetto|collapsed [-o OUT]`: exports a snapshot to
-// the established viewers (see viz/pickle_writer.h, viz/perfetto_writer.h,
-// viz/collapsed_writer.h), or rewrites any snapshot (a PyTorch pickle, say) as cumemtrace's JSON
-// through the one JSON writer (snapshot_json_writer.h).
+// `cumemtrace convert FILE --to json|pickle|perfetto|collapsed|pprof [-o OUT]`: exports a
+// snapshot to the established viewers (see viz/pickle_writer.h, viz/perfetto_writer.h,
+// viz/collapsed_writer.h, viz/pprof_writer.h), or rewrites any snapshot (a PyTorch pickle, say) as
+// cumemtrace's JSON through the one JSON writer (snapshot_json_writer.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -14,6 +14,7 @@
 #include "snapshot/snapshot_json_writer.h"
 #include "viz/collapsed_writer.h"
 #include "viz/perfetto_writer.h"
+#include "viz/pprof_writer.h"
 
 namespace cumemtrace::cli {
 
@@ -28,19 +29,23 @@ void add_convert_command(CLI::App& app, int& exit_code) {
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
-      "convert", "export a snapshot to JSON, pickle (PyTorch viewers), Perfetto or folded stacks");
+      "convert",
+      "export a snapshot to JSON, pickle (PyTorch viewers), Perfetto, folded stacks or pprof");
   cmd->add_option("FILE", opt->input, "Snapshot: cumemtrace or PyTorch JSON, or a PyTorch pickle")
       ->required();
-  cmd->add_option("--to", opt->to,
-                  "json: snapshot JSON (what cumemtrace writes; reads anywhere); "
-                  "pickle: protocol-4 pickle for python -m torch.cuda._memory_viz and "
-                  "pytorch.org/memory_viz; perfetto: Chrome trace-event JSON for ui.perfetto.dev "
-                  "and chrome://tracing; collapsed: folded stacks for flamegraph.pl and speedscope")
+  cmd->add_option(
+         "--to", opt->to,
+         "json: snapshot JSON (what cumemtrace writes; reads anywhere); "
+         "pickle: protocol-4 pickle for python -m torch.cuda._memory_viz and "
+         "pytorch.org/memory_viz; perfetto: Chrome trace-event JSON for ui.perfetto.dev "
+         "and chrome://tracing; collapsed: folded stacks for flamegraph.pl and speedscope; "
+         "pprof: gzipped pprof profile for go tool pprof, Pyroscope and Parca "
+         "(sample types inuse_space, peak_inuse_space, alloc_space and their _objects)")
       ->required()
-      ->check(CLI::IsMember({"json", "pickle", "perfetto", "collapsed"}));
+      ->check(CLI::IsMember({"json", "pickle", "perfetto", "collapsed", "pprof"}));
   cmd->add_option("-o,--output", opt->output,
                   "Output file, - for stdout (default: FILE less .json/.pickle, plus .json, "
-                  ".pickle, .perfetto.json or .folded)");
+                  ".pickle, .perfetto.json, .folded or .pb.gz)");
   cmd->add_flag("-f,--force", opt->force, "Overwrite OUT if it exists (never the input)");
   cmd->add_option("--at", opt->at,
                   "collapsed: weigh stacks by bytes live at each device's peak or at exit")
@@ -54,9 +59,10 @@ void add_convert_command(CLI::App& app, int& exit_code) {
     static const std::map<std::string, std::string> kSuffix = {{"json", ".json"},
                                                                {"pickle", ".pickle"},
                                                                {"perfetto", ".perfetto.json"},
-                                                               {"collapsed", ".folded"}};
+                                                               {"collapsed", ".folded"},
+                                                               {"pprof", ".pb.gz"}};
     const std::string out = opt->output.empty()
-                                ? viz::default_output_path(opt->input, kSuffix.at(opt->to))
+                                ? io::default_output_path(opt->input, kSuffix.at(opt->to))
                                 : opt->output;
     const io::OutputPolicy policy{opt->force, {opt->input}};
     std::optional<snap::Snapshot> read = read_for_output("convert", opt->input, out, policy);
@@ -66,13 +72,15 @@ void add_convert_command(CLI::App& app, int& exit_code) {
     }
     const snap::Snapshot& s = *read;
     try {
-      const uint64_t bytes = viz::write_output(out, policy, [&](std::ostream& o) {
+      const uint64_t bytes = io::write_output(out, policy, [&](std::ostream& o) {
         if (opt->to == "json") {
           snap::write_json(s, o);
         } else if (opt->to == "pickle") {
-          viz::write_pickle(s, o);
+          snap::write_pickle(s, o);
         } else if (opt->to == "perfetto") {
           viz::write_perfetto(s, o, {opt->stack_frames});
+        } else if (opt->to == "pprof") {
+          viz::write_pprof(s, o);
         } else {
           viz::write_collapsed(
               s, opt->at == "exit" ? viz::CollapsedMoment::kExit : viz::CollapsedMoment::kPeak, o);

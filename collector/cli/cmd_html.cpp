@@ -35,7 +35,7 @@ void add_html_command(CLI::App& app, int& exit_code) {
   cmd->callback([opt, &exit_code] {
     const auto start = std::chrono::steady_clock::now();
     const std::string out =
-        opt->output.empty() ? viz::default_output_path(opt->input, ".html") : opt->output;
+        opt->output.empty() ? io::default_output_path(opt->input, ".html") : opt->output;
     const io::OutputPolicy policy{opt->force, {opt->input}};
     std::optional<snap::Snapshot> read = read_for_output("html", opt->input, out, policy);
     if (!read) {
@@ -52,7 +52,7 @@ void add_html_command(CLI::App& app, int& exit_code) {
       const std::string name =
           slash == std::string::npos ? opt->input : opt->input.substr(slash + 1);
       const std::string page = viz::render_html_report(s, name, ro);
-      viz::write_output(out, policy, [&](std::ostream& o) { o << page; });
+      io::write_output(out, policy, [&](std::ostream& o) { o << page; });
       const auto done = std::chrono::steady_clock::now();
       using ms = std::chrono::duration<double, std::milli>;
       std::fprintf(stderr, "cumemtrace html: wrote %s (%zu bytes; read %.0f ms, report %.0f ms)\n",

@@ -1,25 +1,147 @@
-// `cumemtrace report FILE`: where a snapshot's memory went (see analysis/report.h).
+// `cumemtrace report FILE`: where a snapshot's memory went (see analysis/report.h); on a bounded
+// capture's EXE.PID.intervals.json, its intervals (cli/intervals_report.h).
+// `cumemtrace report FILE FILE...` or `report DIR`: the processes side by side first, a job's
+// ranks in rank order (analysis/rank_table.h), then each file's own report with --each. A file
+// that cannot be read is one line on stderr; the others are shown and the exit status is 2.
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
+#include <memory>
 
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/breakdown_format.h"
+#include "analysis/rank_table.h"
 #include "analysis/report.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
+#include "cli/intervals_report.h"
+#include "cli/snapshot_inputs.h"
+#include "snapshot/size_format.h"
 #include "snapshot/snapshot_input.h"
 
 namespace cumemtrace::cli {
 
-void add_report_command(CLI::App& app, int& exit_code) {
-  struct Opts {
+namespace {
+
+struct Opts {
+  std::vector<std::string> files;
+  std::string format = "text";
+  analysis::ReportOptions report;
+  bool each = false;
+  double skew_percent = 10;
+  uint64_t skew_bytes = 64ull << 20;
+};
+
+// Reports many files: the rank table, then (--each) every file's report. Returns the exit code.
+int report_many(const Opts& o, SnapshotInputs& in) {
+  struct Built {
     std::string file;
-    std::string format = "text";
-    analysis::ReportOptions report;
+    std::unique_ptr<analysis::SiteTable> sites;
+    analysis::Report report;
   };
+  std::vector<Built> built;
+  bool bad = false;
+  for (const auto& ls : in.files) {
+    if (!ls.unreadable.empty()) {
+      std::cerr << "cumemtrace report: " << ls.unreadable << '\n';
+      bad = true;
+      continue;
+    }
+    Built b;
+    b.file = ls.path;
+    b.sites = std::make_unique<analysis::SiteTable>(ls.snapshot, o.report.full_names);
+    try {
+      b.report = analysis::build_report(ls.snapshot, *b.sites, ls.path, o.report.range);
+    } catch (const analysis::RangeNotFound& e) {
+      std::cerr << "cumemtrace report: " << ls.path << ": " << e.what() << '\n';
+      bad = true;
+      continue;
+    }
+    built.push_back(std::move(b));
+  }
+  std::vector<analysis::RankInput> inputs;
+  for (auto& b : built) inputs.push_back({b.file, &b.sites->snapshot(), &b.report});
+  const analysis::RankTable table =
+      analysis::build_rank_table(inputs, {o.skew_percent / 100.0, o.skew_bytes});
+  if (o.format == "json") {
+    nlohmann::json j;
+    j["ranks"] = analysis::rank_table_json(table, o.report.top);
+    j["skipped_snapshots"] = in.skipped;
+    nlohmann::json unreadable = nlohmann::json::array();
+    for (const auto& ls : in.files)
+      if (!ls.unreadable.empty())
+        unreadable.push_back({{"file", ls.path}, {"error", ls.unreadable}});
+    j["unreadable"] = std::move(unreadable);
+    if (o.each) {
+      nlohmann::json reports = nlohmann::json::array();
+      for (const auto& b : built)
+        reports.push_back(analysis::report_json(b.report, b.sites->snapshot(), *b.sites, o.report));
+      j["reports"] = std::move(reports);
+    }
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  } else {
+    std::cout << fmt::format("cumemtrace report: {} of {}",
+                             analysis::plural(built.size(), "process"),
+                             analysis::plural(in.files.size(), "file"));
+    if (in.skipped)
+      std::cout << fmt::format(
+          " ({} written while a process ran left out: the same processes "
+          "earlier)",
+          analysis::plural(in.skipped, "snapshot"));
+    std::cout << '\n';
+    analysis::print_rank_table_text(table, o.report.top, std::cout);
+    if (!o.each && !built.empty())
+      std::cout << "\n(each file's own report: cumemtrace report --each, or report FILE)\n";
+    for (const auto& b : built) {
+      if (!o.each) break;
+      std::cout << '\n';
+      analysis::print_report_text(b.report, b.sites->snapshot(), *b.sites, o.report, std::cout);
+    }
+  }
+  std::cout.flush();
+  if (!std::cout) return 2;
+  return bad ? 2 : 0;
+}
+
+int report_one(const Opts& o) {
+  snap::Snapshot s;
+  try {
+    s = snap::read_snapshot_any(o.files.front());
+  } catch (const snap::ReadError& e) {
+    std::cerr << "cumemtrace report: " << e.what() << '\n';
+    return 2;
+  }
+  const std::string& file = o.files.front();
+  const analysis::SiteTable sites(s, o.report.full_names);
+  analysis::Report r;
+  try {
+    r = analysis::build_report(s, sites, file, o.report.range);
+  } catch (const analysis::RangeNotFound& e) {
+    std::cerr << "cumemtrace report: " << file << ": " << e.what() << '\n';
+    return 2;
+  }
+  if (o.format == "json") {
+    analysis::print_report_json(r, s, sites, o.report, std::cout);
+  } else {
+    analysis::print_report_text(r, s, sites, o.report, std::cout);
+  }
+  std::cout.flush();
+  return std::cout ? 0 : 2;
+}
+
+}  // namespace
+
+void add_report_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "report", "Summarize a snapshot: peaks, memory live at exit, top allocation sites, sizes");
-  cmd->add_option("FILE", o->file, "Snapshot (cumemtrace JSON, or PyTorch's JSON or pickle)")
+  cmd->add_option("FILE", o->files,
+                  "Snapshot (cumemtrace JSON, or PyTorch's JSON or pickle); several, or a "
+                  "directory of them: the processes side by side (a job's ranks)")
       ->required();
   cmd->add_option("--format", o->format, "Output format")
       ->capture_default_str()
@@ -37,33 +159,51 @@ void add_report_command(CLI::App& app, int& exit_code) {
                   "Also evaluate the window of the START..END annotation pair NAME (its last "
                   "occurrence): peak and allocations still live at END")
       ->type_name("NAME");
+  cmd->add_flag("--each", o->each,
+                "Many files: after the processes side by side, each file's own report");
+  cmd->add_option("--skew-percent", o->skew_percent,
+                  "Many files: flag a process whose value differs from the median by more than "
+                  "this share of it (and by more than --skew-bytes)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option_function<std::string>(
+         "--skew-bytes",
+         [o](const std::string& v) {
+           auto b = snap::parse_bytes(v);
+           if (!b)
+             throw CLI::ValidationError(
+                 "--skew-bytes",
+                 "expected a size such as 0, 4096, 12MiB or 1.5GB, got '" + v + "'");
+           o->skew_bytes = *b;
+         },
+         "Many files: flag a process whose value differs from the median by more than SIZE "
+         "(and by more than --skew-percent; default 64MiB)")
+      ->type_name("SIZE");
   cmd->callback([o, &exit_code] {
     // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.
     try {
-      snap::Snapshot s;
-      try {
-        s = snap::read_snapshot_any(o->file);
-      } catch (const snap::ReadError& e) {
-        std::cerr << "cumemtrace report: " << e.what() << '\n';
-        exit_code = 2;
+      std::error_code ec;
+      const bool one =
+          o->files.size() == 1 &&
+          (o->files.front() == "-" || !std::filesystem::is_directory(o->files.front(), ec));
+      if (one && is_intervals_file(o->files.front())) {
+        exit_code = print_intervals(o->files.front(), o->format, std::cout, std::cerr) ? 0 : 2;
         return;
       }
-      const analysis::SiteTable sites(s, o->report.full_names);
-      analysis::Report r;
-      try {
-        r = analysis::build_report(s, sites, o->file, o->report.range);
-      } catch (const analysis::RangeNotFound& e) {
-        std::cerr << "cumemtrace report: " << o->file << ": " << e.what() << '\n';
-        exit_code = 2;
+      if (one) {
+        exit_code = report_one(*o);
         return;
       }
-      if (o->format == "json") {
-        analysis::print_report_json(r, s, sites, o->report, std::cout);
-      } else {
-        analysis::print_report_text(r, s, sites, o->report, std::cout);
+      SnapshotInputs in = read_snapshot_inputs(o->files);
+      exit_code = report_many(*o, in);
+      // A bounded capture's directory: its interval summaries after the processes.
+      for (const auto& f : o->files) {
+        if (o->format != "text" || !std::filesystem::is_directory(f, ec)) continue;
+        for (const auto& summary : intervals_files_in(f)) {
+          std::cout << '\n';
+          if (!print_intervals(summary, o->format, std::cout, std::cerr)) exit_code = 2;
+        }
       }
-      std::cout.flush();
-      exit_code = std::cout ? 0 : 2;
     } catch (const std::exception& e) {
       std::cerr << "cumemtrace report: " << e.what() << '\n';
       exit_code = 2;

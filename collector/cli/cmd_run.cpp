@@ -10,7 +10,15 @@
 //    with one line saying why ("no CUDA allocation seen", unless --allow-no-cuda);
 //  - without limits, tracing that cannot start is one line and the program runs untraced;
 //  - the text verdict goes to stderr; --format json/github go to stdout, or to --verdict-file;
-//    -q prints nothing but errors (a passing verdict is silent).
+//    -q prints nothing but errors (a passing verdict is silent);
+//  - every process traced is judged, however it was started: a program's descendants that lost
+//    the inherited control socket (torchrun's workers, anything that closes its descriptors)
+//    reach this collector through its rendezvous socket (live/rendezvous.h), and `run` returns
+//    only when each of them has ended and its snapshot is written (or its collector said why
+//    not). A failing limit on a rank of a job is named with the rank (analysis/rank_identity.h);
+//    after the per-process summaries comes one line for the job;
+//  - a program the loader runs in secure mode (setuid: cli/secure_exec.h) is said to be one
+//    before it starts: it runs untraced, or with a limit does not run (exit 2).
 // It also makes the preload PROGRAM's NVTX injection library (NVTX_INJECTION64_PATH), unless the
 // caller already chose one, so that NVTX ranges and marks become snapshot annotations, and puts
 // cumemtrace's sitecustomize first on PYTHONPATH so that a Python program's PyTorch
@@ -34,45 +42,41 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "analysis/check.h"
+#include "analysis/limits.h"
+#include "analysis/rank_identity.h"
 #include "cli/check_options.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/log.h"
+#include "cli/secure_exec.h"
+#include "cli/settings_options.h"
 #include "io/file_output.h"
+#include "live/bounded_settings.h"
 #include "live/collector_loop.h"
 #include "live/output_dir.h"
+#include "live/rendezvous.h"
+#include "live/summary.h"
 
 namespace cumemtrace::cli {
 
 namespace {
 
 struct RunArgs {
-  std::string output = ".";
-  unsigned stack_depth = 32;
-  unsigned buffer_mb = 8;
-  uint64_t max_trace_events = 0;
-  double snapshot_every = 0;
+  SettingChoices settings;  // the table's rows with a flag (cli/settings_options.h)
   bool no_follow = false;
-  bool free_stacks = false;
-  bool torch_native_stacks = false;
-  std::string clock;  // empty: the preload's own default (precise) or CUMEMTRACE_CLOCK
   bool quiet = false;
   bool allow_no_cuda = false;
   int error_exitcode = 1;
   std::string verdict_file;
-  std::string log_level;
   std::vector<std::string> command;
   analysis::CheckOptions check;
 };
 
-bool has_limits(const analysis::CheckOptions& c) {
-  return c.max_leaked_bytes || c.max_peak_bytes || c.max_growth;
-}
-
 std::string find_preload() {
-  if (const char* p = getenv("CUMEMTRACE_PRELOAD")) return p;
+  if (const char* p = settings::from_env(settings::Id::kPreloadPath)) return p;
   char self[PATH_MAX] = {};
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return {};
@@ -108,17 +112,6 @@ std::string preload_problem(const std::string& path) {
   return {};
 }
 
-std::string limit_names(const analysis::CheckOptions& c) {
-  std::string s;
-  auto add = [&](bool on, const char* name) {
-    if (on) s += (s.empty() ? "" : ", ") + std::string(name);
-  };
-  add(c.max_leaked_bytes.has_value(), "--max-leaked-bytes");
-  add(c.max_peak_bytes.has_value(), "--max-peak-bytes");
-  add(c.max_growth.has_value(), "--max-growth");
-  return s;
-}
-
 int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -139,7 +132,8 @@ void prepend_python_path(const std::string& preload) {
 }
 
 [[noreturn]] void exec_child(const RunArgs& a, const std::string& preload, int ctl_fd,
-                             const sigset_t& old_mask) {
+                             const std::string& rendezvous, const sigset_t& old_mask) {
+  using settings::Id;
   signal(SIGINT, SIG_DFL);
   signal(SIGQUIT, SIG_DFL);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
@@ -148,19 +142,22 @@ void prepend_python_path(const std::string& preload) {
     const char* old = getenv("LD_PRELOAD");
     const std::string lp = old && *old ? preload + ":" + old : preload;
     setenv("LD_PRELOAD", lp.c_str(), 1);
-    setenv("CUMEMTRACE_CONTROL_FD", std::to_string(ctl_fd).c_str(), 1);
+    setenv(settings::row(Id::kControlFd).variable, std::to_string(ctl_fd).c_str(), 1);
+    if (!rendezvous.empty()) {
+      setenv(settings::row(Id::kControlSocket).variable, rendezvous.c_str(), 1);
+    } else {
+      unsetenv(settings::row(Id::kControlSocket).variable);  // an outer run's: not ours to reach
+    }
+    // The program may change its directory: the snapshots' is said in full.
     std::error_code ec;
-    setenv("CUMEMTRACE_OUTPUT", std::filesystem::absolute(a.output, ec).c_str(), 1);
-    setenv("CUMEMTRACE_STACK_DEPTH", std::to_string(a.stack_depth).c_str(), 1);
-    if (a.free_stacks) setenv("CUMEMTRACE_FREE_STACKS", "1", 1);
-    if (a.torch_native_stacks) setenv("CUMEMTRACE_TORCH_NATIVE_STACKS", "1", 1);
-    if (!a.clock.empty()) setenv("CUMEMTRACE_CLOCK", a.clock.c_str(), 1);
-    setenv("CUMEMTRACE_BUFFER_MB", std::to_string(a.buffer_mb).c_str(), 1);
+    const std::string output = a.settings.chosen(Id::kOutput);
+    setenv(settings::row(Id::kOutput).variable, std::filesystem::absolute(output, ec).c_str(), 1);
+    pass_on(a.settings);  // what the user chose by a flag; the rest is the preload's default
     setenv("NVTX_INJECTION64_PATH", preload.c_str(), 0);
     prepend_python_path(preload);
     if (a.no_follow) {
-      setenv("CUMEMTRACE_FOLLOW", "0", 1);
-      setenv("CUMEMTRACE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
+      setenv(settings::row(Id::kFollow).variable, "0", 1);
+      setenv(settings::row(Id::kRootPid).variable, std::to_string(getpid()).c_str(), 1);
     }
   }
   std::vector<char*> argv;
@@ -174,9 +171,52 @@ void prepend_python_path(const std::string& preload) {
   _exit(errno == ENOENT ? 127 : 126);
 }
 
-int run_main(const RunArgs& a) {
-  const bool gate = has_limits(a.check);
-  // Everything the user got wrong is said now, not after an hours-long job.
+// Without it only processes that keep the inherited descriptor are traced by this run; the
+// others get collectors of their own, as under plain LD_PRELOAD.
+void open_rendezvous(collect::Rendezvous& rendezvous) {
+  if (auto why = rendezvous.open(); !why.empty()) {
+    spdlog::warn(
+        "no rendezvous socket ({}): processes that close their descriptors are traced by "
+        "collectors of their own",
+        why);
+  }
+}
+
+// After the per-process summaries, one line for a job of several processes.
+void print_job_summary(const std::vector<collect::WrittenSnapshot>& written) {
+  if (written.size() < 2) return;
+  std::vector<const snap::Snapshot*> processes;
+  for (const auto& w : written) processes.push_back(&w.snapshot);
+  fmt::print(stderr, "{}", collect::summarize_job(processes));
+}
+
+// A limit that failed on a rank of a job, said with the rank, where the verdict went elsewhere
+// (--format json/github, --verdict-file): a user of a job asks which rank. An error line,
+// printed under -q too.
+void print_failed_ranks(const std::vector<collect::WrittenSnapshot>& written,
+                        const analysis::CheckResult& result) {
+  for (const auto& w : written) {
+    const analysis::RankIdentity id = analysis::rank_identity(w.snapshot);
+    if (!id.known()) continue;
+    for (const auto& f : result.findings) {
+      if (f.snapshot != w.path || f.severity != analysis::Severity::kError) continue;
+      fmt::print(stderr, "cumemtrace: {} (pid {}) failed: {}\n", id.describe(),
+                 w.snapshot.tool ? w.snapshot.tool->pid : 0, f.message);
+    }
+  }
+}
+
+// Everything the user got wrong, said before an hours-long job starts: "" or the line. Fills the
+// collector's settings into `opts`. `program_problem`: a variable the program's side would refuse,
+// which stops tracing like any other reason it cannot start.
+std::string usage_problem(RunArgs& a, collect::CollectorOptions& opts,
+                          std::string& program_problem) {
+  using settings::Id;
+  uint8_t bad_reader = 0;
+  std::string bad = resolve(a.settings, bad_reader);
+  if (!bad.empty() && (bad_reader & settings::kCollector)) return bad;
+  program_problem = bad;
+  const bool gate = analysis::any_limit(a.check);
   std::string usage = analysis::check_options_problem(a.check, {});
   if (usage.empty() && !a.verdict_file.empty()) {
     if (a.verdict_file == a.check.junit) {
@@ -187,44 +227,43 @@ int run_main(const RunArgs& a) {
   }
   if (usage.empty() && !gate && (!a.verdict_file.empty() || !a.check.junit.empty())) {
     usage =
-        "--verdict-file and --junit need a limit (--max-leaked-bytes, --max-peak-bytes or "
-        "--max-growth)";
+        fmt::format("--verdict-file and --junit need a limit ({})", analysis::every_limit_flag());
   }
-  if (!usage.empty()) {
-    fmt::print(stderr, "cumemtrace run: {}\n", usage);
-    return 2;
-  }
+  const SettingChoices& s = a.settings;
+  opts.session.max_trace_events = s.get(Id::kMaxTraceEvents).number;
+  opts.session.snapshot_every_s =
+      s.given(Id::kSnapshotEvery) ? s.get(Id::kSnapshotEvery).seconds : 0;
+  collect::BoundedSettings b;
+  b.keep = s.text(Id::kKeep);
+  b.max_disk = s.text(Id::kMaxDisk);
+  b.interval = s.text(Id::kInterval);
+  b.spelled_keep = s.spelled(Id::kKeep);
+  b.spelled_max_disk = s.spelled(Id::kMaxDisk);
+  b.spelled_interval = s.spelled(Id::kInterval);
+  if (usage.empty()) usage = collect::apply_bounded(b, opts);
+  return usage;
+}
 
-  std::string preload = find_preload();
-  std::string problem = preload_problem(preload);
-  if (problem.empty()) problem = collect::prepare_output_dir(a.output);
-  // After the directory exists: a relative CUMEMTRACE_LOG_FILE is created inside it.
-  if (auto bad = log::init(a.log_level, a.output); !bad.empty()) {
-    fmt::print(stderr, "cumemtrace run: {}\n", bad);
-    return 2;
+// Live gauges: a port that cannot be had is said before the program starts (false: exit 2).
+bool open_metrics(const RunArgs& a, collect::MetricsServer& metrics) {
+  using settings::Id;
+  const std::string& addr = a.settings.text(Id::kMetrics);
+  if (addr.empty()) return true;
+  const bool is_public = a.settings.get(Id::kMetricsPublic).number == 1;
+  if (auto why = metrics.open(addr, is_public); !why.empty()) {
+    fmt::print(stderr, "cumemtrace run: --metrics: {}\n", why);
+    return false;
   }
-  int ctl[2] = {-1, -1};
-  if (problem.empty() && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
-    problem = fmt::format("socketpair failed: {}", strerror(errno));
+  if (!a.quiet || addr.ends_with(":0") || addr == "0") {
+    fmt::print(stderr, "cumemtrace: serving metrics at http://{}/metrics\n", metrics.address());
   }
-  if (!problem.empty()) {
-    if (gate) {
-      fmt::print(stderr, "cumemtrace: {}; not running the program: {} needs a trace\n", problem,
-                 limit_names(a.check));
-      return 2;
-    }
-    fmt::print(stderr, "cumemtrace: {}; running the program untraced\n", problem);
-    preload.clear();
-  }
-  std::error_code ec;
-  const std::string out_dir = std::filesystem::absolute(a.output, ec).lexically_normal().string();
-  if (!preload.empty() && !a.quiet) {
-    fmt::print(stderr, "cumemtrace: writing snapshots to {}\n", out_dir);
-  }
+  return true;
+}
 
-  // SIGCHLD, SIGTERM and SIGHUP arrive through a signalfd; Ctrl-C reaches the program from the
-  // terminal directly, so the launcher itself ignores it and stays to write the snapshot.
-  sigset_t mask, old_mask;
+// SIGCHLD, SIGTERM and SIGHUP arrive through the returned signalfd; Ctrl-C reaches the program
+// from the terminal directly, so the launcher itself ignores it and stays to write the snapshot.
+int block_signals(sigset_t& old_mask) {
+  sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGCHLD);
   sigaddset(&mask, SIGTERM);
@@ -233,31 +272,16 @@ int run_main(const RunArgs& a) {
   signal(SIGINT, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
-  const int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+}
 
-  const pid_t child = fork();
-  if (child < 0) {
-    fmt::print(stderr, "cumemtrace: fork failed: {}\n", strerror(errno));
-    return 2;
-  }
-  if (child == 0) exec_child(a, preload, ctl[1], old_mask);
-  if (ctl[1] >= 0) ::close(ctl[1]);
-
-  collect::CollectorOptions opts;
-  opts.summary = !a.quiet;
-  opts.session.output_dir = a.output;
-  opts.session.max_trace_events = a.max_trace_events;
-  opts.session.snapshot_every_s = a.snapshot_every;
-  collect::Collector collector(ctl[0], opts);
-  collector.set_direct_child(child);
-  collector.set_signal_fd(sfd);
-  collector.run();
-  const int code = collector.child_status() ? exit_code_of(*collector.child_status()) : 1;
+// What was traced, in one line either way, and where to look next.
+void print_outcome(const RunArgs& a, const collect::Collector& collector, bool traced, bool gate,
+                   const std::string& out_dir) {
   const auto& written = collector.written();
-
-  // What was traced, in one line either way.
+  if (!a.quiet) print_job_summary(written);
   std::string untraced;
-  if (!preload.empty() && written.empty()) {
+  if (traced && written.empty()) {
     untraced = collector.refusals().empty()
                    ? std::string("no CUDA allocation seen; no snapshot written")
                    : fmt::format("tracing was refused ({}); no snapshot written",
@@ -265,29 +289,33 @@ int run_main(const RunArgs& a) {
   }
   if (!untraced.empty() && (!a.quiet || gate)) fmt::print(stderr, "cumemtrace: {}\n", untraced);
   if (!written.empty() && !a.quiet && ::access(written.front().path.c_str(), F_OK) == 0) {
+    // A job's files side by side: report over the directory (its rank table).
     fmt::print(stderr, "cumemtrace: see where the memory went: cumemtrace report {}\n",
-               written.front().path);
+               written.size() > 1 ? out_dir : written.front().path);
   }
-  if (!gate) return code;
+}
 
-  // The gate. The program's own failure comes first: its status is never masked.
+// The gate, on the snapshots just written: the program's own failure comes first (its status is
+// never masked), then the same verdict as `cumemtrace check`.
+int judge(const RunArgs& a, const collect::Collector& collector, bool traced, int code) {
+  const auto& written = collector.written();
   auto gate_failed = [&] { return code != 0 ? code : a.error_exitcode; };
-  if (preload.empty() || written.empty()) {
-    if (a.allow_no_cuda && !preload.empty() && collector.refusals().empty()) {
+  if (!traced || written.empty()) {
+    if (a.allow_no_cuda && traced && collector.refusals().empty()) {
       if (!a.quiet) fmt::print(stderr, "cumemtrace: nothing to check (--allow-no-cuda)\n");
       return code;
     }
     fmt::print(stderr, "cumemtrace: {} cannot judge a program that left no snapshot: failed{}\n",
-               limit_names(a.check),
+               analysis::given_limit_flags(a.check),
                collector.refusals().empty() ? " (pass --allow-no-cuda if that is expected)" : "");
     return gate_failed();
   }
-  // The same gate as `cumemtrace check`, on the snapshots just written.
   std::vector<analysis::LoadedSnapshot> snaps;
   for (const auto& w : written) snaps.push_back({w.path, w.snapshot});
   const bool to_stdout = a.check.format != "text";
   std::ostringstream verdict_text;
-  const int verdict = analysis::run_check(snaps, a.check, verdict_text, std::cerr);
+  analysis::CheckResult result;
+  const int verdict = analysis::run_check(snaps, a.check, verdict_text, std::cerr, &result);
   int status = verdict == 0 ? code : verdict == 1 ? gate_failed() : code != 0 ? code : 2;
   if (!a.verdict_file.empty() && a.verdict_file != "-") {
     try {
@@ -302,7 +330,78 @@ int run_main(const RunArgs& a) {
     o << verdict_text.str();
     o.flush();
   }
+  // The text verdict on stderr names each rank already (check's lines); elsewhere (stdout's JSON,
+  // a verdict file) the terminal still gets one line per failing rank.
+  if (to_stdout || !a.verdict_file.empty()) print_failed_ranks(written, result);
   return status;
+}
+
+int run_main(RunArgs& a) {
+  using settings::Id;
+  const bool gate = analysis::any_limit(a.check);
+  collect::CollectorOptions opts;
+  std::string problem;
+  if (std::string usage = usage_problem(a, opts, problem); !usage.empty()) {
+    fmt::print(stderr, "cumemtrace run: {}\n", usage);
+    return 2;
+  }
+  const std::string output = a.settings.chosen(Id::kOutput);
+  std::string preload = find_preload();
+  if (problem.empty()) problem = preload_problem(preload);
+  if (problem.empty()) problem = secure_exec_problem(a.command.front());
+  if (problem.empty()) problem = collect::prepare_output_dir(output);
+  // After the directory exists: a relative CUMEMTRACE_LOG_FILE is created inside it.
+  if (auto bad = log::init(a.settings.text(Id::kLog), output); !bad.empty()) {
+    fmt::print(stderr, "cumemtrace run: {}\n", bad);
+    return 2;
+  }
+  collect::MetricsServer metrics;
+  if (!open_metrics(a, metrics)) return 2;
+  int ctl[2] = {-1, -1};
+  if (problem.empty() && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
+    problem = fmt::format("socketpair failed: {}", strerror(errno));
+  }
+  collect::Rendezvous rendezvous;
+  if (problem.empty()) open_rendezvous(rendezvous);
+  if (!problem.empty()) {
+    if (gate) {
+      fmt::print(stderr, "cumemtrace: {}; not running the program: {} needs a trace\n", problem,
+                 analysis::given_limit_flags(a.check));
+      return 2;
+    }
+    fmt::print(stderr, "cumemtrace: {}; running the program untraced\n", problem);
+    preload.clear();
+  }
+  std::error_code ec;
+  const std::string out_dir = std::filesystem::absolute(output, ec).lexically_normal().string();
+  if (!preload.empty() && !a.quiet) {
+    fmt::print(stderr, "cumemtrace: writing snapshots to {}\n", out_dir);
+  }
+
+  sigset_t old_mask;
+  const int sfd = block_signals(old_mask);
+  const pid_t child = fork();
+  if (child < 0) {
+    fmt::print(stderr, "cumemtrace: fork failed: {}\n", strerror(errno));
+    return 2;
+  }
+  if (child == 0) exec_child(a, preload, ctl[1], rendezvous.path(), old_mask);
+  if (ctl[1] >= 0) ::close(ctl[1]);
+
+  opts.summary = !a.quiet;
+  opts.session.output_dir = output;
+  collect::Collector collector(ctl[0], opts);
+  if (!metrics.address().empty()) {
+    metrics.start();  // after the fork: the child has no thread of ours
+    collector.set_metrics(&metrics);
+  }
+  collector.set_direct_child(child);
+  collector.set_signal_fd(sfd);
+  collector.set_rendezvous_fd(rendezvous.fd());
+  collector.run();
+  const int code = collector.child_status() ? exit_code_of(*collector.child_status()) : 1;
+  print_outcome(a, collector, !preload.empty(), gate, out_dir);
+  return gate ? judge(a, collector, !preload.empty(), code) : code;
 }
 
 }  // namespace
@@ -313,33 +412,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
       "run",
       "run PROGRAM with cumemtrace and write one snapshot per traced process: "
       "cumemtrace run [OPTIONS] PROGRAM [ARGS...] (options end at PROGRAM; -- also works)");
-  sub->add_option("-o,--output", args->output, "directory for snapshots (created if missing)")
-      ->capture_default_str();
-  sub->add_option("--stack-depth", args->stack_depth, "native frames per event, 0 disables")
-      ->check(between(0, 128))
-      ->capture_default_str();
-  sub->add_flag("--free-stacks", args->free_stacks,
-                "record a stack for every release too (frees, unmaps, PyTorch's free requests); "
-                "by default only allocations carry one");
-  sub->add_option("--clock", args->clock,
-                  "each event's time: precise (the default: the TSC, ns) or coarse (the kernel's "
-                  "tick, 1-4 ms; a cheaper read for allocation-bound programs)")
-      ->check(CLI::IsMember({"precise", "coarse"}));
-  sub->add_flag("--torch-native-stacks", args->torch_native_stacks,
-                "give PyTorch's block events (and its cudaMallocAsync tensors) all their native "
-                "frames too where they have Python ones or an autograd node's; by default such a "
-                "stack is the Python frames (PyTorch's stacks=\"python\"), on autograd's engine "
-                "thread the node's apply()");
-  sub->add_option("--buffer-mb", args->buffer_mb, "ring buffer size per process in MiB")
-      ->check(between(1, 4096))
-      ->capture_default_str();
-  sub->add_option("--max-trace-events", args->max_trace_events,
-                  "keep only the newest N trace entries (live state stays complete); 0 = all")
-      ->check(between(0, INT64_MAX))
-      ->capture_default_str();
-  sub->add_option("--snapshot-every", args->snapshot_every,
-                  "also write EXE.PID.periodic-N.json every SECONDS while a process runs")
-      ->check(seconds_between(0.001, 1e9));
+  add_setting_options(sub, args->settings);  // -o, --stack-depth, --clock, --keep...
   sub->add_flag("--no-follow", args->no_follow, "trace only PROGRAM itself, not its children");
   sub->add_flag(
       "-q,--quiet", args->quiet,
@@ -355,10 +428,6 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->type_name("FILE");
   sub->add_flag("--allow-no-cuda", args->allow_no_cuda,
                 "let limits pass when the program made no CUDA allocation (default: fail)");
-  sub->add_option("--log-level", args->log_level,
-                  "the collector's own diagnostics: trace, debug, info, warn, error or off "
-                  "(default: CUMEMTRACE_LOG, else warn)")
-      ->check(log_level_name());
   sub->add_option("command", args->command, "PROGRAM and its arguments")->required();
   sub->callback([args, &exit_code] { exit_code = run_main(*args); });
 }

@@ -1,9 +1,9 @@
 // `cumemtrace snapshot PID`: asks a traced process for an intermediate snapshot without stopping
 // it. The process's preload counts SIGUSR2 in its ring and its collector writes
-// EXE.PID.request-N.json in its output directory. The signal is sent only to a process whose
-// ring says that the preload took SIGUSR2 (its memfd is named cumemtrace-ring-usr2): an untraced
-// process, one that has not started tracing yet, or one with its own SIGUSR2 handler would be
-// killed or misled by it.
+// EXE.PID.request-N.json (EXE.rankN.PID... for a rank of a job) in its output directory. The signal
+// is sent only to a process whose ring says that the preload took SIGUSR2 (its memfd is named
+// cumemtrace-ring-usr2): an untraced process, one that has not started tracing yet, or one with its
+// own SIGUSR2 handler would be killed or misled by it.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -61,9 +61,10 @@ int snapshot_main(int pid) {
     return 2;
   }
   fmt::print(stderr,
-             "cumemtrace: asked pid {} for a snapshot; its collector writes EXE.{}.request-N.json "
+             "cumemtrace: asked pid {} for a snapshot; its collector writes "
+             "EXE.{}.request-N.json (EXE.rankN.{}... for a rank of a job) "
              "in its output directory\n",
-             pid, pid);
+             pid, pid, pid);
   return 0;
 }
 

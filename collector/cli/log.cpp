@@ -13,6 +13,8 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include "settings_table.h"
+
 namespace cumemtrace::log {
 
 namespace {
@@ -52,8 +54,8 @@ bool valid_level(const std::string& level) {
 std::string init(const std::string& level, const std::string& output_dir) {
   std::string name = level;
   if (name.empty()) {
-    const char* env = getenv("CUMEMTRACE_LOG");
-    name = env && *env ? env : "warn";
+    const char* env = settings::from_env(settings::Id::kLog);
+    name = env ? env : settings::row(settings::Id::kLog).fallback;
   }
   std::string problem;
   if (!valid_level(name)) {
@@ -62,7 +64,7 @@ std::string init(const std::string& level, const std::string& output_dir) {
     name = "warn";
   }
   std::shared_ptr<spdlog::sinks::sink> sink;
-  if (const char* file = getenv("CUMEMTRACE_LOG_FILE"); file && *file) {
+  if (const char* file = settings::from_env(settings::Id::kLogFile)) {
     std::string path = file;
     if (path[0] != '/' && !output_dir.empty()) path = output_dir + "/" + path;
     const int fd =

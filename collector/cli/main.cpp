@@ -17,6 +17,7 @@
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/log.h"
+#include "cli/settings_options.h"
 
 namespace {
 
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
   cumemtrace::cli::add_html_command(app, exit_code);
   cumemtrace::cli::add_convert_command(app, exit_code);
   cumemtrace::cli::add_whatif_command(app, exit_code);
+  cumemtrace::cli::add_settings_command(app);
 
   // The offline commands' own diagnostics (what was read, in which format, how long it took):
   // CUMEMTRACE_LOG or --log-level. `run` sets its logger up itself, once its output directory
@@ -112,7 +114,7 @@ int main(int argc, char** argv) {
   // The site rule's library paths (analysis/frames.h, set_library_code): CUMEMTRACE_LIBRARY_CODE
   // for every command (the live collector's summary included), --library-code for the offline
   // ones, which wins.
-  if (const char* code = std::getenv("CUMEMTRACE_LIBRARY_CODE"))
+  if (const char* code = cumemtrace::settings::from_env(cumemtrace::settings::Id::kLibraryCode))
     cumemtrace::analysis::set_library_code(code);
   for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; })) {
     if (s->get_name() == "run" || s->get_group().empty()) continue;

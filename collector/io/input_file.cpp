@@ -28,6 +28,21 @@ struct Fd {
   throw InputFileError(fmt::format("{}: {}: {}", path, doing, std::strerror(err)));
 }
 
+// Reads until `buf` is full or the input ends; the count read.
+size_t read_full(int fd, const std::string& name, char* buf, size_t size) {
+  size_t len = 0;
+  while (len < size) {
+    const ssize_t n = ::read(fd, buf + len, size - len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(name, "cannot read", errno);
+    }
+    if (n == 0) break;
+    len += static_cast<size_t>(n);
+  }
+  return len;
+}
+
 }  // namespace
 
 std::string describe_file_type(unsigned mode) {
@@ -51,7 +66,8 @@ std::string describe_file_type(unsigned mode) {
   }
 }
 
-std::string read_input_file(const std::string& path, std::string_view what, uint64_t max_bytes) {
+std::string read_input_file(const std::string& path, std::string_view what, uint64_t max_bytes,
+                            HeadCheck head_check) {
   const bool stdin_input = path == "-";
   const std::string name = stdin_input ? "<stdin>" : path;
   Fd f;
@@ -78,13 +94,22 @@ std::string read_input_file(const std::string& path, std::string_view what, uint
     const int fl = ::fcntl(f.fd, F_GETFL);
     if (fl >= 0) ::fcntl(f.fd, F_SETFL, fl & ~O_NONBLOCK);
   }
+  // The first bytes, judged before anything else is read or allocated.
+  char head[kHeadBytes];
+  const size_t head_len = read_full(f.fd, name, head, sizeof head);
+  if (head_check) {
+    if (auto bad = head_check(std::string_view(head, head_len)); !bad.empty()) {
+      throw InputFileError(fmt::format("{}:{}", name, bad));
+    }
+  }
   // read() straight into the result, which grows (doubling, within the bound) only for stdin or
   // a file that grew after fstat.
   std::string data;
-  size_t len = 0;
+  size_t len = head_len;
   try {
-    data.resize(static_cast<size_t>(
-        std::min<uint64_t>(std::max<uint64_t>(expected + 1, 1 << 16), max_bytes + 1)));
+    data.resize(std::max(head_len, static_cast<size_t>(std::min<uint64_t>(
+                                       std::max<uint64_t>(expected + 1, 1 << 16), max_bytes + 1))));
+    std::memcpy(data.data(), head, head_len);
     for (;;) {
       if (len == data.size()) {
         if (len > max_bytes) {

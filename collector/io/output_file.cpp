@@ -1,6 +1,6 @@
 #include "io/output_file.h"
 
-namespace cumemtrace::viz {
+namespace cumemtrace::io {
 
 std::string default_output_path(const std::string& input, const std::string& suffix) {
   std::string stem = input;
@@ -19,4 +19,4 @@ uint64_t write_output(const std::string& path, const io::OutputPolicy& policy,
   return io::write_output_file(path, policy, fill);
 }
 
-}  // namespace cumemtrace::viz
+}  // namespace cumemtrace::io

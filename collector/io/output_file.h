@@ -13,7 +13,7 @@
 
 #include "io/file_output.h"
 
-namespace cumemtrace::viz {
+namespace cumemtrace::io {
 
 std::string default_output_path(const std::string& input, const std::string& suffix);
 
@@ -21,4 +21,4 @@ std::string default_output_path(const std::string& input, const std::string& suf
 uint64_t write_output(const std::string& path, const io::OutputPolicy& policy,
                       const std::function<void(std::ostream&)>& fill);
 
-}  // namespace cumemtrace::viz
+}  // namespace cumemtrace::io

@@ -16,6 +16,7 @@
 
 #include "control_protocol.h"
 #include "live/control_channel.h"
+#include "live/metrics_text.h"
 #include "live/summary.h"
 
 namespace cumemtrace::collect {
@@ -43,26 +44,45 @@ Collector::Collector(int control_fd, CollectorOptions opts)
   gethostname(host, sizeof host - 1);
   hostname_ = host;
   opts_.session.driver_memory = &driver_memory_;
+  if (opts_.max_disk_bytes) {
+    budget_ = std::make_unique<DiskBudget>(opts_.max_disk_bytes);
+    opts_.session.budget = budget_.get();
+  }
 }
 
 Collector::~Collector() {
   if (control_fd_ >= 0) ::close(control_fd_);
+  for (int c : connections_) ::close(c);
 }
 
 void Collector::set_direct_child(pid_t pid) {
   child_ = pid;
 }
 
-void Collector::accept_hello() {
-  alignas(8) char buf[wire::kMaxHelloBytes];
-  Received got = recv_with_fds(control_fd_, buf, sizeof buf);
-  const ssize_t n = got.bytes;
-  if (n <= 0) {  // EOF: no process can reach us any more
-    ::close(control_fd_);
-    control_fd_ = -1;
-    return;
+bool Collector::accept_connections() {
+  bool any = false;
+  while (rendezvous_fd_ >= 0) {
+    const int fd = ::accept4(rendezvous_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      break;  // EAGAIN: none waiting
+    }
+    connections_.push_back(fd);
+    any = true;
   }
-  std::vector<int>& fds = got.fds;
+  return any;
+}
+
+bool Collector::accept_hello(int fd) {
+  alignas(8) char buf[wire::kMaxHelloBytes];
+  Received got = recv_with_fds(fd, buf, sizeof buf);
+  const ssize_t n = got.bytes;
+  if (n <= 0) return false;
+  on_hello(buf, n, got.fds);
+  return true;
+}
+
+void Collector::on_hello(const char* buf, ssize_t n, std::vector<int>& fds) {
   auto reject = [&](const std::string& why) {
     if (fds.size() >= 2) send_ack(fds[1], 1, why);
     for (int fd : fds) ::close(fd);
@@ -174,6 +194,7 @@ void Collector::finish(ProcessSession& s) {
                                          std::move(*snapshot)});
     }
   }
+  s.finish_bounded();
   if (!s.error().empty()) fmt::print(stderr, "cumemtrace: {}\n", s.error());
 }
 
@@ -202,12 +223,42 @@ void Collector::sample_driver_memory(std::chrono::steady_clock::time_point now) 
   for (auto& s : sessions_) {
     if (!s->open()) continue;
     auto it = all.find(s->info().pid);
+    // A process NVML no longer lists and whose address space is gone is exiting: the driver
+    // tears its contexts down before the collector sees the end, and a 0 then says nothing of
+    // what the program held (the exit sample speaks for its end).
+    if (it == all.end() && !s->maps_ring()) continue;
     s->add_driver_usage(it != all.end() ? it->second : std::vector<DriverUsage>{});
   }
 }
 
+// A scrape waits: a text of every process's current state, built by the analysis engine from the
+// same snapshot a file would hold. Building stops the draining for as long as it takes (the
+// rings hold the events meanwhile), so texts are built at most every max(100 ms, 9 x the cost):
+// the loop spends at most a tenth of its time on scrapers however often they come.
+void Collector::publish_metrics(std::chrono::steady_clock::time_point now) {
+  if (!metrics_ || now < next_metrics_) return;
+  const uint64_t generation = metrics_->pending();
+  if (!generation) return;
+  std::vector<snap::Snapshot> snapshots;
+  for (auto& s : sessions_) {
+    s->drain();  // what a process recorded before the scrape arrived is in its answer
+    try {
+      snapshots.push_back(s->snapshot("metrics", std::nullopt, /*symbolize=*/false));
+    } catch (const std::exception& e) {
+      spdlog::warn("metrics: pid {}: {}", s->info().pid, e.what());
+    }
+  }
+  std::vector<const snap::Snapshot*> processes;
+  for (const auto& s : snapshots) processes.push_back(&s);
+  metrics_->publish(metrics_text(processes, MetricsFormat::kPrometheus),
+                    metrics_text(processes, MetricsFormat::kOpenMetrics), generation);
+  const auto end = std::chrono::steady_clock::now();
+  next_metrics_ = end + std::max<std::chrono::steady_clock::duration>(
+                            std::chrono::milliseconds(100), 9 * (end - now));
+}
+
 bool Collector::done() const {
-  if (!sessions_.empty()) return false;
+  if (!sessions_.empty() || !connections_.empty()) return false;
   if (child_ > 0) return child_status_.has_value();
   return control_fd_ < 0;
 }
@@ -216,10 +267,13 @@ void Collector::run() {
   std::vector<pollfd> pfds;
   int idle_rounds = 0;
   bool backlog = false;
-  while (!done()) {
+  // A process may connect between the last poll and the end: take it before returning.
+  while (!done() || accept_connections()) {
     pfds.clear();
     if (control_fd_ >= 0) pfds.push_back({control_fd_, POLLIN, 0});
     if (signal_fd_ >= 0) pfds.push_back({signal_fd_, POLLIN, 0});
+    if (rendezvous_fd_ >= 0) pfds.push_back({rendezvous_fd_, POLLIN, 0});
+    for (int c : connections_) pfds.push_back({c, POLLIN, 0});
     for (auto& s : sessions_) {
       if (s->live_fd() >= 0) pfds.push_back({s->live_fd(), POLLIN, 0});
     }
@@ -246,10 +300,21 @@ void Collector::run() {
       s->follow(now);
       report_written(*s);
     }
+    publish_metrics(now);
     for (const auto& p : pfds) {
       if (!p.revents) continue;
       if (p.fd == control_fd_) {
-        accept_hello();
+        if (!accept_hello(control_fd_)) {  // EOF: no process can reach us that way any more
+          ::close(control_fd_);
+          control_fd_ = -1;
+        }
+      } else if (p.fd == rendezvous_fd_) {
+        accept_connections();
+      } else if (auto c = std::find(connections_.begin(), connections_.end(), p.fd);
+                 c != connections_.end()) {
+        accept_hello(p.fd);  // one Hello per connection; EOF: the process gave up or died
+        ::close(p.fd);
+        connections_.erase(c);
       } else if (p.fd == signal_fd_) {
         handle_signals();
       } else {

@@ -1,8 +1,11 @@
 // Contract: the collector's event loop. It accepts traced processes on a control socket
-// (preload/wire/control_protocol.h), drains their rings every millisecond or so while they run, and
-// writes one snapshot per process image when it ends, even when it was killed. It returns when
-// every traced process is gone and either the direct child was reaped (`cumemtrace run`) or the
-// control socket closed (a collector started by the preload). Ring contents are untrusted input.
+// (preload/wire/control_protocol.h) and, under `cumemtrace run`, on connections to its rendezvous
+// socket (live/rendezvous.h: processes that lost the inherited one), drains their rings every
+// millisecond or so while they run, and writes one snapshot per process image when it ends, even
+// when it was killed. It returns when every traced process is gone (a process that said hello is
+// waited for until its liveness socket closes, even after the direct child exited), no
+// connection is waiting, and either the direct child was reaped (`cumemtrace run`) or the control
+// socket closed (a collector started by the preload). Ring contents are untrusted input.
 // About once a second it samples driver-visible memory (NVML, when present) for every open
 // process, and it writes the periodic snapshots that SessionOptions::snapshot_every_s asks for.
 #pragma once
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "live/driver_memory.h"
+#include "live/metrics_server.h"
 #include "live/process_session.h"
 #include "snapshot/snapshot.h"
 
@@ -30,6 +34,8 @@ struct CollectorOptions {
   SessionOptions session;
   bool summary = true;  // print "wrote ..." and the summary paragraph on stderr
   std::string refuse;   // when set, every process is told this and runs untraced
+  // Bounded capture (live/disk_budget.h): the cap on bytes on disk; 0 = off (keep everything).
+  uint64_t max_disk_bytes = 0;
 };
 
 class Collector {
@@ -41,6 +47,11 @@ class Collector {
   void set_direct_child(pid_t pid);
   // Signals the loop handles (blocked by the caller before forking): SIGCHLD, SIGTERM, SIGHUP.
   void set_signal_fd(int fd) { signal_fd_ = fd; }
+  // `cumemtrace run`'s listening rendezvous socket (not owned; non-blocking).
+  void set_rendezvous_fd(int fd) { rendezvous_fd_ = fd; }
+  // `--metrics`: the server whose scrapes the loop answers with texts of its live model (not
+  // owned; live/metrics_server.h, live/metrics_text.h).
+  void set_metrics(MetricsServer* m) { metrics_ = m; }
 
   void run();
 
@@ -54,15 +65,22 @@ class Collector {
   std::optional<int> child_status() const { return child_status_; }
 
  private:
-  void accept_hello();
+  // Reads one Hello from `fd` and opens its session (or refuses it); false at EOF.
+  bool accept_hello(int fd);
+  // Takes every connection waiting on the rendezvous socket; true when there was one.
+  bool accept_connections();
+  void on_hello(const char* buf, ssize_t n, std::vector<int>& fds);
   void handle_signals();
   void finish(ProcessSession& s);
   void report_written(ProcessSession& s);
   void sample_driver_memory(std::chrono::steady_clock::time_point now);
   bool done() const;
+  void publish_metrics(std::chrono::steady_clock::time_point now);
 
   int control_fd_;
   int signal_fd_ = -1;
+  int rendezvous_fd_ = -1;
+  std::vector<int> connections_;  // accepted on the rendezvous socket, their Hello not yet read
   CollectorOptions opts_;
   pid_t child_ = -1;
   std::optional<int> child_status_;
@@ -71,7 +89,10 @@ class Collector {
   std::vector<std::string> refusals_;
   std::string hostname_;
   DriverMemory driver_memory_;
+  std::unique_ptr<DiskBudget> budget_;  // bounded capture only
   std::chrono::steady_clock::time_point next_driver_sample_{};
+  MetricsServer* metrics_ = nullptr;
+  std::chrono::steady_clock::time_point next_metrics_{};
 };
 
 }  // namespace cumemtrace::collect

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <memory>
 
+#include "settings_table.h"
+
 namespace cumemtrace::collect {
 
 namespace {
@@ -65,8 +67,10 @@ DriverMemory::DriverMemory() = default;
 bool DriverMemory::available() {
   if (tried_) return lib_ != nullptr;
   tried_ = true;
-  const char* path = std::getenv("CUMEMTRACE_NVML_LIBRARY");
-  void* lib = dlopen(path && *path ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  // A bad CUMEMTRACE_NVML_LIBRARY stopped tracing before a collector got here (settings_table.h).
+  const settings::Setting& row = settings::row(settings::Id::kNvmlLibrary);
+  const char* path = settings::from_env(row);
+  void* lib = dlopen(path ? path : row.fallback, RTLD_NOW | RTLD_LOCAL);
   if (!lib) return false;
   auto api = std::make_unique<Api>();
   auto sym = [&](auto& fn, const char* name) {

@@ -1,7 +1,7 @@
 // Contract: turns the times a ring's events carry into CLOCK_MONOTONIC nanoseconds, the clock the
 // rest of the collector (and the ring header's epoch pair) speaks. A ring of kTimeMonotonic or
 // kTimeMonotonicCoarse (the same ns at the kernel tick's resolution) passes its times through. A
-// ring of kTimeTsc (preload/event_clock.h: events read the TSC, which is CLOCK_MONOTONIC's own
+// ring of kTimeTsc (preload/core/event_clock.h: events read the TSC, which is CLOCK_MONOTONIC's own
 // source on that machine) is converted with two (TSC, monotonic) pairs: the producer's, taken when
 // the ring was made, and the collector's newest, taken on every refresh(). Their ratio is the tick
 // length, measured over the whole run so far, and each event is placed back from the newest pair: a

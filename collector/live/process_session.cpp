@@ -1,5 +1,6 @@
 #include "live/process_session.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -18,6 +20,7 @@
 #include "analysis/categories.h"
 #include "analysis/frames.h"
 #include "analysis/oom_verdict.h"
+#include "analysis/rank_identity.h"
 #include "snapshot/snapshot_json_writer.h"
 
 namespace cumemtrace::collect {
@@ -124,6 +127,10 @@ ProcessSession::ProcessSession(int memfd, int live_fd, ProcessInfo info, Session
         static_cast<uint64_t>(res.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(res.tv_nsec);
   }
   requests_seen_ = ring_->header().snapshot_requests.load(std::memory_order_acquire);
+  if (opts_.budget) {
+    intervals_ = std::make_unique<IntervalLog>(opts_.interval_s);
+    model_.count_stack_bytes();
+  }
   if (opts_.snapshot_every_s > 0) {
     next_periodic_ = std::chrono::steady_clock::now() +
                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -137,7 +144,9 @@ ProcessSession::~ProcessSession() {
 }
 
 void ProcessSession::on_record(const Record& r) {
+  if (intervals_) bounded_before(r);
   model_.add(r);
+  if (intervals_) bounded_after();
   // Written before this record's slot is released: the thread that hit the OOM (or asked
   // for the snapshot) waits for that, so the file shows the state at that moment, before
   // the application goes on.
@@ -192,6 +201,115 @@ size_t ProcessSession::drain() {
     }
   }
   return n;
+}
+
+void ProcessSession::bounded_before(const Record& r) {
+  using wire::Kind;
+  const Kind k = r.ev.kind;
+  if (k != Kind::kFree && k != Kind::kRelease && k != Kind::kUnmap && k != Kind::kExit &&
+      k != Kind::kMark && k != Kind::kSnapshot && k != Kind::kOom) {
+    return;
+  }
+  const uint64_t peak = model_.at_peak_bytes();
+  if (!peak || peak <= peak_written_ + peak_written_ / 16) return;
+  try {
+    write_running("peak", fmt::format("peak-{}", ++peaks_written_));
+    peak_written_ = peak;
+    if (!peak_file_.empty()) opts_.budget->drop(peak_file_, "replaced by a higher peak");
+    peak_file_ = extra_files_.back();
+  } catch (const std::exception& e) {
+    report_write_failure(e);
+  }
+}
+
+void ProcessSession::bounded_after() {
+  if (!intervals_->after_record(model_, symbolizer_, model_.last_time_us(), driver_last_)) return;
+  try {
+    if (intervals_->take_growth_start()) {
+      write_running("growth", fmt::format("growth-{}", ++growth_written_));
+    }
+    // Rewritten whole, so not at every close (one per iteration would be quadratic): a collector
+    // killed loses at most the last few seconds of summaries.
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_summary_) {
+      next_summary_ = now + std::chrono::seconds(5);
+      write_summary();
+    }
+  } catch (const std::exception& e) {
+    report_write_failure(e);
+  }
+}
+
+void ProcessSession::finish_bounded() {
+  if (!intervals_) return;
+  intervals_->finish(model_, symbolizer_, driver_last_);
+  try {
+    write_summary();
+  } catch (const std::exception& e) {
+    report_write_failure(e);
+  }
+  if (opts_.budget->over_cap()) {
+    fmt::print(stderr,
+               "cumemtrace: pid {}: the final snapshots and summaries alone exceed --max-disk ({} "
+               "bytes on disk)\n",
+               info_.pid, opts_.budget->total());
+  }
+}
+
+std::string ProcessSession::summary_path() const {
+  return fmt::format("{}/{}.{}.intervals.json", opts_.output_dir, base_name(info_.exe), info_.pid);
+}
+
+// The whole summary, rewritten (a new file renamed over the old one: never a half-written one,
+// and a symlink in its place is replaced, not followed).
+void ProcessSession::write_summary() {
+  const DiskBudget& b = *opts_.budget;
+  const std::string path = summary_path();
+  auto files = [&](const std::vector<DiskFile>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const DiskFile& f : list) {
+      if (f.pid != info_.pid || f.kind == WindowKind::kSummary) continue;
+      nlohmann::json j = {{"file", f.path.substr(f.path.rfind('/') + 1)},
+                          {"kind", window_kind_name(f.kind)},
+                          {"bytes", f.bytes}};
+      if (!f.why.empty()) j["why"] = f.why;
+      out.push_back(std::move(j));
+    }
+    return out;
+  };
+  nlohmann::json totals = nlohmann::json::array();
+  const auto dev = model_.device_totals();
+  for (size_t d = 0; d < dev.size(); ++d) {
+    totals.push_back({{"device", d},
+                      {"allocations", dev[d].allocations},
+                      {"frees", dev[d].frees},
+                      {"bytes_allocated", dev[d].bytes_allocated},
+                      {"bytes_freed", dev[d].bytes_freed},
+                      {"live_bytes", dev[d].live},
+                      {"peak_bytes", dev[d].peak}});
+  }
+  const nlohmann::json doc = {{"cumemtrace_intervals", 1},
+                              {"pid", info_.pid},
+                              {"exe", info_.exe},
+                              {"interval_s", opts_.interval_s},
+                              {"by", intervals_->by_iteration() ? "iteration" : "time"},
+                              {"events", model_.events_total()},
+                              {"max_disk_bytes", b.cap()},
+                              {"totals", std::move(totals)},
+                              {"intervals", intervals_->to_json()},
+                              {"windows", files(b.kept())},
+                              {"dropped", files(b.dropped())}};
+  const std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", tmp, strerror(errno)));
+  const std::string text = doc.dump(1) + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (::close(fd) != 0 || !ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(fmt::format("cannot write {}: {}", path, strerror(err)));
+  }
+  opts_.budget->add(path, WindowKind::kSummary, info_.pid);
 }
 
 std::vector<ProcessSession::NewFile> ProcessSession::take_new_files() {
@@ -348,9 +466,9 @@ void ProcessSession::mark_exec() {
 }
 
 snap::Snapshot ProcessSession::snapshot(const std::string& reason,
-                                        const std::optional<snap::Ended>& ended) {
+                                        const std::optional<snap::Ended>& ended, bool symbolize) {
   const auto start = std::chrono::steady_clock::now();
-  snap::Snapshot s = model_.build(info_, symbolizer_);
+  snap::Snapshot s = symbolize ? model_.build(info_, symbolizer_) : model_.build(info_);
   spdlog::debug(
       "pid {}: {} snapshot built (symbolized) in {:.1f} ms", info_.pid, reason,
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
@@ -372,9 +490,22 @@ std::string ProcessSession::write(const snap::Snapshot& s) {
   const std::string suffix = !s.tool->tag.empty() ? "." + s.tool->tag
                              : reason == "exit"   ? ""
                                                   : "." + reason;
-  const std::string path = snap::write_snapshot_file(
-      s, fmt::format("{}/{}.{}{}.json", opts_.output_dir, base_name(info_.exe), info_.pid, suffix));
+  // A rank of a job is in the name, where a user looks for it among a job's files.
+  const analysis::RankIdentity id = analysis::rank_identity(s);
+  const std::string rank = id.known() ? fmt::format("rank{}.", id.rank) : std::string();
+  if (opts_.budget) opts_.budget->make_room();
+  const std::string path =
+      snap::write_snapshot_file(s, fmt::format("{}/{}.{}{}{}.json", opts_.output_dir,
+                                               base_name(info_.exe), rank, info_.pid, suffix));
   spdlog::debug("pid {}: wrote {}", info_.pid, path);
+  if (opts_.budget) {
+    static const std::map<std::string, WindowKind> kinds = {
+        {"request", WindowKind::kRequest}, {"periodic", WindowKind::kPeriodic},
+        {"growth", WindowKind::kGrowth},   {"peak", WindowKind::kPeak},
+        {"oom", WindowKind::kOom},         {"exit", WindowKind::kExit}};
+    const auto k = kinds.find(reason);
+    opts_.budget->add(path, k != kinds.end() ? k->second : WindowKind::kRequest, info_.pid);
+  }
   return path;
 }
 

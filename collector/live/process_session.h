@@ -7,8 +7,8 @@
 // the process names a device (with its PCI address, which maps NVML's numbering to the process's
 // CUDA ordinals), when a context is created (which measures the context: TraceModel) or
 // destroyed, at exit() and OOM, and by the owner. Snapshots of a running process are written
-// on the way: at an OOM (EXE.PID.oom.json, with that OOM's verdict, analysis/oom_verdict.h, for
-// the collector's line), at a cumemtrace_snapshot(tag) record
+// on the way (EXE.rankN.PID... for a rank of a job): at an OOM (EXE.PID.oom.json, with that OOM's
+// verdict, analysis/oom_verdict.h, for the collector's line), at a cumemtrace_snapshot(tag) record
 // (EXE.PID.TAG.json), when the process's SIGUSR2 counter in the ring header changed
 // (EXE.PID.request-N.json; several signals between two drains make one file) and every
 // `snapshot_every_s` seconds (EXE.PID.periodic-N.json). A driver sample is kept only when a
@@ -21,7 +21,9 @@
 #include <optional>
 #include <string>
 
+#include "live/disk_budget.h"
 #include "live/driver_memory.h"
+#include "live/interval_log.h"
 #include "live/ring_reader.h"
 #include "live/symbolizer.h"
 #include "live/trace_model.h"
@@ -34,6 +36,9 @@ struct SessionOptions {
   uint64_t max_trace_events = 0;          // 0 = keep every trace entry
   double snapshot_every_s = 0;            // 0 = no periodic snapshots
   DriverMemory* driver_memory = nullptr;  // not owned; null = no driver-visible memory
+  // Bounded capture (docs/report.md): the collector's cap on disk (not owned); null = off.
+  DiskBudget* budget = nullptr;
+  double interval_s = 10;  // interval summaries: seconds (whole iterations where marked)
 };
 
 class ProcessSession {
@@ -61,6 +66,8 @@ class ProcessSession {
   void follow(std::chrono::steady_clock::time_point now);
   // Writes a periodic snapshot when one is due at `now`.
   void periodic(std::chrono::steady_clock::time_point now);
+  // Whether the process's address space still holds this ring: false once it exits or execs.
+  bool maps_ring() const;
   // Driver-visible memory of this process just sampled by the owner.
   // `force` keeps a sample even when unchanged (the figure at a snapshot); `at_exit` does not
   // read a missing device as 0 (the process may be tearing down its context right now).
@@ -70,9 +77,12 @@ class ProcessSession {
   // still maps the ring, follow it through /proc.
   void close_live();
   // Builds the snapshot of the current state. `ended` describes how the process ended, if known.
-  snap::Snapshot snapshot(const std::string& reason, const std::optional<snap::Ended>& ended);
-  // Writes a snapshot file named <exe>.<pid>[.<tag or reason>].json in the output directory
-  // (never overwriting; no suffix for "exit"); returns its path. Throws std::runtime_error on I/O
+  // `symbolize` false leaves native frames unresolved (TraceModel::build), for the live gauges.
+  snap::Snapshot snapshot(const std::string& reason, const std::optional<snap::Ended>& ended,
+                          bool symbolize = true);
+  // Writes a snapshot file named <exe>.[rank<N>.]<pid>[.<tag or reason>].json in the output
+  // directory (rank<N> when analysis::rank_identity knows the process's rank; never overwriting;
+  // no suffix for "exit"); returns its path. Throws std::runtime_error on I/O
   // failure.
   std::string write(const snap::Snapshot& s);
 
@@ -93,6 +103,8 @@ class ProcessSession {
     std::string oom_verdict;  // "device 0: exhaustion: 1 MiB requested, ..."; empty: no OOM
   };
   std::vector<NewFile> take_new_files();
+  // Bounded capture: closes the last interval and writes the summary (after the final snapshot).
+  void finish_bounded();
 
  private:
   std::unique_ptr<RingReader> ring_;
@@ -118,8 +130,21 @@ class ProcessSession {
   std::chrono::steady_clock::time_point next_follow_check_;
 
   void on_record(const Record& r);
+  // Bounded capture (see the contract of live/disk_budget.h and live/interval_log.h): a peak
+  // window is written before a record that can only lower device memory, at a peak at least
+  // 1/16 above the last peak window, which it replaces; a growth window once per streak of
+  // sustained growth; the summary at each interval's close.
+  void bounded_before(const Record& r);
+  void bounded_after();
+  void write_summary();
+  std::string summary_path() const;
+  std::unique_ptr<IntervalLog> intervals_;
+  uint64_t peak_written_ = 0;
+  std::string peak_file_;
+  unsigned peaks_written_ = 0;
+  unsigned growth_written_ = 0;
+  std::chrono::steady_clock::time_point next_summary_{};
   void drain_all();
-  bool maps_ring() const;
   void write_running(const std::string& reason, const std::string& tag);
   void sample_driver(bool at_exit = false);
   // A context just created on `device`: the driver's figure for it right now.

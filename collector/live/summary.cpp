@@ -7,6 +7,7 @@
 #include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
 #include "analysis/model.h"
+#include "analysis/rank_identity.h"
 #include "snapshot/size_format.h"
 
 namespace cumemtrace::collect {
@@ -30,6 +31,7 @@ std::string summarize(const snap::Snapshot& s) {
   // Every number here comes from the analysis engine, so it is the number `report`, `check` and
   // the viewers show for the same file.
   const analysis::SiteTable sites(s);
+  const analysis::RankIdentity id = analysis::rank_identity(s);
   std::string peaks, live, layers;
   uint64_t live_total = 0;
   std::map<int, uint64_t> live_by_device;
@@ -55,10 +57,10 @@ std::string summarize(const snap::Snapshot& s) {
     }
   }
   std::string out = fmt::format(
-      "cumemtrace: {} (pid {}) {}: {} events, {} dropped; peak {}; live at exit {} in {}{}", exe,
-      t.pid, ended, t.events_total, t.events_dropped, peaks.empty() ? "none" : peaks,
-      snap::format_bytes(live_total), analysis::live_count_text(analysis::count_live(held)),
-      live.empty() ? "" : " (" + live + ")");
+      "cumemtrace: {} (pid {}{}) {}: {} events, {} dropped; peak {}; live at exit {} in {}{}", exe,
+      t.pid, id.known() ? "; " + id.describe() : std::string(), ended, t.events_total,
+      t.events_dropped, peaks.empty() ? "none" : peaks, snap::format_bytes(live_total),
+      analysis::live_count_text(analysis::count_live(held)), live.empty() ? "" : " (" + live + ")");
   out += layers;
   if (!t.vmm_handles.empty()) out += fmt::format("; {} VMM handles held", t.vmm_handles.size());
   if (!t.host_allocations.empty()) {
@@ -72,6 +74,26 @@ std::string summarize(const snap::Snapshot& s) {
   if (t.events_dropped) out += " [INCOMPLETE: events were dropped]";
   if (!t.ring_error.empty()) out += " [INCOMPLETE: " + t.ring_error + "]";
   return out + ".\n";
+}
+
+std::string summarize_job(const std::vector<const snap::Snapshot*>& processes) {
+  uint64_t total = 0, most = 0;
+  const snap::Snapshot* holder = nullptr;
+  for (const snap::Snapshot* s : processes) {
+    uint64_t held = 0;
+    for (const auto& a : analysis::live_at_exit(*s)) held += a.size;
+    total += held;
+    if (!holder || held > most) {
+      most = held;
+      holder = s;
+    }
+  }
+  if (!holder || !holder->tool) return {};
+  const analysis::RankIdentity id = analysis::rank_identity(*holder);
+  return fmt::format(
+      "cumemtrace: job: {} processes traced; live at exit {} in total, most by {} (pid {}): {}.\n",
+      processes.size(), snap::format_bytes(total), id.known() ? id.describe() : "the process",
+      holder->tool->pid, snap::format_bytes(most));
 }
 
 }  // namespace cumemtrace::collect

@@ -1,7 +1,7 @@
 // Contract: turns raw return addresses of one process into frames, offline. It needs only the
 // module map recorded while the process ran (path + load base per module, see
-// preload/module_map.h) and the ELF files on disk, never /proc of the process, so it works after
-// the target exited or was killed. Each distinct address is resolved once (cache); frames get
+// preload/stacks/module_map.h) and the ELF files on disk, never /proc of the process, so it works
+// after the target exited or was killed. Each distinct address is resolved once (cache); frames get
 // the demangled function name, source file and line from DWARF where the module has it, else
 // module path and "module+0xoffset". A return address is looked up at address - 1 so that the
 // line is the call's, not the next statement's.

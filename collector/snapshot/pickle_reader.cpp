@@ -12,7 +12,7 @@
 
 #include "snapshot/snapshot_reader.h"
 
-namespace cumemtrace::viz {
+namespace cumemtrace::snap {
 
 namespace {
 
@@ -76,7 +76,8 @@ class Unpickler {
   Unpickler(std::string_view b, const std::string& name)
       : b_(b), name_(name), budget_(16 * b.size() + (1u << 20)) {}
 
-  // Runs the pickle to STOP; returns the top value.
+  // Runs the pickle to STOP; returns the top value. One case per opcode, each a few lines: the
+  // switch is the opcode table, read top to bottom (longer than 120 lines on purpose).
   Value run() {
     while (true) {
       const size_t at = pos_;
@@ -499,4 +500,4 @@ json unpickle(std::string_view bytes) {
   return sink.take();
 }
 
-}  // namespace cumemtrace::viz
+}  // namespace cumemtrace::snap

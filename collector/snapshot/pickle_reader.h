@@ -18,7 +18,7 @@
 
 #include "snapshot/snapshot.h"
 
-namespace cumemtrace::viz {
+namespace cumemtrace::snap {
 
 bool looks_like_pickle(std::string_view bytes);
 
@@ -29,4 +29,4 @@ snap::Snapshot read_pickle_snapshot(std::string_view bytes, const std::string& n
 // the same defences as read_pickle_snapshot.
 nlohmann::json unpickle(std::string_view bytes);
 
-}  // namespace cumemtrace::viz
+}  // namespace cumemtrace::snap

@@ -4,11 +4,13 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 
+#include "snapshot/snapshot_fields.h"
 #include "snapshot/utf8.h"
 
-namespace cumemtrace::viz {
+namespace cumemtrace::snap {
 
 namespace {
 
@@ -165,7 +167,8 @@ class Pickler {
 };
 
 // Writes objects in the JSON writer's layout, key for key (the same keys, order and optional keys
-// as snapshot_json_writer.cpp, so the two files hold the same document).
+// as snapshot_json_writer.cpp, so the two files hold the same document): the objects
+// snapshot_fields.h describes from that table, PyTorch's segments and entries by hand.
 class SnapshotPickler {
  public:
   SnapshotPickler(const snap::Snapshot& s, Pickler& p)
@@ -190,11 +193,11 @@ class SnapshotPickler {
       string_map(s_.allocator_settings);
       p_.item();
       p_.string("external_annotations");
-      p_.list(s_.annotations.size(), [&](size_t j) { annotation(s_.annotations[j]); });
+      p_.list(s_.annotations.size(), [&](size_t j) { object(s_.annotations[j]); });
       p_.item();
       if (s_.tool) {
         p_.string("cumemtrace");
-        tool(*s_.tool);
+        object(*s_.tool);
         p_.item();
       }
     });
@@ -311,146 +314,51 @@ class SnapshotPickler {
     });
   }
 
-  void annotation(const snap::Annotation& a) {
+  // A described object (snapshot_fields.h) as a dict: its fields in table order, those it
+  // writes.
+  template <typename O>
+  void object(const O& o) {
     p_.dict([&] {
-      key_str("name", a.name);
-      key_str("stage", a.stage);
-      key_int("device", a.device);
-      key_int("time_us", a.time_us);
-    });
-  }
-
-  template <typename T, typename F>
-  void list_of_dicts(std::string_view key, const std::vector<T>& v, F&& body) {
-    p_.string(key);
-    p_.list(v.size(), [&](size_t i) { p_.dict([&] { body(v[i]); }); });
-    p_.item();
-  }
-
-  void tool(const snap::ToolSection& t) {
-    p_.dict([&] {
-      key_int("schema_version", t.schema_version);
-      key_str("tool_version", t.tool_version);
-      key_int("pid", t.pid);
-      key_int("ppid", t.ppid);
-      key_str("exe", t.exe);
-      p_.string("argv");
-      p_.list(t.argv.size(), [&](size_t i) { p_.string(t.argv[i]); });
-      p_.item();
-      key_str("hostname", t.hostname);
-      p_.string("rank");
-      string_map(t.rank);
-      p_.item();
-      key_int("start_time_us", t.start_time_us);
-      key_int("end_time_us", t.end_time_us);
-      key_str("reason", t.reason);
-      if (!t.tag.empty()) key_str("tag", t.tag);
-      p_.string("ended");
-      p_.dict([&] {
-        key_str("how", t.ended.how);
-        key_int("code", t.ended.code);
-        key_int("signal", t.ended.signal);
-      });
-      p_.item();
-      key_uint("events_total", t.events_total);
-      key_uint("events_dropped", t.events_dropped);
-      if (!t.ring_error.empty()) key_str("ring_error", t.ring_error);
-      if (t.time_resolution_ns) key_uint("time_resolution_ns", t.time_resolution_ns);
-      key_uint("trace_entries_dropped", t.trace_entries_dropped);
-      list_of_dicts("devices", t.devices, [&](const snap::DeviceSummary& d) {
-        key_int("device", d.device);
-        key_uint("peak_bytes", d.peak_bytes);
-        key_int("peak_time_us", d.peak_time_us);
-        key_uint("live_bytes", d.live_bytes);
-        key_uint("allocations", d.allocations);
-        key_uint("frees", d.frees);
-        if (d.graph_reserved_peak_bytes) {
-          key_uint("graph_reserved_bytes", d.graph_reserved_bytes);
-          key_uint("graph_reserved_peak_bytes", d.graph_reserved_peak_bytes);
+      fields::describe(o, [&](const fields::Field& f, const auto& m) {
+        if (!f.write) return;
+        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, int32_t>) {
+          if (f.kind == fields::Kind::kFrames) return frames(m);
         }
-      });
-      list_of_dicts("vmm_handles", t.vmm_handles, [&](const snap::VmmHandle& h) {
-        key_uint("handle", h.handle);
-        key_uint("size", h.size);
-        key_int("device", h.device);
-        key_int("time_us", h.time_us);
-        frames(h.stack);
-      });
-      list_of_dicts("imported_mappings", t.imported_mappings, [&](const snap::ImportedMapping& m) {
-        key_uint("addr", m.addr);
-        key_uint("size", m.size);
-        key_int("device", m.device);
-        key_uint("handle", m.handle);
-        key_int("time_us", m.time_us);
-        frames(m.stack);
-      });
-      list_of_dicts("host_allocations", t.host_allocations, [&](const snap::HostAllocation& h) {
-        key_uint("addr", h.addr);
-        key_uint("size", h.size);
-        key_int("time_us", h.time_us);
-        key_str("api", h.api);
-        frames(h.stack);
-      });
-      list_of_dicts("anomalies", t.anomalies, [&](const snap::Anomaly& a) {
-        key_str("kind", a.kind);
-        key_uint("addr", a.addr);
-        key_int("time_us", a.time_us);
-        key_uint("tid", a.tid);
-        key_str("api", a.api);
-        frames(a.stack);
-      });
-      p_.string("threads");
-      string_map(t.threads);
-      p_.item();
-      list_of_dicts("driver_memory", t.driver_memory, [&](const snap::DriverMemorySample& m) {
-        key_int("time_us", m.time_us);
-        key_int("device", m.device);
-        key_uint("used_bytes", m.used_bytes);
-      });
-      if (!t.pool_memory.empty()) {
-        list_of_dicts("pool_memory", t.pool_memory, [&](const snap::PoolMemorySample& m) {
-          key_int("time_us", m.time_us);
-          key_int("device", m.device);
-          key_uint("pool", m.pool);
-          key_uint("reserved_bytes", m.reserved_bytes);
-          key_uint("used_bytes", m.used_bytes);
-        });
-      }
-      if (!t.contexts.empty()) {
-        list_of_dicts("contexts", t.contexts, [&](const snap::ContextMemory& c) {
-          key_int("device", c.device);
-          key_uint("bytes", c.bytes);
-          key_int("time_us", c.time_us);
-          if (c.end_time_us) key_int("end_time_us", c.end_time_us);
-          key_str("api", c.api);
-          key_uint("handle", c.handle);
-        });
-      }
-      if (!t.ownership.empty()) {
-        list_of_dicts("ownership", t.ownership, [&](const snap::OwnerWalk& w) {
-          key_int("time_us", w.time_us);
-          key_str("role", snap::owner_role_name(w.role));
-          p_.string("tensors");
-          p_.list(w.tensors.size(), [&](size_t i) {
-            const std::pair<uint64_t, uint64_t>& t = w.tensors[i];  // (pointer, bytes)
-            p_.list(2, [&](size_t k) { p_.unsigned_integer(k ? t.second : t.first); });
-          });
-          p_.item();
-        });
-      }
-      if (t.pytorch) {
-        const snap::PytorchInfo& py = *t.pytorch;
-        p_.string("pytorch");
-        p_.dict([&] {
-          key_str("version", py.version);
-          key_str("backend", py.backend);
-          key_bool("expandable_segments", py.expandable_segments);
-          key_str("capture", py.capture);
-          key_str("why", py.why);
-        });
+        p_.string(f.key);
+        value(m);
         p_.item();
-      }
+      });
     });
+  }
+
+  template <typename M>
+  void value(const M& m) {
+    if constexpr (std::is_same_v<M, std::string>) {
+      p_.string(m);
+    } else if constexpr (std::is_same_v<M, bool>) {
+      p_.boolean(m);
+    } else if constexpr (std::is_same_v<M, snap::OwnerRole>) {
+      p_.string(snap::owner_role_name(m));
+    } else if constexpr (std::is_integral_v<M> && std::is_unsigned_v<M>) {
+      p_.unsigned_integer(m);
+    } else if constexpr (std::is_integral_v<M>) {
+      p_.integer(m);
+    } else if constexpr (std::is_same_v<M, std::vector<std::string>>) {
+      p_.list(m.size(), [&](size_t i) { p_.string(m[i]); });
+    } else if constexpr (std::is_same_v<M, std::map<std::string, std::string>>) {
+      string_map(m);
+    } else if constexpr (std::is_same_v<M, std::vector<std::pair<uint64_t, uint64_t>>>) {
+      p_.list(m.size(), [&](size_t i) {
+        const std::pair<uint64_t, uint64_t>& t = m[i];  // (pointer, bytes)
+        p_.list(2, [&](size_t k) { p_.unsigned_integer(k ? t.second : t.first); });
+      });
+    } else if constexpr (requires { m.has_value(); }) {
+      object(*m);
+    } else if constexpr (requires { m.size(); }) {
+      p_.list(m.size(), [&](size_t i) { object(m[i]); });
+    } else {
+      object(m);
+    }
   }
 
   const snap::Snapshot& s_;
@@ -476,4 +384,4 @@ std::string to_pickle(const snap::Snapshot& s) {
   return std::move(out).str();
 }
 
-}  // namespace cumemtrace::viz
+}  // namespace cumemtrace::snap

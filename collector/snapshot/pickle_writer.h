@@ -13,11 +13,11 @@
 
 #include "snapshot/snapshot.h"
 
-namespace cumemtrace::viz {
+namespace cumemtrace::snap {
 
 inline constexpr size_t kPickleBatch = 1000;
 
 void write_pickle(const snap::Snapshot& s, std::ostream& out);
 std::string to_pickle(const snap::Snapshot& s);
 
-}  // namespace cumemtrace::viz
+}  // namespace cumemtrace::snap

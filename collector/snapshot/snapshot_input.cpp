@@ -10,10 +10,30 @@
 
 namespace cumemtrace::snap {
 
+namespace {
+
+// A snapshot begins with '{' (JSON, after whitespace or a UTF-8 byte order mark) or with a
+// pickle's PROTO opcode; anything else is refused before the rest is read. An empty file, or
+// whitespace only as far as the head goes, is left to the readers' own messages.
+std::string snapshot_head_problem(std::string_view head) {
+  if (head.empty() || snap::looks_like_pickle(head)) return {};
+  size_t i = head.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
+  while (i < head.size() &&
+         (head[i] == ' ' || head[i] == '\t' || head[i] == '\r' || head[i] == '\n'))
+    ++i;
+  if (i == head.size() || head[i] == '{') return {};
+  const bool gzip = head.size() >= 2 && head.substr(0, 2) == "\x1f\x8b";
+  return fmt::format("offset {}: expected a snapshot (JSON or a pickle), found {}", i,
+                     gzip ? std::string("a gzip-compressed file (decompress it first)")
+                          : fmt::format("byte {:#04x}", static_cast<unsigned char>(head[i])));
+}
+
+}  // namespace
+
 Snapshot read_snapshot_any(const std::string& path) {
   std::string bytes;
   try {
-    bytes = io::read_input_file(path, "a snapshot", io::kMaxSnapshotBytes);
+    bytes = io::read_input_file(path, "a snapshot", io::kMaxSnapshotBytes, snapshot_head_problem);
   } catch (const io::InputFileError& e) {
     throw ReadError(e.what());
   }
@@ -21,8 +41,8 @@ Snapshot read_snapshot_any(const std::string& path) {
   if (bytes.empty())
     throw ReadError(fmt::format("{}:offset 0: expected a snapshot, found an empty file", name));
   const auto start = std::chrono::steady_clock::now();
-  const bool pickle = viz::looks_like_pickle(bytes);
-  Snapshot s = pickle ? viz::read_pickle_snapshot(bytes, name) : read_snapshot(bytes, name);
+  const bool pickle = snap::looks_like_pickle(bytes);
+  Snapshot s = pickle ? snap::read_pickle_snapshot(bytes, name) : read_snapshot(bytes, name);
   size_t trace_entries = 0;
   for (const auto& t : s.device_traces) trace_entries += t.size();
   spdlog::debug("read {} ({} bytes, {}) in {} ms: {} segments, {} trace entries", name,

@@ -8,9 +8,11 @@
 #include <functional>
 #include <ostream>
 #include <stdexcept>
+#include <type_traits>
 
 #include <fmt/format.h>
 
+#include "snapshot/snapshot_fields.h"
 #include "snapshot/utf8.h"
 
 namespace cumemtrace::snap {
@@ -47,8 +49,8 @@ void put(Buf& b, std::string_view s) {
 void put_string(Buf& b, std::string_view raw) {
   std::string fixed;
   std::string_view s = raw;
-  if (!viz::valid_utf8(raw)) {
-    fixed = viz::to_valid_utf8(raw);
+  if (!snap::valid_utf8(raw)) {
+    fixed = snap::to_valid_utf8(raw);
     s = fixed;
   }
   b.push_back('"');
@@ -113,13 +115,17 @@ std::vector<std::string> render_stacks(const Snapshot& s) {
   return out;
 }
 
-void put_frames(Buf& b, const std::vector<std::string>& rendered, int32_t stack) {
-  put(b, ",\"frames\":");
+void put_frames_value(Buf& b, const std::vector<std::string>& rendered, int32_t stack) {
   if (stack >= 0 && static_cast<size_t>(stack) < rendered.size()) {
     put(b, rendered[stack]);
   } else {
     put(b, "[]");
   }
+}
+
+void put_frames(Buf& b, const std::vector<std::string>& rendered, int32_t stack) {
+  put(b, ",\"frames\":");
+  put_frames_value(b, rendered, stack);
 }
 
 void put_source(Buf& b, Source s) {
@@ -130,7 +136,7 @@ void put_source(Buf& b, Source s) {
 void put_string_map(Buf& b, const std::map<std::string, std::string>& m) {
   b.push_back('{');
   bool first = true;
-  viz::for_each_distinct_key(m, [&](const std::string& k, const std::string& v) {
+  snap::for_each_distinct_key(m, [&](const std::string& k, const std::string& v) {
     if (!first) b.push_back(',');
     first = false;
     put_key(b, k);
@@ -139,180 +145,77 @@ void put_string_map(Buf& b, const std::map<std::string, std::string>& m) {
   b.push_back('}');
 }
 
-void put_tool(Buf& b, const ToolSection& t, const std::vector<std::string>& rendered) {
-  put(b, "{\"schema_version\":");
-  put_num(b, t.schema_version);
-  put(b, ",\"tool_version\":");
-  put_string(b, t.tool_version);
-  put(b, ",\"pid\":");
-  put_num(b, t.pid);
-  put(b, ",\"ppid\":");
-  put_num(b, t.ppid);
-  put(b, ",\"exe\":");
-  put_string(b, t.exe);
-  put(b, ",\"argv\":[");
-  for (size_t i = 0; i < t.argv.size(); ++i) {
-    if (i) b.push_back(',');
-    put_string(b, t.argv[i]);
-  }
-  put(b, "],\"hostname\":");
-  put_string(b, t.hostname);
-  put(b, ",\"rank\":");
-  put_string_map(b, t.rank);
-  put(b, ",\"start_time_us\":");
-  put_num(b, t.start_time_us);
-  put(b, ",\"end_time_us\":");
-  put_num(b, t.end_time_us);
-  put(b, ",\"reason\":");
-  put_string(b, t.reason);
-  if (!t.tag.empty()) {
-    put(b, ",\"tag\":");
-    put_string(b, t.tag);
-  }
-  put(b, ",\"ended\":{\"how\":");
-  put_string(b, t.ended.how);
-  put(b, ",\"code\":");
-  put_num(b, t.ended.code);
-  put(b, ",\"signal\":");
-  put_num(b, t.ended.signal);
-  put(b, "},\"events_total\":");
-  put_num(b, t.events_total);
-  put(b, ",\"events_dropped\":");
-  put_num(b, t.events_dropped);
-  if (!t.ring_error.empty()) {
-    put(b, ",\"ring_error\":");
-    put_string(b, t.ring_error);
-  }
-  if (t.time_resolution_ns) {
-    put(b, ",\"time_resolution_ns\":");
-    put_num(b, t.time_resolution_ns);
-  }
-  put(b, ",\"trace_entries_dropped\":");
-  put_num(b, t.trace_entries_dropped);
-  put(b, ",\"devices\":[");
-  for (size_t i = 0; i < t.devices.size(); ++i) {
-    const auto& d = t.devices[i];
-    if (i) b.push_back(',');
-    fmt::format_to(fmt::appender(b.mem),
-                   "{{\"device\":{},\"peak_bytes\":{},\"peak_time_us\":{},\"live_bytes\":{},"
-                   "\"allocations\":{},\"frees\":{}",
-                   d.device, d.peak_bytes, d.peak_time_us, d.live_bytes, d.allocations, d.frees);
-    if (d.graph_reserved_peak_bytes) {
-      fmt::format_to(fmt::appender(b.mem),
-                     ",\"graph_reserved_bytes\":{},\"graph_reserved_peak_bytes\":{}",
-                     d.graph_reserved_bytes, d.graph_reserved_peak_bytes);
-    }
+// Writes a described object (snapshot_fields.h): its fields in table order, those it writes.
+struct FieldWriter {
+  Buf& b;
+  const std::vector<std::string>& rendered;
+  bool first = true;
+
+  template <typename O>
+  void object(const O& o) {
+    b.push_back('{');
+    FieldWriter inner{b, rendered};
+    fields::describe(o, inner);
     b.push_back('}');
   }
-  put(b, "],\"vmm_handles\":[");
-  for (size_t i = 0; i < t.vmm_handles.size(); ++i) {
-    const auto& h = t.vmm_handles[i];
-    if (i) b.push_back(',');
-    fmt::format_to(fmt::appender(b.mem), "{{\"handle\":{},\"size\":{},\"device\":{},\"time_us\":{}",
-                   h.handle, h.size, h.device, h.time_us);
-    put_frames(b, rendered, h.stack);
-    b.push_back('}');
+
+  template <typename M>
+  void operator()(const fields::Field& f, const M& m) {
+    if (!f.write) return;
+    if (!first) b.push_back(',');
+    first = false;
+    put_key(b, f.key);
+    value(f, m);
   }
-  put(b, "],\"imported_mappings\":[");
-  for (size_t i = 0; i < t.imported_mappings.size(); ++i) {
-    const auto& m = t.imported_mappings[i];
-    if (i) b.push_back(',');
-    fmt::format_to(fmt::appender(b.mem),
-                   "{{\"addr\":{},\"size\":{},\"device\":{},\"handle\":{},\"time_us\":{}", m.addr,
-                   m.size, m.device, m.handle, m.time_us);
-    put_frames(b, rendered, m.stack);
-    b.push_back('}');
-  }
-  put(b, "],\"host_allocations\":[");
-  for (size_t i = 0; i < t.host_allocations.size(); ++i) {
-    const auto& h = t.host_allocations[i];
-    if (i) b.push_back(',');
-    fmt::format_to(fmt::appender(b.mem),
-                   "{{\"addr\":{},\"size\":{},\"time_us\":{},\"api\":", h.addr, h.size, h.time_us);
-    put_string(b, h.api);
-    put_frames(b, rendered, h.stack);
-    b.push_back('}');
-  }
-  put(b, "],\"anomalies\":[");
-  for (size_t i = 0; i < t.anomalies.size(); ++i) {
-    const auto& a = t.anomalies[i];
-    if (i) b.push_back(',');
-    put(b, "{\"kind\":");
-    put_string(b, a.kind);
-    fmt::format_to(fmt::appender(b.mem), ",\"addr\":{},\"time_us\":{},\"tid\":{},\"api\":", a.addr,
-                   a.time_us, a.tid);
-    put_string(b, a.api);
-    put_frames(b, rendered, a.stack);
-    b.push_back('}');
-  }
-  put(b, "],\"threads\":");
-  put_string_map(b, t.threads);
-  put(b, ",\"driver_memory\":[");
-  for (size_t i = 0; i < t.driver_memory.size(); ++i) {
-    const auto& m = t.driver_memory[i];
-    if (i) b.push_back(',');
-    fmt::format_to(fmt::appender(b.mem), "{{\"time_us\":{},\"device\":{},\"used_bytes\":{}}}",
-                   m.time_us, m.device, m.used_bytes);
-  }
-  put(b, "]");
-  if (!t.pool_memory.empty()) {
-    put(b, ",\"pool_memory\":[");
-    for (size_t i = 0; i < t.pool_memory.size(); ++i) {
-      const auto& m = t.pool_memory[i];
-      if (i) b.push_back(',');
-      fmt::format_to(fmt::appender(b.mem),
-                     "{{\"time_us\":{},\"device\":{},\"pool\":{},\"reserved_bytes\":{},"
-                     "\"used_bytes\":{}}}",
-                     m.time_us, m.device, m.pool, m.reserved_bytes, m.used_bytes);
-    }
-    put(b, "]");
-  }
-  if (!t.contexts.empty()) {
-    put(b, ",\"contexts\":[");
-    for (size_t i = 0; i < t.contexts.size(); ++i) {
-      const auto& c = t.contexts[i];
-      if (i) b.push_back(',');
-      fmt::format_to(fmt::appender(b.mem), "{{\"device\":{},\"bytes\":{},\"time_us\":{},", c.device,
-                     c.bytes, c.time_us);
-      if (c.end_time_us) fmt::format_to(fmt::appender(b.mem), "\"end_time_us\":{},", c.end_time_us);
-      put(b, "\"api\":");
-      put_string(b, c.api);
-      fmt::format_to(fmt::appender(b.mem), ",\"handle\":{}}}", c.handle);
-    }
-    put(b, "]");
-  }
-  if (!t.ownership.empty()) {
-    put(b, ",\"ownership\":[");
-    for (size_t i = 0; i < t.ownership.size(); ++i) {
-      const auto& w = t.ownership[i];
-      if (i) b.push_back(',');
-      fmt::format_to(fmt::appender(b.mem), "{{\"time_us\":{},\"role\":\"{}\",\"tensors\":[",
-                     w.time_us, owner_role_name(w.role));
-      for (size_t j = 0; j < w.tensors.size(); ++j) {
-        if (j) b.push_back(',');
-        fmt::format_to(fmt::appender(b.mem), "[{},{}]", w.tensors[j].first, w.tensors[j].second);
+
+  template <typename M>
+  void value(const fields::Field& f, const M& m) {
+    using fields::Kind;
+    if constexpr (std::is_same_v<M, std::string>) {
+      put_string(b, m);
+    } else if constexpr (std::is_same_v<M, bool>) {
+      put(b, m ? "true" : "false");
+    } else if constexpr (std::is_same_v<M, OwnerRole>) {
+      put_string(b, owner_role_name(m));
+    } else if constexpr (std::is_same_v<M, int32_t>) {
+      if (f.kind == Kind::kFrames) {
+        put_frames_value(b, rendered, m);
+      } else {
+        put_num(b, m);
       }
-      put(b, "]}");
-      b.boundary();
+    } else if constexpr (std::is_integral_v<M>) {
+      put_num(b, m);
+    } else if constexpr (std::is_same_v<M, std::vector<std::string>>) {
+      b.push_back('[');
+      for (size_t i = 0; i < m.size(); ++i) {
+        if (i) b.push_back(',');
+        put_string(b, m[i]);
+      }
+      b.push_back(']');
+    } else if constexpr (std::is_same_v<M, std::map<std::string, std::string>>) {
+      put_string_map(b, m);
+    } else if constexpr (std::is_same_v<M, std::vector<std::pair<uint64_t, uint64_t>>>) {
+      b.push_back('[');
+      for (size_t i = 0; i < m.size(); ++i) {
+        if (i) b.push_back(',');
+        fmt::format_to(fmt::appender(b.mem), "[{},{}]", m[i].first, m[i].second);
+      }
+      b.push_back(']');
+    } else if constexpr (requires { m.has_value(); }) {
+      object(*m);
+    } else if constexpr (requires { m.size(); }) {
+      b.push_back('[');
+      for (size_t i = 0; i < m.size(); ++i) {
+        if (i) b.push_back(',');
+        object(m[i]);
+        b.boundary();
+      }
+      b.push_back(']');
+    } else {
+      object(m);
     }
-    put(b, "]");
   }
-  if (t.pytorch) {
-    const PytorchInfo& p = *t.pytorch;
-    put(b, ",\"pytorch\":{\"version\":");
-    put_string(b, p.version);
-    put(b, ",\"backend\":");
-    put_string(b, p.backend);
-    put(b, ",\"expandable_segments\":");
-    put(b, p.expandable_segments ? "true" : "false");
-    put(b, ",\"capture\":");
-    put_string(b, p.capture);
-    put(b, ",\"why\":");
-    put_string(b, p.why);
-    b.push_back('}');
-  }
-  b.push_back('}');
-}
+};
 
 void put_snapshot(Buf& b, const Snapshot& s) {
   const auto rendered = render_stacks(s);
@@ -386,18 +289,13 @@ void put_snapshot(Buf& b, const Snapshot& s) {
   put_string_map(b, s.allocator_settings);
   put(b, ",\n\"external_annotations\":[");
   for (size_t i = 0; i < s.annotations.size(); ++i) {
-    const auto& a = s.annotations[i];
     if (i) b.push_back(',');
-    put(b, "{\"name\":");
-    put_string(b, a.name);
-    put(b, ",\"stage\":");
-    put_string(b, a.stage);
-    fmt::format_to(fmt::appender(b.mem), ",\"device\":{},\"time_us\":{}}}", a.device, a.time_us);
+    FieldWriter{b, rendered}.object(s.annotations[i]);
   }
   put(b, "]");
   if (s.tool) {
     put(b, ",\n\"cumemtrace\":");
-    put_tool(b, *s.tool, rendered);
+    FieldWriter{b, rendered}.object(*s.tool);
   }
   put(b, "}\n");
 }

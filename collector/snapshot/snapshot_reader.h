@@ -9,8 +9,9 @@
 // name, in any order. "source" is read on entries and segments; a file without a `cumemtrace`
 // section is PyTorch's own, and everything in it comes back as Source::kPytorch.
 // SnapshotBuilder drives the same checks from events instead of text: the pickle reader
-// (viz/pickle_reader.h) streams unpickled objects through it. Files are opened and read in one
-// place only: snapshot_input.h.
+// (snapshot/pickle_reader.h) streams unpickled objects through it. Files are opened and read in
+// one place only: snapshot_input.h. The keys, required keys and checks of the tool section and
+// annotations come from snapshot_fields.h (a missing key is named in that table's order).
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-namespace cumemtrace::viz {
+namespace cumemtrace::snap {
 
 namespace {
 
@@ -110,4 +110,4 @@ void append_json_string(std::string& out, std::string_view raw) {
   out.push_back('"');
 }
 
-}  // namespace cumemtrace::viz
+}  // namespace cumemtrace::snap

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace cumemtrace::viz {
+namespace cumemtrace::snap {
 
 bool valid_utf8(std::string_view s);
 std::string to_valid_utf8(std::string_view s);
@@ -29,4 +29,4 @@ void for_each_distinct_key(const std::map<std::string, std::string>& m, F&& f) {
   }
 }
 
-}  // namespace cumemtrace::viz
+}  // namespace cumemtrace::snap

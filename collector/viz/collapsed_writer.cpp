@@ -48,7 +48,12 @@ void write_collapsed(const snap::Snapshot& s, CollapsedMoment when, std::ostream
         std::string& f = folded[static_cast<size_t>(b.stack)];
         if (f.empty()) {
           const auto frames = analysis::visible_frames(s.stacks[static_cast<size_t>(b.stack)]);
-          for (auto it = frames.rbegin(); it != frames.rend(); ++it) f += ";" + folded_frame(**it);
+          // Appended in two steps: GCC 12 at -O3 (Release) warns a false -Wrestrict on
+          // ";" + std::string&&.
+          for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+            f += ';';
+            f += folded_frame(**it);
+          }
         }
         key += f;
       }

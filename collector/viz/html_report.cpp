@@ -182,7 +182,7 @@ std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
 std::string render_html_report(const snap::Snapshot& s, const std::string& source_name,
                                const ReportOptions& opt) {
   const ReportModel model = build_report_model(s, opt);
-  std::string title = to_valid_utf8(source_name);
+  std::string title = snap::to_valid_utf8(source_name);
   replace_all(title, "&", "&amp;");
   replace_all(title, "<", "&lt;");
   replace_all(title, ">", "&gt;");

@@ -12,6 +12,13 @@
 // since the Unix epoch, as the snapshot has it. Perfetto ignores "sf", so each allocation's args
 // also carry its innermost `stack_frames` visible frames as text ("stack", one frame a line; 0
 // leaves it out, SIZE_MAX keeps every frame): the size of the file grows with it.
+// A rank of a job (analysis/rank_identity.h) is one track group of its own in every rank's file:
+// the process is named "rank R @ HOST" (plus " cuda:N" where it used several devices), its pid is
+// (R + 1) * 1000 + N + 1 (the same on every host, so merged files never share a pid) and its
+// process_sort_index orders the groups by rank. Times are the snapshot's own, µs since the Unix
+// epoch on the wall clock the collector converts every event to, so per-rank files merged by
+// Perfetto (trace_processor util merge; JSON files share one clock domain at zero offset) line
+// up; otherData carries rank and host.
 #pragma once
 
 #include <ostream>

@@ -247,15 +247,20 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
   merge_phases(d, opt);
 }
 
-ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::SiteTable& table,
-                          const SiteIndex& sites, const std::vector<Allocation>& held,
-                          const std::set<int>& devices, const ReportOptions& opt) {
-  const analysis::DeviceReplay rp(s, device);
+// Entry `i`'s place on the x axis (-1: before the first entry). Clocks of different threads can
+// step back a little; the x axis never does.
+int64_t x_of(const ReportDevice& d, const std::vector<snap::TraceEntry>& tr, std::ptrdiff_t i) {
+  if (i < 0) return d.x_begin;
+  return d.time_axis ? std::clamp(tr[static_cast<size_t>(i)].time_us, d.x_begin, d.x_end)
+                     : static_cast<int64_t>(i + 1);
+}
+
+// The device's counts, its x axis (time where the entries span some, else entry ordinals), its
+// peaks and layers.
+void fill_axis_and_peaks(ReportDevice& d, const snap::Snapshot& s, const analysis::DeviceReplay& rp,
+                         const analysis::SiteTable& table) {
   const auto& tl = rp.timeline();
   const auto& tr = rp.trace();
-
-  ReportDevice d;
-  d.device = device;
   d.entries = tr.size();
   d.allocations = tl.allocations;
   d.frees = tl.frees;
@@ -270,14 +275,8 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   d.x_begin = d.time_axis ? tmin : 0;
   d.x_end = d.time_axis ? tmax : static_cast<int64_t>(tr.size());
   d.time_origin = d.time_axis ? analysis::time_origin(s) : 0;
-  // Clocks of different threads can step back a little; the x axis never does.
-  auto x_of = [&](std::ptrdiff_t i) {
-    if (i < 0) return d.x_begin;
-    return d.time_axis ? std::clamp(tr[static_cast<size_t>(i)].time_us, tmin, tmax)
-                       : static_cast<int64_t>(i + 1);
-  };
   d.peak_bytes = tl.peak_bytes;
-  d.peak_x = d.time_axis ? std::clamp(tl.peak_time_us, tmin, tmax) : x_of(tl.peak_index);
+  d.peak_x = d.time_axis ? std::clamp(tl.peak_time_us, tmin, tmax) : x_of(d, tr, tl.peak_index);
   d.peak_reserved = tl.reserved_peak_bytes;
   d.allocated_line = tl.has_reserved && rp.flavor() == analysis::Flavor::kCumemtrace;
   d.pool_layer = tl.pool_layer;
@@ -285,13 +284,17 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   d.peak_allocated = tl.allocated_peak_bytes;
   d.peak_driver = tl.driver_peak_bytes;
   d.layers = rp.breakdowns(table);
+}
 
+void fill_sizes_and_ooms(ReportDevice& d, const analysis::DeviceReplay& rp,
+                         const ReportOptions& opt) {
+  const auto& tr = rp.trace();
   std::map<int, SizeBucket> sizes;
   for (const auto& e : tr) {
     if (e.action == snap::Action::kOom) {
       // A program retrying after OOMs can log thousands; the first ones tell the story.
       if (d.ooms.size() < opt.max_bands)
-        d.ooms.push_back({x_of(&e - tr.data()), e.size, e.device_free});
+        d.ooms.push_back({x_of(d, tr, &e - tr.data()), e.size, e.device_free});
       d.oom_count += 1;
     }
     if (!analysis::is_request(rp.flavor(), e)) continue;
@@ -302,12 +305,26 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
     b.bytes += e.size;
   }
   for (const auto& [lg, b] : sizes) d.sizes.push_back(b);
+}
 
-  // The series: categories when the file has them (report_model.h), else sites.
-  for (const auto& e : tr) d.by_category = d.by_category || e.category != snap::Category::kNone;
-  const bool split = rp.splits_tensors();
+// Which series an allocation's bytes are drawn in: its category's, or its site's (the top sites
+// by byte-time, the rest in "other").
+struct SeriesOf {
+  bool by_category = false;
+  std::vector<int> of_site;
+  const SiteIndex* sites = nullptr;
 
-  // Pass 1: byte-time per site, for choosing the series.
+  size_t operator()(const Allocation& a) const {
+    if (by_category) return a.pytorch ? category_series(a.category) : kLibrarySeries;
+    return static_cast<size_t>(of_site[static_cast<size_t>(sites->site(a))]);
+  }
+};
+
+// Pass 1: byte-time per site, for choosing the series (by their own peak when nothing spans
+// time); fills d.series.
+SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const SiteIndex& sites,
+                       const ReportOptions& opt) {
+  const auto& tr = rp.trace();
   const size_t nsites = d.by_category ? 0 : sites.labels.size();
   std::vector<uint64_t> site_live(nsites, 0);
   std::vector<int64_t> site_since(nsites, d.x_begin);
@@ -325,7 +342,7 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   if (!d.by_category) {
     analysis::DeviceReplay::Cursor c(rp);
     while (c.step()) {
-      const int64_t x = x_of(c.index());
+      const int64_t x = x_of(d, tr, c.index());
       for (const auto& ch : c.changes()) {
         const auto size = static_cast<int64_t>(ch.unit.size);
         touch(sites.site(ch.unit), x, ch.added ? size : -size);
@@ -334,7 +351,6 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
   }
   for (size_t i = 0; i < nsites; ++i) touch(static_cast<int>(i), d.x_end, 0);
 
-  // The series: the top sites by byte-time (by their own peak when nothing spans time).
   std::vector<int> ranked;
   for (size_t i = 0; i < nsites; ++i)
     if (site_max[i] > 0) ranked.push_back(static_cast<int>(i));
@@ -345,42 +361,135 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
     return sites.labels[ka] < sites.labels[kb];
   });
   const size_t shown = ranked.size() <= opt.top_sites + 1 ? ranked.size() : opt.top_sites;
-  std::vector<int> series_of_site(nsites, static_cast<int>(shown));
+  SeriesOf series{d.by_category, std::vector<int>(nsites, static_cast<int>(shown)), &sites};
   for (size_t i = 0; i < shown; ++i) {
-    series_of_site[static_cast<size_t>(ranked[i])] = static_cast<int>(i);
+    series.of_site[static_cast<size_t>(ranked[i])] = static_cast<int>(i);
     d.series.push_back(sites.labels[static_cast<size_t>(ranked[i])]);
   }
   if (ranked.size() > shown) d.series.push_back("other");
   if (d.by_category) d.series.assign(kCategorySeries.begin(), kCategorySeries.end());
-  const size_t nseries = std::max<size_t>(d.series.size(), 1);
-  auto series = [&](const Allocation& a) {
-    if (d.by_category) return a.pytorch ? category_series(a.category) : kLibrarySeries;
-    return static_cast<size_t>(series_of_site[static_cast<size_t>(sites.site(a))]);
-  };
+  return series;
+}
 
-  // Pass 2: the downsampled timeline and the live set at the peak.
-  std::vector<uint64_t> series_live(nseries, 0);
-  // By category where PyTorch's segments are split: its segments' bytes count as its tensors
-  // (by their categories) and the rest as its cache.
-  uint64_t segment_bytes = 0, tensor_bytes = 0;
-  if (d.by_category && split) {
-    analysis::DeviceReplay::Cursor start(rp);
-    for (const auto& a : start.attributed().allocations) {
-      series_live[series(a)] += a.size;
-      if (a.pytorch) tensor_bytes += a.size;
+// The bytes live in each series as the replay steps. By category where PyTorch's segments are
+// split: its segments' bytes count as its tensors (by their categories) and the rest as its cache.
+class SeriesLive {
+ public:
+  SeriesLive(const ReportDevice& d, const analysis::DeviceReplay& rp, const SeriesOf& series)
+      : series_(series),
+        split_(d.by_category && rp.splits_tensors()),
+        live_(std::max<size_t>(d.series.size(), 1), 0) {
+    if (split_) {
+      analysis::DeviceReplay::Cursor start(rp);
+      for (const auto& a : start.attributed().allocations) {
+        live_[series_(a)] += a.size;
+        if (a.pytorch) tensor_bytes_ += a.size;
+      }
+      for (const auto& b : rp.start_live())
+        if (b.pytorch) segment_bytes_ += b.size;
+    } else {
+      for (const auto& b : rp.start_live()) live_[series_(b)] += b.size;
     }
-    for (const auto& b : rp.start_live())
-      if (b.pytorch) segment_bytes += b.size;
-  } else {
-    for (const auto& b : rp.start_live()) series_live[series(b)] += b.size;
+    update_cache();
   }
-  auto update_cache = [&]() {
-    if (d.by_category && split)
-      series_live[kCacheSeries] = segment_bytes > tensor_bytes ? segment_bytes - tensor_bytes : 0;
-  };
-  update_cache();
+
+  const std::vector<uint64_t>& live() const { return live_; }
+
+  void apply(const analysis::DeviceReplay::Cursor& c) {
+    for (const auto& ch : c.changes()) {
+      if (split_ && ch.unit.pytorch) {
+        segment_bytes_ = ch.added ? segment_bytes_ + ch.unit.size : segment_bytes_ - ch.unit.size;
+        continue;
+      }
+      auto& v = live_[series_(ch.unit)];
+      v = ch.added ? v + ch.unit.size : v - ch.unit.size;
+    }
+    if (split_) {
+      for (const auto& ch : c.tensor_changes()) {
+        auto& v = live_[series_(ch.unit)];
+        v = ch.added ? v + ch.unit.size : v - ch.unit.size;
+        tensor_bytes_ = ch.added ? tensor_bytes_ + ch.unit.size : tensor_bytes_ - ch.unit.size;
+      }
+      update_cache();
+    }
+  }
+
+ private:
+  void update_cache() {
+    if (split_)
+      live_[kCacheSeries] = segment_bytes_ > tensor_bytes_ ? segment_bytes_ - tensor_bytes_ : 0;
+  }
+
+  const SeriesOf& series_;
+  const bool split_;
+  std::vector<uint64_t> live_;
+  uint64_t segment_bytes_ = 0, tensor_bytes_ = 0;
+};
+
+// The timeline downsampled to opt.max_buckets time buckets. A bucket draws as its highest state
+// from that moment to the bucket's end (so a spike shorter than a pixel still shows), then its
+// last state, which holds through any idle gap after it.
+class Downsampler {
+ public:
+  Downsampler(ReportDevice& d, const ReportOptions& opt)
+      : d_(d),
+        span_(static_cast<double>(std::max<int64_t>(1, d.x_end - d.x_begin + 1))),
+        buckets_(std::max<size_t>(1, opt.max_buckets)) {}
+
+  // The bucket of x, flushing the previous one when x starts a new one.
+  void enter(int64_t x) {
+    const auto b =
+        std::min(buckets_ - 1, static_cast<size_t>(static_cast<double>(x - d_.x_begin) / span_ *
+                                                   static_cast<double>(buckets_)));
+    if (b != bucket_) {
+      flush();
+      bucket_ = b;
+    }
+  }
+
+  void add(TimelinePoint p) {
+    if (have_best_ && same(p, last_)) return;
+    last_ = std::move(p);
+    if (!have_best_ || last_.total > best_.total) {
+      best_ = last_;
+      have_best_ = true;
+    }
+  }
+
+  void flush() {
+    if (!have_best_) return;
+    d_.points.push_back(best_);
+    if (!same(last_, best_)) {
+      const auto end = d_.x_begin + static_cast<int64_t>(static_cast<double>(bucket_ + 1) * span_ /
+                                                         static_cast<double>(buckets_));
+      last_.x = std::clamp(end, best_.x, d_.x_end);
+      d_.points.push_back(last_);
+    }
+    have_best_ = false;
+  }
+
+ private:
+  static bool same(const TimelinePoint& a, const TimelinePoint& b) {
+    return a.total == b.total && a.reserved == b.reserved && a.allocated == b.allocated &&
+           a.driver == b.driver;
+  }
+
+  ReportDevice& d_;
+  const double span_;
+  const size_t buckets_;
+  size_t bucket_ = SIZE_MAX;
+  TimelinePoint best_, last_;
+  bool have_best_ = false;
+};
+
+// Pass 2: the downsampled timeline and the live set at the peak.
+void fill_timeline(ReportDevice& d, const analysis::DeviceReplay& rp, const SiteIndex& sites,
+                   const SeriesOf& series, const ReportOptions& opt) {
+  const auto& tl = rp.timeline();
+  SeriesLive live(d, rp, series);
   auto point = [&](std::ptrdiff_t i) {
-    TimelinePoint p{x_of(i), rp.bytes_after(i), rp.reserved_after(i), 0, 0, series_live};
+    TimelinePoint p{
+        x_of(d, rp.trace(), i), rp.bytes_after(i), rp.reserved_after(i), 0, 0, live.live()};
     if (d.allocated_line) p.allocated = rp.allocated_after(i);
     if (d.driver_line) p.driver = rp.driver_at(rp.time_after(i)).value_or(0);
     return p;
@@ -390,70 +499,37 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
     analysis::DeviceReplay::Cursor start(rp);
     d.at_peak = make_table(start.attributed(), sites, opt);
   }
-  const auto span = static_cast<double>(std::max<int64_t>(1, d.x_end - d.x_begin + 1));
-  const size_t buckets = std::max<size_t>(1, opt.max_buckets);
-  size_t bucket = SIZE_MAX;
-  TimelinePoint best, last;
-  bool have_best = false;
-  auto same = [](const TimelinePoint& a, const TimelinePoint& b) {
-    return a.total == b.total && a.reserved == b.reserved && a.allocated == b.allocated &&
-           a.driver == b.driver;
-  };
-  // A bucket draws as its highest state from that moment to the bucket's end (so a spike shorter
-  // than a pixel still shows), then its last state, which holds through any idle gap after it.
-  auto flush = [&]() {
-    if (!have_best) return;
-    d.points.push_back(best);
-    if (!same(last, best)) {
-      const auto end = d.x_begin + static_cast<int64_t>(static_cast<double>(bucket + 1) * span /
-                                                        static_cast<double>(buckets));
-      last.x = std::clamp(end, best.x, d.x_end);
-      d.points.push_back(last);
-    }
-    have_best = false;
-  };
+  Downsampler down(d, opt);
   analysis::DeviceReplay::Cursor c(rp);
   while (c.step()) {
     const std::ptrdiff_t i = c.index();
-    const int64_t x = x_of(i);
-    const auto b = std::min(buckets - 1, static_cast<size_t>(static_cast<double>(x - d.x_begin) /
-                                                             span * static_cast<double>(buckets)));
-    if (b != bucket) {
-      flush();
-      bucket = b;
-    }
-    for (const auto& ch : c.changes()) {
-      if (d.by_category && split && ch.unit.pytorch) {
-        segment_bytes = ch.added ? segment_bytes + ch.unit.size : segment_bytes - ch.unit.size;
-        continue;
-      }
-      auto& v = series_live[series(ch.unit)];
-      v = ch.added ? v + ch.unit.size : v - ch.unit.size;
-    }
-    if (d.by_category && split) {
-      for (const auto& ch : c.tensor_changes()) {
-        auto& v = series_live[series(ch.unit)];
-        v = ch.added ? v + ch.unit.size : v - ch.unit.size;
-        tensor_bytes = ch.added ? tensor_bytes + ch.unit.size : tensor_bytes - ch.unit.size;
-      }
-      update_cache();
-    }
+    down.enter(x_of(d, rp.trace(), i));
+    live.apply(c);
     if (i == tl.peak_index) d.at_peak = make_table(c.attributed(), sites, opt);
-    TimelinePoint p = point(i);
-    if (have_best && same(p, last)) continue;
-    last = std::move(p);
-    if (!have_best || last.total > best.total) {
-      best = last;
-      have_best = true;
-    }
+    down.add(point(i));
   }
-  flush();
+  down.flush();
+}
+
+ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::SiteTable& table,
+                          const SiteIndex& sites, const std::vector<Allocation>& held,
+                          const std::set<int>& devices, const ReportOptions& opt) {
+  const analysis::DeviceReplay rp(s, device);
+  ReportDevice d;
+  d.device = device;
+  fill_axis_and_peaks(d, s, rp, table);
+  fill_sizes_and_ooms(d, rp, opt);
+  // The series: categories when the file has them (report_model.h), else sites.
+  for (const auto& e : rp.trace())
+    d.by_category = d.by_category || e.category != snap::Category::kNone;
+  const SeriesOf series = choose_series(d, rp, sites, opt);
+  fill_timeline(d, rp, sites, series, opt);
   std::vector<Allocation> held_here;
   for (const auto& a : held)
     if (a.device == device) held_here.push_back(a);
   d.at_exit = make_table(analysis::Attributed{held_here, 0, false}, sites, opt);
   d.at_exit.count_text = analysis::live_count_text(analysis::count_live(held_here));
-  if (split) {
+  if (rp.splits_tensors()) {
     for (const auto& b : d.layers)
       if (b.moment == "exit") d.at_exit.cached_free = b.cached_free;
   }

@@ -6,8 +6,9 @@ from C++: attachAllocatorTraceTracker is a virtual method of the allocator objec
 exported anchor is the data symbol c10::cuda::CUDACachingAllocator::allocator of libc10_cuda.so.
 The method and the NativeCachingAllocator vtable are LOCAL symbols of that library's .symtab, read
 here with a small ELF reader. Before anything is called we check: the torch version has a
-TraceEntry layout we know, and the installed torch's own header (torch/include) declares
-TraceEntry with the members and Action enum that layout reads, the backend is the native caching allocator (cudaMallocAsync: the
+TraceEntry layout in the table generated from the wheels of torch 2.4 on
+(cumemtrace_torch_layouts, scripts/torch_layouts.py), and the installed torch's own header
+(torch/include) declares TraceEntry with the members and Action enum that layout reads, the backend is the native caching allocator (cudaMallocAsync: the
 driver events already are the tensors), caching is on, the live allocator's vtable pointer is
 NativeCachingAllocator's, and the method is one of that vtable's slots. Then the preload's
 cumemtrace_torch_attach builds the std::function and calls it. This runs in Python right after
@@ -16,7 +17,8 @@ CUDA's lazy initialisation (torch.cuda._lazy_call), never inside a driver hook.
 What was found is reported to the collector (cumemtrace_torch_info) for the snapshot's tool
 section; a torch we cannot handle gives one `cumemtrace:` line and the driver-level view.
 Once torch is imported the automatic phases (cumemtrace_phases) are installed too, whatever the
-backend (CUMEMTRACE_TORCH=0 and CUMEMTRACE_PHASES=0 turn each off).
+backend (CUMEMTRACE_TORCH=0 and CUMEMTRACE_PHASES=0 turn each off), and torch.distributed's
+init_process_group reports the process's rank (cumemtrace_ranks).
 """
 import ctypes
 import os
@@ -25,30 +27,21 @@ import struct
 import sys
 
 import cumemtrace_phases
+import cumemtrace_ranks
+import cumemtrace_torch_layouts
 
-# torch "major.minor" -> the preload's TraceEntry layout number (preload/torch_tracker.cpp).
-SUPPORTED = {"2.11": 1}
-
-# What each layout number assumes of c10::CachingDeviceAllocator::TraceEntry, checked against the
-# installed torch's own header (TRACE_ENTRY_HEADERS under <torch>/include) before attaching: its
-# first data members, in order, as (type, name) with whitespace and "c10::" removed (the preload
-# reads action_, device_, addr_, stream_ and size_ at the offsets these give on x86-64), and the
-# Action enumerators it numbers (wire::TorchAction), in order, without explicit values.
-LAYOUT_MEMBERS = {
-    1: [("Action", "action_"), ("DeviceIndex", "device_"), ("size_t", "addr_"),
-        ("std::shared_ptr<GatheredContext>", "context_"), ("void*", "stream_"),
-        ("size_t", "size_")],
-}
+# The Action enumerators the preload numbers (wire::TorchAction: ALLOC = 0 ... OOM = 8), and the
+# headers under <torch>/include that have declared TraceEntry (scripts/torch_layouts.py looks
+# there; each layout row names its own).
 TRACE_ENTRY_ACTIONS = ["ALLOC", "FREE_REQUESTED", "FREE_COMPLETED", "SEGMENT_ALLOC",
                        "SEGMENT_FREE", "SEGMENT_MAP", "SEGMENT_UNMAP", "SNAPSHOT", "OOM"]
 TRACE_ENTRY_HEADERS = ("c10/core/CachingDeviceAllocator.h", "c10/cuda/CUDACachingAllocator.h")
 
+# libc10_cuda.so's allocator object (the only exported anchor) and NativeCachingAllocator's
+# vtable, the same names in every release of the layout table; the attachAllocatorTraceTracker
+# override's name is the row's ("attach").
 ALLOCATOR = b"_ZN3c104cuda20CUDACachingAllocator9allocatorE"
 VTABLE = b"_ZTVN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocatorE"
-ATTACH = (
-    b"_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator27attachAllocatorTrace"
-    b"TrackerESt8functionIFvRKNS_22CachingDeviceAllocator10TraceEntryEEE"
-)
 
 # torch::autograd::Engine::evaluate_function, a dynamic symbol of libtorch_cpu.so (checked on torch
 # 2.11; the mangled name has been the same since its parameters last changed, in 1.x). The walks
@@ -62,7 +55,7 @@ ENGINE_EVALUATE = (
 
 # torch::autograd::get_current_node(), a dynamic symbol of libtorch_cpu.so: the node autograd's
 # engine is evaluating on the calling thread. The engine thread's allocations are told by that
-# node's apply() (preload/autograd_node.h) instead of a walk through the op. Node::apply's slot in
+# node's apply() (preload/stacks/autograd_node.h) instead of a walk through the op. Node::apply's slot in
 # a node's vtable is found in a generated node's: the slot that holds its apply() (slot 12 of 13
 # in torch 2.11). A torch without either keeps the walk; nothing else changes.
 GET_CURRENT_NODE = "_ZN5torch8autograd16get_current_nodeEv"
@@ -178,8 +171,9 @@ def _pool_allocator_stacks():
                   lambda lib: ctypes.addressof(ctypes.c_void_p.in_dll(lib, ALLOCATOR.decode())))
 
 
-def elf_symbols(path, names):
-    """{name: (st_value, st_size)} of the wanted names in the ELF64 file's .symtab and .dynsym."""
+def _symbol_tables(path):
+    """(file bytes, [(symbol table section, its string table bytes)]) of an ELF64 file's .symtab
+    and .dynsym."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
@@ -187,12 +181,32 @@ def elf_symbols(path, names):
     shoff, = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    found = {}
+    tables = []
     for sh in sections:
-        if sh[1] not in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
-            continue
-        strtab = sections[sh[6]]
-        strings = data[strtab[4]:strtab[4] + strtab[5]]
+        if sh[1] in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM
+            strtab = sections[sh[6]]
+            tables.append((sh, data[strtab[4]:strtab[4] + strtab[5]]))
+    return data, tables
+
+
+def elf_symbol_names(path, part):
+    """The names of the defined symbols of the ELF64 file that contain the bytes `part`
+    (scripts/torch_layouts.py finds the mangled names it records with it)."""
+    data, tables = _symbol_tables(path)
+    names = set()
+    for sh, strings in tables:
+        for st_name, _info, _other, shndx, _v, _s in struct.iter_unpack("<IBBHQQ",
+                                                                        data[sh[4]:sh[4] + sh[5]]):
+            if shndx != 0 and strings.find(part, st_name, strings.find(b"\0", st_name)) >= 0:
+                names.add(strings[st_name:strings.find(b"\0", st_name)])
+    return names
+
+
+def elf_symbols(path, names):
+    """{name: (st_value, st_size)} of the wanted names in the ELF64 file's .symtab and .dynsym."""
+    data, tables = _symbol_tables(path)
+    found = {}
+    for sh, strings in tables:
         offsets = {}
         for name in names:
             at = strings.find(b"\0" + name + b"\0")
@@ -253,34 +267,67 @@ def trace_entry_declaration(header_text):
     return members, actions
 
 
+def layout_for(version):
+    """The layout number (1-based, preload/hooks/torch_layouts.h) for torch `version`, or None: the
+    release's own row, else, for a patch release the table does not list, the row of its minor's
+    newest listed patch (attach checks every row against the installed header anyway)."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if not m:
+        return None
+    releases = cumemtrace_torch_layouts.RELEASES
+    if "%s.%s.%s" % m.groups() in releases:
+        return releases["%s.%s.%s" % m.groups()]
+    patches = [v for v in releases if v.split(".")[:2] == [m.group(1), m.group(2)]]
+    if not patches:
+        return None
+    return releases[max(patches, key=lambda v: int(v.split(".")[2]))]
+
+
+def unknown_version(version):
+    """Why torch `version` has no layout, and what would give it one."""
+    releases = list(cumemtrace_torch_layouts.RELEASES)
+    return ("torch %s has no TraceEntry layout in this cumemtrace (it knows %s to %s); it needs "
+            "that wheel's row: scripts/torch_layouts.py with the release added, then a rebuild"
+            % (version, releases[0], releases[-1]))
+
+
 def check_trace_entry_layout(include_dir, layout):
     """Raises ValueError saying why when the installed torch's TraceEntry is not what `layout`
-    reads (preload/torch_tracker.cpp)."""
-    for rel in TRACE_ENTRY_HEADERS:
-        path = os.path.join(include_dir, rel)
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                found = trace_entry_declaration(f.read())
-        except OSError:
-            continue
-        if found is None:
-            continue
-        members, actions = found
-        want = LAYOUT_MEMBERS[layout]
-        for i, expected in enumerate(want):
-            got = members[i] if i < len(members) else None
-            if got != expected:
-                raise ValueError(
-                    "TraceEntry in %s is not the layout cumemtrace reads: member %d is %s, "
-                    "expected %s" % (path, i + 1, " ".join(got) if got else "missing",
-                                     " ".join(expected)))
-        if actions[:len(TRACE_ENTRY_ACTIONS)] != TRACE_ENTRY_ACTIONS or any(
-                "=" in a for a in actions):
-            raise ValueError("TraceEntry::Action in %s is not the enum cumemtrace numbers: %s"
-                             % (path, ", ".join(actions) or "missing"))
-        return
-    raise ValueError("no TraceEntry declaration under %s (looked in %s)"
-                     % (include_dir, ", ".join(TRACE_ENTRY_HEADERS)))
+    reads (cumemtrace_torch_layouts.LAYOUTS[layout - 1]): the row's header must declare it with
+    the row's members, in order and with the same types, and the row's Action enumerators."""
+    row = cumemtrace_torch_layouts.LAYOUTS[layout - 1]
+    path = os.path.join(include_dir, row["header"])
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            found = trace_entry_declaration(f.read())
+    except OSError:
+        found = None
+    if found is None:
+        raise ValueError("no TraceEntry declaration under %s (looked in %s)"
+                         % (include_dir, row["header"]))
+    members, actions = found
+    for i, expected in enumerate(tuple(m) for m in row["members"]):
+        got = members[i] if i < len(members) else None
+        if got != expected:
+            raise ValueError(
+                "TraceEntry in %s is not the layout cumemtrace reads: member %d is %s, "
+                "expected %s" % (path, i + 1, " ".join(got) if got else "missing",
+                                 " ".join(expected)))
+    if actions != row["actions"]:
+        raise ValueError("TraceEntry::Action in %s is not the enum cumemtrace numbers: %s"
+                         % (path, ", ".join(actions) or "missing"))
+
+
+def check_string_abi(torch, layout):
+    """Raises ValueError when torch says it was built with another _GLIBCXX_USE_CXX11_ABI than the
+    wheels of `layout`'s releases (a source build of a listed version): the row describes another
+    build. (The fields read come before TraceEntry's std::string members, but the row is only
+    trusted for the build it was read from.)"""
+    abi = getattr(getattr(torch, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None)
+    want = cumemtrace_torch_layouts.LAYOUTS[layout - 1]["cxx11_abi"]
+    if abi is not None and int(abi) != want:
+        raise ValueError("torch %s was built with _GLIBCXX_USE_CXX11_ABI=%d, its wheels with %d"
+                         % (torch.__version__, int(abi), want))
 
 
 def _loaded_library(basename):
@@ -292,13 +339,14 @@ def _loaded_library(basename):
     return None
 
 
-def _find_tracker_method():
+def _find_tracker_method(layout):
     """(allocator object, method address), or raise ValueError saying why not."""
     path = _loaded_library("libc10_cuda.so")
     if path is None:
         raise ValueError("libc10_cuda.so is not loaded")
-    syms = elf_symbols(path, [ALLOCATOR, VTABLE, ATTACH])
-    for name in (ALLOCATOR, VTABLE, ATTACH):
+    attach = cumemtrace_torch_layouts.LAYOUTS[layout - 1]["attach"].encode()
+    syms = elf_symbols(path, [ALLOCATOR, VTABLE, attach])
+    for name in (ALLOCATOR, VTABLE, attach):
         if name not in syms:
             raise ValueError("%s has no symbol %s (stripped?)" % (path, name.decode()))
     anchor = ctypes.addressof(ctypes.c_void_p.in_dll(ctypes.CDLL(path), ALLOCATOR.decode()))
@@ -310,7 +358,7 @@ def _find_tracker_method():
     vptr = ctypes.c_void_p.from_address(obj).value
     if vptr != base + vtable + 16:
         raise ValueError("the CUDA allocator is not PyTorch's NativeCachingAllocator")
-    method = base + syms[ATTACH][0]
+    method = base + syms[attach][0]
     slots = (vtable_size - 16) // 8
     if method not in [ctypes.c_void_p.from_address(vptr + 8 * i).value for i in range(slots)]:
         raise ValueError("attachAllocatorTraceTracker is not a slot of the allocator's vtable")
@@ -349,21 +397,25 @@ def attach():
             report["backend"] = torch.cuda.memory.get_allocator_backend()
         except Exception:
             pass
-        major_minor = ".".join(version.split("+")[0].split(".")[:2])
-        layout = SUPPORTED.get(major_minor)
+        layout = layout_for(version)
         if report["backend"] == "cudaMallocAsync":
             report["why"] = "backend cudaMallocAsync: every tensor is one driver allocation"
             _pool_allocator_stacks()
         elif os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") not in ("", "0"):
             report["why"] = "PYTORCH_NO_CUDA_MEMORY_CACHING: every tensor is one driver allocation"
         elif layout is None:
-            report["why"] = "torch %s is not supported for block capture (supported: %s)" % (
-                version, ", ".join(sorted(SUPPORTED)))
+            report["why"] = unknown_version(version)
             warn = report["why"]
         else:
             check_trace_entry_layout(
                 os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include"), layout)
-            obj, method = _find_tracker_method()
+            check_string_abi(torch, layout)
+            obj, method = _find_tracker_method(layout)
+            # The method hands the tracker to each device's allocator that exists: with none
+            # (CUDA not initialised) it returns having attached nothing. Not is_initialized():
+            # real torch sets that only after running its lazy calls, this one among them.
+            if torch.cuda.device_count() == 0:
+                raise ValueError("CUDA is not available: PyTorch's allocator has no device")
             rc = attach_fn(obj, method, layout)
             if rc == 0:
                 report["capture"] = "blocks"
@@ -380,15 +432,43 @@ def attach():
     info_fn(text.encode("utf-8", "replace"))
 
 
+# The CUMEMTRACE_* settings read here, by the one rule of the settings table
+# (preload/core/settings_table.h; scripts/settings_check.py holds this list to its rows read by
+# python-in-target): an unset or empty variable is the default; a switch is 0 or 1; any other
+# value gets one `cumemtrace:` line naming the variable, the value and what was expected, and that
+# feature off. variable -> its default; every one a switch.
+SETTINGS = {
+    "CUMEMTRACE_TORCH": "1",   # capture PyTorch's caching-allocator blocks
+    "CUMEMTRACE_PHASES": "1",  # automatic phases and ownership walks
+}
+_said_bad = set()  # the variables already said to be bad: one line each per process
+
+
+def _switch_on(name):
+    """True when the switch `name` is on; a bad value: one line (once) and False."""
+    value = os.environ.get(name) or SETTINGS[name]
+    if value in ("0", "1"):
+        return value == "1"
+    if name not in _said_bad:
+        _said_bad.add(name)
+        try:  # runs inside the program's `import torch` too: never raise into it
+            sys.stderr.write("cumemtrace: invalid %s (expected 0 or 1): %s; that feature is off\n"
+                             % (name, value))
+        except Exception:
+            pass
+    return False
+
+
 def _blocks_wanted():
-    return os.environ.get("CUMEMTRACE_TORCH", "1") != "0"
+    return _switch_on("CUMEMTRACE_TORCH")
 
 
 def _phases_wanted():
-    return os.environ.get("CUMEMTRACE_PHASES", "1") != "0"
+    return _switch_on("CUMEMTRACE_PHASES")
 
 
 def _on_torch_imported(torch):
+    cumemtrace_ranks.install(torch)  # whatever else is on: file names carry the rank
     if _blocks_wanted():
         try:
             torch.cuda._lazy_call(attach)

@@ -28,7 +28,7 @@ def _chain_next_sitecustomize():
 def _watch_code_objects():
     """Registers the preload's code watcher (CPython 3.12+), so that its reader of Python frames
     learns of every code object freed and may take a frame's line from its memo without
-    rereading the code object (preload/python_stack.cpp: FrameAnswer). Without it (older
+    rereading the code object (preload/stacks/python_stack.cpp: FrameAnswer). Without it (older
     Pythons, no preload, all eight watcher ids taken) every answer is checked as before."""
     if sys.version_info < (3, 12) or sys.implementation.name != "cpython":
         return

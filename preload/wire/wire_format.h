@@ -24,7 +24,7 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 9;
+inline constexpr uint32_t kWireVersion = 10;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
@@ -110,6 +110,10 @@ enum class Kind : uint8_t {
                            // kOwnersFirst; extra slots = (data pointer, bytes) uint64 pairs, size =
                            // their byte count. A walk of one role is one or more records, the first
                            // with kOwnersFirst (it replaces the role's previous walk)
+  kRankInfo = 38,          // the process's rank as torch.distributed knows it (a
+                           // torch.multiprocessing.spawn worker has no launcher variables): extra
+                           // slots = lines of "key=value", keys torch.distributed.rank,
+                           // .world_size, .local_rank; they join the tool section's `rank` map
 };
 
 // kTorchOwners' aux: the role (snap::OwnerRole's numbers) and whether the record starts a walk.

@@ -15,12 +15,12 @@ Reading results (numbers always come from the cumemtrace CLI's own analysis, nev
 
     snap = cumemtrace.load("traces/python3.1234.json")
     snap.report()          # `cumemtrace report FILE --format json`, as a dict
-    snap.check(max_leaked_bytes="0 B")
+    snap.check(max_leaked_bytes="0 B")   # any limit cumemtrace.limits() lists, by its name
 """
 from ._native import is_traced, mark, range, snapshot
 from ._paths import executable, preload_library
-from .snapshots import CumemtraceError, Snapshot, load
+from .snapshots import CumemtraceError, Snapshot, limits, load
 
-__all__ = ["CumemtraceError", "Snapshot", "executable", "is_traced", "load", "mark",
+__all__ = ["CumemtraceError", "Snapshot", "executable", "is_traced", "limits", "load", "mark",
            "preload_library", "range", "snapshot"]
 __version__ = "0.1.0"

@@ -90,16 +90,25 @@ def file_tag(tag):
     return t
 
 
+def _tagged_files(out, tag):
+    """The files this process's snapshots tagged TAG may have: EXE.PID.TAG.json, and
+    EXE.PID.TAG.N.json for a name taken already (the collector never overwrites)."""
+    name = re.compile(rf"\.{os.getpid()}\.{re.escape(file_tag(tag))}(\.[0-9]+)?\.json$")
+    pattern = os.path.join(glob.escape(out), f"*.{os.getpid()}.{glob.escape(file_tag(tag))}*.json")
+    return {p for p in glob.glob(pattern) if name.search(p)}
+
+
 def snapshot(tag="snapshot"):
     """Writes a snapshot of this process now, named EXE.PID.TAG.json in the run's output
-    directory, and returns its path once the collector wrote it (None when not traced, or when
-    the collector did not answer within ~10 s)."""
+    directory (EXE.PID.TAG.1.json, .2... when the name is taken), and returns the path of the file
+    this call wrote once the collector wrote it (None when not traced, or when the collector did
+    not answer within ~10 s)."""
     f = _functions()
     if not f:
         return None
-    f["snapshot"](_bytes(tag))
     out = os.environ.get("CUMEMTRACE_OUTPUT", ".")
-    hits = glob.glob(os.path.join(glob.escape(out), f"*.{os.getpid()}.{file_tag(tag)}.json"))
-    return max(hits, key=os.path.getmtime) if hits else None
-
-
+    before = _tagged_files(out, tag)
+    f["snapshot"](_bytes(tag))
+    new = _tagged_files(out, tag) - before
+    # Another thread's snapshot of the same tag may have landed too: the newest is this call's.
+    return max(new, key=os.path.getmtime) if new else None

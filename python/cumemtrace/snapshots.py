@@ -1,7 +1,8 @@
 """Snapshots as Python objects, for notebooks and scripts.
 
 A cumemtrace snapshot is JSON in PyTorch's memory-history layout (schemas/snapshot.schema.json):
-`Snapshot.data` is that document as dicts and lists. Every analysis number (peaks, leaks, sites)
+`Snapshot.data` is that document as dicts and lists (PyTorch's pickles through `cumemtrace
+convert`), parsed only when asked for. Every analysis number (peaks, leaks, sites)
 comes from the cumemtrace CLI's JSON output (`cumemtrace report FILE --format json`, `cumemtrace
 check FILE ... --format json`), so Python shows exactly what the command line shows; nothing here
 recomputes them."""
@@ -29,13 +30,65 @@ def _size(v):
     return str(v) if isinstance(v, int) else v.replace(" ", "")
 
 
+def limits():
+    """The limits `check` takes, as the CLI lists them (collector/analysis/limits.h, the one list):
+    [{"name": "max_leaked_bytes", "flag": "--max-leaked-bytes", "help", "needs", "at_end"}...]."""
+    global _limits
+    if _limits is None:
+        _limits = _cli_json(["check", "--list-limits", "--format", "json"])["limits"]
+    return _limits
+
+
+_limits = None
+
+
+def _limit_args(given):
+    """`check` flags for keyword limits ({"max_peak_bytes": "1 GiB"}); an unknown name raises."""
+    table = {l["name"]: l["flag"] for l in limits()}
+    args = []
+    for name, value in given.items():
+        if name not in table:
+            raise TypeError(f"unknown limit {name!r}; cumemtrace check takes {', '.join(table)}")
+        if value is not None:
+            args += [table[name], _size(value)]
+    return args
+
+
+def _first_byte(path):
+    """The first byte after whitespace (and a UTF-8 byte order mark), or b"" for an empty file."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    return head.lstrip(b"\xef\xbb\xbf").lstrip(b" \t\r\n")[:1]
+
+
 class Snapshot:
-    """One snapshot file. `data` is its JSON document; `report()` and `check()` ask the CLI."""
+    """One snapshot file, in any format the CLI reads (cumemtrace's or PyTorch's JSON, PyTorch's
+    pickles). Nothing is parsed until `data` is asked for; `report()` and `check()` ask the CLI."""
 
     def __init__(self, path):
         self.path = str(path)
-        with open(self.path, encoding="utf-8") as f:
-            self.data = json.load(f)
+        self._data = None
+        self._pickle = _first_byte(self.path) == b"\x80"
+
+    @property
+    def data(self):
+        """The snapshot as its JSON document (dicts and lists), parsed on first use: a JSON file
+        as it is, a pickle as `cumemtrace convert FILE --to json` writes it."""
+        if self._data is None:
+            if self._pickle:
+                proc = subprocess.run([executable(), "convert", self.path, "--to", "json", "-o", "-"],
+                                      capture_output=True)
+                if proc.returncode != 0:
+                    raise CumemtraceError(proc.stderr.decode(errors="replace").strip())
+                text = proc.stdout
+            else:
+                with open(self.path, "rb") as f:
+                    text = f.read()
+            try:
+                self._data = json.loads(text)
+            except ValueError as e:
+                raise CumemtraceError(f"{self.path}: not a snapshot ({e})") from None
+        return self._data
 
     @property
     def segments(self):
@@ -56,14 +109,11 @@ class Snapshot:
         """`cumemtrace report FILE --format json [options]`, parsed."""
         return _cli_json(["report", self.path, "--format", "json", *options])
 
-    def check(self, max_peak_bytes=None, max_leaked_bytes=None, range=None, *options):
-        """`cumemtrace check FILE --format json` with the given limits (bytes or "1 GiB"),
-        parsed: {"ok", "failed", "passed", "files": [...]}."""
-        args = ["check", self.path, "--format", "json"]
-        if max_peak_bytes is not None:
-            args += ["--max-peak-bytes", _size(max_peak_bytes)]
-        if max_leaked_bytes is not None:
-            args += ["--max-leaked-bytes", _size(max_leaked_bytes)]
+    def check(self, *options, range=None, **given):  # noqa: A002 (the CLI's --range)
+        """`cumemtrace check FILE --format json` with the given limits, by the names `limits()`
+        lists (max_leaked_bytes, max_peak_bytes, max_growth...; bytes or "1 GiB"), parsed:
+        {"ok", "failed", "passed", "files": [...]}. `options` are further CLI flags."""
+        args = ["check", self.path, "--format", "json", *_limit_args(given)]
         if range is not None:
             args += ["--range", range]
         return _cli_json(args + list(options), ok_codes=(0, 1))
@@ -73,5 +123,6 @@ class Snapshot:
 
 
 def load(path):
-    """Reads a snapshot file written by cumemtrace (or PyTorch's, converted to JSON)."""
+    """A snapshot file in any format the CLI reads (cumemtrace's or PyTorch's JSON, PyTorch's
+    pickles), read lazily: see Snapshot. A file that cannot be opened raises OSError."""
     return Snapshot(path)

@@ -20,6 +20,7 @@
 #include "analysis/suppressions.h"
 #include "snapshot/snapshot_input.h"
 #include "support/snapshot_builder.h"
+#include "support/torch_fixture.h"
 
 using namespace cumemtrace;
 using namespace cumemtrace::analysis;
@@ -61,7 +62,7 @@ int check(const snap::Snapshot& s, CheckOptions o, std::string* out_text = nullp
   return rc;
 }
 
-const std::string kFixture = CUMEMTRACE_FIXTURES "/torch-2.11/snapshot-last1500.json";
+const std::string& kFixture = testing::kTorchLast1500;
 
 }  // namespace
 
@@ -121,6 +122,12 @@ TEST_CASE("a Python site is the user's own line, with the library frame beside i
       // A PyTorch source checkout run in place is library code too.
       {{"/src/pytorch/torch/optim/adam.py", 178, "Adam._init_group"},
        {"/src/pytorch/train_ref.py", 12, "main"}},
+      // cumemtrace's own wrapper of init_process_group (in the target) is never the user's line.
+      {{"/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py", 2253,
+        "_new_process_group_helper"},
+       {"/opt/ct/lib/cumemtrace/python/cumemtrace_ranks.py", 45,
+        "wrap.<locals>.init_process_group"},
+       {"/home/u/proj/ddp.py", 20, "main"}},
   };
   set_library_code("");
   SiteTable sites(s);
@@ -131,6 +138,8 @@ TEST_CASE("a Python site is the user's own line, with the library frame beside i
   CHECK(sites.site(2) == "zeros (numeric.py:5)");
   CHECK(via_frame_index(s.stacks[2], 0) == -1);
   CHECK(sites.site(3) == "main (train_ref.py:12) via Adam._init_group (adam.py:178)");
+  CHECK(sites.site(4) ==
+        "main (ddp.py:20) via _new_process_group_helper (distributed_c10d.py:2253)");
   // Stack lines start at the user's line; the library frames inside it are the site's "via".
   const auto lines = stack_lines(sites, 0, false, 8);
   REQUIRE(lines.size() == 3);
@@ -170,6 +179,26 @@ TEST_CASE("replay finds the peak and what was live at it", "[model]") {
   CHECK(live[0].size == 2 * MiB);
 }
 
+TEST_CASE("replay: of two equal highs the peak is the first", "[model]") {
+  testing::SnapshotBuilder b;
+  const auto first = b.site("first_high", "src/a.cpp", 1);
+  const auto second = b.site("second_high", "src/a.cpp", 2);
+  b.alloc(0x1000000, 3 * MiB, first);
+  b.free(0x1000000);
+  b.alloc(0x2000000, 3 * MiB, second);
+  b.free(0x2000000);
+  const auto s = b.finish();
+  DeviceReplay r(s, 0);
+  const Timeline& tl = r.timeline();
+  CHECK(tl.peak_bytes == 3 * MiB);
+  // segment_alloc and its alloc (the same moment) are entries 0 and 1; the second high is 5..6.
+  CHECK(tl.peak_index == 1);
+  CHECK(tl.peak_time_us == s.device_traces[0][1].time_us);
+  const auto at_peak = r.live_after(tl.peak_index);
+  REQUIRE(at_peak.size() == 1);
+  CHECK(at_peak[0].stack == first);
+}
+
 TEST_CASE("a trace window starting mid-run starts from the memory live before it", "[model]") {
   auto s = leaky();
   // Drop the first allocation's two entries: it is now pre-existing, known only from segments.
@@ -194,18 +223,24 @@ TEST_CASE("a trace window starting mid-run starts from the memory live before it
 }
 
 TEST_CASE("PyTorch fixture: allocated vs reserved, active blocks only", "[model][torch]") {
-  if (!std::filesystem::exists(kFixture)) {
-    WARN("skipped: fixture " << kFixture << " is absent");
-    return;
-  }
   const auto s = snap::read_snapshot_any(kFixture);
+  const auto& facts = testing::torch_facts();
   CHECK(flavor_of(s) == Flavor::kTorch);
-  uint64_t active = 0, reserved = 0;
+  uint64_t active = 0, active_blocks = 0, reserved = 0;
   for (const auto& g : s.segments) {
     reserved += g.total_size;
-    for (const auto& b : g.blocks) active += b.state == "active_allocated" ? b.requested_size : 0;
+    for (const auto& b : g.blocks) {
+      active += b.state == "active_allocated" ? b.requested_size : 0;
+      active_blocks += b.state == "active_allocated" ? b.size : 0;
+    }
   }
-  CHECK(total_bytes(live_at_exit(s)) == active);
+  // PyTorch's own memory_reserved() and memory_allocated() (block bytes) at the snapshot.
+  CHECK(reserved == facts["memory_reserved"].get<uint64_t>());
+  CHECK(active_blocks == facts["memory_allocated"].get<uint64_t>());
+  CHECK(active == 77340068);  // what the 38 live tensors asked for
+  const auto live = live_at_exit(s);
+  CHECK(live.size() == 38);
+  CHECK(total_bytes(live) == active);
   DeviceReplay r(s, 0);
   const Timeline& tl = r.timeline();
   CHECK(tl.has_reserved);
@@ -265,6 +300,58 @@ TEST_CASE("check: leaks", "[check]") {
   o.max_leaked_bytes = 2 * MiB;
   CHECK(check(s, o, &text) == 0);
   CHECK(text.find("traces/app.1234.json: ok: 2 checks passed") != std::string::npos);
+}
+
+TEST_CASE("check --range: leaks are what the window allocated and kept", "[check]") {
+  testing::SnapshotBuilder b;
+  b.alloc(0x1000000, 2 * MiB, b.site("before_window", "src/a.cpp", 1));
+  b.annotate("pytest:t", "START");
+  b.alloc(0x2000000, 1 * MiB, b.site("kept_in_window", "src/a.cpp", 2));
+  b.alloc(0x3000000, 512 * 1024, b.site("freed_in_window", "src/a.cpp", 3));
+  b.free(0x3000000);
+  b.annotate("pytest:t", "END");
+  b.alloc(0x4000000, 4 * MiB, b.site("after_window", "src/a.cpp", 4));
+  const auto s = b.finish();
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  o.range = "pytest:t";
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK_THAT(text, Catch::Contains("error: 1.00 MiB leaked on device 0 within range 'pytest:t' "
+                                   "by 1 allocation (limit 0 B)\n    at kept_in_window "
+                                   "(src/a.cpp:2)\n"));
+  o.max_leaked_bytes = 1 * MiB;
+  CHECK(check(s, o, &text) == 0);
+  // Without the range the whole run's 7 MiB is judged.
+  o.range.clear();
+  CHECK(check(s, o, &text) == 1);
+  CHECK_THAT(text, Catch::Contains("error: 7.00 MiB leaked on device 0 by 3 allocations"));
+}
+
+TEST_CASE("check: PyTorch blocks pending their free are no leak, cached blocks neither",
+          "[check]") {
+  testing::SnapshotBuilder b;
+  const auto st = b.site("forward", "model.py", 7);
+  auto s = b.finish();
+  snap::Segment g;
+  g.source = snap::Source::kPytorch;
+  g.address = 0x7000000;
+  g.total_size = 2 * MiB;
+  g.blocks = {{0x7000000, 512 * 1024, 512 * 1024, "active_allocated", st},
+              {0x7080000, 256 * 1024, 256 * 1024, "active_pending_free", st},
+              {0x70c0000, 1280 * 1024, 0, "inactive", -1}};
+  s.segments.push_back(g);
+  const auto live = live_at_exit(s);
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].size == 512 * 1024);
+  CheckOptions o;
+  o.max_leaked_bytes = 0;
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK_THAT(text,
+             Catch::Contains("error: 512 KiB leaked on device 0 by 1 allocation (limit 0 B)"));
+  o.max_leaked_bytes = 512 * 1024;
+  CHECK(check(s, o) == 0);
 }
 
 TEST_CASE("check: leak suppressions", "[check][suppressions]") {

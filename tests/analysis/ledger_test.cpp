@@ -493,3 +493,44 @@ TEST_CASE("check --max-growth-per-step --range judges the steps within the windo
   CHECK_THAT(text, Catch::Contains("error: growth per step on device 0 within range 'pytest:s' "
                                    "cannot be judged: 2 steps complete;"));
 }
+
+TEST_CASE("check --range charges a window with its own tensors, never PyTorch's cache",
+          "[ledger][check][range]") {
+  // Window a makes PyTorch cache a 20 MiB segment for a 4 MiB tensor it frees; window b reuses the
+  // cache for a 2 MiB tensor it keeps; window c, with 20 MiB reserved and b's tensor live at its
+  // START, frees b's tensor and allocates 1 MiB it frees. Each is charged with its own tensors.
+  TorchRunBuilder b;
+  const auto site = b.line("test_model.py", 12, "test_x");
+  b.start(100, "pytest:a");
+  b.segment(110, 0x100000000, 20 * MiB);
+  b.alloc(111, 0x100000000, 4 * MiB, site);
+  b.free(130, 0x100000000);
+  b.end(200, "pytest:a");
+  b.start(300, "pytest:b");
+  b.alloc(310, 0x100000000, 2 * MiB, site);
+  b.end(400, "pytest:b");
+  b.start(500, "pytest:c");
+  b.free(510, 0x100000000);
+  b.alloc(520, 0x100200000, 1 * MiB, site);
+  b.free(530, 0x100200000);
+  b.end(600, "pytest:c");
+  const auto s = b.finish();
+  auto judged = [&](const std::string& range) {
+    CheckOptions o;
+    o.range = range;
+    o.max_peak_bytes = 0;
+    o.max_leaked_bytes = 0;
+    o.format = "json";
+    std::string text;
+    CHECK(run_check_on(s, o, &text) == 1);
+    const auto doc = nlohmann::json::parse(text);
+    std::vector<std::pair<std::string, uint64_t>> got;
+    for (const auto& c : doc["files"][0]["checks"])
+      if (c["check"] != "complete") got.emplace_back(c["check"], c["value"]);
+    return got;
+  };
+  using V = std::vector<std::pair<std::string, uint64_t>>;
+  CHECK(judged("pytest:a") == V{{"leaked-bytes", 0}, {"peak-bytes", 4 * MiB}});
+  CHECK(judged("pytest:b") == V{{"leaked-bytes", 2 * MiB}, {"peak-bytes", 2 * MiB}});
+  CHECK(judged("pytest:c") == V{{"leaked-bytes", 0}, {"peak-bytes", 1 * MiB}});
+}

@@ -3,7 +3,6 @@ import glob
 import json
 import os
 import subprocess
-import time
 
 import jsonschema
 import pytest
@@ -12,6 +11,8 @@ BUILD = os.environ.get("CT_BUILD", os.path.join(os.path.dirname(__file__), "../.
 SOURCE = os.environ.get("CT_SOURCE", os.path.join(os.path.dirname(__file__), "../.."))
 CT = os.path.join(BUILD, "bin", "cumemtrace")
 PRELOAD = os.path.join(BUILD, "lib", "libcumemtrace.so")
+# The same library with the benchmarks' pause switches (preload/hooks/bench_switches.cpp).
+BENCH_PRELOAD = os.path.join(BUILD, "lib", "libcumemtrace_bench.so")
 FAKE_DIR = os.path.join(BUILD, "fake")
 MiB = 1 << 20
 
@@ -68,18 +69,17 @@ def snapshots(out):
 
 
 def run_preloaded(tmp_path, args, expect_files=1, **env):
-    """Plain LD_PRELOAD with CUMEMTRACE_OUTPUT; waits for the detached collector's files."""
+    """Plain LD_PRELOAD with CUMEMTRACE_OUTPUT; returns (completed process, {basename: snapshot})
+    once the detached collector is done. The handshake: the collector inherits the program's
+    stdout and stderr and holds them until it has written its files and exited, so the end of
+    file on those pipes, which subprocess.run waits for, comes after the last file (each is
+    renamed into place whole). expect_files: how many snapshots there must be (None: any)."""
     out = tmp_path / "plain"
     e = base_env(LD_PRELOAD=PRELOAD, CUMEMTRACE_OUTPUT=str(out), **env)
     p = subprocess.run(args, env=e, capture_output=True, text=True, timeout=120)
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        files = glob.glob(os.path.join(str(out), "*.json"))
-        if len(files) >= expect_files:
-            time.sleep(0.2)  # a file appears complete: it is created when fully written
-            break
-        time.sleep(0.05)
-    return p, snapshots(out)
+    snaps = snapshots(out)
+    assert expect_files is None or len(snaps) == expect_files, (sorted(snaps), p.stderr)
+    return p, snaps
 
 
 def trace(snap, device):

@@ -132,7 +132,7 @@ def test_forked_child_has_no_context_of_its_own(tmp_path):
 def test_async_allocation_lands_on_its_streams_device(tmp_path):
     # A stream-ordered allocation comes from the pool of its stream's device, not the current
     # one's: the 1 MiB on device 1's stream is device 1's while device 0 is current. The stream's
-    # device is remembered per thread (preload/stream_devices.h); once that stream is destroyed
+    # device is remembered per thread (preload/driver/stream_devices.h); once that stream is destroyed
     # its handle comes back for a stream of device 0, and the 2 MiB are device 0's.
     p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "async_stream_device"],
                           CUMEMTRACE_DEBUG="1")

@@ -4,13 +4,14 @@ Expected numbers come from tests/programs/scenarios.h (the `basic` scenario and 
 """
 import json
 import os
+import re
 import signal
 import time
 import subprocess
 
 import pytest
 
-from conftest import (CT, MiB, PRELOAD, SANITIZER, actions, base_env, device_summary, load, marker_line, prog,
+from conftest import (BENCH_PRELOAD, CT, MiB, PRELOAD, SANITIZER, SOURCE, actions, base_env, device_summary, load, marker_line, prog,
                       run_preloaded, run_traced, trace)
 
 SA, A, FR, FC, SF = "segment_alloc", "alloc", "free_requested", "free_completed", "segment_free"
@@ -372,43 +373,46 @@ def test_run_usage_errors_exit_2(tmp_path):
     assert p.returncode == 127 and "cannot run /nonexistent/prog" in p.stderr
 
 
+def preload_entry_points():
+    """(the functions defined with CUMEMTRACE_EXPORT, per file; the CUMEMTRACE_HOOKS list) as the
+    sources say: the names the export map is made from, and the interposed driver functions."""
+    by_file = {}
+    for root, _, names in os.walk(os.path.join(SOURCE, "preload")):
+        for name in names:
+            if name.endswith((".cpp", ".h")) and name not in ("export.h", "bench_switches.cpp"):
+                text = open(os.path.join(root, name)).read()
+                found = re.findall(r"^CUMEMTRACE_EXPORT [^(]*?\b(\w+)\(", text, re.M)
+                if found:
+                    by_file[os.path.relpath(os.path.join(root, name), SOURCE)] = found
+    table = open(os.path.join(SOURCE, "preload", "hooks", "hook_table.h")).read()
+    macro = re.search(r"#define CUMEMTRACE_HOOKS\(X\)(?:[^\n]*\\\n)*[^\n]*", table).group(0)
+    hooks = re.findall(r"X\((\w+)\)", macro)
+    return by_file, hooks
+
+
 def test_preload_exports_only_its_hooks():
     out = subprocess.run(["nm", "-D", "--defined-only", PRELOAD], capture_output=True, text=True).stdout
     names = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
-    assert names == sorted([
-        "dlsym", "cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemAllocPitch_v2",
-        "cuMemAllocManaged", "cuMemFree_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
-        "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
-        "cuMemCreate", "cuMemRelease", "cuMemRetainAllocationHandle",
-        "cuMemImportFromShareableHandle", "cuMemMap", "cuMemUnmap", "cuMemAddressReserve",
-        "cuMemAddressFree", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemFreeHost",
-        "cumemtrace_torch_attach", "cumemtrace_torch_info", "cumemtrace_torch_stop_walks_in",
-        "cumemtrace_torch_owners",
-        "cumemtrace_torch_pool_allocator_in",
-        "cumemtrace_torch_autograd_nodes",
-        "cumemtrace_bench_pause_torch_blocks",
-        "cumemtrace_bench_pause_recording",
-        # CPython's code watcher (sitecustomize registers it on 3.12+).
-        "cumemtrace_python_code_event", "cumemtrace_python_code_watcher",
-        # CUDA graph memory and stream capture.
-        "cuGraphAddMemAllocNode", "cuGraphAddMemFreeNode", "cuGraphAddNode", "cuGraphAddNode_v2",
-        "cuGraphInstantiateWithFlags", "cuGraphInstantiate", "cuGraphInstantiate_v2",
-        "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGraphLaunch",
-        "cuGraphLaunch_ptsz", "cuGraphDestroy", "cuGraphExecDestroy", "cuDeviceGraphMemTrim",
-        "cuStreamBeginCapture", "cuStreamBeginCapture_ptsz", "cuStreamBeginCapture_v2",
-        "cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCaptureToGraph",
-        "cuStreamBeginCaptureToGraph_ptsz", "cuStreamEndCapture", "cuStreamEndCapture_ptsz",
-        "cuStreamDestroy", "cuStreamDestroy_v2",
-        # IPC, arrays, external memory.
-        "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle", "cuArrayCreate_v2", "cuArray3DCreate_v2",
-        "cuMipmappedArrayCreate", "cuArrayDestroy", "cuMipmappedArrayDestroy",
-        "cuImportExternalMemory", "cuDestroyExternalMemory", "cuExternalMemoryGetMappedBuffer",
-        # CUDA contexts (their memory is measured at creation).
-        "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxReset_v2",
-        "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4", "cuCtxDestroy_v2",
-        # The public marks API (include/cumemtrace.h) and the NVTX injection entry point.
-        "cumemtrace_mark", "cumemtrace_range_push", "cumemtrace_range_pop", "cumemtrace_snapshot",
-        "InitializeInjectionNvtx2"])
+    by_file, hooks = preload_entry_points()
+    # Entry points live in preload/hooks/ only, and the library exports exactly them.
+    assert all(f.startswith("preload/hooks/") for f in by_file), sorted(by_file)
+    declared = sorted(n for found in by_file.values() for n in found)
+    assert names == declared
+    # Every interposed driver function is exported, and the API the users and the Python side
+    # call by name (include/cumemtrace.h, preload/python/) is among the exports.
+    assert set(hooks) <= set(names) and len(hooks) == 64, (sorted(set(hooks) - set(names)), len(hooks))
+    assert {"dlsym", "cuGetProcAddress", "cuGetProcAddress_v2", "_exit", "_Exit",
+            "cumemtrace_mark", "cumemtrace_range_push", "cumemtrace_range_pop",
+            "cumemtrace_snapshot", "cumemtrace_torch_attach", "cumemtrace_rank_info",
+            "cumemtrace_python_code_event", "InitializeInjectionNvtx2"} <= set(names)
+    assert len(names) == 81
+    # The benchmarks' library exports the same and its two pause switches, which the product
+    # never does.
+    out = subprocess.run(["nm", "-D", "--defined-only", BENCH_PRELOAD], capture_output=True,
+                         text=True).stdout
+    bench = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
+    assert bench == sorted(names + ["cumemtrace_bench_pause_recording",
+                                    "cumemtrace_bench_pause_torch_blocks"])
 
 
 def test_preload_and_cli_need_only_libc():
@@ -445,15 +449,12 @@ def test_children_started_with_closed_descriptors_are_still_traced(tmp_path):
     starts a collector of its own that writes to the same directory."""
     launcher = ("import subprocess, sys; "
                 f"sys.exit(subprocess.run([{prog('ct_static_like')!r}, 'exit', '0']).returncode)")
+    # The child's own (detached) collector holds the inherited stdout and stderr until it has
+    # written its file: run_traced returns after that.
     p, _ = run_traced(tmp_path, ["/usr/bin/python3", "-c", launcher])
     assert p.returncode == 0, p.stderr
-    deadline = time.time() + 20
-    files = []
-    while time.time() < deadline and not files:
-        files = list((tmp_path / "traces").glob("ct_static_like.*.json"))
-        time.sleep(0.05)
+    files = list((tmp_path / "traces").glob("ct_static_like.*.json"))
     assert len(files) == 1
-    time.sleep(0.3)
     snap = load(str(files[0]))
     assert [s["total_size"] for s in snap["segments"]] == [MiB]
     assert "tracing disabled" not in p.stderr

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import (BUILD, CT, MiB, PRELOAD, actions, base_env, device_summary, load, prog,
+from conftest import (BENCH_PRELOAD, BUILD, CT, MiB, PRELOAD, actions, base_env, device_summary, load, prog,
                       run_preloaded, run_traced, snapshots, trace)
 
 ACCESS_PATHS = ["ct_static_like", "ct_shared_like", "ct_lcuda"]
@@ -284,10 +284,11 @@ def test_snapshot_command_refuses_what_it_cannot_ask(tmp_path):
               "signal.signal(signal.SIGUSR2, lambda *a: print('own handler', flush=True))\n"
               "ctypes.CDLL(None).cumemtrace_mark(b'started')\n"
               "print('ready', flush=True)\n"
-              "time.sleep(1.5)\n")
+              "sys.stdin.readline()\n")  # runs until the test closes its stdin
     out = tmp_path / "traces"
     run = subprocess.Popen([CT, "run", "-o", str(out), "--", sys.executable, "-c", script],
-                           env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           env=base_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     try:
         assert run.stdout.readline() == "ready\n"
         target = children(run.pid)[0]
@@ -318,7 +319,7 @@ def test_periodic_snapshots(tmp_path):
     # Due at 0.4 s and 0.8 s of a 1 s run; a third only if the exit is delayed past 1.2 s.
     assert 2 <= len(periodic_names(snaps)) <= 3
     assert len(snaps) == len(periodic_names(snaps)) + 1
-    p, snaps = run_preloaded(tmp_path, [prog("ct_static_like"), "spin", "1.0"], expect_files=3,
+    p, snaps = run_preloaded(tmp_path, [prog("ct_static_like"), "spin", "1.0"], expect_files=None,
                              CUMEMTRACE_SNAPSHOT_EVERY="0.4")
     assert p.returncode == 0, p.stderr
     assert 2 <= len(periodic_names(snaps)) <= 3
@@ -414,7 +415,8 @@ def test_no_nvml_means_no_samples_and_no_noise(tmp_path, env):
 def test_bench_pause_recording_drops_events_only_while_paused(tmp_path):
     # bench/gpu/async_pool_pair.cu's in-process A/B switch: refused before tracing started, then
     # the 2 MiB allocation and free made while paused are missing and the rest are there, in order.
-    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "pause_recording"])
+    p, snaps = run_traced(tmp_path, [prog("ct_static_like"), "pause_recording"],
+                          CUMEMTRACE_PRELOAD=BENCH_PRELOAD)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == ["before tracing: -1", "pause: 0", "resume: 0"]
     (snap,) = snaps.values()

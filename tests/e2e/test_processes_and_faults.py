@@ -558,3 +558,47 @@ def test_full_output_directory(tmp_path, gate):
     if gate:
         assert "1.00 MiB leaked on device 0 by 1 allocation (limit 0 B)" in p.stderr
         assert "not written" in p.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_killed_collector_is_said_once_by_the_target(tmp_path, mode):
+    """The collector is killed while the target waits on stdin: the target goes on untouched
+    (exit 0) and says, once, that no snapshot will be written for it; nothing is written."""
+    cmd, env = command(tmp_path, mode, [prog("ct_static_like"), "burst", "100"])
+    p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        ready = read_line(p.stdout, DEADLOCK_GUARD_S)
+        target = int(ready.split()[1])
+        collector = p.pid if mode == "run" else collector_of(target)
+        os.kill(collector, signal.SIGKILL)
+        if mode == "run":
+            p.wait(timeout=DEADLOCK_GUARD_S)  # reaped: the target's only reader is gone
+        else:
+            wait_for(lambda: proc_state(collector) in ("Z", None), DEADLOCK_GUARD_S,
+                     "the collector did not die")
+        p.stdin.write(b"go\n")
+        p.stdin.close()
+        # EOF once the target (the last writer) ends.
+        err = p.stderr.read().decode()
+        p.stdout.read()
+        if mode == "preload":
+            assert p.wait(timeout=DEADLOCK_GUARD_S) == 0
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    gone = f"cumemtrace: collector gone; no snapshot will be written for PID {target}\n"
+    assert err.count("collector gone") == 1 and gone in err, err
+    assert snapshots(tmp_path / "traces") == {}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_child_that_calls__exit_ended_with_an_exit(tmp_path, mode):
+    """fork: the child allocates and leaves with _exit(0), its parent reaps it at once. The
+    preload records the exit from _exit itself: the snapshot says exit 0 (not "vanished", which
+    the summary calls "killed or crashed")."""
+    p, snaps = traced(tmp_path, mode, [prog("ct_static_like"), "fork"])
+    assert p.returncode == 0, p.stderr
+    child = next(s for s in snaps.values() if sizes(s) == [2 * MiB])
+    assert child["cumemtrace"]["ended"] == EXIT_0
+    assert "killed or crashed" not in p.stderr

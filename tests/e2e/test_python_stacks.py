@@ -23,7 +23,7 @@ def python_version():
     return tuple(int(x) for x in re.findall(r"\d+", out))
 
 
-# The GIL-less reader knows CPython 3.9 to 3.14 on x86-64 (preload/cpython_layout.h); the
+# The GIL-less reader knows CPython 3.9 to 3.14 on x86-64 (preload/stacks/cpython_layout.h); the
 # interpreters of other Debian suites are tested in tests/pythons.
 GILLESS = (3, 9) <= python_version() <= (3, 14) and os.uname().machine == "x86_64"
 needs_gilless = pytest.mark.skipif(not GILLESS, reason="GIL-less frames: CPython 3.9-3.14 x86-64")
@@ -157,7 +157,7 @@ def test_python_stacks_can_be_turned_off(tmp_path):
 
 def test_stackless_events_of_every_thread_carry_its_named_id(tmp_path):
     """With stacks off a thread's events are written from the hook straight into the ring
-    (preload/recorder.h: record_fields), but not its first: that one takes the general path,
+    (preload/record/recorder.h: record_fields), but not its first: that one takes the general path,
     which reads the thread's id and announces its name. Here worker threads allocate first after
     the main thread has announced the device, so nothing else would have named them."""
     p, snaps = run_traced(tmp_path, [PYTHON, SCRIPT, "nogil"], ["--stack-depth", "0"])

@@ -3,13 +3,13 @@ reach, and setuid/setgid programs (AT_SECURE) stay untraced. Another user is `no
 setpriv, so these tests need root (CI runs as root) and skip otherwise."""
 import glob
 import os
+import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -44,6 +44,14 @@ def named_ipc():
     with open("/proc/net/unix") as f:
         names |= {line.split()[7] for line in f if len(line.split()) > 7 and "cumemtrace" in line}
     return names
+
+
+def not_other_runs(paths, run_pid):
+    """`paths` without other `run`s' rendezvous directories and sockets (/tmp/cumemtrace-PID-X,
+    PID not `run_pid`): tests run in parallel, and another test's `run` may be alive meanwhile."""
+    other = re.compile(r"/cumemtrace-(\d+)-[^/]*")
+    return {path for path in paths
+            if not (m := other.search(path)) or int(m.group(1)) == run_pid}
 
 
 def socket_paths(pid):
@@ -83,12 +91,24 @@ print(attempt(opened(f"/proc/{pid}/map_files/{span}", os.O_RDWR)),
       attempt(lambda: os.listdir(f"/proc/{pid}/fd")))
 """
 
+CONNECT = r"""
+import errno, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+try:
+    s.connect(sys.argv[1])
+    print("allowed")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"""
+
 
 def test_ring_and_control_channel_are_out_of_other_users_reach(tmp_path):
     """While a traced program runs, the ring exists only as a shared mapping of an unnamed memfd
-    (its descriptor already closed) and the control channel only as unnamed socketpairs: nothing
-    in /tmp, /dev/shm or the Unix socket namespace, and `nobody` can neither open the mapping
-    nor the process's memory or descriptors. Root can open the same mapping (the probe works)."""
+    (its descriptor already closed) and the control channel as unnamed socketpairs plus `run`'s
+    rendezvous socket (collector/live/rendezvous.h) in a directory of mode 0700, which `nobody`
+    cannot connect to; nothing else in /tmp, /dev/shm or the Unix socket namespace, and `nobody`
+    can neither open the mapping nor the process's memory or descriptors. Root can open the same
+    mapping (the probe works). When `run` returns, the rendezvous is gone."""
     before = named_ipc()
     out = tmp_path / "traces"
     p = subprocess.Popen([CT, "run", "-o", str(out), "--", prog("ct_static_like"), "burst", "10"],
@@ -104,10 +124,17 @@ def test_ring_and_control_channel_are_out_of_other_users_reach(tmp_path):
         assert len(ring_inodes(p.pid)) == 1  # the collector (`run` itself) maps the same ring
         fds = [os.readlink(f"/proc/{target}/fd/{fd}") for fd in os.listdir(f"/proc/{target}/fd")]
         assert not [link for link in fds if "memfd:" in link], fds  # handed over, then closed
-        assert named_ipc() == before
-        for pid in (target, p.pid):
-            paths = socket_paths(pid)
-            assert paths and all(path == "" for path in paths), (pid, paths)
+        new = not_other_runs(named_ipc() - before, p.pid)
+        directory = [path for path in new if os.path.isdir(path)]
+        assert len(directory) == 1 and os.stat(directory[0]).st_mode & 0o777 == 0o700, new
+        rendezvous = os.path.join(directory[0], "control")
+        assert new == {directory[0], rendezvous}
+        paths = socket_paths(target)
+        assert paths and all(path == "" for path in paths), (target, paths)
+        assert [path for path in socket_paths(p.pid) if path] == [rendezvous]
+        connect = subprocess.run(as_nobody([sys.executable, "-c", CONNECT, rendezvous]),
+                                 capture_output=True, text=True, timeout=DEADLOCK_GUARD_S)
+        assert connect.stdout.split() == ["EACCES"], connect.stderr
         # Root reaches the mapping: the probe's path is right.
         os.close(os.open(f"/proc/{target}/map_files/{span}", os.O_RDWR))
         probe = subprocess.run(as_nobody([sys.executable, "-c", PROBE, str(target), span]),
@@ -122,6 +149,7 @@ def test_ring_and_control_channel_are_out_of_other_users_reach(tmp_path):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
     assert p.returncode == 0, err
+    assert not_other_runs(named_ipc(), p.pid) == not_other_runs(before, p.pid)
     snap, = snapshots(out).values()
     d0 = device_summary(snap, 0)  # burst 10: 1 MiB, then 10 × 4096, all freed
     assert (d0["allocations"], d0["frees"], d0["live_bytes"]) == (11, 11, 0)
@@ -146,9 +174,8 @@ def test_setuid_and_setgid_programs_stay_untraced(shared_dir, mode):
                            timeout=DEADLOCK_GUARD_S)
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout == "at_secure 0 allocated\n"
-    deadline = time.monotonic() + DEADLOCK_GUARD_S
-    while not glob.glob(os.path.join(out, "*.json")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # The detached collector held the program's stdout and stderr until it wrote its file and
+    # exited: subprocess.run returned after that.
     files = glob.glob(os.path.join(out, "*.json"))
     assert len(files) == 1, "the program without the bit was not traced"
     os.unlink(files[0])
@@ -161,5 +188,5 @@ def test_setuid_and_setgid_programs_stay_untraced(shared_dir, mode):
     assert secure.returncode == 0, secure.stderr
     assert secure.stdout == "at_secure 1 allocated\n"
     assert "cumemtrace" not in secure.stderr
-    time.sleep(1)  # a collector, had one started, would have written by now
+    # A collector, had one started, would have held the pipes until its file was written.
     assert os.listdir(out) == []

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import BUILD, CT, MiB, SOURCE, base_env, run_preloaded, snapshots
+from conftest import BENCH_PRELOAD, BUILD, CT, MiB, SOURCE, base_env, run_preloaded, snapshots
 
 SCRIPT = os.path.join(SOURCE, "tests", "e2e", "torch_blocks.py")
 FAKE_TORCH = os.path.join(SOURCE, "tests", "fake_torch")
@@ -163,7 +163,7 @@ def test_bench_pause_drops_block_events_only_while_paused(tmp_path):
     # bench/gpu/torch_blocks_ab.py's switch: the two requests made while paused (and the 20 MiB
     # segment behind the first) are missing; the ones before and after are there, in one segment,
     # the last one after the 2,048 bytes that the unrecorded request of 2,000 took.
-    p, snaps = run(tmp_path, "bench_pause")
+    p, snaps = run(tmp_path, "bench_pause", CUMEMTRACE_PRELOAD=BENCH_PRELOAD)
     assert p.returncode == 0, p.stderr
     got = entries(final(snaps))
     s1 = got[0][1]
@@ -172,7 +172,7 @@ def test_bench_pause_drops_block_events_only_while_paused(tmp_path):
 
 
 def test_debug_meter_counts_every_recorded_event(tmp_path):
-    # CUMEMTRACE_DEBUG's recording meter (preload/recording_meter.h): one line per class, with
+    # CUMEMTRACE_DEBUG's recording meter (preload/record/recording_meter.h): one line per class, with
     # exactly the events the hooks recorded: the snapshot's 14 PyTorch block events and the
     # scenario's 4 driver events (its segments' allocations and frees), 18 as the exit summary
     # counts them.
@@ -466,17 +466,46 @@ def test_sigkill_keeps_block_events(tmp_path):
 
 
 def test_unsupported_version_degrades_with_one_line(tmp_path):
-    p, snaps = run(tmp_path, "basic", FAKE_TORCH_VERSION="2.5.0")
+    p, snaps = run(tmp_path, "basic", FAKE_TORCH_VERSION="2.3.1")
     assert p.returncode == 0, p.stderr
-    lines = refusals(p)
-    assert len(lines) == 1 and "2.5.0 is not supported" in lines[0], p.stderr
+    assert refusals(p) == [
+        "cumemtrace: PyTorch blocks not captured (torch 2.3.1 has no TraceEntry layout in this "
+        "cumemtrace (it knows 2.4.0 to 2.15.0); it needs that wheel's row: "
+        "scripts/torch_layouts.py with the release added, then a rebuild); tracing continues at "
+        "driver level"], p.stderr
     snap = final(snaps)
     info = snap["cumemtrace"]["pytorch"]
-    assert info["capture"] == "driver" and info["version"] == "2.5.0"
+    assert info["capture"] == "driver" and info["version"] == "2.3.1"
     assert entries(snap) == []
     # Today's driver view: 3 segments allocated, one freed by empty_cache.
     assert [a for a, _, _ in entries(snap, "driver")].count("segment_alloc") == 3
     assert all("source" not in g for g in snap["segments"]) and len(snap["segments"]) == 2
+
+
+def test_unlisted_patch_release_uses_its_minors_row_after_the_header_check(tmp_path):
+    """2.11.9 is not in the table: the row of 2.11's newest listed patch is used, checked against
+    the installed header (the fake's is 2.11's), and blocks are captured."""
+    p, snaps = run(tmp_path, "basic", FAKE_TORCH_VERSION="2.11.9")
+    assert p.returncode == 0, p.stderr
+    assert refusals(p) == []
+    snap = final(snaps)
+    assert snap["cumemtrace"]["pytorch"]["capture"] == "blocks"
+    got = entries(snap)
+    assert len(got) == 14 and [a for a, _, _ in got].count("alloc") == 5
+
+
+def test_listed_release_whose_header_disagrees_is_refused(tmp_path):
+    """2.5.0's row reads TraceEntry from c10/cuda/CUDACachingAllocator.h; the installed header
+    (the fake's, 2.11's) does not declare it there: one line, the driver view."""
+    p, snaps = run(tmp_path, "basic", FAKE_TORCH_VERSION="2.5.0")
+    assert p.returncode == 0, p.stderr
+    lines = refusals(p)
+    assert len(lines) == 1, p.stderr
+    assert "no TraceEntry declaration under " in lines[0]
+    assert "(looked in c10/cuda/CUDACachingAllocator.h)" in lines[0]
+    snap = final(snaps)
+    assert snap["cumemtrace"]["pytorch"]["capture"] == "driver"
+    assert entries(snap) == []
 
 
 def test_trace_entry_layout_differs_from_header_degrades_with_one_line(tmp_path):

@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   snap::Snapshot s;
   try {
-    s = viz::read_pickle_snapshot(bytes, "fuzz.pickle");
+    s = snap::read_pickle_snapshot(bytes, "fuzz.pickle");
   } catch (const snap::ReadError& e) {
     const std::string_view what = e.what();
     if (what.find('\n') != std::string_view::npos || what.rfind("fuzz.pickle", 0) != 0)

@@ -214,15 +214,13 @@ def main():
         import torch
 
         inc = os.path.join(os.path.dirname(torch.__file__), "include")
-        cumemtrace_torch.check_trace_entry_layout(inc, cumemtrace_torch.SUPPORTED["2.11"])
-        for rel in cumemtrace_torch.TRACE_ENTRY_HEADERS:
-            path = os.path.join(inc, rel)
-            if os.path.exists(path):
-                found = cumemtrace_torch.trace_entry_declaration(open(path).read())
-                if found:
-                    verdict("TraceEntry header", True, "%s: %s" % (rel, ", ".join(
-                        " ".join(m) for m in found[0])))
-                    break
+        # The row the attach picks for the installed torch (preload/hooks/torch_layouts.h).
+        row_no = cumemtrace_torch.layout_for(torch.__version__)
+        cumemtrace_torch.check_trace_entry_layout(inc, row_no)
+        rel = cumemtrace_torch.cumemtrace_torch_layouts.LAYOUTS[row_no - 1]["header"]
+        found = cumemtrace_torch.trace_entry_declaration(open(os.path.join(inc, rel)).read())
+        verdict("TraceEntry header", bool(found), "torch %s, row %d, %s: %s" % (
+            torch.__version__, row_no, rel, ", ".join(" ".join(m) for m in found[0])))
     except Exception as e:  # the verdict says what failed
         verdict("TraceEntry header", False, str(e))
 

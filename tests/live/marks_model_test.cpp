@@ -1,6 +1,6 @@
 // Marks in the event model: how MARK/START/END records become external_annotations (names of
 // pops and of start/end ranges resolved in the collector, devices from the marking thread), and
-// snapshot requests.
+// snapshot requests, and the rank torch.distributed reports.
 #include <catch2/catch.hpp>
 
 #include "live/trace_model.h"
@@ -116,5 +116,22 @@ TEST_CASE("a snapshot record is taken once, with its tag, and is no trace event"
   f.model.add(r);
   REQUIRE(f.model.take_snapshot_request() == std::optional<std::string>("after load"));
   REQUIRE_FALSE(f.model.take_snapshot_request());
+  REQUIRE(f.model.events_total() == 0);
+}
+
+TEST_CASE("a rank record adds torch.distributed's keys to the launcher's, never replaces theirs") {
+  Feeder f;
+  collect::Record r;
+  r.ev.kind = Kind::kRankInfo;
+  r.ev.flags = wire::kFlagStringRecord;
+  r.ev.time_ns = f.clock += 1000;
+  r.text = "torch.distributed.rank=3\ntorch.distributed.world_size=4\nRANK=9\nno equals sign";
+  f.model.add(r);
+  const collect::ProcessInfo info{7, 1, "/bin/app", {}, {{"RANK", "1"}, {"LOCAL_RANK", "1"}}, "h"};
+  const auto tool = *f.model.build(info, f.sym).tool;
+  REQUIRE(tool.rank == std::map<std::string, std::string>{{"LOCAL_RANK", "1"},
+                                                          {"RANK", "1"},
+                                                          {"torch.distributed.rank", "3"},
+                                                          {"torch.distributed.world_size", "4"}});
   REQUIRE(f.model.events_total() == 0);
 }

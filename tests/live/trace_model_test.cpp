@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "live/trace_model.h"
+#include "record_builder.h"
 
 using namespace cumemtrace;
 using snap::Action;
@@ -18,14 +19,7 @@ struct Feeder {
 
   void add(Kind k, Api api, uint64_t addr, uint64_t size, int device = 0, uint64_t aux = 0,
            std::vector<uint64_t> frames = {}, std::vector<uint64_t> pyframes = {}) {
-    collect::Record r;
-    r.ev.kind = k;
-    r.ev.api = api;
-    r.ev.addr = addr;
-    r.ev.size = size;
-    r.ev.device = static_cast<int16_t>(device);
-    r.ev.aux = aux;
-    r.ev.tid = 42;
+    collect::Record r = test::record(k, api, addr, size, device, aux, /*tid=*/42);
     r.ev.time_ns = clock += 1000;
     r.frames = std::move(frames);
     r.pyframes = std::move(pyframes);
@@ -376,6 +370,45 @@ TEST_CASE("a PyTorch free_completed without a stack takes its request's, else it
   REQUIRE(tr[8].stack == tr[6].stack);  // c: its allocation's
   REQUIRE(tr[4].stack >= 0);
   REQUIRE(tr[11].stack != tr[10].stack);  // d: recorded with its own, kept
+}
+
+TEST_CASE("PyTorch's blocks: the large pool splits above 1 MiB left, the small pool always") {
+  using wire::TorchAction;
+  constexpr uint64_t MiB = 1 << 20;
+  Feeder f;
+  auto torch = [&](TorchAction a, uint64_t addr, uint64_t size) {
+    f.add(Kind::kTorchBlock, Api::kNone, addr, size, 0, static_cast<uint64_t>(a), {0x10});
+  };
+  const uint64_t large = 0x10000000, small = 0x20000000;
+  torch(TorchAction::kSegmentAlloc, large, 20 * MiB);
+  torch(TorchAction::kAlloc, large, 3 * MiB);                         // 1 MiB left before the next
+  torch(TorchAction::kAlloc, large + 4 * MiB, 2 * MiB);               // 1 MiB + 512 B left
+  torch(TorchAction::kAlloc, large + 7 * MiB + 512, 13 * MiB - 512);  // to the segment's end
+  torch(TorchAction::kSegmentAlloc, small, 2 * MiB);
+  torch(TorchAction::kAlloc, small, 3 * MiB / 2);  // 512 KiB left: split in the small pool
+  const auto s = f.build();
+  REQUIRE(s.segments.size() == 2);
+  const auto& lg = s.segments[0];
+  REQUIRE(lg.address == large);
+  CHECK(lg.segment_type == "large");
+  REQUIRE(lg.blocks.size() == 4);
+  // should_split() is `remaining > kSmallSize`: exactly 1 MiB stays in the block.
+  CHECK(lg.blocks[0].size == 4 * MiB);
+  CHECK(lg.blocks[0].requested_size == 3 * MiB);
+  CHECK(lg.blocks[1].address == large + 4 * MiB);
+  CHECK(lg.blocks[1].size == 2 * MiB);
+  CHECK(lg.blocks[2].state == "inactive");
+  CHECK(lg.blocks[2].size == MiB + 512);
+  CHECK(lg.blocks[3].size == 13 * MiB - 512);
+  CHECK(lg.allocated_size == 19 * MiB - 512);
+  const auto& sm = s.segments[1];
+  REQUIRE(sm.address == small);
+  CHECK(sm.segment_type == "small");
+  REQUIRE(sm.blocks.size() == 2);
+  CHECK(sm.blocks[0].size == 3 * MiB / 2);
+  CHECK(sm.blocks[1].state == "inactive");
+  CHECK(sm.blocks[1].size == MiB / 2);
+  CHECK(sm.allocated_size == 3 * MiB / 2);
 }
 
 TEST_CASE("ownership walks: one per first record, continuations append, all kept in ring order") {

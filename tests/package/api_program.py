@@ -16,6 +16,6 @@ assert cuda.cuCtxSetCurrent(ctx) == 0
 cumemtrace.mark("before")
 with cumemtrace.range("phase"):
     ptr = ctypes.c_uint64()
-    assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(4 << 20)) == 0
+    assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(4 << 20)) == 0  # ALLOC_LINE
 path = cumemtrace.snapshot("api test")
 json.dump({"traced": cumemtrace.is_traced(), "snapshot": path}, sys.stdout)

@@ -35,7 +35,10 @@ def test_layout(moved):
         "bin/cumemtrace", "include/cumemtrace.h", "lib/cmake/cumemtrace/cumemtraceConfig.cmake",
         "lib/cmake/cumemtrace/cumemtraceConfigVersion.cmake",
         "lib/cumemtrace/python/cumemtrace_phases.py",
-        "lib/cumemtrace/python/cumemtrace_torch.py", "lib/cumemtrace/python/sitecustomize.py",
+        "lib/cumemtrace/python/cumemtrace_ranks.py",
+        "lib/cumemtrace/python/cumemtrace_torch.py",
+        "lib/cumemtrace/python/cumemtrace_torch_layouts.py",
+        "lib/cumemtrace/python/sitecustomize.py",
         "lib/libcumemtrace.so",
         "lib/pkgconfig/cumemtrace.pc", "share/cumemtrace/schemas/snapshot.schema.json"]
     assert "share/doc/cumemtrace/README.md" in files

@@ -3,7 +3,8 @@ tree by scripts/build_wheel.py, installed with `pip install --no-index` into a f
 the system's site-packages, for Debian's pytest and pytest-xdist), then:
   - the `cumemtrace` console script and `python -m cumemtrace` are the real CLI;
   - the Python API records a mark, a range and a snapshot when traced, and does nothing when not;
-  - Snapshot.report() returns the CLI's own JSON numbers;
+  - Snapshot.report() gives what the program did: one 4 MiB allocation at its line, live at the
+    snapshot, made and kept inside the range;
   - `pytest --cumemtrace` (re-executing itself under `cumemtrace run`) fails exactly the test
     that leaks and the test over its peak, naming their allocation sites, alone and with
     `-n 2` (pytest-xdist workers).
@@ -85,15 +86,22 @@ def test_api_traced_marks_ranges_snapshot_and_report(venv, tmp_path):
     assert got["traced"] is True
     assert re.fullmatch(r".*/python[0-9.]*\.\d+\.api_test\.json", got["snapshot"]), got
     code = (f"import cumemtrace, json; s = cumemtrace.load({got['snapshot']!r}); "
-            "print(json.dumps([s.data['external_annotations'], s.report()]))")
-    annotations, report = json.loads(run([str(venv / "bin" / "python"), "-c", code]).stdout)
+            "print(json.dumps([s.data['external_annotations'], s.report(), "
+            "s.report('--range', 'phase')]))")
+    annotations, report, ranged = json.loads(run([str(venv / "bin" / "python"), "-c", code]).stdout)
     assert [(a["stage"], a["name"]) for a in annotations] == [
         ("MARK", "before"), ("START", "phase"), ("END", "phase")]
-    # The CLI's own numbers: the 4 MiB allocated inside the range is live at the snapshot.
-    cli = json.loads(run([str(venv / "bin" / "cumemtrace"), "report", got["snapshot"],
-                          "--format", "json"]).stdout)
-    assert report == cli
-    assert [(d["device"], d["end_bytes"]) for d in report["devices"]] == [(0, 4 * MiB)]
+    # What api_program.py did: one 4 MiB allocation at its ALLOC_LINE, live at the snapshot.
+    site = f"<module> (api_program.py:{line_of(os.path.join(HERE, 'api_program.py'), 'ALLOC_LINE')})"
+    (d,) = report["devices"]
+    assert (d["device"], d["allocations"], d["frees"], d["peak_bytes"], d["end_bytes"]) == (
+        0, 1, 0, 4 * MiB, 4 * MiB), d
+    assert [(g["site"], g["bytes"], g["count"]) for g in d["live_at_exit"]] == [(site, 4 * MiB, 1)]
+    # Inside the range: from nothing to the 4 MiB it made and kept.
+    r = ranged["devices"][0]["range"]
+    assert (r["name"], r["start_bytes"], r["peak_bytes"], r["leaked_bytes"], r["leaked_count"]) == (
+        "phase", 0, 4 * MiB, 4 * MiB, 1), r
+    assert r["leaked"][0]["site"] == site
 
 
 @pytest.mark.parametrize("workers", [None, 2], ids=["serial", "xdist"])
@@ -116,8 +124,8 @@ def test_pytest_plugin_fails_the_leak_and_the_peak(venv, tmp_path, workers):
     assert re.search(leak_site, text), text
     assert re.search(block_site, text), text
     assert "2.00 MiB leaked" in text, text
-    # The summary of the biggest tests: test_over_peak first, with its 6 MiB, plus test_leaks'
-    # 2 MiB when that ran earlier in the same process (a device peak counts all memory live then).
-    assert re.search(r"tests with the highest GPU peak\s*=+\n\s*[68]\.00 MiB\s+\S+::test_over_peak",
+    # The summary of the biggest tests: test_over_peak first, with its own 6 MiB (never test_leaks'
+    # 2 MiB, live before it when that ran earlier in the same process).
+    assert re.search(r"tests with the highest GPU peak\s*=+\n\s*6\.00 MiB\s+\S+::test_over_peak",
                      text), text
     assert "(no stack recorded)" not in text, text

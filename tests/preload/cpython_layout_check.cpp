@@ -1,4 +1,4 @@
-// Checks preload/cpython_layout.cpp's table against the CPython headers this test is built
+// Checks preload/stacks/cpython_layout.cpp's table against the CPython headers this test is built
 // with (python3-dev, including the internal headers): every offset the GIL-less frame reader
 // uses, by offsetof. Exit 77 (skipped) for versions other than 3.11 and 3.12, whose headers
 // name these fields differently (3.9/3.10 tables and 3.13+ debug offsets are checked against
@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "cpython_layout.h"
+#include "stacks/cpython_layout.h"
 
 namespace {
 

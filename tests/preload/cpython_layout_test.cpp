@@ -1,12 +1,12 @@
-// The CPython layout selection (preload/cpython_layout.cpp): which versions get a layout, how
-// version strings parse, and the 3.13+ layouts taken from _Py_DebugOffsets, here as Debian's
+// The CPython layout selection (preload/stacks/cpython_layout.cpp): which versions get a layout,
+// how version strings parse, and the 3.13+ layouts taken from _Py_DebugOffsets, here as Debian's
 // 3.13.5 and 3.14.10 publish them (words dumped from their _PyRuntime), then damaged.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <map>
 #include <vector>
 
-#include "cpython_layout.h"
+#include "stacks/cpython_layout.h"
 
 using namespace cumemtrace::preload;
 

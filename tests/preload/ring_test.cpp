@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "event_clock.h"
+#include "core/event_clock.h"
+#include "core/ring_producer.h"
 #include "live/ring_reader.h"
-#include "ring_producer.h"
 #include "support/memfd_ring.h"
 
 using namespace cumemtrace;
@@ -65,6 +65,22 @@ TEST_CASE("records with stacks and strings come back exactly, across wrap-around
   REQUIRE(got.size() == 1);
   REQUIRE(got[0].text == path);
   REQUIRE(ring.hdr->dropped.load() == 0);
+}
+
+TEST_CASE("native frames then (code, line) pairs of Python frames come back word for word") {
+  TestRing ring(wire::kMinCapacity);
+  auto reader = ring.reader();
+  // 1 native frame and 3 Python frames fill one continuation slot's 7 words exactly.
+  auto ev = event(0x5000, 64);
+  ev.nframes = 1;
+  ev.npyframes = 3;
+  const uint64_t words[7] = {0x10, 0xc0de, 11, 0xc0df, 22, 0xc0e0, 33};
+  REQUIRE(ring.producer.publish(ev, words, sizeof words));
+  std::vector<collect::Record> got;
+  REQUIRE(reader.drain([&](const collect::Record& r) { got.push_back(r); }) == 1);
+  REQUIRE(got.size() == 1);
+  REQUIRE(got[0].frames == std::vector<uint64_t>{0x10});
+  REQUIRE(got[0].pyframes == std::vector<uint64_t>{0xc0de, 11, 0xc0df, 22, 0xc0e0, 33});
 }
 
 TEST_CASE("one-slot records written in place replace whatever the slot held before") {
@@ -196,7 +212,7 @@ TEST_CASE("many producers: no loss, no phantom, per-thread order kept") {
   REQUIRE(ring.hdr->dropped.load() == 0);
 }
 
-// The TSC, where events may read it (preload/event_clock.h).
+// The TSC, where events may read it (preload/core/event_clock.h).
 static uint64_t tsc_now() {
 #if defined(__x86_64__)
   return __rdtsc();
@@ -283,8 +299,8 @@ TEST_CASE("event times come out in CLOCK_MONOTONIC ns whichever clock the produc
 }
 
 TEST_CASE("an interval in event units spans that many CLOCK_MONOTONIC ns") {
-  // The pool sampler's interval (preload/event_clock.h: event_units), in the clock events read:
-  // TSC ticks at a rate measured against CLOCK_MONOTONIC once 1 ms has passed, or ns.
+  // The pool sampler's interval (preload/core/event_clock.h: event_units), in the clock events
+  // read: TSC ticks at a rate measured against CLOCK_MONOTONIC once 1 ms has passed, or ns.
   uint64_t start_tsc = 0, start_ns = 0;
   preload::choose_event_clock(false, start_tsc, start_ns);
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -345,6 +361,19 @@ TEST_CASE("the reader refuses rings it cannot trust") {
     slots[1].seq.store(2);
     slots[0].seq.store(1);
     REQUIRE_THROWS_AS(reader.drain([](const collect::Record&) {}), collect::CorruptRing);
+  }
+  SECTION("Python frames beyond the record's slots: each frame is two words") {
+    // One continuation slot holds 7 words: 1 native frame + 4 Python frames need 9.
+    TestRing ring(wire::kMinCapacity);
+    auto reader = ring.reader();
+    auto ev = event(1, 1);
+    ev.nframes = 1;
+    ev.npyframes = 4;
+    const uint64_t words[7] = {0x10, 0xc0de, 1, 0xc0df, 2, 0xc0e0, 3};
+    REQUIRE(ring.producer.publish(ev, words, sizeof words));
+    REQUIRE(ring.hdr->head.load() == 2);
+    REQUIRE_THROWS_WITH(reader.drain([](const collect::Record&) {}),
+                        Catch::Contains("has 1+4 frames in 1 slots"));
   }
   SECTION("an ownership walk that is not whole (pointer, bytes) pairs, or not bytes at all") {
     for (const bool string_record : {true, false}) {

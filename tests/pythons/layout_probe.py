@@ -1,6 +1,6 @@
 """Checks the GIL-less frame reader's layout for the CPython that runs this script (3.9 to 3.14,
 x86-64 GIL builds) against the live interpreter, without headers or our binaries: the table of
-preload/cpython_layout.cpp (3.9-3.12) or the _Py_DebugOffsets positions it reads (3.13+), parsed
+preload/stacks/cpython_layout.cpp (3.9-3.12) or the _Py_DebugOffsets positions it reads (3.13+), parsed
 from the source, are used with ctypes to read this thread's frame chain, its code objects and
 strings, and compared with what Python reports (sys._getframe, id(), f_lineno). One PASS/FAIL
 line per check; exit status 0 when all passed.
@@ -50,9 +50,9 @@ def s8(addr):
     return ctypes.c_int8.from_address(addr).value
 
 
-with open(os.path.join(SOURCE, "preload", "cpython_layout.cpp")) as f:
+with open(os.path.join(SOURCE, "preload", "stacks", "cpython_layout.cpp")) as f:
     SRC = f.read()
-with open(os.path.join(SOURCE, "preload", "cpython_layout.h")) as f:
+with open(os.path.join(SOURCE, "preload", "stacks", "cpython_layout.h")) as f:
     HDR = f.read()
 C = {}
 for name, expr in re.findall(r"inline constexpr \w+ (k\w+) = ([^;]+);", HDR):

@@ -289,7 +289,7 @@ def test_chroot_python(chroots, tmp_path, suite, mode):
 
 @pytest.mark.parametrize("suite", list(SUITES))
 def test_layout_probe(chroots, suite):
-    """The built-in table of the chroot's CPython (preload/cpython_layout.cpp) read against the
+    """The built-in table of the chroot's CPython (preload/stacks/cpython_layout.cpp) read against the
     live interpreter with ctypes: frames, code objects and strings at the table's offsets."""
     root = chroots[suite]
     p = subprocess.run(

@@ -14,6 +14,7 @@
 #include "snapshot/snapshot_input.h"
 #include "snapshot/snapshot_json_writer.h"
 #include "snapshot/utf8.h"
+#include "support/torch_fixture.h"
 
 using namespace cumemtrace;
 using snap::Source;
@@ -436,7 +437,7 @@ TEST_CASE("a labelled snapshot without \"unknown\" is written with one, JSON and
     // Read back, the stand-in is a real "unknown": writing again gives the same bytes (the fuzz
     // targets' invariant).
     CHECK(snap::to_json(from_json) == once);
-    const auto from_pickle = viz::read_pickle_snapshot(viz::to_pickle(s), "c.pickle");
+    const auto from_pickle = snap::read_pickle_snapshot(snap::to_pickle(s), "c.pickle");
     CHECK(categories(from_pickle) == categories(from_json));
     return categories(from_json);
   };
@@ -512,7 +513,7 @@ TEST_CASE("ownership walks: what is not a walk is one clear error") {
 
 TEST_CASE("pickle: write, read gives the same model, every field") {
   const auto s = every_field();
-  const auto r = viz::read_pickle_snapshot(viz::to_pickle(s), "rt.pickle");
+  const auto r = snap::read_pickle_snapshot(snap::to_pickle(s), "rt.pickle");
   same(s, r);
   CHECK(snap::to_json(r) == snap::to_json(s));
   // A shared frames list is interned once, as the JSON reader does.
@@ -533,7 +534,7 @@ TEST_CASE("text that is not UTF-8 is written as U+FFFD and round-trips stably") 
   s.stacks[0][0].filename = "/src/caf\xe9.py";
   s.stacks[0][0].name = "f\xf0\x9f";  // a truncated 4-byte sequence
   const std::string once = snap::to_json(s);
-  REQUIRE(viz::valid_utf8(once));
+  REQUIRE(snap::valid_utf8(once));
   const auto r = snap::read_snapshot(once, "bytes.json");
   CHECK(r.tool->argv ==
         std::vector<std::string>{"caf\xef\xbf\xbd", "\xef\xbf\xbd\xef\xbf\xbd", "ok"});
@@ -546,7 +547,7 @@ TEST_CASE("text that is not UTF-8 is written as U+FFFD and round-trips stably") 
   CHECK(r.tool->hostname == "h\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
   CHECK(snap::to_json(r) == once);
   // Through the pickle writer the same text comes out.
-  CHECK(snap::to_json(viz::read_pickle_snapshot(viz::to_pickle(s), "b.pickle")) == once);
+  CHECK(snap::to_json(snap::read_pickle_snapshot(snap::to_pickle(s), "b.pickle")) == once);
   // Python's strict UTF-8 decoding (the unpickler's) accepts every string the pickle holds.
   CHECK(nlohmann::json::parse(once)["cumemtrace"]["argv"][0] == "caf\xef\xbf\xbd");
 }
@@ -563,14 +564,14 @@ TEST_CASE(
   for (const auto& tr : r.device_traces)
     for (const auto& e : tr) CHECK(e.source == Source::kPytorch);
   CHECK(snap::to_json(r) == once);
-  const auto p = viz::read_pickle_snapshot(viz::to_pickle(s), "torch.pickle");
+  const auto p = snap::read_pickle_snapshot(snap::to_pickle(s), "torch.pickle");
   CHECK(p.segments[1].source == Source::kPytorch);
   CHECK(snap::to_json(p) == once);
 }
 
 TEST_CASE("pickles as Python writes them, protocols 2 and 5, with shared frame lists") {
   for (const char* hex : {kTorchShapedP2, kTorchShapedP5}) {
-    const auto s = viz::read_pickle_snapshot(from_hex(hex), "py.pickle");
+    const auto s = snap::read_pickle_snapshot(from_hex(hex), "py.pickle");
     CHECK_FALSE(s.tool);
     REQUIRE(s.segments.size() == 1);
     const auto& g = s.segments[0];
@@ -601,25 +602,21 @@ TEST_CASE("pickles as Python writes them, protocols 2 and 5, with shared frame l
 
 TEST_CASE("pickle errors are one line naming the input, and the model's checks apply") {
   // A trace entry without "action": the builder's message, at the pickle offset of the dict.
-  const std::string p = viz::to_pickle(every_field());
+  const std::string p = snap::to_pickle(every_field());
   std::string bad = p;
   const auto at = bad.find("free_requested");
   REQUIRE(at != std::string::npos);
   bad.replace(at, 14, "free_requestex");
-  REQUIRE_THROWS_WITH(viz::read_pickle_snapshot(bad, "bad.pickle"),
+  REQUIRE_THROWS_WITH(snap::read_pickle_snapshot(bad, "bad.pickle"),
                       Catch::StartsWith("bad.pickle:offset ") &&
                           Catch::Contains("expected a known action, not \"free_requestex\""));
-  REQUIRE_THROWS_WITH(viz::read_pickle_snapshot(std::string("\x80\x04K\x01.", 5), "int.pickle"),
+  REQUIRE_THROWS_WITH(snap::read_pickle_snapshot(std::string("\x80\x04K\x01.", 5), "int.pickle"),
                       Catch::Contains("int.pickle: pickle offset 0: expected a dict at top level"));
 }
 
 TEST_CASE("one input path: the real PyTorch 2.11 pickle, by content", "[torch]") {
-  const std::string path = CUMEMTRACE_FIXTURES "/torch-2.11/snapshot.pickle";
-  if (!std::filesystem::exists(path)) {
-    WARN("skipped: fixture " << path << " is absent");
-    return;
-  }
-  const auto s = snap::read_snapshot_any(path);
+  const auto& facts = testing::torch_facts();
+  const auto s = snap::read_snapshot_any(testing::kTorchPickle);
   CHECK_FALSE(s.tool);
   // The contract's fixture check, device 0 at snapshot time.
   uint64_t reserved = 0, allocated = 0, cached = 0, largest_free = 0;
@@ -636,10 +633,11 @@ TEST_CASE("one input path: the real PyTorch 2.11 pickle, by content", "[torch]")
       }
     }
   }
-  CHECK(reserved == 228589568);
-  CHECK(allocated == 207703552);
-  CHECK(cached == 20886016);
-  CHECK(largest_free == 11534336);
+  // PyTorch's own torch.cuda.memory_reserved() and memory_allocated() when it took the snapshot.
+  CHECK(reserved == facts["memory_reserved"].get<uint64_t>());
+  CHECK(allocated == facts["memory_allocated"].get<uint64_t>());
+  CHECK(cached == reserved - allocated);
+  CHECK(largest_free == 12582912);  // the 20 MiB segment's free 12 MiB
   // Written as JSON and read back, nothing changes.
   const std::string text = snap::to_json(s);
   CHECK(snap::to_json(snap::read_snapshot(text, "again.json")) == text);

@@ -9,7 +9,8 @@
 #include "support/sample_snapshots.h"
 
 using namespace cumemtrace;
-using namespace cumemtrace::viz;
+using namespace cumemtrace::snap;
+namespace testing = cumemtrace::viz::testing;
 using nlohmann::json;
 
 namespace {

@@ -8,7 +8,8 @@
 #include "support/sample_snapshots.h"
 
 using namespace cumemtrace;
-using namespace cumemtrace::viz;
+using namespace cumemtrace::snap;
+namespace testing = cumemtrace::viz::testing;
 
 namespace {
 

@@ -5,10 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "snapshot/snapshot_input.h"
 #include "snapshot/snapshot_json_writer.h"
 #include "support/snapshot_builder.h"
+#include "support/torch_fixture.h"
 
 using namespace cumemtrace;
 
@@ -57,7 +59,7 @@ std::string error_of(const std::string& text) {
   return "(no error)";
 }
 
-const std::string kFixture = CUMEMTRACE_FIXTURES "/torch-2.11/snapshot-last1500.json";
+const std::string& kFixture = testing::kTorchLast1500;
 
 }  // namespace
 
@@ -155,24 +157,25 @@ TEST_CASE("identical frame lists are interned once", "[reader]") {
 }
 
 TEST_CASE("reads PyTorch's own snapshot", "[reader][torch]") {
-  if (!std::filesystem::exists(kFixture)) {
-    WARN("skipped: fixture " << kFixture << " is absent");
-    return;
-  }
+  const auto& facts = testing::torch_facts();
   const auto s = snap::read_snapshot_any(kFixture);
   CHECK_FALSE(s.tool);
-  CHECK(s.segments.size() == 8);
+  CHECK(s.segments.size() == facts["segments"].get<size_t>());
   REQUIRE(s.device_traces.size() == 1);
   CHECK(s.device_traces[0].size() == 1500);
-  CHECK(s.device_traces[0].back().action == snap::Action::kSnapshot);
-  CHECK(!s.annotations.empty());
+  // Every entry kept, each with its action: PyTorch's own count per kind.
+  std::map<std::string, size_t> actions;
+  for (const auto& e : s.device_traces[0]) ++actions[std::string(snap::action_name(e.action))];
+  CHECK(nlohmann::json(actions) == facts["last1500_actions"]);
+  CHECK(s.device_traces[0].back().action == snap::Action::kSegmentFree);
+  CHECK(s.annotations.size() == 240);  // record.py's 60 steps x (zero_grad, step) START/END
   CHECK(s.allocator_settings.at("expandable_segments") == "false");
   CHECK(s.allocator_settings.at("max_split_size") == "-1");
   // Nested settings are kept as their JSON text.
   CHECK(s.allocator_settings.at("roundup_power2_divisions").rfind("{\"1\":0,", 0) == 0);
   size_t with_frames = 0;
   for (const auto& e : s.device_traces[0]) with_frames += e.stack != snap::kNoStack;
-  CHECK(with_frames > 900);
+  CHECK(with_frames == 1500);
   CHECK(s.stacks.size() < with_frames);  // interned
   // A torch snapshot re-written by cumemtrace reads back identically.
   const auto text = snap::to_json(s);
@@ -213,6 +216,9 @@ TEST_CASE("malformed input gives one-line errors with file, offset and expectati
       {traces(R"({"action":"alloc","addr":1,"size":2,"frames":[{"filename":"a","line":1}]})"),
        "expected key \"name\""},
       {traces(R"({"action":"alloc","addr":1,"size":2,"frames":{}})"), "expected an array"},
+      {traces(
+           R"({"action":"alloc","addr":1,"size":2,"frames":[{"filename":"a","line":-1,"name":"f"}]})"),
+       "offset 104: expected a non-negative line number at device_traces[0][0].frames[0].line"},
       {R"({"segments":[{"device":0,"address":1,"total_size":1,"blocks":[{"address":1,"size":1,"state":"gone"}]}],"device_traces":[]})",
        "expected state active_allocated, active_pending_free or inactive"},
       {R"({"segments":[{"device":99999,"address":1,"total_size":1,"blocks":[]}],"device_traces":[]})",
@@ -344,10 +350,9 @@ TEST_CASE("the fast scanner and the nlohmann reference agree on JSON edge cases"
       if (fast.rfind("error", 0) != 0) CHECK(fast == ref);
     }
   }
-  if (std::filesystem::exists(kFixture)) {
-    std::ifstream in(kFixture);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    CHECK(snap::to_json(snap::read_snapshot(text, "a")) ==
-          snap::to_json(snap::read_snapshot_reference(text, "b")));
-  }
+  std::ifstream in(kFixture);
+  REQUIRE(in);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(snap::to_json(snap::read_snapshot(text, "a")) ==
+        snap::to_json(snap::read_snapshot_reference(text, "b")));
 }

@@ -2,7 +2,7 @@
 
 #include "snapshot/utf8.h"
 
-using namespace cumemtrace::viz;
+using namespace cumemtrace::snap;
 
 TEST_CASE("UTF-8 validation and repair") {
   REQUIRE(valid_utf8("plain"));

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   };
   for (const auto& [name, s] : samples) {
     std::ofstream(dir + "/" + name + ".json", std::ios::binary) << snap::to_json(s);
-    std::ofstream(dir + "/" + name + ".pickle", std::ios::binary) << viz::to_pickle(s);
+    std::ofstream(dir + "/" + name + ".pickle", std::ios::binary) << snap::to_pickle(s);
   }
   return 0;
 }

@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
           {s.tool->start_time_us + 3, snap::OwnerRole::kOptimizerState, {{0x10000000, 4096}}}};
       write(dir, "labelled.json", s);
       std::ofstream pickle(dir / "labelled.pickle", std::ios::binary | std::ios::trunc);
-      cumemtrace::viz::write_pickle(s, pickle);
+      cumemtrace::snap::write_pickle(s, pickle);
       if (!pickle.flush()) throw std::runtime_error("cannot write labelled.pickle");
     }
   } catch (const std::exception& e) {

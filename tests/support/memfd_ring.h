@@ -10,8 +10,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "core/ring_producer.h"
 #include "live/ring_reader.h"
-#include "ring_producer.h"
 
 namespace cumemtrace::testing {
 

@@ -66,14 +66,17 @@ class SnapshotBuilder {
     live_.erase({device, addr});
     ++events_;
   }
-  void mark(const std::string& name, int device = 0) {
-    s_.annotations.push_back({name, "MARK", device, next_time()});
+  void mark(const std::string& name, int device = 0) { annotate(name, "MARK", device); }
+  // stage START, END or MARK, timed after every entry so far.
+  void annotate(const std::string& name, const std::string& stage, int device = 0) {
+    s_.annotations.push_back({name, stage, device, next_time()});
   }
   void anomaly(const std::string& kind, uint64_t addr, int32_t stack) {
     s_.tool->anomalies.push_back({kind, addr, "cudaFree", stack, next_time(), 7});
     ++events_;
   }
   void drops(uint64_t n) { s_.tool->events_dropped = n; }
+  snap::ToolSection& tool() { return *s_.tool; }
 
   snap::Snapshot finish() {
     snap::Snapshot out = s_;

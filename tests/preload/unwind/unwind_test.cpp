@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "cfi_unwinder.h"
 #include "frames.h"
-#include "stack_capture.h"
+#include "stacks/cfi_unwinder.h"
+#include "stacks/stack_capture.h"
 
 using cumemtrace::unwind_test::Chain;
 using cumemtrace::unwind_test::kMaxChain;
@@ -512,8 +512,12 @@ TEST_CASE("the walker names the frames it meets for the first time (for the modu
     auto* x = static_cast<Walks*>(ch->arg);
     int three = 3;
     asm volatile("" : "+r"(three));  // one call site for the three walks
+    // The depth comes from memory, not from `i == 2 ? 3 : 64`: at -O3 GCC splits a loop on such
+    // a condition (-fsplit-loops), which made the third walk a call site of its own (Release).
+    unsigned depth[3] = {64, 64, 3};
+    asm volatile("" ::"r"(depth) : "memory");
     for (int i = 0; i < three; ++i) {
-      x->n[i] = cfi::unwind_fast(x->f[i], i == 2 ? 3 : 64, 0, 0, &x->seen[i]);
+      x->n[i] = cfi::unwind_fast(x->f[i], depth[i], 0, 0, &x->seen[i]);
     }
   };
   c.arg = &w;

@@ -17,6 +17,7 @@ _cpu.fake_torch_allocs_on_engine_thread.argtypes = [
     ctypes.c_size_t, ctypes.c_void_p * 2, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
 
 _initialized = False
+_devices = 0
 _queued = []
 
 
@@ -28,6 +29,10 @@ def is_initialized():
     return _initialized
 
 
+def device_count():
+    return _devices
+
+
 def _lazy_call(fn):
     """As PyTorch's: run fn now if CUDA is initialised, else right after initialisation."""
     if _initialized:
@@ -37,16 +42,19 @@ def _lazy_call(fn):
 
 
 def _lazy_init():
-    global _initialized
+    """As PyTorch's: the lazy calls run after the devices are known and before is_initialized()
+    turns true."""
+    global _initialized, _devices
     if _initialized:
         return
     if _lib.fake_torch_cuda_init(1 if memory._expandable() else 0,
                                  1 if memory.get_allocator_backend() == "cudaMallocAsync" else 0) != 0:
         raise RuntimeError("fake CUDA initialisation failed")
-    _initialized = True
+    _devices = 1
     for fn in _queued:
         fn()
     del _queued[:]
+    _initialized = True
 
 
 def alloc(nbytes):

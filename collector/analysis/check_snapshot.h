@@ -1,0 +1,21 @@
+// Contract: the findings of one snapshot under `check`'s limits (check.h says what each limit
+// means; limits.h lists them). check_snapshot appends to `r.findings`, in this order: an
+// unreadable file's one "readable" failure (and nothing else), the "complete" verdict of a
+// cumemtrace file, a "written-while-running" warning when the limits of a process's end are not
+// judged here, then each limit given, in limits.h's order (one finding per device, or one for the
+// snapshot when it could not be judged), then the anomalies as warnings. Suppressions that match
+// count their hits and bytes in `rules`. Throws RangeNotFound (report.h) when --range names no
+// completed pair of the snapshot.
+#pragma once
+
+#include <vector>
+
+#include "analysis/check.h"
+#include "analysis/suppressions.h"
+
+namespace cumemtrace::analysis {
+
+void check_snapshot(const LoadedSnapshot& ls, const CheckOptions& given,
+                    const std::vector<Suppression>& rules, CheckResult& r);
+
+}  // namespace cumemtrace::analysis

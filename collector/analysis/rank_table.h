@@ -1,0 +1,104 @@
+// Contract: `cumemtrace report` over many snapshots (a job's ranks, or any processes): one row per
+// process and device it used, every number taken from the single-file report (report.h's
+// DeviceReport, so the two always show the same bytes):
+//  - peak = Timeline::peak_bytes (the report's headline peak); allocated / reserved peak =
+//    PyTorch's layers (Timeline, where the device has them); driver-visible peak (NVML, where
+//    sampled); CUDA context = the most the device's measured contexts held at once; other
+//    libraries = the peak layers' other_libraries (where PyTorch is present: else every byte is
+//    the program's own); per category = the ledger's tensors at the allocated peak (ledger.h,
+//    a PyTorch run with automatic phases).
+//  - rows are named by rank_identity.h (rank, else pid) and sorted by rank, then pid. A process's
+//    devices are numbered most memory first (its "slot", model.h's pairing_order): rank 0's
+//    cuda:0 and rank 1's cuda:1 are both slot 0, also where rank 1 touched cuda:0 too (NCCL's
+//    start-up context), and only rows of one slot are compared (diff.h pairs the same way).
+//  - per slot and column the median is the lower median of the rows that have the column (an
+//    actual row's value); the median row of a slot is the one whose peak is that median (the
+//    first in rank order on a tie). A row is flagged on a column when it differs from the median
+//    by more than BOTH thresholds (a share of the median and a number of bytes; defaults 10% and
+//    64 MiB), so small jobs' noise is never flagged.
+//  - for a flagged row (not itself the median row): the lines that make the difference (its
+//    live-at-the-peak bytes by site, frames.h's rule, minus the median row's; largest change
+//    first) and where it first diverges from the median row: at the end of the first automatic
+//    step (phases.h, auto:step) where the measured bytes differ by more than both thresholds,
+//    the same way as the flagged value does (above the median, or below it),
+//    when both processes have complete steps; else the first moment (time since each process's
+//    own start) where they do. The measured bytes are those of the first flagged column among
+//    peak (units), allocated and reserved (model.h's series); peak for the other columns.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "analysis/rank_identity.h"
+#include "analysis/report.h"
+
+namespace cumemtrace::analysis {
+
+struct RankThresholds {
+  double share = 0.10;           // of the median
+  uint64_t bytes = 64ull << 20;  // and at least this many bytes
+};
+
+// One snapshot with its single-file report (build_report).
+struct RankInput {
+  std::string file;
+  const snap::Snapshot* snapshot = nullptr;
+  const Report* report = nullptr;
+};
+
+struct SiteChange {
+  std::string site;
+  int64_t bytes = 0, median_bytes = 0;  // live at each row's peak
+  int32_t stack = snap::kNoStack;
+};
+
+struct Divergence {
+  std::optional<int> step;  // 1-based automatic step, when found at a step's end
+  int64_t time_us = 0;      // the moment in the row's own snapshot
+  int64_t since_start_us = 0;
+  uint64_t bytes = 0, median_bytes = 0;
+  std::string measure;  // "peak", "allocated peak" or "reserved peak": the column's series
+};
+
+struct RankRow {
+  size_t process = 0;  // index into RankTable::processes
+  int device = 0;
+  size_t slot = 0;
+  std::vector<std::optional<uint64_t>> values;  // by RankTable::columns
+  std::vector<size_t> flagged;                  // column indices
+  std::optional<size_t> median_row;             // the slot's median row (flagged rows only)
+  std::optional<Divergence> divergence;         // flagged rows only, when found
+  std::vector<SiteChange> lines;                // flagged rows only, non-zero changes
+};
+
+struct RankProcess {
+  std::string file;
+  RankIdentity id;
+  int pid = 0;
+  std::string exe;
+  std::string name;  // "rank 1/2 (local 1) on node7", or "pid 1234 (app)"
+};
+
+struct RankTable {
+  RankThresholds thresholds;
+  std::vector<std::string> columns;  // "peak", "allocated peak", ..., then categories
+  std::vector<RankProcess> processes;
+  std::vector<RankRow> rows;  // by process (rank order), then slot
+  // Per slot: the median of each column (nullopt where fewer than two rows have it).
+  std::vector<std::vector<std::optional<uint64_t>>> medians;
+};
+
+RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThresholds& t);
+
+// "rank 1/2 (local 1) on node7" for a rank, else "pid 1234 (app)".
+std::string process_name(const snap::Snapshot& s);
+
+void print_rank_table_text(const RankTable& t, size_t top, std::ostream& out);
+nlohmann::json rank_table_json(const RankTable& t, size_t top);
+
+}  // namespace cumemtrace::analysis

@@ -1,0 +1,208 @@
+#include "live/torch_allocator.h"
+
+#include <algorithm>
+
+#include "live/key_value_text.h"
+
+namespace cumemtrace::collect {
+
+using snap::Action;
+
+namespace {
+
+constexpr uint64_t kTorchMinBlock = 512;         // PyTorch's kMinBlockSize
+constexpr uint64_t kTorchSmallSize = 1 << 20;    // kSmallSize: larger requests use the large pool
+constexpr uint64_t kTorchSmallBuffer = 2 << 20;  // kSmallBuffer: small-pool segments and pages
+
+uint64_t torch_round(uint64_t size) {
+  return size < kTorchMinBlock ? kTorchMinBlock
+                               : (size + kTorchMinBlock - 1) / kTorchMinBlock * kTorchMinBlock;
+}
+
+}  // namespace
+
+bool TorchAllocator::on_block(const Record& r, int64_t t, int32_t stack) {
+  const auto& ev = r.ev;
+  const int device = sane_device(ev.device);
+  const uint64_t addr = ev.addr, size = ev.size;
+  auto entry = [&](Action a, uint64_t entry_addr, uint64_t device_free = 0) {
+    trace_.push(device, {.action = a,
+                         .addr = entry_addr,
+                         .size = size,
+                         .stream = ev.stream,
+                         .time_us = t,
+                         .stack = stack,
+                         .device_free = device_free,
+                         .tid = ev.tid,
+                         .source = snap::Source::kPytorch});
+  };
+  switch (static_cast<wire::TorchAction>(ev.aux)) {
+    case wire::TorchAction::kAlloc:
+      blocks_[addr] = Block{size, ev.stream, stack, -1, false};
+      entry(Action::kAlloc, addr);
+      break;
+    case wire::TorchAction::kFreeRequested:
+      if (auto it = blocks_.find(addr); it != blocks_.end()) {
+        it->second.pending_free = true;
+        it->second.free_stack = stack;
+      }
+      entry(Action::kFreeRequested, addr);
+      break;
+    case wire::TorchAction::kFreeCompleted:
+      // Recorded without a walk: PyTorch's context for it is its request's, or the allocation's
+      // when the request is unknown (requested before tracing started).
+      if (auto it = blocks_.find(addr); it != blocks_.end()) {
+        if (stack < 0) stack = it->second.pending_free ? it->second.free_stack : it->second.stack;
+        blocks_.erase(it);
+      }
+      entry(Action::kFreeCompleted, addr);
+      break;
+    case wire::TorchAction::kSegmentAlloc:
+      memory_.adopt_allocation(addr);
+      segments_[addr] = Segment{size, device, ev.stream, stack, size == kTorchSmallBuffer};
+      entry(Action::kSegmentAlloc, addr);
+      break;
+    case wire::TorchAction::kSegmentFree:
+      segments_.erase(addr);
+      entry(Action::kSegmentFree, addr);
+      break;
+    case wire::TorchAction::kSegmentMap: {
+      // The pages PyTorch just mapped (one cuMemMap each): small-pool pages are 2 MiB.
+      const auto adopted = memory_.adopt_mappings(addr, size, kTorchSmallBuffer);
+      const bool small = adopted.any ? adopted.all_small : size == kTorchSmallBuffer;
+      mapped_[addr] = Segment{size, device, ev.stream, stack, small};
+      entry(Action::kSegmentMap, addr);
+      break;
+    }
+    case wire::TorchAction::kSegmentUnmap:
+      unmap(addr, size);
+      entry(Action::kSegmentUnmap, addr);
+      break;
+    case wire::TorchAction::kOom:  // addr is the device's free bytes, size the request
+      entry(Action::kOom, 0, addr);
+      return true;
+    case wire::TorchAction::kSnapshot:
+    default:
+      break;
+  }
+  return false;
+}
+
+// Subtracts [addr, addr + size) from the mapped pieces (an unmap may cut a piece).
+void TorchAllocator::unmap(uint64_t addr, uint64_t size) {
+  const uint64_t end = addr + size;
+  auto it = mapped_.upper_bound(addr);
+  if (it != mapped_.begin()) --it;
+  while (it != mapped_.end() && it->first < end) {
+    const uint64_t b = it->first, e = b + it->second.size;
+    if (e <= addr) {
+      ++it;
+      continue;
+    }
+    Segment piece = it->second;
+    it = mapped_.erase(it);
+    if (b < addr) {
+      Segment head = piece;
+      head.size = addr - b;
+      mapped_[b] = head;
+    }
+    if (e > end) {
+      Segment tail = piece;
+      tail.size = e - end;
+      it = mapped_.emplace(end, tail).first;
+      break;
+    }
+  }
+}
+
+void TorchAllocator::on_info(const std::string& text) {
+  snap::PytorchInfo info;
+  for_each_key_value(text, [&](const std::string& key, const std::string& value) {
+    if (key == "version") info.version = value;
+    if (key == "backend") info.backend = value;
+    if (key == "capture") info.capture = value;
+    if (key == "why") info.why = value;
+    if (key == "expandable_segments") info.expandable_segments = value == "1";
+  });
+  if (info.capture != "blocks" && info.capture != "driver") info.capture = "off";
+  info_ = std::move(info);
+}
+
+uint64_t TorchAllocator::allocated() const {
+  uint64_t n = 0;
+  for (const auto& [addr, b] : blocks_) {
+    if (!b.pending_free) n += b.requested;
+  }
+  return n;
+}
+
+void TorchAllocator::add_reserved(std::vector<uint64_t>& reserved) const {
+  for (const auto* segs : {&segments_, &mapped_}) {
+    for (const auto& [addr, seg] : *segs) {
+      const auto d = static_cast<size_t>(seg.device);
+      if (d < reserved.size()) reserved[d] += seg.size;
+    }
+  }
+}
+
+void TorchAllocator::write_segment(snap::Snapshot& s, uint64_t addr, const Segment& g,
+                                   uint64_t total, bool expandable) const {
+  snap::Segment seg;
+  seg.source = snap::Source::kPytorch;
+  seg.device = g.device;
+  seg.address = addr;
+  seg.total_size = total;
+  seg.stream = g.stream;
+  seg.segment_type = g.small ? "small" : "large";
+  seg.is_expandable = expandable;
+  seg.stack = g.stack;
+  const uint64_t seg_end = addr + total;
+  const bool split_any = g.small || expandable || (info_ && info_->expandable_segments);
+  uint64_t cursor = addr;
+  auto inactive = [&](uint64_t from, uint64_t to) {
+    if (to > from) seg.blocks.push_back(snap::Block{from, to - from, 0, "inactive", -1});
+  };
+  for (auto it = blocks_.lower_bound(addr); it != blocks_.end() && it->first < seg_end; ++it) {
+    const uint64_t a = it->first;
+    if (a < cursor) continue;  // overlaps the previous block: inconsistent input, skip it
+    inactive(cursor, a);
+    const auto next_it = std::next(it);
+    const uint64_t next =
+        next_it != blocks_.end() && next_it->first < seg_end ? next_it->first : seg_end;
+    uint64_t end = std::min(a + torch_round(it->second.requested), next);
+    // PyTorch's should_split(): the large pool of the default allocator splits a block only
+    // when more than 1 MiB remains, so a smaller remainder stays in the block; the small pool,
+    // and every pool under expandable_segments, splits off any remainder (>= 512 B).
+    if (!split_any && next - end <= kTorchSmallSize) end = next;
+    const Block& k = it->second;
+    seg.blocks.push_back(snap::Block{a, end - a, k.requested,
+                                     k.pending_free ? "active_pending_free" : "active_allocated",
+                                     k.stack});
+    seg.active_size += end - a;
+    if (!k.pending_free) {
+      seg.allocated_size += end - a;
+      seg.requested_size += k.requested;
+    }
+    cursor = end;
+  }
+  inactive(cursor, seg_end);
+  s.segments.push_back(std::move(seg));
+}
+
+void TorchAllocator::write_segments(snap::Snapshot& s) const {
+  for (const auto& [addr, g] : segments_) write_segment(s, addr, g, g.size, false);
+  // Maximal runs of mapped pieces are the segments of expandable segments.
+  for (auto it = mapped_.begin(); it != mapped_.end();) {
+    const uint64_t start = it->first;
+    const Segment& first = it->second;
+    uint64_t end = start + first.size;
+    for (++it; it != mapped_.end() && it->first == end && it->second.device == first.device &&
+               it->second.small == first.small;
+         ++it) {
+      end += it->second.size;
+    }
+    write_segment(s, start, first, end - start, true);
+  }
+}
+
+}  // namespace cumemtrace::collect

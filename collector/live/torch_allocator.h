@@ -1,0 +1,74 @@
+// Contract: PyTorch's caching allocator in one traced process (kTorchBlock records, PyTorch's
+// TraceEntry actions, and kTorchInfo: version, backend, capture mode). Its entries go into the
+// trace in ring order with source = pytorch. A free_completed recorded without a stack takes its
+// block's free_requested stack (the allocation's when the request was not seen), as PyTorch gives
+// it its request's context; the preload walks none for it. Driver memory PyTorch owns (a pytorch
+// segment_alloc at the address of a live device allocation; driver mappings inside a pytorch
+// segment_map range) is adopted (live/device_allocations.h: its driver entries are never written,
+// its later driver free/unmap writes none), so every byte of reserved memory is counted once; the
+// live and peak device bytes stay the driver's (live/device_ledger.h).
+// At snapshot time PyTorch's segments (cudaMalloc'd ones, and maximal mapped runs of expandable
+// segments) are tiled with the live blocks: allocated and pending-free blocks at their addresses
+// with PyTorch's rounding (512 B; in the large pool of the default allocator a remainder of at
+// most 1 MiB stays in the block, under expandable_segments none does), the gaps between them
+// inactive.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "live/device_allocations.h"
+#include "live/ring_reader.h"
+#include "live/trace_log.h"
+#include "snapshot/snapshot.h"
+
+namespace cumemtrace::collect {
+
+class TorchAllocator {
+ public:
+  TorchAllocator(TraceLog& trace, DeviceAllocations& memory) : trace_(trace), memory_(memory) {}
+
+  // One kTorchBlock record; true when it was PyTorch's OOM (a snapshot is due).
+  bool on_block(const Record& r, int64_t t, int32_t stack);
+  void on_info(const std::string& text);
+
+  // Bytes allocated now (live blocks not pending free, all devices).
+  uint64_t allocated() const;
+  // Bytes of PyTorch's segments now on each device, added into reserved[device] where it exists.
+  void add_reserved(std::vector<uint64_t>& reserved) const;
+  bool block_capture() const { return info_ && info_->capture == "blocks"; }
+
+  // PyTorch's segments with their blocks, as torch.cuda.memory_snapshot() lays them out.
+  void write_segments(snap::Snapshot& s) const;
+  const std::optional<snap::PytorchInfo>& info() const { return info_; }
+
+ private:
+  struct Block {  // a live block: allocated, or free requested and not yet completed
+    uint64_t requested = 0;
+    uint64_t stream = 0;
+    int32_t stack = -1;       // the allocation's
+    int32_t free_stack = -1;  // the free request's, which its completion shares
+    bool pending_free = false;
+  };
+  struct Segment {  // a cudaMalloc'd segment, or one mapped piece of an expandable segment
+    uint64_t size = 0;
+    int device = 0;
+    uint64_t stream = 0;
+    int32_t stack = -1;
+    bool small = false;  // small pool (2 MiB segments or pages)
+  };
+  void unmap(uint64_t addr, uint64_t size);
+  void write_segment(snap::Snapshot& s, uint64_t addr, const Segment& g, uint64_t total,
+                     bool expandable) const;
+
+  TraceLog& trace_;
+  DeviceAllocations& memory_;
+  std::map<uint64_t, Block> blocks_;
+  std::map<uint64_t, Segment> segments_;  // cudaMalloc'd, by address
+  std::map<uint64_t, Segment> mapped_;    // expandable pieces, by address
+  std::optional<snap::PytorchInfo> info_;
+};
+
+}  // namespace cumemtrace::collect
