@@ -42,6 +42,23 @@ void StackTable::announce_code(uint64_t code, const std::string& text) {
 // innermost evaluation-loop frame (without CPython's private structures the split of Python
 // frames among several nested evaluation loops is unknown, so they go together), or after the
 // native frames when the native stack did not reach the interpreter.
+bool StackTable::passes_through(StackId id, std::string_view name) const {
+  if (id < 0 || static_cast<size_t>(id) >= stacks_.size()) return false;
+  for (const uint64_t pc : stacks_[static_cast<size_t>(id)].native) {
+    const std::pair<uint64_t, std::string>* best = nullptr;
+    for (const auto& m : modules_) {
+      if (m.first <= pc && (!best || m.first >= best->first)) best = &m;  // the latest
+    }
+    if (!best) continue;
+    const std::string_view path = best->second;
+    const size_t slash = path.rfind('/');
+    if (path.substr(slash == std::string_view::npos ? 0 : slash + 1).starts_with(name)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 snap::Stack StackTable::render(size_t id, Symbolizer* sym) const {
   const RawStack& raw = stacks_[id];
   snap::Stack native;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -32,6 +33,10 @@ class StackTable {
   }
 
   snap::Stack render(size_t id, Symbolizer* sym) const;
+  // Whether a native frame of stack id lies in a module whose file name (without its folder)
+  // starts with `name`: the module announced at the highest base at or below the frame, as the
+  // preload announces each frame's module before the record that holds it. False for -1.
+  bool passes_through(StackId id, std::string_view name) const;
   // Every stack into s.stacks, in id order; the symbolizer learns the modules first.
   void write(snap::Snapshot& s, const std::string& main_exe, Symbolizer* sym) const;
 

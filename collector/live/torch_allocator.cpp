@@ -58,6 +58,7 @@ bool TorchAllocator::on_block(const Record& r, int64_t t, int32_t stack) {
       entry(Action::kFreeCompleted, addr);
       break;
     case wire::TorchAction::kSegmentAlloc:
+      settle_driver_ooms(device);
       memory_.adopt_allocation(addr);
       segments_[addr] = Segment{size, device, ev.stream, stack, size == kTorchSmallBuffer};
       entry(Action::kSegmentAlloc, addr);
@@ -68,6 +69,7 @@ bool TorchAllocator::on_block(const Record& r, int64_t t, int32_t stack) {
       break;
     case wire::TorchAction::kSegmentMap: {
       // The pages PyTorch just mapped (one cuMemMap each): small-pool pages are 2 MiB.
+      settle_driver_ooms(device);
       const auto adopted = memory_.adopt_mappings(addr, size, kTorchSmallBuffer);
       const bool small = adopted.any ? adopted.all_small : size == kTorchSmallBuffer;
       mapped_[addr] = Segment{size, device, ev.stream, stack, small};
@@ -79,6 +81,7 @@ bool TorchAllocator::on_block(const Record& r, int64_t t, int32_t stack) {
       entry(Action::kSegmentUnmap, addr);
       break;
     case wire::TorchAction::kOom:  // addr is the device's free bytes, size the request
+      settle_driver_ooms(device);
       entry(Action::kOom, 0, addr);
       return true;
     case wire::TorchAction::kSnapshot:
@@ -86,6 +89,13 @@ bool TorchAllocator::on_block(const Record& r, int64_t t, int32_t stack) {
       break;
   }
   return false;
+}
+
+void TorchAllocator::settle_driver_ooms(int device) {
+  const auto it = driver_ooms_.find(device);
+  if (it == driver_ooms_.end()) return;
+  for (int i = 0; i < it->second; ++i) trace_.adopt_oom(device);
+  driver_ooms_.erase(it);
 }
 
 // Subtracts [addr, addr + size) from the mapped pieces (an unmap may cut a piece).

@@ -12,6 +12,12 @@
 // with PyTorch's rounding (512 B; in the large pool of the default allocator a remainder of at
 // most 1 MiB stays in the block, under expandable_segments none does), the gaps between them
 // inactive.
+// A failed driver allocation that PyTorch's allocator made itself (on_own_driver_oom: the
+// collector tells it by the stack, live/trace_model.h) is PyTorch's to settle: it frees its cache
+// and retries, then either gets its segment (no OOM: the program goes on) or records its own OOM,
+// the one its user is told of. Either settles the device's pending driver OOMs, whose entries are
+// then adopted (never written), so that the trace holds PyTorch's OOM once, as PyTorch's own
+// history does, and a retry that succeeded is no OOM at all.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +39,8 @@ class TorchAllocator {
   // One kTorchBlock record; true when it was PyTorch's OOM (a snapshot is due).
   bool on_block(const Record& r, int64_t t, int32_t stack);
   void on_info(const std::string& text);
+  // A driver OOM (already in the trace) of PyTorch's own allocation attempt on device.
+  void on_own_driver_oom(int device) { ++driver_ooms_[device]; }
 
   // Bytes allocated now (live blocks not pending free, all devices).
   uint64_t allocated() const;
@@ -60,6 +68,7 @@ class TorchAllocator {
     bool small = false;  // small pool (2 MiB segments or pages)
   };
   void unmap(uint64_t addr, uint64_t size);
+  void settle_driver_ooms(int device);
   void write_segment(snap::Snapshot& s, uint64_t addr, const Segment& g, uint64_t total,
                      bool expandable) const;
 
@@ -69,6 +78,7 @@ class TorchAllocator {
   std::map<uint64_t, Segment> segments_;  // cudaMalloc'd, by address
   std::map<uint64_t, Segment> mapped_;    // expandable pieces, by address
   std::optional<snap::PytorchInfo> info_;
+  std::map<int, int> driver_ooms_;  // device -> PyTorch's own driver OOMs not yet settled
 };
 
 }  // namespace cumemtrace::collect

@@ -33,6 +33,21 @@ bool TraceLog::adopt(snap::Action a, uint64_t addr) {
   return false;
 }
 
+bool TraceLog::adopt_oom(int device) {
+  size_t seen = 0;
+  for (auto it = entries_.rbegin(); it != entries_.rend() && seen < kAdoptWindow; ++it) {
+    if (it->adopted) continue;
+    ++seen;
+    if (it->e.source != snap::Source::kPytorch && it->e.action == snap::Action::kOom &&
+        it->device == sane_device(device)) {
+      it->adopted = true;
+      --counted_;
+      return true;
+    }
+  }
+  return false;
+}
+
 void TraceLog::write(snap::Snapshot& s) const {
   s.device_traces.resize(std::max<size_t>(ledger_.devices().size(), 1));
   for (const Entry& x : entries_) {

@@ -30,6 +30,8 @@ class TraceLog {
   void push(int device, const snap::TraceEntry& e);
   // Marks the newest adoptable driver or graph entry of action a at addr adopted; false: none.
   bool adopt(snap::Action a, uint64_t addr);
+  // Marks the newest adoptable driver OOM entry of device adopted; false: none.
+  bool adopt_oom(int device);
 
   uint64_t max_entries() const { return max_; }
   uint64_t dropped() const { return dropped_; }

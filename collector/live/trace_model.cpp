@@ -43,6 +43,12 @@ std::optional<std::string> TraceModel::take_snapshot_request() {
   return r;
 }
 
+namespace {
+// The library of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp), whose
+// driver calls are its own allocation attempts.
+constexpr std::string_view kTorchAllocatorLibrary = "libc10_cuda.";
+}  // namespace
+
 void TraceModel::add(const Record& r) {
   const auto& ev = r.ev;
   const int64_t t = to_us(ev.time_ns);
@@ -133,7 +139,14 @@ void TraceModel::on_device_event(const Record& r, int64_t t) {
                               .stack = stack,
                               .device_free = ev.aux,
                               .tid = ev.tid});
-      oom_pending_ = true;
+      // PyTorch's own cudaMalloc (or cuMemCreate) failing is not yet an OOM: PyTorch frees its
+      // cache and retries, and settles it (live/torch_allocator.h). Told by the stack; without
+      // one (stacks off) the driver's OOM is the snapshot's, as in a program without PyTorch.
+      if (torch_.block_capture() && stacks_.passes_through(stack, kTorchAllocatorLibrary)) {
+        torch_.on_own_driver_oom(sane_device(ev.device));
+      } else {
+        oom_pending_ = true;
+      }
       break;
     case Kind::kTorchBlock:
       if (torch_.on_block(r, t, stack)) oom_pending_ = true;

@@ -17,7 +17,9 @@
 // a new context, the step mark) and the event count and latest time.
 // Event mapping (PyTorch memory-history actions, see schemas/snapshot.schema.json) is in the
 // trackers' contracts; the driver's OOM (kOom) is an oom entry (size, device_free) written here,
-// and it, like PyTorch's, asks for a snapshot at once.
+// and it, like PyTorch's, asks for a snapshot at once, unless it was PyTorch's own allocation
+// attempt (its stack passes through libc10_cuda while PyTorch's blocks are captured), which
+// PyTorch settles (live/torch_allocator.h).
 #pragma once
 
 #include <cstdint>

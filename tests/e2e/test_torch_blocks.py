@@ -43,7 +43,7 @@ def refusals(p):
 
 
 def final(snaps):
-    (name,) = [n for n in snaps if not n.endswith(".oom.json")]
+    (name,) = [n for n in snaps if ".oom." not in n]  # EXE.PID.oom.json, EXE.PID.oom.N.json
     return snaps[name]
 
 
@@ -454,6 +454,55 @@ def test_allocator_oom_writes_oom_snapshot_with_python_line(tmp_path):
             o["largest_free_bytes"], o["budget_bytes"], o["budget_below_device"],
             o["unreleasable_free_bytes"]) == \
         ("exhaustion", "pytorch", 30 * MiB, 17 * MiB, 17 * MiB, 20 * MiB, True, 17 * MiB)
+
+
+def test_device_full_oom_is_pytorchs_one_oom(tmp_path):
+    # The driver refuses PyTorch's 30 MiB segment twice (the attempt, and the retry after its
+    # cache was freed): those are PyTorch's own attempts, settled by its OOM, which is the one OOM
+    # file, the one line and the one oom entry, as in PyTorch's own history.
+    p, snaps = run(tmp_path, "device_full", FAKE_CUDA_MEM_LIMIT=str(40 * MiB))
+    assert p.returncode == 0, p.stderr
+    assert "caught: CUDA out of memory" in p.stdout
+    (oom_name,) = [n for n in snaps if ".oom." in n]
+    (line,) = [l for l in p.stderr.splitlines() if "out of memory on" in l]
+    # 3 MiB live in a 20 MiB segment, 20 MiB left on the device: 37 MiB free, none of it whole.
+    assert line.endswith(f"{oom_name}: out of memory on device 0: fragmentation: 30 MiB "
+                         "requested, 37 MiB free even compacted (cached free 17 MiB + device free "
+                         "20 MiB), largest free block 17 MiB"), line
+    for snap in (snaps[oom_name], final(snaps)):
+        (e,) = [e for e in snap["device_traces"][0] if e["action"] == "oom"]
+        assert (e["source"], e["size"]) == ("pytorch", 30 * MiB)
+        assert has_python_frame(e["frames"], line_of("full-request"))
+    r = subprocess.run([CT, "report", str(tmp_path / "traces" / oom_name), "--format", "json"],
+                       capture_output=True, text=True, timeout=60)
+    (o,) = json.loads(r.stdout)["ooms"]
+    assert (o["verdict"], o["source"], o["requested_bytes"]) == \
+        ("fragmentation", "pytorch", 30 * MiB)
+
+
+def test_a_retry_that_succeeds_is_no_oom(tmp_path):
+    p, snaps = run(tmp_path, "retry_succeeds", FAKE_CUDA_MEM_LIMIT=str(40 * MiB))
+    assert p.returncode == 0 and "allocated" in p.stdout, p.stderr
+    assert [n for n in snaps if ".oom." in n] == []
+    assert not [l for l in p.stderr.splitlines() if "out of memory" in l], p.stderr
+    snap = final(snaps)
+    assert [e for e in snap["device_traces"][0] if e["action"] == "oom"] == []
+    # The cache's segment went back to the driver and the retry's 30 MiB one came.
+    assert [(a, s) for a, _, s in entries(snap) if a.startswith("segment")] == \
+        [("segment_alloc", 20 * MiB), ("segment_free", 20 * MiB), ("segment_alloc", 30 * MiB)]
+
+
+def test_driver_oom_without_a_stack_is_the_snapshots(tmp_path):
+    # With stacks off nothing tells PyTorch's attempt from another library's: the driver's
+    # refusal asks for its OOM snapshot at once, as in a program without PyTorch.
+    p, snaps = run(tmp_path, "device_full", "--stack-depth", "0",
+                   FAKE_CUDA_MEM_LIMIT=str(40 * MiB))
+    assert p.returncode == 0, p.stderr
+    ooms = sorted(n for n in snaps if ".oom." in n)
+    assert len(ooms) == 3, (ooms, p.stderr)
+    # The driver's entries carry no source (only PyTorch's do: pytorch).
+    assert [e.get("source") for e in final(snaps)["device_traces"][0]
+            if e["action"] == "oom"] == [None, None, "pytorch"]
 
 
 def test_sigkill_keeps_block_events(tmp_path):

@@ -57,6 +57,25 @@ def oom():
         print("caught:", e, flush=True)
 
 
+def device_full():
+    # Under FAKE_CUDA_MEM_LIMIT: the driver refuses the 30 MiB segment; the allocator frees its
+    # cache (nothing is free) and retries, refused again, then records its own OOM.
+    torch.cuda.alloc(3 * MiB)
+    try:
+        torch.cuda.alloc(30 * MiB)  # LINE full-request
+    except torch.cuda.OutOfMemoryError as e:
+        print("caught:", e, flush=True)
+
+
+def retry_succeeds():
+    # Under FAKE_CUDA_MEM_LIMIT: the driver refuses the 30 MiB segment while the cache holds a
+    # free 20 MiB one; the allocator frees it and its retry succeeds: no OOM for the program.
+    a = torch.cuda.alloc(3 * MiB)
+    torch.cuda.free(a)
+    torch.cuda.alloc(30 * MiB)
+    print("allocated", flush=True)
+
+
 def bench_pause():
     import ctypes
     pause = ctypes.CDLL(None).cumemtrace_bench_pause_torch_blocks
@@ -107,7 +126,8 @@ def kill():
 
 if __name__ == "__main__":
     {"basic": basic, "expandable": expandable, "expandable_split": expandable_split,
-     "async_backend": async_backend, "oom": oom, "kill": kill, "engine_thread": engine_thread,
+     "async_backend": async_backend, "oom": oom, "device_full": device_full,
+     "retry_succeeds": retry_succeeds, "kill": kill, "engine_thread": engine_thread,
      "engine_thread_unknown_torch": engine_thread_unknown_torch,
      "engine_thread_unknown_nodes": engine_thread_unknown_nodes,
      "engine_thread_from_driver": engine_thread_from_driver,
