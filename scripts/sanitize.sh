@@ -22,7 +22,7 @@ for kind in "${kinds[@]}"; do
     *) echo "sanitize.sh: unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
   esac
   logs="$PWD/$dir/sanitizer-logs"
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
     -DCUMEMTRACE_SANITIZE="$kind" -DCUMEMTRACE_WERROR=ON -DCUMEMTRACE_BUILD_BENCH=OFF >/dev/null
   rm -rf "$logs"
   mkdir -p "$logs"

@@ -36,6 +36,7 @@ void fail_end_limits_nobody_judged(const std::vector<LoadedSnapshot>& snaps, con
     f.snapshot = snaps.front().path;
     f.check = "written-while-running";
     f.severity = Severity::kError;
+    f.judged = false;
     f.limit = *(o.*l.member);
     f.message = fmt::format(
         "{} cannot be judged: every snapshot given was written while its process ran; give the "
@@ -156,7 +157,8 @@ void write_check_json(const CheckResult& r, std::ostream& out) {
                         {"limit", f.limit},
                         {"message", f.message},
                         {"stacks", std::move(stacks)},
-                        {"stacks_omitted", f.stacks_omitted}});
+                        {"stacks_omitted", f.stacks_omitted},
+                        {"judged", f.judged}});
     }
     if (!ok) failed_files.push_back(snap);
     files.push_back(

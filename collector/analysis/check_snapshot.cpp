@@ -133,6 +133,7 @@ void note_unreadable(const LoadedSnapshot& ls, CheckResult& r) {
   if (why.substr(0, ls.path.size()) == ls.path) why.remove_prefix(ls.path.size());
   while (!why.empty() && (why.front() == ':' || why.front() == ' ')) why.remove_prefix(1);
   f.message = fmt::format("unreadable, not checked: {}", why);
+  f.judged = false;
   r.findings.push_back(std::move(f));
 }
 
@@ -163,6 +164,7 @@ void judge_complete(const LoadedSnapshot& ls, const CheckOptions& given, CheckRe
         "(pass --allow-drops to check anyway)",
         t.events_dropped, t.events_total);
   }
+  f.judged = f.severity != Severity::kError;  // an incomplete trace judges no limit
   r.findings.push_back(std::move(f));
 }
 
@@ -290,7 +292,6 @@ class SnapshotJudge {
   void layer_peak(uint64_t limit, const char* check, const char* what);
   std::pair<uint64_t, int64_t> layer_peak_on(int d, bool driver, bool allocated);
   void growth(uint64_t limit);
-  bool growth_unjudged(const GrowthMoments& m, uint64_t limit);
   void growth_on(int d, const GrowthMoments& m, uint64_t limit);
   std::unordered_map<std::string, SiteGrowth> growth_by_site(const std::vector<Allocation>& first,
                                                              const std::vector<Allocation>& last);
@@ -400,6 +401,7 @@ void SnapshotJudge::layer_peak(uint64_t limit, const char* check, const char* wh
   if (!judged) {
     Finding f = base(check, -1);
     f.limit = limit;
+    f.judged = false;
     f.severity = Severity::kError;
     f.message = fmt::format(
         "{} cannot be judged: {}", flag_of_check(check),
@@ -461,6 +463,7 @@ void SnapshotJudge::growth(uint64_t limit) {
     // Every compared mark fell before the kept trace: said once.
     if (m.times.size() - m.lost < 2) {
       Finding f = base("growth", -1);
+      f.judged = false;
       f.severity = Severity::kError;
       f.limit = limit;
       f.message = fmt::format(
@@ -566,6 +569,7 @@ void SnapshotJudge::growth_per_step(uint64_t limit) {
   // A gate that could not judge never passes: no automatic steps, or too few, is a failure.
   if (!ledger() || ledger()->devices.empty()) {
     Finding f = base("growth-per-step", -1);
+    f.judged = false;
     f.severity = Severity::kError;
     f.limit = limit;
     f.message =
@@ -586,6 +590,7 @@ void SnapshotJudge::growth_per_step(uint64_t limit) {
     Finding f = base("growth-per-step", dl.device);
     f.limit = limit;
     if (!g.judged) {
+      f.judged = false;
       f.severity = Severity::kError;
       f.message = fmt::format("growth per step on device {}{} cannot be judged: {}", dl.device,
                               in_range_, g.why);

@@ -28,6 +28,9 @@ struct Finding {
   uint64_t limit = 0;
   std::vector<StackNote> stacks;
   uint64_t stacks_omitted = 0;
+  // False for a limit that could not be judged (nothing in the snapshot to measure it by): an
+  // error all the same, so that a gate never passes for want of data, but no limit was exceeded.
+  bool judged = true;
 };
 
 struct SuppressionUse {

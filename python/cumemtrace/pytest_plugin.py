@@ -214,14 +214,19 @@ class _Tracker:
             doc = json.loads(proc.stdout)
         except ValueError as e:
             return (None, f"`cumemtrace check` output is not JSON ({e})")
-        failures, measured = [], {_PEAK: 0, _LEAK: 0}
+        failures, measured, exceeded = [], {_PEAK: 0, _LEAK: 0}, False
         for f in doc.get("files", []):
             for c in f.get("checks", []):
                 if c.get("check") in measured and isinstance(c.get("value"), int):
                     measured[c["check"]] = max(measured[c["check"]], c["value"])
                 if c.get("status") == "fail":
                     failures.append(_format_failure(c, item))
+                    exceeded = exceeded or c.get("judged", True)
         if failures:
+            # The heading says what happened: a limit exceeded, or only limits that could not be
+            # judged (no automatic steps for a growth limit, say), which fail all the same.
+            failures.insert(0, "cumemtrace: GPU memory limit exceeded" if exceeded else
+                            "cumemtrace: GPU memory limit could not be judged")
             failures.append(f"snapshot: {path}")
         else:
             os.unlink(path)
@@ -247,7 +252,7 @@ class _Tracker:
         item.user_properties += measured
         if failures and report.passed:
             report.outcome = "failed"
-            report.longrepr = "cumemtrace: GPU memory limit exceeded\n" + "\n".join(failures)
+            report.longrepr = "\n".join(failures)
 
     def pytest_runtest_logreport(self, report):
         # On the controller too under xdist: user_properties travel with the report.

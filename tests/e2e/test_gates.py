@@ -123,6 +123,14 @@ def test_a_layer_limit_with_nothing_to_judge_fails_and_says_why(tmp_path):
     assert p.returncode == 1, p.stderr
     assert ("error: --max-driver-peak cannot be judged: the snapshot has no driver-visible (NVML) "
             "data (NVML was not found when it ran)") in p.stderr, p.stderr
+    # check's JSON says which failures judged nothing (the pytest plugin's heading reads it).
+    (snap,) = glob.glob(str(tmp_path / "nonvml" / "traces" / "*.json"))
+    c = subprocess.run([CT, "check", snap, "--format", "json", "--max-driver-peak", "1TiB",
+                        "--max-peak-bytes", "1"], capture_output=True, text=True, timeout=60)
+    assert c.returncode == 1, c.stderr
+    (f,) = json.loads(c.stdout)["files"]
+    assert sorted((x["check"], x["status"], x["judged"]) for x in f["checks"]) == [
+        ("complete", "pass", True), ("driver-peak", "fail", False), ("peak-bytes", "fail", True)]
 
 
 # ---- --max-growth on a capped trace --------------------------------------------------------------

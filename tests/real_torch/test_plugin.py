@@ -59,6 +59,10 @@ def test_plugin_on_tests_that_train_with_torch(tmp_path):
         "test_api_with_torch": ("passed", MiB, 0),
         "test_growth_needs_tensors_on_a_device": ("failed", 0, 0)}, text
     assert re.search(r"\b3 failed, 2 passed\b", text), text
+    # Each failure's heading says what happened: two limits exceeded, one that could not judge.
+    headings = [l for l in p.stdout.splitlines() if l.startswith("cumemtrace: GPU memory limit")]
+    assert sorted(headings) == ["cumemtrace: GPU memory limit could not be judged"] + \
+        ["cumemtrace: GPU memory limit exceeded"] * 2, text
     assert p.stdout.count(
         "growth per step cannot be judged: the snapshot has no automatic steps (a PyTorch run "
         "under cumemtrace with the automatic phases, docs/pytorch.md) with PyTorch tensors\n") == 1
