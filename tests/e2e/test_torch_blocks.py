@@ -472,7 +472,7 @@ def test_device_full_oom_is_pytorchs_one_oom(tmp_path):
     for snap in (snaps[oom_name], final(snaps)):
         (e,) = [e for e in snap["device_traces"][0] if e["action"] == "oom"]
         assert (e["source"], e["size"]) == ("pytorch", 30 * MiB)
-        assert has_python_frame(e["frames"], line_of("full-request"))
+        assert has_python_frame(e["frames"], line_of("oom-request"))
     r = subprocess.run([CT, "report", str(tmp_path / "traces" / oom_name), "--format", "json"],
                        capture_output=True, text=True, timeout=60)
     (o,) = json.loads(r.stdout)["ooms"]

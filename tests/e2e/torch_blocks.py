@@ -50,6 +50,10 @@ def async_backend():
 
 def oom():
     torch.cuda.set_memory_limit(22 * MiB)
+    request_after_3_mib()
+
+
+def request_after_3_mib():
     torch.cuda.alloc(3 * MiB)
     try:
         torch.cuda.alloc(30 * MiB)  # LINE oom-request
@@ -60,11 +64,7 @@ def oom():
 def device_full():
     # Under FAKE_CUDA_MEM_LIMIT: the driver refuses the 30 MiB segment; the allocator frees its
     # cache (nothing is free) and retries, refused again, then records its own OOM.
-    torch.cuda.alloc(3 * MiB)
-    try:
-        torch.cuda.alloc(30 * MiB)  # LINE full-request
-    except torch.cuda.OutOfMemoryError as e:
-        print("caught:", e, flush=True)
+    request_after_3_mib()
 
 
 def retry_succeeds():
