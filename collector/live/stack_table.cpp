@@ -38,19 +38,18 @@ void StackTable::announce_code(uint64_t code, const std::string& text) {
   py_code_.emplace_back(std::move(file), std::move(name));
 }
 
-// Native frames with the Python frames placed where the interpreter runs them: before the
-// innermost evaluation-loop frame (without CPython's private structures the split of Python
-// frames among several nested evaluation loops is unknown, so they go together), or after the
-// native frames when the native stack did not reach the interpreter.
+// The symbolizer's rule (live/symbolizer.h) without its ELF files: a return address is looked up
+// at address - 1, in the module of the highest base at or below it, the first announced there.
 bool StackTable::passes_through(StackId id, std::string_view name) const {
   if (id < 0 || static_cast<size_t>(id) >= stacks_.size()) return false;
-  for (const uint64_t pc : stacks_[static_cast<size_t>(id)].native) {
-    const std::pair<uint64_t, std::string>* best = nullptr;
+  for (const uint64_t ret : stacks_[static_cast<size_t>(id)].native) {
+    const uint64_t pc = ret - 1;
+    const std::pair<uint64_t, std::string>* module = nullptr;
     for (const auto& m : modules_) {
-      if (m.first <= pc && (!best || m.first >= best->first)) best = &m;  // the latest
+      if (m.first <= pc && (!module || m.first > module->first)) module = &m;
     }
-    if (!best) continue;
-    const std::string_view path = best->second;
+    if (!module) continue;
+    const std::string_view path = module->second;
     const size_t slash = path.rfind('/');
     if (path.substr(slash == std::string_view::npos ? 0 : slash + 1).starts_with(name)) {
       return true;
@@ -59,6 +58,10 @@ bool StackTable::passes_through(StackId id, std::string_view name) const {
   return false;
 }
 
+// Native frames with the Python frames placed where the interpreter runs them: before the
+// innermost evaluation-loop frame (without CPython's private structures the split of Python
+// frames among several nested evaluation loops is unknown, so they go together), or after the
+// native frames when the native stack did not reach the interpreter.
 snap::Stack StackTable::render(size_t id, Symbolizer* sym) const {
   const RawStack& raw = stacks_[id];
   snap::Stack native;

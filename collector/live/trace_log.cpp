@@ -18,13 +18,13 @@ void TraceLog::push(int device, const snap::TraceEntry& e) {
   }
 }
 
-bool TraceLog::adopt(snap::Action a, uint64_t addr) {
+template <typename Match>
+bool TraceLog::adopt_newest(Match match) {
   size_t seen = 0;
   for (auto it = entries_.rbegin(); it != entries_.rend() && seen < kAdoptWindow; ++it) {
     if (it->adopted) continue;
     ++seen;
-    const snap::TraceEntry& e = it->e;
-    if (e.source != snap::Source::kPytorch && e.action == a && e.addr == addr) {
+    if (it->e.source != snap::Source::kPytorch && match(*it)) {
       it->adopted = true;
       --counted_;
       return true;
@@ -33,19 +33,14 @@ bool TraceLog::adopt(snap::Action a, uint64_t addr) {
   return false;
 }
 
+bool TraceLog::adopt(snap::Action a, uint64_t addr) {
+  return adopt_newest([&](const Entry& x) { return x.e.action == a && x.e.addr == addr; });
+}
+
 bool TraceLog::adopt_oom(int device) {
-  size_t seen = 0;
-  for (auto it = entries_.rbegin(); it != entries_.rend() && seen < kAdoptWindow; ++it) {
-    if (it->adopted) continue;
-    ++seen;
-    if (it->e.source != snap::Source::kPytorch && it->e.action == snap::Action::kOom &&
-        it->device == sane_device(device)) {
-      it->adopted = true;
-      --counted_;
-      return true;
-    }
-  }
-  return false;
+  return adopt_newest([d = sane_device(device)](const Entry& x) {
+    return x.e.action == snap::Action::kOom && x.device == d;
+  });
 }
 
 void TraceLog::write(snap::Snapshot& s) const {

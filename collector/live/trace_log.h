@@ -46,6 +46,11 @@ class TraceLog {
     int device = 0;
     bool adopted = false;
   };
+  // Marks the newest adoptable entry (not PyTorch's, among the newest kAdoptWindow counted) that
+  // match(entry) accepts.
+  template <typename Match>
+  bool adopt_newest(Match match);
+
   uint64_t max_;
   DeviceLedger& ledger_;
   std::deque<Entry> entries_;
