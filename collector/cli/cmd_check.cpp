@@ -22,7 +22,9 @@ void add_check_command(CLI::App& app, int& exit_code) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "check", "Exit 1 when a snapshot breaks a memory limit (leaks, peak, growth between marks)");
+      "check",
+      "exit 1 when a snapshot breaks a memory limit (leaks, peaks, growth); over several, one "
+      "verdict per file and one for the job");
   cmd->add_option("FILE", o->files,
                   "Snapshots to check, or directories of them (each process's final snapshot)");
   add_check_options(cmd, o->check);

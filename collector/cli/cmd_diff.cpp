@@ -18,7 +18,7 @@ void add_diff_command(CLI::App& app, int& exit_code) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "diff", "Compare two snapshots: peak and live-at-exit change per device and per site");
+      "diff", "compare two snapshots: peak and live-at-exit change per device and per site");
   cmd->add_option("BASE", o->base, "Baseline snapshot")->required();
   cmd->add_option("NEW", o->now, "Snapshot to compare against the baseline")->required();
   cmd->add_option("--format", o->format, "Output format")

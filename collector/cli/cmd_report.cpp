@@ -138,7 +138,9 @@ int report_one(const Opts& o) {
 void add_report_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "report", "Summarize a snapshot: peaks, memory live at exit, top allocation sites, sizes");
+      "report",
+      "summarize a snapshot: peaks, memory live at exit, top allocation sites, sizes; several, or "
+      "a directory: the processes side by side (a job's ranks)");
   cmd->add_option("FILE", o->files,
                   "Snapshot (cumemtrace JSON, or PyTorch's JSON or pickle); several, or a "
                   "directory of them: the processes side by side (a job's ranks)")

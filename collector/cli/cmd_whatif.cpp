@@ -24,7 +24,7 @@ void add_whatif_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "whatif",
-      "Replay PyTorch's caching allocator from a snapshot's requests under the recorded "
+      "replay PyTorch's caching allocator from a snapshot's requests under the recorded "
       "configuration and others: reserved peak, fragmentation, out of memory or not");
   cmd->add_option("SNAPSHOT", o->file,
                   "Snapshot with PyTorch's allocator events (cumemtrace JSON, or PyTorch's JSON or "

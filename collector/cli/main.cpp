@@ -93,7 +93,7 @@ std::string usage_error(CLI::App& app, const CLI::ParseError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"cumemtrace: where a program's GPU memory goes"};
+  CLI::App app{"cumemtrace: where a program's GPU memory goes", "cumemtrace"};
   app.set_version_flag("--version", CUMEMTRACE_VERSION);
   app.require_subcommand(1);
   int exit_code = 0;
