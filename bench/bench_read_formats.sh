@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 EVENTS=${2:-1200000}
+cmake "$BUILD" -DCUMEMTRACE_BUILD_BENCH=ON >/dev/null  # benchmarks are not in the default build
 cmake --build "$BUILD" --target read_snapshot_timed -j"${JOBS:-1}" >/dev/null
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -5,8 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
+# The benchmarks are not part of the default build (CI does not build them): turn them on.
 if [ ! -d "$BUILD" ]; then
-  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUMEMTRACE_BUILD_BENCH=ON >/dev/null
+else
+  cmake "$BUILD" -DCUMEMTRACE_BUILD_BENCH=ON >/dev/null
 fi
 targets=$(cd bench && grep -ho 'add_executable(bench_[a-z_0-9]*' CMakeLists.txt | sed 's/add_executable(//')
 # shellcheck disable=SC2086

@@ -6,30 +6,21 @@
 #
 # Usage: scripts/bullseye_chroot_test.sh TARBALL PORTABLE_BUILD_DIR
 #   PORTABLE_BUILD_DIR holds the fake driver of the portable build (fake/libcuda.so.1).
-# Needs root (chroot, mounts in a private mount namespace). The chroot is made once with
-# `debootstrap --variant=minbase --include=python3 bullseye` and cached under
-# ${CUMEMTRACE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/cumemtrace}/chroot-bullseye.
+# Needs root (chroot, mounts in a private mount namespace). The chroot is tests/pythons' bullseye,
+# made once by scripts/python_chroots.sh (`debootstrap --variant=minbase --include=python3`) and
+# cached there.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARBALL=$(realpath "${1:?usage: scripts/bullseye_chroot_test.sh TARBALL PORTABLE_BUILD_DIR}")
 BUILD=$(realpath "${2:?usage: scripts/bullseye_chroot_test.sh TARBALL PORTABLE_BUILD_DIR}")
-CACHE=${CUMEMTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cumemtrace}
-CHROOT=$CACHE/chroot-bullseye
+CHROOT=${CUMEMTRACE_CHROOTS:-${XDG_CACHE_HOME:-$HOME/.cache}/cumemtrace/chroots}/bullseye
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "bullseye chroot test: needs root (chroot)" >&2
   exit 2
 fi
-if [ ! -x "$CHROOT/usr/bin/python3" ]; then
-  command -v debootstrap >/dev/null || { echo "bullseye chroot test: debootstrap is not installed (scripts/setup.sh)" >&2; exit 2; }
-  echo "bullseye chroot test: debootstrap bullseye into $CHROOT (once)" >&2
-  rm -rf "$CHROOT.tmp"
-  mkdir -p "$CACHE"
-  debootstrap --variant=minbase --include=python3 bullseye "$CHROOT.tmp" \
-    http://deb.debian.org/debian >"$CACHE/debootstrap.log" 2>&1 ||
-    { tail -5 "$CACHE/debootstrap.log" >&2; exit 1; }
-  mv "$CHROOT.tmp" "$CHROOT"
-fi
+"$ROOT/scripts/python_chroots.sh" bullseye ||
+  { echo "bullseye chroot test: no bullseye chroot (scripts/python_chroots.sh failed)" >&2; exit 1; }
 
 # A fresh work folder inside the chroot for this run.
 WORK=$(mktemp -d "$CHROOT/tmp/cumemtrace-test.XXXXXX")

@@ -4,7 +4,7 @@
 # CUDA program built with nvcc's defaults; without one it runs on the bundled fake driver.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh build >/dev/null
+scripts/setup.sh demo build >/dev/null
 OUT=$(mktemp -d /tmp/cumemtrace-demo.XXXXXX)
 export PATH="$PATH:/usr/local/cuda/bin"
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && command -v nvcc >/dev/null; then

@@ -3,6 +3,7 @@
 # (manylinux_2_28: RHEL 8, Ubuntu 20.04, Debian 11 and everything newer).
 #
 # Usage: scripts/portable_build.sh BUILD_DIR [TARGET...]
+#        scripts/portable_build.sh --sysroot   (only fetch the sysroot, when it is missing)
 #   default targets: cumemtrace cumemtrace_preload fake_cuda fake_nvml (the CLI, the preload, the
 #   fake CUDA driver and fake NVML the tests use); name others (ct_lcuda ...) to build test
 #   programs for that floor too.
@@ -14,7 +15,7 @@
 # cmake/bullseye-sysroot.cmake. Ends by checking the built ELFs with scripts/check_glibc_floor.py.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:?usage: scripts/portable_build.sh BUILD_DIR [TARGET...]}
+BUILD=${1:?usage: scripts/portable_build.sh BUILD_DIR [TARGET...] | --sysroot}
 shift
 TARGETS=("$@")
 ((${#TARGETS[@]})) || TARGETS=(cumemtrace cumemtrace_preload fake_cuda fake_nvml)
@@ -67,18 +68,19 @@ make_sysroot() {
 
 mkdir -p "$CACHE"
 [ -f "$SYSROOT/usr/lib/gcc/x86_64-linux-gnu/10/libstdc++.a" ] || make_sysroot
+[ "$BUILD" = --sysroot ] && exit 0
 
 export PATH="$PATH:/usr/local/cuda/bin"
 # The toolchain's flags name the sysroot and are cached at the first configure: a build folder
 # made for another sysroot starts its configuration afresh.
-if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -qF -- "-isystem $SYSROOT/usr/include/c++/10 " "$BUILD/CMakeCache.txt"; then
-  rm -f "$BUILD/CMakeCache.txt"
+# So does one an older script configured for Make.
+if [ -f "$BUILD/CMakeCache.txt" ] && { ! grep -qF -- "-isystem $SYSROOT/usr/include/c++/10 " "$BUILD/CMakeCache.txt" ||
+    ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$BUILD/CMakeCache.txt"; }; then
+  rm -rf "$BUILD/CMakeCache.txt" "$BUILD/CMakeFiles"
 fi
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/bullseye-sysroot.cmake" \
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/bullseye-sysroot.cmake" \
   -DCUMEMTRACE_SYSROOT="$SYSROOT" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUMEMTRACE_BUILD_BENCH=OFF \
-  -DCUMEMTRACE_WERROR="${CUMEMTRACE_WERROR:-OFF}" "${launcher[@]}" >/dev/null
+  -DCUMEMTRACE_WERROR="${CUMEMTRACE_WERROR:-OFF}" >/dev/null
 cmake --build "$BUILD" -j"${CUMEMTRACE_JOBS:-$(nproc)}" --target "${TARGETS[@]}"
 
 # What ships (the CLI, the preload) needs glibc <= 2.28 and nothing else; test programs and the

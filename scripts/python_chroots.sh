@@ -3,8 +3,8 @@
 # host's, for the tests of Python frames on real interpreters (tests/pythons):
 #   bullseye: 3.9   trixie: 3.13   sid: 3.14
 # Usage: scripts/python_chroots.sh [SUITE...]   (default: bullseye trixie sid)
-# A chroot is reused when present (marked complete); a build interrupted half-way is started
-# again. Needs root and debootstrap (installed here from Debian's packages when missing).
+# A chroot is reused when it is complete and was made by the same debootstrap command (its marker
+# holds the command); a build interrupted half-way, or made by another command, is made again. Needs root and debootstrap (installed here from Debian's packages when missing).
 # Exit status: 0 built or cached, 3 cannot be built here (not root, mirror unreachable), 1 failed.
 # Cache: $CUMEMTRACE_CHROOTS, else ${XDG_CACHE_HOME:-$HOME/.cache}/cumemtrace/chroots.
 # Mirror: $CUMEMTRACE_DEBIAN_MIRROR, else http://deb.debian.org/debian.
@@ -26,7 +26,8 @@ fi
 mkdir -p "$CACHE"
 for suite in "${SUITES[@]}"; do
   dir="$CACHE/$suite"
-  if [ -f "$dir/.cumemtrace-complete" ]; then
+  spec="debootstrap --variant=minbase --include=python3 $suite $MIRROR"
+  if [ "$(cat "$dir/.cumemtrace-complete" 2>/dev/null)" = "$spec" ]; then
     echo "python_chroots: $suite: cached in $dir" >&2
     continue
   fi
@@ -48,6 +49,6 @@ for suite in "${SUITES[@]}"; do
   # Only python3 is needed: drop the package caches.
   rm -rf "$dir.partial"/var/cache/apt/archives/*.deb "$dir.partial"/var/lib/apt/lists/*
   mv "$dir.partial" "$dir"
-  touch "$dir/.cumemtrace-complete"
+  echo "$spec" >"$dir/.cumemtrace-complete"
   echo "python_chroots: $suite: built in $(($(date +%s) - start)) s" >&2
 done

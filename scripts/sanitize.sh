@@ -7,10 +7,19 @@
 # The preload library, the fake driver and the traced test programs are never sanitized.
 # Every sanitized process writes its findings to a log file (the e2e tests swallow collectors'
 # stderr); any log, or any failed test, fails the stage.
-# Usage: scripts/sanitize.sh [address] [thread]   (both by default)
+# Each tree compiles only what it sanitizes, as unity builds (CUMEMTRACE_UNITY): the unsanitized
+# targets the suite runs (the preload, the fake driver and PyTorch, the test programs) are copied
+# from the plain tree (cmake/unsanitized.cmake), which must be built first.
+# Usage: scripts/sanitize.sh [--plain BUILD] [address] [thread]   (both by default; BUILD: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
+PLAIN=build
+if [ "${1:-}" = --plain ]; then
+  PLAIN=${2:?usage: scripts/sanitize.sh [--plain BUILD] [address] [thread]}
+  shift 2
+fi
+PLAIN=$(realpath "$PLAIN")
 kinds=("$@")
 ((${#kinds[@]})) || kinds=(address thread)
 
@@ -22,8 +31,12 @@ for kind in "${kinds[@]}"; do
     *) echo "sanitize.sh: unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
   esac
   logs="$PWD/$dir/sanitizer-logs"
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
-    -DCUMEMTRACE_SANITIZE="$kind" -DCUMEMTRACE_WERROR=ON -DCUMEMTRACE_BUILD_BENCH=OFF >/dev/null
+  if [ -f "$dir/CMakeCache.txt" ] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$dir/CMakeCache.txt"; then
+    rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
+  fi
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
+    -DCUMEMTRACE_SANITIZE="$kind" -DCUMEMTRACE_WERROR=ON -DCUMEMTRACE_BUILD_BENCH=OFF \
+    -DCUMEMTRACE_UNITY=ON -DCUMEMTRACE_UNSANITIZED_FROM="$PLAIN" >/dev/null
   rm -rf "$logs"
   mkdir -p "$logs"
   start=$SECONDS

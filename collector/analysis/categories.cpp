@@ -12,8 +12,6 @@ namespace {
 using snap::Action;
 using snap::Category;
 
-constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
 Category category_of_role(snap::OwnerRole r) {
@@ -44,8 +42,8 @@ void find_lives(const std::vector<snap::TraceEntry>& tr, bool all_pytorch, Devic
     l.size = e.size;
     l.stack = e.stack;
     l.alloc = alloc;
-    l.alloc_us = alloc >= 0 ? e.time_us : kMin;
-    l.free_us = kMax;
+    l.alloc_us = alloc >= 0 ? e.time_us : kTimeMin;
+    l.free_us = kTimeMax;
     out.lives.push_back(l);
     return static_cast<int32_t>(out.lives.size() - 1);
   };
@@ -56,7 +54,7 @@ void find_lives(const std::vector<snap::TraceEntry>& tr, bool all_pytorch, Devic
     if (e.action == Action::kAlloc) {
       if (auto it = open.find(e.addr); it != open.end()) {
         auto& prev = out.lives[static_cast<size_t>(it->second)];  // re-used without a free
-        if (prev.free_us == kMax) prev.free_us = e.time_us;
+        if (prev.free_us == kTimeMax) prev.free_us = e.time_us;
       }
       const int32_t id = start(e, idx);
       open[e.addr] = id;
@@ -71,7 +69,7 @@ void find_lives(const std::vector<snap::TraceEntry>& tr, bool all_pytorch, Devic
         id = it->second;
       }
       auto& l = out.lives[static_cast<size_t>(id)];
-      if (l.free_us == kMax) l.free_us = e.time_us;
+      if (l.free_us == kTimeMax) l.free_us = e.time_us;
       if (e.action == Action::kFreeRequested) {
         l.free_requested = idx;
       } else {
@@ -101,7 +99,7 @@ std::vector<uint8_t> join_walks(const std::vector<snap::TraceEntry>& tr,
   // Tensors that stopped being alive at `recent_time`: a walk at that very microsecond still
   // saw them (contract: alive until the free time, inclusive).
   std::vector<int32_t> recent;
-  int64_t recent_time = kMin;
+  int64_t recent_time = kTimeMin;
   auto mark = [&](int32_t id, uint8_t r) {
     auto& cur = role[static_cast<size_t>(id)];
     if (cur == 0 || r < cur) cur = r;
@@ -206,7 +204,7 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
     l.category = Category::kUnknown;
     if (!phases.automatic() || l.alloc < 0) continue;
     const auto w = phases.of(tr[static_cast<size_t>(l.alloc)]);
-    const bool freed_within = l.free_us != kMax && phases.span_at(l.free_us) == w.span;
+    const bool freed_within = l.free_us != kTimeMax && phases.span_at(l.free_us) == w.span;
     switch (w.phase) {
       case Phase::kForward: {
         const size_t b = next_backward[w.span];

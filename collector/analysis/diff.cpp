@@ -107,7 +107,7 @@ int64_t delta(uint64_t a, uint64_t b) {
   return wrap_sub(static_cast<int64_t>(b), static_cast<int64_t>(a));
 }
 
-uint64_t magnitude(int64_t v) {
+uint64_t abs_delta(int64_t v) {
   return v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
 }
 
@@ -217,9 +217,9 @@ Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
   }
   std::sort(d.sites.begin(), d.sites.end(), [](const SiteDiff& x, const SiteDiff& y) {
     const uint64_t mx =
-        magnitude(delta(x.base_peak, x.new_peak)) + magnitude(delta(x.base_live, x.new_live));
+        abs_delta(delta(x.base_peak, x.new_peak)) + abs_delta(delta(x.base_live, x.new_live));
     const uint64_t my =
-        magnitude(delta(y.base_peak, y.new_peak)) + magnitude(delta(y.base_live, y.new_live));
+        abs_delta(delta(y.base_peak, y.new_peak)) + abs_delta(delta(y.base_live, y.new_live));
     if (mx != my) return mx > my;
     if (x.device != y.device) return x.device < y.device;
     return x.site < y.site;

@@ -20,10 +20,7 @@ using snap::format_signed_bytes;
 
 namespace {
 
-constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-
-int64_t magnitude(int64_t v) {
+int64_t abs_bytes(int64_t v) {
   return v < 0 ? wrap_sub(0, v) : v;
 }
 
@@ -50,7 +47,7 @@ struct Tally {
     for (const auto& [c, b] : by_category)
       if (b) v.push_back({c, b});
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
-      return magnitude(a.bytes) > magnitude(b.bytes);
+      return abs_bytes(a.bytes) > abs_bytes(b.bytes);
     });
     return v;
   }
@@ -59,7 +56,7 @@ struct Tally {
     for (const auto& [k, sb] : by_site)
       if (sb.bytes) v.push_back(sb);
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
-      return magnitude(a.bytes) > magnitude(b.bytes);
+      return abs_bytes(a.bytes) > abs_bytes(b.bytes);
     });
     return v;
   }
@@ -83,15 +80,15 @@ std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceRepl
     p.micro_steps = ph.steps()[static_cast<size_t>(sp.step)].micro_steps;
     p.begin_us = sp.begin_us;
     p.end_us = sp.end_us;
-    p.before_index = sp.begin_us == kMin ? -1 : rp.index_at_time(sp.begin_us - 1);
-    p.last_index = sp.end_us == kMax ? n - 1 : rp.index_at_time(sp.end_us - 1);
+    p.before_index = sp.begin_us == kTimeMin ? -1 : rp.index_at_time(sp.begin_us - 1);
+    p.last_index = sp.end_us == kTimeMax ? n - 1 : rp.index_at_time(sp.end_us - 1);
     if (sp.phase == Phase::kOther && p.last_index <= p.before_index) continue;
     p.allocated_before = rp.allocated_after(p.before_index);
     p.allocated_after = rp.allocated_after(p.last_index);
     p.reserved_before = rp.reserved_after(p.before_index);
     p.reserved_after = rp.reserved_after(p.last_index);
     p.allocated_peak = p.allocated_before;
-    p.allocated_peak_time_us = sp.begin_us == kMin ? rp.time_after(-1) : sp.begin_us;
+    p.allocated_peak_time_us = sp.begin_us == kTimeMin ? rp.time_after(-1) : sp.begin_us;
     Tally t;
     for (std::ptrdiff_t i = p.before_index + 1; i <= p.last_index; ++i) {
       const uint64_t a = rp.allocated_after(i);
@@ -345,17 +342,18 @@ namespace {
 nlohmann::json phases_json(const std::vector<LedgerPhase>& rows, size_t top) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& p : rows) {
-    a.push_back({{"phase", phase_name(p.phase)},
-                 {"micro_step", p.micro >= 0 ? nlohmann::json(p.micro + 1) : nlohmann::json()},
-                 {"begin_us", p.begin_us == kMin ? nlohmann::json() : nlohmann::json(p.begin_us)},
-                 {"end_us", p.end_us == kMax ? nlohmann::json() : nlohmann::json(p.end_us)},
-                 {"allocated_before_bytes", p.allocated_before},
-                 {"allocated_after_bytes", p.allocated_after},
-                 {"reserved_before_bytes", p.reserved_before},
-                 {"reserved_after_bytes", p.reserved_after},
-                 {"allocated_peak_bytes", p.allocated_peak},
-                 {"added_by_category", categories_json(p.added_by_category)},
-                 {"added_by_site", sites_json(p.added_by_site, top)}});
+    a.push_back(
+        {{"phase", phase_name(p.phase)},
+         {"micro_step", p.micro >= 0 ? nlohmann::json(p.micro + 1) : nlohmann::json()},
+         {"begin_us", p.begin_us == kTimeMin ? nlohmann::json() : nlohmann::json(p.begin_us)},
+         {"end_us", p.end_us == kTimeMax ? nlohmann::json() : nlohmann::json(p.end_us)},
+         {"allocated_before_bytes", p.allocated_before},
+         {"allocated_after_bytes", p.allocated_after},
+         {"reserved_before_bytes", p.reserved_before},
+         {"reserved_after_bytes", p.reserved_after},
+         {"allocated_peak_bytes", p.allocated_peak},
+         {"added_by_category", categories_json(p.added_by_category)},
+         {"added_by_site", sites_json(p.added_by_site, top)}});
   }
   return a;
 }

@@ -8,9 +8,6 @@ namespace cumemtrace::analysis {
 
 namespace {
 
-constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-
 bool phase_of_name(std::string_view name, Phase* p) {
   if (name == kAutoForward)
     *p = Phase::kForward;
@@ -25,7 +22,7 @@ bool phase_of_name(std::string_view name, Phase* p) {
 
 // One past `t` without overflowing: where an interval that ends at `t` (inclusive) stops.
 int64_t after(int64_t t) {
-  return t == kMax ? kMax : t + 1;
+  return t == kTimeMax ? kTimeMax : t + 1;
 }
 
 }  // namespace
@@ -93,8 +90,8 @@ Phases::Phases(const snap::Snapshot& s) {
       current_begin = end;  // a still open inner interval becomes the phase from here
     }
   }
-  if (!open.empty() && current_begin < kMax)
-    intervals.push_back({open.front(), current_begin, kMax, false});
+  if (!open.empty() && current_begin < kTimeMax)
+    intervals.push_back({open.front(), current_begin, kTimeMax, false});
 
   training_ = !step_marks.empty();
   for (const auto& iv : intervals)
@@ -113,13 +110,13 @@ Phases::Phases(const snap::Snapshot& s) {
     }
   }
   bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
-  int64_t begin = kMin;
+  int64_t begin = kTimeMin;
   for (int64_t b : bounds) {
     if (b <= begin) continue;
     steps_.push_back({begin, b, true, 0});
     begin = b;
   }
-  steps_.push_back({begin, kMax, false, 0});
+  steps_.push_back({begin, kTimeMax, false, 0});
 
   // Spans: intervals and the "other" stretches between them, the latter cut at step boundaries.
   auto add_other = [&](int64_t from, int64_t to) {
@@ -130,13 +127,13 @@ Phases::Phases(const snap::Snapshot& s) {
       from = stop;
     }
   };
-  int64_t cursor = kMin;
+  int64_t cursor = kTimeMin;
   for (const auto& iv : intervals) {
     add_other(cursor, iv.begin);
     spans_.push_back({iv.phase, iv.begin, iv.end, step_at(iv.begin), -1, iv.ended});
     cursor = iv.end;
   }
-  add_other(cursor, kMax);  // nothing when the last interval never ended
+  add_other(cursor, kTimeMax);  // nothing when the last interval never ended
 
   for (auto& sp : spans_) {
     auto& st = steps_[static_cast<size_t>(sp.step)];

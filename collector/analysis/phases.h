@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
@@ -36,6 +37,11 @@ inline constexpr std::string_view kAutoBackward = "auto:backward";
 inline constexpr std::string_view kAutoOptimizer = "auto:optimizer";
 inline constexpr std::string_view kAutoStep = "auto:step";
 inline constexpr std::string_view kAutogradThreadPrefix = "pt_autograd_";
+
+// The open ends of time: a span from the start of the run begins at kTimeMin, one still open
+// (or a tensor never freed) ends at kTimeMax.
+inline constexpr int64_t kTimeMin = std::numeric_limits<int64_t>::min();
+inline constexpr int64_t kTimeMax = std::numeric_limits<int64_t>::max();
 
 enum class Phase : uint8_t { kOther, kForward, kBackward, kOptimizer };
 std::string_view phase_name(Phase p);  // "other", "forward", "backward", "optimizer"

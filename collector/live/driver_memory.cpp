@@ -19,11 +19,11 @@ constexpr nvmlReturn_t kNvmlSuccess = 0;
 constexpr nvmlReturn_t kNvmlInsufficientSize = 7;
 constexpr unsigned long long kNvmlValueNotAvailable = ~0ull;
 
-struct ProcessInfoV1 {  // nvmlProcessInfo_v1_t
+struct NvmlProcessInfoV1 {  // nvmlProcessInfo_v1_t
   unsigned int pid;
   unsigned long long usedGpuMemory;
 };
-struct ProcessInfo {  // nvmlProcessInfo_t (v2 and v3 calls)
+struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2 and v3 calls)
   unsigned int pid;
   unsigned long long usedGpuMemory;
   unsigned int gpuInstanceId;
@@ -57,9 +57,9 @@ struct DriverMemory::Api {
   nvmlReturn_t (*shutdown)();
   nvmlReturn_t (*device_count)(unsigned int*);
   nvmlReturn_t (*device_by_index)(unsigned int, nvmlDevice_t*);
-  nvmlReturn_t (*processes)(nvmlDevice_t, unsigned int*, ProcessInfo*);       // _v3 or _v2
-  nvmlReturn_t (*processes_v1)(nvmlDevice_t, unsigned int*, ProcessInfoV1*);  // oldest drivers
-  nvmlReturn_t (*pci_info)(nvmlDevice_t, PciInfo*);                           // _v3, optional
+  nvmlReturn_t (*processes)(nvmlDevice_t, unsigned int*, NvmlProcessInfo*);       // _v3 or _v2
+  nvmlReturn_t (*processes_v1)(nvmlDevice_t, unsigned int*, NvmlProcessInfoV1*);  // oldest drivers
+  nvmlReturn_t (*pci_info)(nvmlDevice_t, PciInfo*);                               // _v3, optional
 };
 
 DriverMemory::DriverMemory() = default;
@@ -111,8 +111,8 @@ std::map<int, std::vector<DriverUsage>> DriverMemory::sample_all() {
     nvmlDevice_t dev = nullptr;
     if (api_->device_by_index(d, &dev) != kNvmlSuccess) continue;
     // The list can grow between the size query and the read: retry with the new size.
-    std::vector<ProcessInfo> procs(16);
-    std::vector<ProcessInfoV1> procs_v1;
+    std::vector<NvmlProcessInfo> procs(16);
+    std::vector<NvmlProcessInfoV1> procs_v1;
     unsigned n = 0;
     nvmlReturn_t r = kNvmlInsufficientSize;
     for (int attempt = 0; attempt < 4 && r == kNvmlInsufficientSize; ++attempt) {
@@ -123,7 +123,7 @@ std::map<int, std::vector<DriverUsage>> DriverMemory::sample_all() {
         procs_v1.resize(procs.size());
         r = api_->processes_v1(dev, &n, procs_v1.data());
         for (unsigned i = 0; r == kNvmlSuccess && i < n; ++i) {
-          procs[i] = ProcessInfo{procs_v1[i].pid, procs_v1[i].usedGpuMemory, 0, 0};
+          procs[i] = NvmlProcessInfo{procs_v1[i].pid, procs_v1[i].usedGpuMemory, 0, 0};
         }
       }
       if (r == kNvmlInsufficientSize) procs.resize(std::max<size_t>(n + 8, procs.size() * 2));
