@@ -2,7 +2,8 @@
 # Installs what is missing and builds cumemtrace.
 # Usage: scripts/setup.sh [demo|tests] [build-dir]   (default: tests build)
 #   demo   the build's Debian packages, then only what scripts/demo.sh runs: `cumemtrace`, the
-#          preload, the fake CUDA driver and the example program (a few minutes on two cores)
+#          preload, the fake CUDA driver and the example program, the collector unity-built
+#          (CUMEMTRACE_UNITY: half its compile time; `tests` builds the tree one file at a time)
 #   tests  also the test tools (Debian packages), the caches the tests read, every target
 #          (what scripts/test.sh runs). The caches, fetched in the background while the build
 #          compiles and reused when their content is unchanged: the torch venv
@@ -88,8 +89,10 @@ fi
 if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$BUILD/CMakeCache.txt"; then
   rm -rf "$BUILD/CMakeCache.txt" "$BUILD/CMakeFiles"
 fi
+unity=OFF
+[ "$PROFILE" = demo ] && unity=ON
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE="${CUMEMTRACE_BUILD_TYPE:-RelWithDebInfo}" \
-  -DCUMEMTRACE_WERROR="${CUMEMTRACE_WERROR:-OFF}" >/dev/null
+  -DCUMEMTRACE_WERROR="${CUMEMTRACE_WERROR:-OFF}" -DCUMEMTRACE_UNITY=$unity >/dev/null
 if [ "$PROFILE" = demo ]; then
   cmake --build "$BUILD" -j"$(nproc)" --target cumemtrace cumemtrace_preload fake_cuda ct_static_like
 else
