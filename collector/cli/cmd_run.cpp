@@ -55,6 +55,7 @@
 #include "cli/settings_options.h"
 #include "io/file_output.h"
 #include "live/bounded_settings.h"
+#include "live/collector_signals.h"
 #include "live/collector_loop.h"
 #include "live/output_dir.h"
 #include "live/rendezvous.h"
@@ -262,12 +263,16 @@ bool open_metrics(const RunArgs& a, collect::MetricsServer& metrics) {
 
 // SIGCHLD, SIGTERM and SIGHUP arrive through the returned signalfd; Ctrl-C reaches the program
 // from the terminal directly, so the launcher itself ignores it and stays to write the snapshot.
+// The signals a collector has no use for (live/collector_signals.h: SIGUSR2 meant for the
+// program...) arrive there too and are ignored, so that none ends a run holding traces. The
+// program gets the caller's mask back before exec.
 int block_signals(sigset_t& old_mask) {
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGCHLD);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGHUP);
+  collect::add_ignored_signals(mask);
   sigprocmask(SIG_BLOCK, &mask, &old_mask);
   signal(SIGINT, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
