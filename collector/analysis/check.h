@@ -65,7 +65,7 @@ struct CheckOptions {
   std::string mark;
   int warmup = 1;
   bool allow_drops = false;
-  bool allow_no_cuda = false;  // inputs that never used CUDA pass (with a warning)
+  bool allow_no_cuda = false;   // inputs that never used CUDA pass (with a warning)
   std::string suppressions;     // path; empty = none
   std::string junit;            // path; empty = none
   bool force = false;           // --junit may replace an existing file

@@ -648,8 +648,7 @@ void SnapshotJudge::growth_per_step(uint64_t limit) {
 }  // namespace
 
 void check_snapshot(const LoadedSnapshot& ls, const CheckOptions& given,
-                    const std::vector<Suppression>& rules, CheckResult& r,
-                    bool others_used_cuda) {
+                    const std::vector<Suppression>& rules, CheckResult& r, bool others_used_cuda) {
   if (!ls.unreadable.empty()) return note_unreadable(ls, r);
   if (snap::never_used_cuda(ls.snapshot)) return note_no_cuda(ls, given, others_used_cuda, r);
   if (ls.snapshot.tool) judge_complete(ls, given, r);
