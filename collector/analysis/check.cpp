@@ -1,5 +1,6 @@
 #include "analysis/check.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -23,13 +24,19 @@ using snap::format_bytes;
 
 namespace {
 
-// A limit of a process's end that no input judged (each was written while its process ran)
-// fails: a gate that could not judge never passes.
+// A limit of a process's end that no input judged (each that used CUDA was written while its
+// process ran) fails: a gate that could not judge never passes.
 void fail_end_limits_nobody_judged(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o,
                                    CheckResult& r) {
-  if (!o.range.empty() || snaps.empty()) return;
-  for (const auto& ls : snaps)
+  if (!o.range.empty()) return;
+  // Inputs that never used CUDA judge nothing either way (their own verdict says so).
+  bool any_cuda = false;
+  for (const auto& ls : snaps) {
+    if (snap::never_used_cuda(ls.snapshot)) continue;
     if (!mid_run_snapshot(ls.snapshot)) return;
+    any_cuda = true;
+  }
+  if (!any_cuda) return;
   for (const auto& l : limit_specs()) {
     if (!l.at_end || !(o.*l.member)) continue;
     Finding f;
@@ -68,11 +75,16 @@ CheckResult evaluate_check(const std::vector<LoadedSnapshot>& snaps, const Check
   CheckResult r;
   std::vector<Suppression> rules;
   if (!o.suppressions.empty()) rules = load_suppressions(o.suppressions);
+  // A job's launcher or helper that never used CUDA beside ranks that did is no failure: the gate
+  // judged the ranks.
+  const bool any_cuda = std::any_of(snaps.begin(), snaps.end(), [](const LoadedSnapshot& ls) {
+    return ls.unreadable.empty() && !snap::never_used_cuda(ls.snapshot);
+  });
   for (const auto& ls : snaps) {
     r.snapshots.push_back(ls.path);
     r.readable.push_back(ls.unreadable.empty());
     r.ranks.push_back(ls.unreadable.empty() ? rank_identity(ls.snapshot).describe() : "");
-    check_snapshot(ls, o, rules, r);
+    check_snapshot(ls, o, rules, r, any_cuda);
   }
   fail_end_limits_nobody_judged(snaps, o, r);
   for (const auto& rule : rules) {

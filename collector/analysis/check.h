@@ -35,6 +35,10 @@
 // process's end (leaked bytes, growth) outside --range: one warning says so, and they fail when
 // no input was written at an end. `run` judges only the snapshots written at the end.
 // Anomalies (double free, free of an unknown pointer...) are reported as warnings.
+// A snapshot of a process that never used CUDA (snap::never_used_cuda) judges no limit: when no
+// input used CUDA, each such file fails as not judged ("cuda-used"; --allow-no-cuda makes it a
+// warning), so a gate never passes a run that could not touch the GPU; beside inputs that did,
+// it is a warning (a launcher or helper process of a job).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +65,7 @@ struct CheckOptions {
   std::string mark;
   int warmup = 1;
   bool allow_drops = false;
+  bool allow_no_cuda = false;   // inputs that never used CUDA pass (with a warning)
   std::string suppressions;     // path; empty = none
   std::string junit;            // path; empty = none
   bool force = false;           // --junit may replace an existing file

@@ -168,6 +168,27 @@ void judge_complete(const LoadedSnapshot& ls, const CheckOptions& given, CheckRe
   r.findings.push_back(std::move(f));
 }
 
+// The one verdict on a process that never used CUDA, for every gate (check, run, the pytest
+// plugin): nothing could be measured, so nothing passes unless the caller said it may.
+void note_no_cuda(const LoadedSnapshot& ls, const CheckOptions& o, bool others_used_cuda,
+                  CheckResult& r) {
+  Finding f = finding(ls, "cuda-used", -1);
+  f.judged = false;
+  if (others_used_cuda) {
+    f.severity = Severity::kWarning;
+    f.message = "no CUDA allocation seen in this process; its limits are not judged";
+  } else if (o.allow_no_cuda) {
+    f.severity = Severity::kWarning;
+    f.message = "no CUDA allocation seen; nothing to judge (allowed by --allow-no-cuda)";
+  } else {
+    f.severity = Severity::kError;
+    f.message =
+        "no CUDA allocation seen (no device memory event, segment or CUDA context): no limit can "
+        "be judged (pass --allow-no-cuda if that is expected)";
+  }
+  r.findings.push_back(std::move(f));
+}
+
 void note_anomalies(const LoadedSnapshot& ls, const SiteTable& sites, const CheckOptions& o,
                     CheckResult& r) {
   for (const auto& a : ls.snapshot.tool->anomalies) {
@@ -627,8 +648,9 @@ void SnapshotJudge::growth_per_step(uint64_t limit) {
 }  // namespace
 
 void check_snapshot(const LoadedSnapshot& ls, const CheckOptions& given,
-                    const std::vector<Suppression>& rules, CheckResult& r) {
+                    const std::vector<Suppression>& rules, CheckResult& r, bool others_used_cuda) {
   if (!ls.unreadable.empty()) return note_unreadable(ls, r);
+  if (snap::never_used_cuda(ls.snapshot)) return note_no_cuda(ls, given, others_used_cuda, r);
   if (ls.snapshot.tool) judge_complete(ls, given, r);
   const CheckOptions o = limits_judged_in(ls, given, r);
   SnapshotJudge judge(ls, o, rules, r);

@@ -5,7 +5,9 @@
 // judged here, then each limit given, in limits.h's order (one finding per device, or one for the
 // snapshot when it could not be judged), then the anomalies as warnings. Suppressions that match
 // count their hits and bytes in `rules`. Throws RangeNotFound (report.h) when --range names no
-// completed pair of the snapshot.
+// completed pair of the snapshot. A readable snapshot of a process that never used CUDA gets one
+// "cuda-used" finding instead of all the others (check.h): an error, not judged, unless
+// `others_used_cuda` (another input of the same check did) or --allow-no-cuda make it a warning.
 #pragma once
 
 #include <vector>
@@ -16,6 +18,7 @@
 namespace cumemtrace::analysis {
 
 void check_snapshot(const LoadedSnapshot& ls, const CheckOptions& given,
-                    const std::vector<Suppression>& rules, CheckResult& r);
+                    const std::vector<Suppression>& rules, CheckResult& r,
+                    bool others_used_cuda = false);
 
 }  // namespace cumemtrace::analysis

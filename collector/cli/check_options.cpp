@@ -42,6 +42,9 @@ void add_check_options(CLI::App* app, analysis::CheckOptions& o) {
   app->add_option("--suppressions", o.suppressions, "Suppressions file (see docs/suppressions.md)");
   app->add_flag("--allow-drops", o.allow_drops,
                 "Check snapshots with dropped events instead of failing them as incomplete");
+  app->add_flag("--allow-no-cuda", o.allow_no_cuda,
+                "Let limits pass when the program made no CUDA allocation (default: fail, as "
+                "nothing could be judged)");
   app->add_option("--junit", o.junit, "Also write JUnit XML to this file");
   app->add_flag("-f,--force", o.force, "Let --junit replace an existing file (never an input)");
   app->add_option("--format", o.format, "Output format")

@@ -14,6 +14,7 @@
 #include "cli/log.h"
 #include "cli/settings_options.h"
 #include "live/bounded_settings.h"
+#include "live/collector_signals.h"
 #include "live/collector_loop.h"
 #include "live/metrics_server.h"
 #include "live/output_dir.h"
@@ -84,6 +85,7 @@ int collect_main(const CollectArgs& a) {
   signal(SIGINT, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
+  collect::ignore_collector_signals();  // a stray SIGUSR2 must not lose the traces it holds
   collect::CollectorOptions opts;
   opts.session.output_dir = a.output;
   opts.session.max_trace_events = a.max_trace_events;

@@ -55,6 +55,7 @@
 #include "cli/settings_options.h"
 #include "io/file_output.h"
 #include "live/bounded_settings.h"
+#include "live/collector_signals.h"
 #include "live/collector_loop.h"
 #include "live/output_dir.h"
 #include "live/rendezvous.h"
@@ -68,7 +69,6 @@ struct RunArgs {
   SettingChoices settings;  // the table's rows with a flag (cli/settings_options.h)
   bool no_follow = false;
   bool quiet = false;
-  bool allow_no_cuda = false;
   int error_exitcode = 1;
   std::string verdict_file;
   std::vector<std::string> command;
@@ -262,12 +262,16 @@ bool open_metrics(const RunArgs& a, collect::MetricsServer& metrics) {
 
 // SIGCHLD, SIGTERM and SIGHUP arrive through the returned signalfd; Ctrl-C reaches the program
 // from the terminal directly, so the launcher itself ignores it and stays to write the snapshot.
+// The signals a collector has no use for (live/collector_signals.h: SIGUSR2 meant for the
+// program...) arrive there too and are ignored, so that none ends a run holding traces. The
+// program gets the caller's mask back before exec.
 int block_signals(sigset_t& old_mask) {
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGCHLD);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGHUP);
+  collect::add_ignored_signals(mask);
   sigprocmask(SIG_BLOCK, &mask, &old_mask);
   signal(SIGINT, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
@@ -301,7 +305,7 @@ int judge(const RunArgs& a, const collect::Collector& collector, bool traced, in
   const auto& written = collector.written();
   auto gate_failed = [&] { return code != 0 ? code : a.error_exitcode; };
   if (!traced || written.empty()) {
-    if (a.allow_no_cuda && traced && collector.refusals().empty()) {
+    if (a.check.allow_no_cuda && traced && collector.refusals().empty()) {
       if (!a.quiet) fmt::print(stderr, "cumemtrace: nothing to check (--allow-no-cuda)\n");
       return code;
     }
@@ -426,8 +430,6 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_option("--verdict-file", args->verdict_file,
                   "write the verdict (in --format) to this file instead of the terminal")
       ->type_name("FILE");
-  sub->add_flag("--allow-no-cuda", args->allow_no_cuda,
-                "let limits pass when the program made no CUDA allocation (default: fail)");
   sub->add_option("command", args->command, "PROGRAM and its arguments")->required();
   sub->callback([args, &exit_code] { exit_code = run_main(*args); });
 }

@@ -139,11 +139,28 @@ void Collector::on_hello(const char* buf, ssize_t n, std::vector<int>& fds) {
                 sessions_.back()->info().exe, sessions_.back()->ring_bytes());
 }
 
+// One of live/collector_signals.h's, blocked into the signal fd by `run`: said, then dropped.
+// SIGUSR2 was most likely meant for a traced program (`cumemtrace snapshot PID` asks one).
+void Collector::note_ignored_signal(const signalfd_siginfo& si) const {
+  std::string traced;
+  for (const auto& s : sessions_) {
+    if (s->open()) traced += fmt::format("{}{}", traced.empty() ? "" : ", ", s->info().pid);
+  }
+  spdlog::warn("ignored signal {} ({}) from pid {}: pid {} is cumemtrace's collector{}",
+               si.ssi_signo, strsignal(static_cast<int>(si.ssi_signo)), si.ssi_pid, getpid(),
+               traced.empty() ? std::string()
+                              : fmt::format("; the processes it traces: {} (cumemtrace snapshot "
+                                            "PID asks one of them for a snapshot)",
+                                            traced));
+}
+
 void Collector::handle_signals() {
   signalfd_siginfo si;
   while (read(signal_fd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
     if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP) {
       if (child_ > 0 && !child_status_) kill(child_, static_cast<int>(si.ssi_signo));
+    } else if (si.ssi_signo != SIGCHLD) {
+      note_ignored_signal(si);
     }
   }
   if (child_ > 0 && !child_status_) {

@@ -10,6 +10,7 @@
 // process, and it writes the periodic snapshots that SessionOptions::snapshot_every_s asks for.
 #pragma once
 
+#include <sys/signalfd.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -45,7 +46,8 @@ class Collector {
 
   // `cumemtrace run`: the launcher's child; its exit status decides how its snapshot ends.
   void set_direct_child(pid_t pid);
-  // Signals the loop handles (blocked by the caller before forking): SIGCHLD, SIGTERM, SIGHUP.
+  // Signals the loop handles (blocked by the caller before forking): SIGCHLD, SIGTERM, SIGHUP;
+  // any other (live/collector_signals.h's) is said in a warning and ignored.
   void set_signal_fd(int fd) { signal_fd_ = fd; }
   // `cumemtrace run`'s listening rendezvous socket (not owned; non-blocking).
   void set_rendezvous_fd(int fd) { rendezvous_fd_ = fd; }
@@ -71,6 +73,7 @@ class Collector {
   bool accept_connections();
   void on_hello(const char* buf, ssize_t n, std::vector<int>& fds);
   void handle_signals();
+  void note_ignored_signal(const signalfd_siginfo& si) const;
   void finish(ProcessSession& s);
   void report_written(ProcessSession& s);
   void sample_driver_memory(std::chrono::steady_clock::time_point now);

@@ -1,5 +1,6 @@
 #include "snapshot/snapshot.h"
 
+#include <algorithm>
 #include <array>
 
 namespace cumemtrace::snap {
@@ -77,6 +78,20 @@ std::optional<EntryIndex> unknown_category_stand_in(const Snapshot& s) {
     return at;
   if (auto at = first(counted)) return at;
   return first([](const TraceEntry&) { return true; });
+}
+
+bool never_used_cuda(const Snapshot& s) {
+  if (!s.segments.empty()) return false;
+  for (const auto& trace : s.device_traces)
+    if (!trace.empty()) return false;
+  if (!s.tool) return true;
+  const ToolSection& t = *s.tool;
+  const bool driver_memory = std::any_of(t.driver_memory.begin(), t.driver_memory.end(),
+                                         [](const DriverMemorySample& d) { return d.used_bytes; });
+  return t.events_total == 0 && t.events_dropped == 0 && t.ring_error.empty() &&
+         t.trace_entries_dropped == 0 && t.devices.empty() && t.vmm_handles.empty() &&
+         t.imported_mappings.empty() && t.host_allocations.empty() && t.anomalies.empty() &&
+         t.pool_memory.empty() && t.contexts.empty() && !driver_memory;
 }
 
 }  // namespace cumemtrace::snap

@@ -114,6 +114,15 @@ struct EntryIndex {
 struct Snapshot;
 std::optional<EntryIndex> unknown_category_stand_in(const Snapshot& s);
 
+// Whether the snapshot shows a process that never used CUDA, so that no limit can be judged on
+// it: no trace entry and no segment (PyTorch's own files have nothing else), and a tool section
+// with no device event (events_total counts only those), no device summary, VMM handle, imported
+// mapping, pinned host allocation, anomaly, pool sample, graph reading, driver-visible memory or
+// CUDA context (a context is listed where NVML measured it), and no entry dropped. A snapshot
+// with dropped events or a broken ring is never said to be one: what it lost may have been CUDA.
+// A run that used CUDA and freed everything is not one (its trace holds the frees).
+bool never_used_cuda(const Snapshot& s);
+
 struct Block {
   uint64_t address = 0;
   uint64_t size = 0;

@@ -438,10 +438,14 @@ bool start() {
   // The ring's name (visible in /proc/PID/maps) tells `cumemtrace snapshot PID` whether this
   // process takes SIGUSR2 for snapshots, so that it never signals one that would not: the
   // handler is in place before the ring exists (it ignores requests until the ring is attached).
+  // It ends with this process's pid (wire/control_protocol.h): the collector maps the ring too,
+  // and must not be taken for the process it traces.
   const bool take_usr2 = snapshot_signal_free();
   if (take_usr2) install_snapshot_signal();
-  int memfd = static_cast<int>(syscall(
-      SYS_memfd_create, take_usr2 ? "cumemtrace-ring-usr2" : "cumemtrace-ring", MFD_CLOEXEC));
+  char ring_name[64];
+  snprintf(ring_name, sizeof ring_name, "%s.%d", take_usr2 ? wire::kRingNameUsr2 : wire::kRingName,
+           static_cast<int>(getpid()));
+  int memfd = static_cast<int>(syscall(SYS_memfd_create, ring_name, MFD_CLOEXEC));
   // The ring's first kPrefaultBytes are allocated and mapped now, not page by page inside the
   // hooks: a first touch costs every event of the first lap a page fault (about 40 ns per event
   // measured on the build machine), and a shared-memory limit reached there would be a SIGBUS in

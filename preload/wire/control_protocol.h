@@ -6,6 +6,10 @@
 // then on the socket only signals that the process is gone (EOF when its last copy closes).
 // Variable parts follow the Hello in the same message: exe path, then argv and rank variables as
 // NUL-terminated strings.
+// The ring memfd's name, visible in /proc/PID/maps of every process that maps it, is
+// kRingName (or kRingNameUsr2 when the process takes SIGUSR2 for snapshots), a dot and the pid of
+// the process that made it: the producer. A collector maps its processes' rings too; the pid in
+// the name tells `cumemtrace snapshot PID` a traced process from a collector.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +19,8 @@ namespace cumemtrace::wire {
 inline constexpr uint32_t kHelloMagic = 0x4f4c4548;  // "HELO"
 inline constexpr uint32_t kAckMagic = 0x4b434148;    // "HACK"
 inline constexpr uint32_t kMaxHelloBytes = 16384;
+inline constexpr char kRingName[] = "cumemtrace-ring";
+inline constexpr char kRingNameUsr2[] = "cumemtrace-ring-usr2";
 
 struct Hello {
   uint32_t magic;

@@ -201,6 +201,10 @@ class _Tracker:
             return (None, f"no snapshot was written for {item.nodeid}")
         given = dict(self.limits.get(item.nodeid, []))
         args = [executable(), "check", path, "--range", name, "--format", "json"]
+        # A process that never used CUDA judges nothing: a test with a marker fails as not judged
+        # (check's verdict), one without only goes unmeasured.
+        if not given:
+            args.append("--allow-no-cuda")
         # Peak and leaks are always measured (the summary, the report's properties); growth only
         # when asked: a test without automatic steps cannot be judged and fails.
         for flag in (_flag("max_peak_bytes"), _flag("max_leaked_bytes")):

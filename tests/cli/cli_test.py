@@ -131,6 +131,34 @@ def test_check_text():
               ["5.00 MiB leaked on device 1", "at on_gpu1 (multi.cu:9)"])
 
 
+def test_no_cuda():
+    """Issue 57: a snapshot of a process that never used CUDA judges no limit. It used to pass
+    every one at 0 B; it fails as not judged (check's JSON: judged false), unless --allow-no-cuda,
+    and beside a file that used CUDA it is a warning. A run that used CUDA and freed everything
+    still passes."""
+    empty = write("no_cuda.json", json.dumps({"segments": [], "device_traces": []}))
+    said = ("no CUDA allocation seen (no device memory event, segment or CUDA context): no limit "
+            "can be judged (pass --allow-no-cuda if that is expected)")
+    out, _ = expect_rc(["check", "--max-leaked-bytes", "0", "--max-peak-bytes", "1GiB", empty], 1)
+    expect(out == f"{empty}: error: {said}\n{empty}: FAILED: 1 of 1 check failed\n"
+                  "cumemtrace check: 1 failed, 0 passed\n", "no-CUDA verdict:\n" + out)
+    out, _ = expect_rc(["check", "--max-leaked-bytes", "0", "--format", "json", empty], 1)
+    checks = json.loads(out)["files"][0]["checks"]
+    expect([(c["check"], c["status"], c["judged"]) for c in checks] == [("cuda-used", "fail", False)],
+           "no-CUDA JSON: " + out)
+    out, _ = expect_rc(["check", "--max-leaked-bytes", "0", "--allow-no-cuda", empty], 0)
+    expect(f"{empty}: warning: no CUDA allocation seen; nothing to judge (allowed by "
+           "--allow-no-cuda)\n" in out, "--allow-no-cuda:\n" + out)
+    freed = write("all_freed.json", json.dumps({"segments": [], "device_traces": [[
+        {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "time_us": 1},
+        {"action": "free_requested", "addr": 4096, "size": 512, "stream": 0, "time_us": 2},
+        {"action": "free_completed", "addr": 4096, "size": 512, "stream": 0, "time_us": 3}]]}))
+    expect_rc(["check", "--max-leaked-bytes", "0", freed], 0, [f"{freed}: ok: 1 check passed"])
+    out, _ = expect_rc(["check", "--max-leaked-bytes", "0", freed, empty], 0)
+    expect(f"{empty}: warning: no CUDA allocation seen in this process; its limits are not "
+           "judged\n" in out and "job: ok: all 2 files passed" in out, "beside CUDA:\n" + out)
+
+
 def test_check_usage():
     for args in (["check", "--max-leaked-bytes", "lots", snap("leak.json")],
                  ["check", "--max-leaked-bytes", "-1", snap("leak.json")],
@@ -403,7 +431,8 @@ def main():
     shutil.rmtree(ARGS.work, ignore_errors=True)  # outputs are never overwritten: start afresh
     os.makedirs(ARGS.work, exist_ok=True)
     subprocess.run([ARGS.make_snapshots, ARGS.work], check=True)
-    for t in (test_report, test_library_code, test_unreadable, test_check_text, test_check_usage, test_drops,
+    for t in (test_report, test_library_code, test_unreadable, test_check_text, test_no_cuda, test_check_usage,
+              test_drops,
               test_growth_and_suppressions, test_formats, test_diff, test_torch_fixture,
               test_real_collector_output, test_schema, test_outputs_never_destroy_data,
               test_inputs_are_bounded_and_never_hang, test_usage_messages):

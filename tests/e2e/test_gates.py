@@ -343,3 +343,40 @@ print(json.dumps(out))
     got = json.loads(r.stdout)
     assert list(got) == [l["name"] for l in limit_table()]
     assert all(v == ["fail"] for v in got.values()), got
+
+
+NO_CUDA_SAID = ("no CUDA allocation seen (no device memory event, segment or CUDA context): no "
+                "limit can be judged (pass --allow-no-cuda if that is expected)")
+
+
+def test_a_run_that_never_used_cuda_fails_the_gate_with_or_without_a_snapshot(tmp_path):
+    """Issue 57: a program that opens a session but never uses CUDA (PyTorch's automatic phases
+    on a training loop fallen back to the CPU; here a mark) leaves a snapshot without a device
+    event, which `run --max-leaked-bytes 0` used to pass ("ok: 2 checks passed"). It gets the
+    same verdict as a program that left no snapshot: not judged, failed, unless --allow-no-cuda."""
+    script = "import ctypes\nctypes.CDLL(None).cumemtrace_mark(b'step')\n"
+    p, snaps = run_traced(tmp_path / "a", [sys.executable, "-c", script],
+                          ["--max-leaked-bytes", "0", "--max-peak-bytes", "1GiB"])
+    assert len(snaps) == 1, (sorted(snaps), p.stderr)
+    [(name, snap)] = snaps.items()
+    assert snap["cumemtrace"]["events_total"] == 0 and snap["device_traces"] == [[]], snap
+    path = tmp_path / "a" / "traces" / name
+    assert p.returncode == 1, p.stderr
+    assert f"{path}: error: {NO_CUDA_SAID}\n{path}: FAILED: 1 of 1 check failed\n" in p.stderr
+    p, _ = run_traced(tmp_path / "b", [sys.executable, "-c", script],
+                      ["--max-leaked-bytes", "0", "--allow-no-cuda"])
+    assert p.returncode == 0, p.stderr
+    assert "warning: no CUDA allocation seen; nothing to judge (allowed by --allow-no-cuda)" in p.stderr
+    # `check` of that snapshot agrees, in JSON too: one check, failed, not judged.
+    q = subprocess.run([CT, "check", str(path), "--max-leaked-bytes", "0", "--format", "json"],
+                       capture_output=True, text=True)
+    assert q.returncode == 1, q.stderr
+    assert [(c["check"], c["status"], c["judged"], c["message"])
+            for c in json.loads(q.stdout)["files"][0]["checks"]] == [
+        ("cuda-used", "fail", False, NO_CUDA_SAID)]
+    # A program that used CUDA and freed everything is judged, and passes.
+    p, snaps = run_traced(tmp_path / "c", [prog("ct_static_like"), "spin", "0"],
+                          ["--max-leaked-bytes", "0"])
+    [(name, snap)] = snaps.items()
+    assert snap["segments"] == [] and p.returncode == 0, p.stderr
+    assert f"{tmp_path / 'c' / 'traces' / name}: ok: 2 checks passed\n" in p.stderr

@@ -225,6 +225,43 @@ def test_signal_snapshots_while_running(tmp_path):
     assert f"wrote {out}/{name}.request-1.json" in err
 
 
+def test_snapshot_of_the_run_itself_is_refused_and_sigusr2_never_ends_it(tmp_path):
+    """Issue 57: `pgrep -f train.py` finds `cumemtrace run` first (its argv names the program).
+    `snapshot` of run's pid used to say it asked, and the SIGUSR2 killed run (exit 140) and the
+    program's trace with it. The collector maps the ring too; the ring's name carries its
+    producer's pid, so `snapshot` refuses the collector and names the process it traces, and a
+    SIGUSR2 sent to run anyway is said and ignored."""
+    out = tmp_path / "traces"
+    stop = tmp_path / "stop"
+    run = subprocess.Popen([CT, "run", "-o", str(out), "--", prog("ct_static_like"), "spin", "120",
+                            str(stop)],
+                           env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        target = wait_for(lambda: children(run.pid), "the traced child")[0]
+        wait_for(lambda: maps_has(target, "cumemtrace-ring-usr2"), "tracing to start")
+        assert run.stdout.readline() == "allocated\n"
+        assert maps_has(run.pid, "cumemtrace-ring-usr2")  # the collector maps the ring too
+        q = subprocess.run([CT, "snapshot", str(run.pid)], capture_output=True, text=True)
+        assert (q.returncode, q.stderr) == (2, (
+            f"cumemtrace snapshot: pid {run.pid} is cumemtrace's collector, not a traced process; "
+            f"it traces pid {target} (ct_static_like): ask it: cumemtrace snapshot {target}\n"))
+        os.kill(run.pid, signal.SIGUSR2)
+        said = (f"ignored signal {int(signal.SIGUSR2)} (User defined signal 2) from pid {os.getpid()}: "
+                f"pid {run.pid} is cumemtrace's collector; the processes it traces: {target} "
+                "(cumemtrace snapshot PID asks one of them for a snapshot)")
+        lines = []
+        while not lines or said not in lines[-1]:  # the warning is the collector's answer
+            lines.append(run.stderr.readline())
+            assert lines[-1], lines  # EOF: run died of the signal
+        assert run.poll() is None
+    finally:
+        stop.touch()
+        _, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err
+    name = f"ct_static_like.{target}"
+    assert sorted(snapshots(out)) == [f"{name}.json"]  # no request: nothing was asked
+
+
 def test_snapshot_request_during_start_up_is_kept(tmp_path):
     # The ring's name appears in /proc/PID/maps (and `cumemtrace snapshot` may signal) before the
     # collector has acknowledged the ring. A request in that window used to be dropped: the

@@ -108,3 +108,21 @@ def test_bad_markers_are_refused_at_collection(package, tmp_path):
         f"{nodeid}::test_two_sizes: @pytest.mark.limit_gpu_leaks('1 MiB', '2 MiB'): takes one "
         "size, e.g. '1 GiB'"], text
     assert "passed" not in text and "failed" not in text, text
+
+
+def test_a_process_without_cuda_judges_no_marker(package, tmp_path):
+    """Issue 57: without CUDA, limit markers used to pass at "0 B" (the plugin's own range opened
+    a session, and its snapshot held no device event). A marked test fails as not judged, with
+    check's one no-CUDA verdict; an unmarked one passes."""
+    junit = tmp_path / "junit.xml"
+    p = pytest_run(package, tmp_path, "cases_no_cuda.py", "--junitxml", str(junit))
+    text = p.stdout + p.stderr
+    assert p.returncode == 1, text
+    assert verdicts(junit) == {"cases_no_cuda::test_marked_on_the_cpu": ("failed", 0, 0),
+                               "cases_no_cuda::test_unmarked_on_the_cpu": ("passed", 0, 0)}, text
+    failure = re.search(r"^cumemtrace: GPU memory limit could not be judged\n(.*)\n", p.stdout,
+                        re.M)
+    assert failure and failure.group(1) == (
+        "no CUDA allocation seen (no device memory event, segment or CUDA context): no limit can "
+        "be judged (pass --allow-no-cuda if that is expected)"), text
+    assert re.search(r"\b1 failed, 1 passed\b", text), text
