@@ -50,7 +50,7 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-WHEEL=$OUT/$NAME-py3-none-manylinux_2_28_x86_64.whl
+WHEEL=$OUT/cumemtrace-$VERSION-py3-none-manylinux_2_28_x86_64.whl
 if [ -f "$CACHED/complete" ]; then
   echo "cumemtrace package: inputs $HASH unchanged: the artefacts built from them, checked again" >&2
   cp "$CACHED/$NAME.tar.gz" "$CACHED/$NAME-debug.tar.gz" "$CACHED/$(basename "$WHEEL")" "$OUT/"

@@ -211,12 +211,16 @@ TEST_CASE("check over many files: one verdict each, one for the job, an unreadab
   testing::SnapshotBuilder b(2);
   make_rank(b, 1, 2);
   b.alloc(0x10000000, 3 * MiB, b.site("keep", "app.cpp", 3), 1);
+  // A clean run that used CUDA: it allocated and freed everything.
+  testing::SnapshotBuilder clean;
+  clean.alloc(0x20000000, MiB, clean.site("step", "app.cpp", 9));
+  clean.free(0x20000000);
   CheckOptions o;
   o.max_leaked_bytes = 2 * MiB;
   std::ostringstream out, err;
   const int rc = run_check({{"rank1.json", b.finish()},
                             {"bad.json", {}, "bad.json:offset 0: invalid JSON"},
-                            {"clean.json", testing::SnapshotBuilder().finish()}},
+                            {"clean.json", clean.finish()}},
                            o, out, err);
   CHECK(rc == 2);  // an unreadable input outranks a failed limit
   const std::string s = out.str();
