@@ -189,11 +189,11 @@ def maps_has(pid, text):
         return False
 
 
-def test_signal_snapshots_while_running(tmp_path):
-    out = tmp_path / "traces"
-    # The program runs until the test is done with it (a fixed 4 s raced the snapshots on a
-    # loaded machine), 120 s at most.
-    stop = tmp_path / "stop"
+def start_spinning(tmp_path):
+    """`cumemtrace run -o tmp_path/traces` of ct_static_like spinning until the test touches
+    tmp_path/stop (a fixed 4 s raced the snapshots on a loaded machine; 120 s at most), once
+    tracing has started and its first allocation is recorded: (run, target pid, out, stop)."""
+    out, stop = tmp_path / "traces", tmp_path / "stop"
     run = subprocess.Popen([CT, "run", "-o", str(out), "--", prog("ct_static_like"), "spin", "120",
                             str(stop)],
                            env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -203,6 +203,16 @@ def test_signal_snapshots_while_running(tmp_path):
         # Tracing starts inside the allocation's first driver calls: a request before the
         # allocation's own record would find no segment (seen on a loaded machine).
         assert run.stdout.readline() == "allocated\n"
+    except BaseException:
+        stop.touch()
+        run.communicate(timeout=60)
+        raise
+    return run, target, out, stop
+
+
+def test_signal_snapshots_while_running(tmp_path):
+    run, target, out, stop = start_spinning(tmp_path)
+    try:
         name = f"ct_static_like.{target}"
         q = subprocess.run([CT, "snapshot", str(target)], capture_output=True, text=True)
         assert q.returncode == 0, q.stderr
@@ -231,15 +241,8 @@ def test_snapshot_of_the_run_itself_is_refused_and_sigusr2_never_ends_it(tmp_pat
     program's trace with it. The collector maps the ring too; the ring's name carries its
     producer's pid, so `snapshot` refuses the collector and names the process it traces, and a
     SIGUSR2 sent to run anyway is said and ignored."""
-    out = tmp_path / "traces"
-    stop = tmp_path / "stop"
-    run = subprocess.Popen([CT, "run", "-o", str(out), "--", prog("ct_static_like"), "spin", "120",
-                            str(stop)],
-                           env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run, target, out, stop = start_spinning(tmp_path)
     try:
-        target = wait_for(lambda: children(run.pid), "the traced child")[0]
-        wait_for(lambda: maps_has(target, "cumemtrace-ring-usr2"), "tracing to start")
-        assert run.stdout.readline() == "allocated\n"
         assert maps_has(run.pid, "cumemtrace-ring-usr2")  # the collector maps the ring too
         q = subprocess.run([CT, "snapshot", str(run.pid)], capture_output=True, text=True)
         assert (q.returncode, q.stderr) == (2, (
