@@ -14,8 +14,8 @@
 #include "cli/log.h"
 #include "cli/settings_options.h"
 #include "live/bounded_settings.h"
-#include "live/collector_signals.h"
 #include "live/collector_loop.h"
+#include "live/collector_signals.h"
 #include "live/metrics_server.h"
 #include "live/output_dir.h"
 
