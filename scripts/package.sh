@@ -51,6 +51,7 @@ trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WHEEL=$OUT/cumemtrace-$VERSION-py3-none-manylinux_2_28_x86_64.whl
+# The release tree in $STAGE: unpacked from the cached artefacts, or built and installed.
 if [ -f "$CACHED/complete" ]; then
   echo "cumemtrace package: inputs $HASH unchanged: the artefacts built from them, checked again" >&2
   cp "$CACHED/$NAME.tar.gz" "$CACHED/$NAME-debug.tar.gz" "$CACHED/$(basename "$WHEEL")" "$OUT/"
@@ -58,29 +59,24 @@ if [ -f "$CACHED/complete" ]; then
   cp "$CACHED/libcuda.so.1" "$BUILD/fake/libcuda.so.1"
   tar -C "$STAGE" -xzf "$OUT/$NAME.tar.gz"
   tar -C "$STAGE" -xzf "$OUT/$NAME-debug.tar.gz"
-  echo "cumemtrace package: glibc floor of the release tree" >&2
-  python3 "$ROOT/scripts/check_glibc_floor.py" --max 2.28 "$STAGE/$NAME"
-  echo "cumemtrace package: debug information split off by build ID" >&2
-  python3 "$ROOT/scripts/split_debug.py" check "$STAGE/$NAME" "$STAGE/$NAME-debug" >&2
-  echo "$OUT/$NAME.tar.gz"
-  echo "$OUT/$NAME-debug.tar.gz"
-  echo "$WHEEL"
 else
   echo "cumemtrace package: building from inputs $HASH" >&2
   "$ROOT/scripts/portable_build.sh" "$BUILD" cumemtrace cumemtrace_preload fake_cuda fake_nvml
   cmake --install "$BUILD" --prefix "$STAGE/$NAME" >/dev/null
-  echo "cumemtrace package: glibc floor of the release tree" >&2
-  python3 "$ROOT/scripts/check_glibc_floor.py" --max 2.28 "$STAGE/$NAME"
-  echo "cumemtrace package: debug information split off by build ID" >&2
+fi
+echo "cumemtrace package: glibc floor of the release tree" >&2
+python3 "$ROOT/scripts/check_glibc_floor.py" --max 2.28 "$STAGE/$NAME"
+echo "cumemtrace package: debug information split off by build ID" >&2
+if [ -f "$CACHED/complete" ]; then
+  python3 "$ROOT/scripts/split_debug.py" check "$STAGE/$NAME" "$STAGE/$NAME-debug" >&2
+else
   python3 "$ROOT/scripts/split_debug.py" split "$STAGE/$NAME" "$STAGE/$NAME-debug" >&2
   tar -C "$STAGE" --owner=0 --group=0 --numeric-owner -czf "$OUT/$NAME.tar.gz" "$NAME"
-  echo "$OUT/$NAME.tar.gz"
   tar -C "$STAGE" --owner=0 --group=0 --numeric-owner -czf "$OUT/$NAME-debug.tar.gz" "$NAME-debug"
-  echo "$OUT/$NAME-debug.tar.gz"
   built=$(python3 "$ROOT/scripts/build_wheel.py" --tree "$STAGE/$NAME" --out "$OUT" --version "$VERSION")
   [ "$built" = "$WHEEL" ] || { echo "cumemtrace package: the wheel is $built, not $WHEEL" >&2; exit 1; }
-  echo "$WHEEL"
 fi
+printf '%s\n' "$OUT/$NAME.tar.gz" "$OUT/$NAME-debug.tar.gz" "$WHEEL"
 WHEEL_MAX=$((10 * 1024 * 1024))
 for f in "$OUT/$NAME.tar.gz" "$WHEEL" "$OUT/$NAME-debug.tar.gz"; do
   echo "cumemtrace package: $(basename "$f") $(stat -c %s "$f") bytes" >&2
