@@ -63,16 +63,20 @@ if [ "$PROFILE" = tests ]; then
   mkdir -p "$BUILD"
   # The real PyTorch of tests/torch_phases and tests/real_torch, keyed by what it installs.
   TORCH_VENV=${CUMEMTRACE_TORCH_VENV:-$HOME/.cache/cumemtrace/torch-2.11}
-  TORCH_SPEC="torch==2.11.0 numpy pytest"
+  # The trainers people use come with it (tests/torch_phases builds tiny configs, no downloads).
+  TORCH_SPEC="torch==2.11.0 numpy pytest pytorch-lightning==2.6.6 transformers==5.25.0 accelerate==1.16.0"
   torch_venv() {
     if [ "$(cat "$TORCH_VENV/.cumemtrace-spec" 2>/dev/null)" = "$TORCH_SPEC" ] &&
-        "$TORCH_VENV/bin/python" -c 'import torch, numpy, pytest' >/dev/null 2>&1; then
+        "$TORCH_VENV/bin/python" -c 'import torch, numpy, pytest, pytorch_lightning, transformers, accelerate' >/dev/null 2>&1; then
       echo "torch venv: $TORCH_VENV has $TORCH_SPEC"
       return 0
     fi
     echo "torch venv: installing $TORCH_SPEC into $TORCH_VENV"
-    rm -rf "$TORCH_VENV"
-    python3 -m venv "$TORCH_VENV"
+    # A venv with the right torch is topped up (pip installs only what is missing): torch is 3 GB.
+    if ! "$TORCH_VENV/bin/python" -c 'import torch; assert torch.__version__.startswith("2.11.0")' >/dev/null 2>&1; then
+      rm -rf "$TORCH_VENV"
+      python3 -m venv "$TORCH_VENV"
+    fi
     # shellcheck disable=SC2086
     "$TORCH_VENV/bin/python" -m pip install -q $TORCH_SPEC
     echo "$TORCH_SPEC" >"$TORCH_VENV/.cumemtrace-spec"
