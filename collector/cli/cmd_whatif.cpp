@@ -1,7 +1,8 @@
 // `cumemtrace whatif SNAPSHOT [--alloc-conf CONF]... [--budget SIZE]`: PyTorch's caching allocator
 // replayed from the recorded requests under the run's configuration and others
-// (analysis/whatif.h). Exit 0 with the table; 2 for an unreadable file, a configuration PyTorch
-// would refuse, or a trace the model cannot replay (one line saying why: no prediction is made).
+// (analysis/whatif.h); --format html: the table as a self-contained page on stdout. Exit 0 with
+// the table; 2 for an unreadable file, a configuration PyTorch would refuse, or a trace the model
+// cannot replay (one line saying why: no prediction is made).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -11,6 +12,7 @@
 #include "cli/commands.h"
 #include "snapshot/size_format.h"
 #include "snapshot/snapshot_input.h"
+#include "viz/html_report.h"
 
 namespace cumemtrace::cli {
 
@@ -42,7 +44,7 @@ void add_whatif_command(CLI::App& app, int& exit_code) {
       ->type_name("SIZE");
   cmd->add_option("--format", o->format, "Output format")
       ->capture_default_str()
-      ->check(CLI::IsMember({"text", "json"}));
+      ->check(CLI::IsMember({"text", "json", "html"}));
   cmd->callback([o, &exit_code] {
     try {
       analysis::WhatIfOptions opts;
@@ -78,6 +80,8 @@ void add_whatif_command(CLI::App& app, int& exit_code) {
       const analysis::SiteTable sites(s);
       if (o->format == "json") {
         analysis::print_whatif_json(r, sites, std::cout);
+      } else if (o->format == "html") {
+        std::cout << viz::render_whatif_html(r, s, o->file.substr(o->file.rfind('/') + 1));
       } else {
         analysis::print_whatif_text(r, s, sites, o->file, std::cout);
       }
