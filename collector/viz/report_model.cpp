@@ -320,6 +320,13 @@ struct SeriesOf {
   }
 };
 
+// PyTorch's own files: the units are its tensors, its segments the reserved layer; the cache is
+// what is reserved beyond them, drawn as its own band on top.
+bool reserved_cache(const analysis::DeviceReplay& rp) {
+  return !rp.splits_tensors() && rp.flavor() == analysis::Flavor::kTorch &&
+         rp.timeline().has_reserved && !rp.timeline().pool_layer;
+}
+
 // Pass 1: byte-time per site, for choosing the series (by their own peak when nothing spans
 // time); fills d.series.
 SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const SiteIndex& sites,
@@ -385,8 +392,8 @@ SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const 
   }
   if (ranked.size() > shown) d.series.push_back("other");
   if (d.by_category) d.series.assign(kCategorySeries.begin(), kCategorySeries.end());
-  d.cache_series = split;
-  if (split && !d.by_category) d.series.push_back("cache");
+  d.cache_series = split || reserved_cache(rp);
+  if (d.cache_series && !d.by_category) d.series.push_back("cache");
   return series;
 }
 
@@ -516,6 +523,8 @@ void fill_timeline(ReportDevice& d, const analysis::DeviceReplay& rp, const Site
         x_of(d, rp.trace(), i),      rp.bytes_after(i), rp.reserved_after(i), 0, 0, live.live(),
         static_cast<uint64_t>(i + 1)};
     if (d.allocated_line) p.allocated = rp.allocated_after(i);
+    if (reserved_cache(rp) && !p.series.empty())
+      p.series.back() = p.reserved > p.total ? p.reserved - p.total : 0;
     if (d.driver_line) p.driver = rp.driver_at(rp.time_after(i)).value_or(0);
     return p;
   };

@@ -7,7 +7,8 @@
 //   cache as its own series: the series add up to the live bytes), else by the `top_sites`
 //   allocation sites with the most byte-time (area under their curve) plus "other", PyTorch's
 //   memory by its tensors' sites and its cache one series of its own ("cache", last) where its
-//   segments are split (model.h Attributed: never a segment stacked at its trigger's line);
+//   segments are split (model.h Attributed: never a segment stacked at its trigger's line) and
+//   in PyTorch's own files (what is reserved beyond the tensors);
 //   downsampled into at most `max_buckets` buckets (half cut by entries, half by time: a busy
 //   stretch keeps its resolution whatever idle time surrounds it) with up to two points each: the
 //   moment of the bucket's highest total (so every local peak, and the device's peak exactly,

@@ -457,6 +457,34 @@ TEST_CASE("PyTorch's memory is blamed on its tensors, its cache is its own line,
   REQUIRE(peak["cached, free in PyTorch's cache"] == std::pair<uint64_t, uint64_t>{2 * kMiB, 0});
 }
 
+TEST_CASE(
+    "a chart by site stacks PyTorch's tensors at their lines, never a segment at its trigger's") {
+  // The same run without categories: the chart is stacked by site. A's 2 MiB tensor opened the
+  // 20 MiB segment; the segment's bytes are B's tensors, A's and the cache, never 20 MiB at A.
+  auto s = pytorch_segments_snapshot();
+  for (auto& e : s.device_traces[0]) e.category = snap::Category::kNone;
+  const std::string a = "a (train.py:10) via Linear.forward (linear.py:134)";
+  const std::string b = "b (train.py:20) via relu (functional.py:1723)";
+  const std::string c = "c (train.py:30)";
+  const auto m = viz::build_report_model(s);
+  const auto& d = m.devices.at(0);
+  REQUIRE_FALSE(d.by_category);
+  REQUIRE(d.cache_series);
+  // By byte-time: B 16 MiB from t=3 and 4, A 2 MiB from t=2, C 4 MiB from t=5; the cache last.
+  REQUIRE(d.series == std::vector<std::string>{b, a, c, "cache"});
+  for (const auto& p : d.points)
+    REQUIRE(std::accumulate(p.series.begin(), p.series.end(), uint64_t{0}) == p.total);
+  REQUIRE(d.points.back().series == std::vector<uint64_t>{16 * kMiB, 2 * kMiB, 4 * kMiB, 2 * kMiB});
+  // The segment before its first tensor: all cache, no line's.
+  REQUIRE(std::any_of(d.points.begin(), d.points.end(), [](const viz::TimelinePoint& p) {
+    return p.total == 20 * kMiB && p.series == std::vector<uint64_t>{0, 0, 0, 20 * kMiB};
+  }));
+  // The page's data says the last series is the cache.
+  const auto page = nlohmann::json::parse(viz::report_data_json(s, m, "pt.json"));
+  REQUIRE(page["devices"][0]["cache_series"] == true);
+  REQUIRE(page["devices"][0]["points"]["entry"].back() == s.device_traces[0].size());
+}
+
 TEST_CASE("an OOM: report's first section and the HTML's OOM card say the same") {
   snap::Snapshot s = testing::training_oom_snapshot();
   analysis::label_categories(s);

@@ -706,7 +706,8 @@
           cats.append(s, ' ');
         }
         if (!Object.keys(p.added_by_category).length) cats.append('nothing');
-        const name = p.phase + (p.micro_step != null ? ' ' + p.micro_step : '');
+        // "forward 2" only where the step has several forwards (ledger.h phase_label).
+        const name = p.phase + (p.micro_step != null && step.phases.filter((q) => q.phase === p.phase).length > 1 ? ' ' + p.micro_step : '');
         tb.append(clickable(el('tr', { class: 'phase-row', 'data-phase': p.phase },
           el('td', {}, el('i', { class: 'swatch', style: 'background:' + (PHASE[p.phase] || OTHER) }), name),
           num(p.allocated_before_bytes, path.concat(['allocated_before_bytes'])),
@@ -720,7 +721,7 @@
             el('td', { class: 'site', colspan: 3, text: s.site }),
             num(s.bytes, path.concat(['added_by_site', j, 'bytes']), true),
             el('td', { colspan: 2, text: catName(s.category) }),
-            el('td', { class: 'count', text: plural(s.count, 'tensor') })), Object.assign({}, span, { series: seriesOf(s.category) })));
+            el('td', { class: 'count', text: s.count ? plural(s.count, 'tensor') + ' allocated' : '' })), Object.assign({}, span, { series: seriesOf(s.category) })));
         });
       });
       t.append(tb);
@@ -829,9 +830,11 @@
   // ---------- diff ----------
   // `diff --format json`'s document (diff.h): per device, PyTorch's peaks, phases and categories,
   // then the lines whose bytes changed.
-  function diffCells(base, now, change) {
-    return [el('td', { class: 'num', 'data-bytes': base, text: fmtBytes(base) }),
-      el('td', { class: 'num', 'data-bytes': now, text: fmtBytes(now) }),
+  function diffCells(base, now, change, signed) {
+    // What a phase added is signed (it may free more than it makes), as diff prints it.
+    const f = (v) => (signed || v < 0 ? fmtDelta(v) : fmtBytes(v));
+    return [el('td', { class: 'num', 'data-bytes': base, text: f(base) }),
+      el('td', { class: 'num', 'data-bytes': now, text: f(now) }),
       el('td', { class: 'num ' + (change > 0 ? 'up' : change < 0 ? 'down' : ''), 'data-bytes': change, text: fmtDelta(change) })];
   }
   function diffPage() {
@@ -858,7 +861,7 @@
       for (const [kind, title] of [['peaks', "PyTorch's peaks"], ['phases', 'What each phase added (the steady step)'], ['categories', 'By category at the peaks']]) {
         app.append(el('h2', { text: title }));
         app.append(table(kind, ['device', 'what', 'base', 'new', 'change'],
-          D.pytorch[kind].map((v) => el('tr', { class: 'diff-row', 'data-kind': kind, 'data-name': v.name, 'data-device': v.device }, el('td', { text: label(v.device) }), el('td', { text: v.name.replace(/_/g, ' ') }), ...diffCells(v.base_bytes, v.new_bytes, v.change_bytes)))));
+          D.pytorch[kind].map((v) => el('tr', { class: 'diff-row', 'data-kind': kind, 'data-name': v.name, 'data-device': v.device }, el('td', { text: label(v.device) }), el('td', { text: v.name.replace(/_/g, ' ') }), ...diffCells(v.base_bytes, v.new_bytes, v.change_bytes, kind === 'phases')))));
       }
     } else if (D.pytorch_note) {
       app.append(el('div', { class: 'sub', text: 'PyTorch ledgers: ' + D.pytorch_note }));
@@ -877,7 +880,7 @@
     const R = data.ranks;
     app.append(el('h1', { text: 'cumemtrace job: ' + data.source }));
     const procs = new Set(R.rows.map((r) => r.process));
-    app.append(el('div', { class: 'sub', text: plural(procs.size, 'process') + '; a value is flagged when it is more than ' + Math.round(R.thresholds.share * 100) + '% and ' + fmtBytes(R.thresholds.bytes) + ' off its slot\'s median' + (data.skipped_snapshots ? '; ' + plural(data.skipped_snapshots, 'snapshot') + ' written while a process ran left out' : '') }));
+    app.append(el('div', { class: 'sub', text: procs.size + (procs.size === 1 ? ' process' : ' processes') + '; a value is flagged when it is more than ' + Math.round(R.thresholds.share * 100) + '% and ' + fmtBytes(R.thresholds.bytes) + ' off its slot\'s median' + (data.skipped_snapshots ? '; ' + plural(data.skipped_snapshots, 'snapshot') + ' written while a process ran left out' : '') }));
     for (const u of data.unreadable) app.append(el('div', { class: 'warn', text: 'unreadable: ' + u.error }));
     const flaggedRows = R.rows.filter((r) => r.flagged.length);
     app.append(el('div', { class: flaggedRows.length ? 'verdict warn' : 'verdict', text: flaggedRows.length ? plural(flaggedRows.length, 'rank') + ' off the median: ' + flaggedRows.map((r) => r.process + ' (' + r.flagged.join(', ') + ')').join('; ') : 'No rank is off the median.' }));
