@@ -15,12 +15,14 @@ a person reads on them against the CLI's own JSON:
    `report DIR --format json`'s, rank 1 is flagged with its divergence step and line, and each
    rank has its small chart.
 3. Two runs (html A B): the diff page's rows are `diff --format json`'s, row for row.
-4. `whatif --format html` on the real torch 2.11 fixture: its table is `whatif --format json`'s.
+4. `whatif --format html` on the real torch 2.11 fixture: its table is `whatif --format json`'s;
+   with an OOM appended to the fixture, the OOM card carries the same table.
 Screenshots: DIR/page-*.png. Exit 77 (skipped) only when no Chromium binary exists.
 """
 import argparse
 import html.parser
 import json
+import pickle
 import shutil
 import subprocess
 import sys
@@ -294,6 +296,29 @@ def check_whatif(cumemtrace, browser, fixture, out):
         assert r.text().startswith(w["alloc_conf"] or "defaults"), r.text()
     screenshot(browser, page, out / "page-whatif.png")
     print(f"ok whatif: {len(rows)} configurations as whatif --format json's")
+
+    # The OOM card carries the same table: the fixture with an OOM appended (100 MiB asked, 48
+    # MiB free on the device: a budget of 136 MiB, which the recorded run fits until then).
+    snap = pickle.loads(Path(fixture).read_bytes())
+    trace = snap["device_traces"][0]
+    trace.append(dict(trace[-1], action="oom", addr=0, size=100 << 20, device_free=48 << 20,
+                      time_us=trace[-1]["time_us"] + 10))
+    oom = out / "oom.json"
+    oom.write_text(json.dumps(snap))
+    want = json.loads(run(cumemtrace, "whatif", "--format", "json", "--alloc-conf",
+                          "expandable_segments:True", "--alloc-conf", "max_split_size_mb:128", oom))
+    page = out / "oom.html"
+    run(cumemtrace, "html", oom, "-o", page)
+    tree = page_tree(browser, page)
+    (card,) = tree.root.find(lambda n: "oom-card" in n.classes())
+    rows = card.find(lambda n: n.tag == "tr" and "whatif-row" in n.classes())
+    got = [(r.attrs["data-conf"], [int(c.attrs["data-bytes"]) for c in
+                                   r.find(lambda n: "data-bytes" in n.attrs)],
+            "out of memory" in r.text()) for r in rows]
+    assert got == [(w["alloc_conf"], [w["reserved_peak_bytes"], w["allocated_peak_bytes"],
+                                      w["fragmentation_bytes"]], w["oom"]) for w in want], got
+    screenshot(browser, page, out / "page-oom.png")
+    print(f"ok oom card: its what-if table has whatif's {len(rows)} rows")
 
 
 def main():

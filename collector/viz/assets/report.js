@@ -635,6 +635,8 @@
         card.append(el('table', { class: 'held' }, tb));
       }
       if (o.advice.length) card.append(el('ul', { class: 'advice' }, ...o.advice.map((a) => el('li', { text: a }))));
+      // The what-if table (`whatif`'s): would another configuration of the allocator have run?
+      if (data.whatif) card.append(el('div', { class: 'sub', text: "what if: PyTorch's allocator replayed up to this OOM under other configurations:" }), whatifTable(data.whatif, o.device));
       const frames = data.stacks[o.stack] || [];
       const ol = el('ol', { class: 'request' });
       for (const f of frames) ol.append(el('li', {}, f[0] + ' ', el('span', { class: 'file', text: f[1] + (f[2] > 0 ? ':' + f[2] : '') })));
