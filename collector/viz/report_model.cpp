@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <map>
+#include <numeric>
 #include <set>
 #include <unordered_map>
 
@@ -485,7 +486,7 @@ class Downsampler {
   void add(TimelinePoint p) {
     if (have_best_ && same(p, last_)) return;
     last_ = std::move(p);
-    if (!have_best_ || last_.total > best_.total) {
+    if (!have_best_ || height(last_) > height(best_)) {
       best_ = last_;
       have_best_ = true;
     }
@@ -499,6 +500,14 @@ class Downsampler {
   }
 
  private:
+  // What a bucket's highest moment is highest in: the live bytes, or where PyTorch's cache is a
+  // band of its own, what is stacked under it (the tensors and other libraries: PyTorch's
+  // segments, the total then, hardly move while its tensors rise and fall every step).
+  uint64_t height(const TimelinePoint& p) const {
+    if (!d_.cache_series || p.series.empty()) return p.total;
+    return std::accumulate(p.series.begin(), p.series.end() - 1, uint64_t{0});
+  }
+
   static bool same(const TimelinePoint& a, const TimelinePoint& b) {
     // The series too: a tensor made inside a cached segment changes no total.
     return a.total == b.total && a.reserved == b.reserved && a.allocated == b.allocated &&

@@ -527,3 +527,47 @@ TEST_CASE("an OOM: report's first section and the HTML's OOM card say the same")
   for (const auto& a : card["advice"])
     CHECK(t.find("\n  advice: " + a.get<std::string>() + "\n") != std::string::npos);
 }
+
+TEST_CASE("a downsampled chart keeps each bucket's highest tensors under a steady cache") {
+  // 1,000 steps in one 100 MiB PyTorch segment: each allocates four 8 MiB activations, then
+  // frees them. The segment (the live bytes) never moves; the chart must still show the tensors
+  // rise to 32 MiB in every bucket, not a bucket's first moment.
+  snap::Snapshot s;
+  s.stacks = {{{"/w/train.py", 10, "forward"}}};
+  auto& tr = s.device_traces.emplace_back();
+  int64_t t = 1'000'000;
+  auto add = [&](snap::Action a, uint64_t addr, uint64_t size, snap::Category c) {
+    snap::TraceEntry e;
+    e.action = a, e.addr = addr, e.size = size, e.time_us = ++t, e.stack = 0;
+    e.source = snap::Source::kPytorch, e.category = c;
+    tr.push_back(e);
+  };
+  const uint64_t seg = 0x7f0000000000;
+  add(snap::Action::kSegmentAlloc, seg, 100 * kMiB, snap::Category::kUnknown);
+  for (int step = 0; step < 1000; ++step) {
+    for (uint64_t i = 0; i < 4; ++i)
+      add(snap::Action::kAlloc, seg + i * 8 * kMiB, 8 * kMiB, snap::Category::kActivation);
+    for (uint64_t i = 0; i < 4; ++i)
+      add(snap::Action::kFreeCompleted, seg + i * 8 * kMiB, 8 * kMiB, snap::Category::kActivation);
+  }
+  snap::Segment g;
+  g.address = seg, g.total_size = 100 * kMiB, g.source = snap::Source::kPytorch, g.stack = 0;
+  g.blocks = {{seg, 100 * kMiB, 0, "inactive", -1}};
+  s.segments.push_back(g);
+  snap::ToolSection tool;
+  tool.pid = 1, tool.start_time_us = 1'000'000, tool.end_time_us = t, tool.ended.how = "exit";
+  s.tool = tool;
+  viz::ReportOptions opt;
+  opt.max_buckets = 10;
+  const auto d = viz::build_report_model(s, opt).devices.at(0);
+  REQUIRE(d.cache_series);
+  REQUIRE(d.series == std::vector<std::string>{"activation", "cache"});
+  REQUIRE(d.points.size() <= 2 * opt.max_buckets + 1);
+  size_t highest = 0;
+  for (const auto& p : d.points) {
+    REQUIRE((p.total == 100 * kMiB || &p == &d.points.front()));  // the first: before the trace
+    highest += p.series[0] == 32 * kMiB;
+  }
+  // Every bucket (five by entries, five by time: the same cuts here) shows the 32 MiB.
+  REQUIRE(highest == 5);
+}

@@ -246,6 +246,13 @@
     return ax;
   }
 
+  function stackHeight(dev) {
+    const P = dev.points;
+    if (!dev.cache_series) return (i) => P.total[i];
+    const k = dev.series.length - 1;
+    return (i) => { let h = 0; for (let s = 0; s < k; s++) h += P.v[s][i]; return h; };
+  }
+
   // ---------- chart ----------
   function makeChart(dev, parent) {
     const wrap = el('div', { class: 'chart-wrap' });
@@ -379,17 +386,20 @@
       // than a pixel stays visible) and then its last state, which holds until the next column.
       const COL = 2;
       const cols = [];
+      // A column's highest state: by what is stacked under PyTorch's cache where the cache is a
+      // band (report_model.h), else by the live bytes.
+      const height = stackHeight(dev);
       {
         let col = -1, best = -1, last = -1;
         const flush = () => {
           if (best < 0) return;
           cols.push([Math.max(m.l, col), best]);
-          if (last !== best && (P.total[last] !== P.total[best] || P.reserved[last] !== P.reserved[best])) cols.push([col + COL, last]);
+          if (last !== best && (P.total[last] !== P.total[best] || P.reserved[last] !== P.reserved[best] || height(last) !== height(best))) cols.push([col + COL, last]);
         };
         for (let i = lo; i <= hi; i++) {
           const c = Math.floor(XU(U[i]) / COL) * COL;
           if (c !== col) { flush(); col = c; best = i; }
-          else if (P.total[i] > P.total[best]) best = i;
+          else if (height(i) > height(best)) best = i;
           last = i;
         }
         flush();
