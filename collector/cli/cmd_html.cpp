@@ -117,7 +117,7 @@ void add_html_command(CLI::App& app, int& exit_code) {
         out = io::default_output_path(in.front(), ".job.html");
       }
     }
-    const io::OutputPolicy policy{opt->force, in};
+    io::OutputPolicy policy{opt->force, in};
     if (!one) {
       // Checked before the (long) reads, as for one file (one_output.h).
       const std::string why = io::output_problem(out, policy);
@@ -158,6 +158,8 @@ void add_html_command(CLI::App& app, int& exit_code) {
         exit_code = 0;
       } else {
         SnapshotInputs inputs = read_snapshot_inputs(in);
+        // A directory's snapshots are inputs too: the page never lands on one of them.
+        for (const auto& ls : inputs.files) policy.inputs.push_back(ls.path);
         loaded = std::chrono::steady_clock::now();
         exit_code = 0;
         page = job_page(*opt, inputs, exit_code);
