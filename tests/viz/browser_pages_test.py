@@ -2,7 +2,7 @@
 """The pages that answer each question, in a real browser (headless Chromium), checked by the text
 a person reads on them against the CLI's own JSON:
 
-  browser_pages_test.py --cumemtrace BIN --out DIR
+  browser_pages_test.py --cumemtrace BIN --fixture TORCH_SNAPSHOT.pickle --out DIR
 
 1. A PyTorch run that leaks 1 MiB a step after a 6 s idle start (make_synthetic.py --leak-mib
    --idle-us): the ledger on the page holds exactly the numbers of `report --format json`'s
@@ -11,11 +11,13 @@ a person reads on them against the CLI's own JSON:
    it says "grows 1.00 MiB a step" at the leaking line; clicking a line row marks its span on
    the chart and leaves only its category's band lit. The x axis is by step by default: steps
    equally wide, labelled "step N"; on the time axis the same steps are squeezed into a sliver.
-2. A job of two ranks, one holding 256 MiB more (html DIR): the rank table's rows and values are
+2. Hovering the real torch 2.11 fixture's chart (by line) names the band under the pointer and
+   shows its line's largest stack.
+3. A job of two ranks, one holding 256 MiB more (html DIR): the rank table's rows and values are
    `report DIR --format json`'s, rank 1 is flagged with its divergence step and line, and each
    rank has its small chart.
-3. Two runs (html A B): the diff page's rows are `diff --format json`'s, row for row.
-4. `whatif --format html` on the real torch 2.11 fixture: its table is `whatif --format json`'s;
+4. Two runs (html A B): the diff page's rows are `diff --format json`'s, row for row.
+5. `whatif --format html` on the real torch 2.11 fixture: its table is `whatif --format json`'s;
    with an OOM appended to the fixture, the OOM card carries the same table.
 Screenshots: DIR/page-*.png. Exit 77 (skipped) only when no Chromium binary exists.
 """
@@ -213,6 +215,33 @@ def check_focus(browser, page):
     print("ok click: the growth line's span marked, only its category lit")
 
 
+def check_hover(cumemtrace, browser, fixture, out):
+    """Hovering a band of the real PyTorch snapshot's chart (by line: its tensors, the cache a
+    band of its own) names the band under the pointer, its bytes then, and its line's largest
+    stack, as the live table lists it."""
+    page = out / "fixture.html"
+    run(cumemtrace, "html", fixture, "-o", page)
+    probe = out / "fixture-hover.html"
+    hover = ("<script>const svg = document.querySelector('svg.chart');"
+             "const r = svg.getBoundingClientRect();"
+             "svg.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + r.width * 0.9, "
+             "clientY: r.top + r.height * 0.88, bubbles: true}));</script></body>")
+    probe.write_text(page.read_text().replace("</body>", hover, 1))
+    tree = page_tree(browser, probe)
+    (tip,) = tree.root.find(lambda n: "tip" in n.classes())
+    (under,) = tip.find(lambda n: "under" in n.classes())
+    frames = [n.text().strip() for n in tip.find(lambda n: "frame" in n.classes())]
+    legend = [n.attrs.get("title") for n in tree.root.find(lambda n: "data-series" in n.attrs
+                                                             and n.tag == "span")]
+    name = under.text().split("  ", 1)[1]
+    assert name == legend[0] and "(" in name, (under.text(), legend)
+    # Its largest stack, innermost first, as the peak or exit table shows it.
+    table = [n for n in tree.root.find(lambda n: n.tag == "tr" and n.attrs.get("data-site") == name)]
+    stacks = table[0].parent.find(lambda n: n.tag == "ol") if table else []
+    assert frames and stacks, (frames, len(stacks))
+    print(f"ok hover: the band under the pointer is {name!r}, {len(frames)} frames of its stack")
+
+
 def check_job(cumemtrace, browser, out):
     job = out / "job"
     job.mkdir()
@@ -341,6 +370,7 @@ def main():
     run(a.cumemtrace, "html", leak, "-o", page)
     check_ledger(a.cumemtrace, browser, leak, page, out)
     check_focus(browser, page)
+    check_hover(a.cumemtrace, browser, Path(a.fixture), out)
     check_job(a.cumemtrace, browser, out)
     base = out / "base.json"
     run(sys.executable, HERE / "make_synthetic.py", "--pytorch-steps", "20", base)

@@ -330,7 +330,7 @@
       const X = (x) => XU(A.warp(x));
       const inView = (xa, xb) => A.warp(xb) >= u0 && A.warp(xa) <= u1;
       const Y = (y) => m.t + ph - y / ymax * ph;
-      chart.layout = { u0, u1, m, pw, ph, X, XU, Y, lo, hi };
+      chart.layout = { u0, u1, m, pw, ph, X, XU, Y, lo, hi, ymax };
       svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
 
       const grid = sv('g', { class: 'grid' }, svg);
@@ -495,8 +495,25 @@
       const when = dev.time_axis ? fmtX(dev, Math.round(A.unwarp(at.u))) : 'event ' + Math.round(A.unwarp(at.u));
       const where = A.mode === 'step' ? ' (' + A.stepAt(at.u) + ')' : A.mode === 'event' && dev.time_axis ? ' (event ' + P.entry[a].toLocaleString('en') + ')' : '';
       tip.replaceChildren(el('div', { text: when + where + ': ' + fmtBytes(P.total[a]) + ' live' + (P.allocated ? ', ' + fmtBytes(P.allocated[a]) + ' allocated' : '') + (P.reserved[a] ? ', ' + fmtBytes(P.reserved[a]) + ' reserved' : '') + (P.driver && P.driver[a] ? ', ' + fmtBytes(P.driver[a]) + ' driver-visible' : '') }));
-      const rows = dev.series.map((s, i) => [i, P.v[i][a]]).filter((r) => r[1] > 0).sort((p, q) => q[1] - p[1]).slice(0, 8);
-      for (const [i, v] of rows) tip.append(el('div', {}, el('span', { style: 'color:' + color(dev, i), text: '\u25A0 ' }), fmtBytes(v) + '  ' + seriesName(dev, i)));
+      // The band under the pointer: its bytes then, what it is, and where it is a line, that
+      // line's largest stack (from the live tables).
+      const r0 = svg.getBoundingClientRect();
+      const py = (ev.clientY - r0.top) * (svg.viewBox.baseVal.height / r0.height);
+      const value = (L.m.t + L.ph - py) / L.ph * L.ymax;
+      let under = -1;
+      for (let s = 0, base = 0; s < dev.series.length; s++) {
+        const v = P.v[s][a];
+        if (v > 0 && value >= base && value < base + v) under = s;
+        base += v;
+      }
+      const rows = dev.series.map((s, i) => [i, P.v[i][a]]).filter((r) => r[1] > 0 || r[0] === under).sort((p, q) => q[1] - p[1]).slice(0, 8);
+      if (under >= 0 && !rows.some((r) => r[0] === under)) rows.push([under, P.v[under][a]]);
+      for (const [i, v] of rows) tip.append(el('div', { class: i === under ? 'under' : '' }, el('span', { style: 'color:' + color(dev, i), text: '\u25A0 ' }), fmtBytes(v) + '  ' + seriesName(dev, i)));
+      if (under >= 0 && !dev.by_category && !isCache(dev, under)) {
+        const g = [dev.at_peak, dev.at_exit].map((t) => t.groups.find((x) => x.site === dev.series[under])).find((x) => x);
+        const frames = g && g.stacks.length ? data.stacks[g.stacks[0][0]] || [] : [];
+        for (const f of frames.slice(0, 6)) tip.append(el('div', { class: 'frame', text: '  ' + frameText(f) }));
+      }
       const r = svg.getBoundingClientRect();
       const left = ev.clientX - r.left;
       tip.style.display = 'block';
