@@ -98,5 +98,9 @@ validate validate_torch_blocks python3 tests/gpu/validate_torch_blocks.py "$P" "
 # within 5% of PyTorch's own (issue 43).
 validate validate_whatif python3 tests/gpu/validate_whatif.py "$P" "$OUT/whatif"
 
+# 8. The HTML pages on real runs: the ledger, the OOM card's what-if table, the job and diff
+# pages held to the CLI's documents, drawn where Chromium is (issue 56).
+validate validate_html_pages python3 tests/gpu/validate_html_pages.py "$P" "$OUT/html-pages"
+
 nvidia-smi -L | head -2
 verdict
