@@ -89,7 +89,17 @@ struct TraceEntry {
   Source source = Source::kDriver;
   bool async_pool = false;  // segment_alloc/alloc from a stream-ordered pool (cuMemAllocAsync, ...)
   Category category = Category::kNone;  // see Category; set by analysis::label_categories
+  // PyTorch's block for an alloc/free_requested/free_completed of its caching allocator: the
+  // bytes memory_allocated() counts for it (rounded, an unsplit remainder included). Never
+  // written or read from a file: set by analysis::label_block_sizes from the replay of the
+  // recorded allocator; 0 = not known (the requested `size` stands).
+  uint64_t block_size = 0;
 };
+
+// The bytes an entry holds for PyTorch's counters: its block where known, else its size.
+inline uint64_t held_bytes(const TraceEntry& e) {
+  return e.block_size ? e.block_size : e.size;
+}
 
 // Whether a writer puts `frames` on this entry (JSON and pickle alike): cumemtrace's driver
 // entries carry them where they say who asked for memory (alloc, oom, segment_map: PyTorch records
@@ -251,10 +261,33 @@ struct OwnerWalk {
   std::vector<std::pair<uint64_t, uint64_t>> tensors;  // (data pointer, bytes)
 };
 
+// PyTorch's allocator configuration from `time_us` on: PYTORCH_ALLOC_CONF (else
+// PYTORCH_CUDA_ALLOC_CONF) as the program started with it, then each
+// torch.cuda.memory._set_allocator_settings() call (the text it was given applies on top).
+struct AllocatorConfChange {
+  int64_t time_us = 0;
+  std::string alloc_conf;
+};
+
+// A per-process memory fraction from `time_us` on (torch.cuda.set_per_process_memory_fraction, or
+// found in force when the capture attached): `allowed_bytes` is PyTorch's own limit on what it
+// reserves on the device, fraction x the device's total memory.
+struct MemoryFractionChange {
+  int64_t time_us = 0;
+  int device = 0;
+  std::string fraction;  // as Python printed it ("0.25")
+  uint64_t allowed_bytes = 0;
+  uint64_t device_total = 0;
+};
+
 struct PytorchInfo {  // what the capture of PyTorch's allocator found (the tool section's
                       // "pytorch")
   std::string version, backend, capture, why;  // capture: "blocks" | "driver" | "off"
   bool expandable_segments = false;
+  // The allocator's settings, in time order (empty in snapshots of cumemtrace before 0.x: then
+  // only expandable_segments is known).
+  std::vector<AllocatorConfChange> alloc_confs;
+  std::vector<MemoryFractionChange> memory_fractions;
 };
 
 struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapshots

@@ -119,12 +119,12 @@ TEST_CASE("torch: PyTorch's OOM is an entry with the device's free bytes and ask
 
 TEST_CASE("torch: info keeps known capture modes only") {
   Torch t;
-  t.torch.on_info("version=2.11.0\ncapture=blocks\nexpandable_segments=1\nnoise");
+  t.torch.on_info("version=2.11.0\ncapture=blocks\nexpandable_segments=1\nnoise", 0);
   REQUIRE(t.torch.info());
   CHECK(t.torch.info()->version == "2.11.0");
   CHECK(t.torch.block_capture());
   CHECK(t.torch.info()->expandable_segments);
-  t.torch.on_info("capture=everything");
+  t.torch.on_info("capture=everything", 0);
   CHECK(t.torch.info()->capture == "off");
   CHECK_FALSE(t.torch.block_capture());
 }
