@@ -551,6 +551,14 @@ void check_snapshot(const snap::Snapshot& s) {
       if (const std::string why = torch_alloc::unmodelled_torch(t.pytorch->version); !why.empty()) {
         throw CannotReplay(why);
       }
+      // PyTorch's default pools only: a private pool's segments are kept apart from them.
+      if (const auto& pools = t.pytorch->private_pools; !pools.empty()) {
+        throw CannotReplay(fmt::format(
+            "the run allocated from a private pool ({} at {}): the replay models PyTorch's "
+            "default pools only, not CUDA graph or MemPool private pools",
+            pools.front().kind == "cuda_graph" ? "a CUDA graph's capture" : "a MemPool",
+            format_time(pools.front().time_us, time_origin(s))));
+      }
       // The replay models one configuration: a change after the capture attached (its first
       // alloc_confs item) is refused by name rather than replayed as the first.
       const auto& confs = t.pytorch->alloc_confs;

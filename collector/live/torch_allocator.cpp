@@ -130,6 +130,10 @@ void TorchAllocator::on_info(const std::string& text, int64_t t) {
     m.allowed_bytes = std::strtoull(kv["allowed_bytes"].c_str(), nullptr, 10);
     m.device_total = std::strtoull(kv["device_total"].c_str(), nullptr, 10);
     memory_fractions_.push_back(std::move(m));
+  } else if (event == "private_pool") {
+    if (kv["kind"] == "cuda_graph" || kv["kind"] == "mempool") {
+      private_pools_.push_back({t, kv["kind"]});
+    }
   } else {
     snap::PytorchInfo info;
     info.version = kv["version"];
@@ -144,6 +148,7 @@ void TorchAllocator::on_info(const std::string& text, int64_t t) {
   if (info_) {
     info_->alloc_confs = alloc_confs_;
     info_->memory_fractions = memory_fractions_;
+    info_->private_pools = private_pools_;
   }
   // The rules the written blocks follow: the last configuration PyTorch accepted (one it
   // refused never took effect), else the capture's expandable_segments.

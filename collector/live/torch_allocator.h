@@ -40,7 +40,8 @@ class TorchAllocator {
   // One kTorchBlock record; true when it was PyTorch's OOM (a snapshot is due).
   bool on_block(const Record& r, int64_t t, int32_t stack);
   // A kTorchInfo record at `t`: the capture's report when it attached ("version=..."), or a
-  // change of the allocator's settings ("event=alloc_conf", "event=memory_fraction").
+  // change of the allocator's settings ("event=alloc_conf", "event=memory_fraction"), or the use
+  // of a private pool ("event=private_pool", kind=cuda_graph|mempool).
   void on_info(const std::string& text, int64_t t);
   // A driver OOM (already in the trace) of PyTorch's own allocation attempt on device.
   void on_own_driver_oom(int device) { ++driver_ooms_[device]; }
@@ -84,6 +85,7 @@ class TorchAllocator {
   // The settings changes seen (kept apart: one may come before the capture's report).
   std::vector<snap::AllocatorConfChange> alloc_confs_;
   std::vector<snap::MemoryFractionChange> memory_fractions_;
+  std::vector<snap::PrivatePoolUse> private_pools_;
   // The configuration in force (the rules the written blocks follow); defaults until known.
   analysis::torch_alloc::AllocatorConfig config_;
   std::map<int, int> driver_ooms_;  // device -> PyTorch's own driver OOMs not yet settled

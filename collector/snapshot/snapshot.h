@@ -280,6 +280,14 @@ struct MemoryFractionChange {
   uint64_t device_total = 0;
 };
 
+// A private pool PyTorch's allocator served requests from, from `time_us` on: "cuda_graph" (a
+// CUDA graph's capture: torch.cuda.graph / CUDAGraph.capture_begin) or "mempool" (a MemPool
+// made current by torch.cuda.use_mem_pool). Its segments are kept apart from the default pools.
+struct PrivatePoolUse {
+  int64_t time_us = 0;
+  std::string kind;
+};
+
 struct PytorchInfo {  // what the capture of PyTorch's allocator found (the tool section's
                       // "pytorch")
   std::string version, backend, capture, why;  // capture: "blocks" | "driver" | "off"
@@ -288,6 +296,7 @@ struct PytorchInfo {  // what the capture of PyTorch's allocator found (the tool
   // only expandable_segments is known).
   std::vector<AllocatorConfChange> alloc_confs;
   std::vector<MemoryFractionChange> memory_fractions;
+  std::vector<PrivatePoolUse> private_pools;
 };
 
 struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapshots

@@ -202,6 +202,11 @@ CT_DESCRIBE(MemoryFractionChange, m) {
   v(req("device_total", Kind::kCount), m.device_total);
 }
 
+CT_DESCRIBE(PrivatePoolUse, u) {
+  v(req("time_us", Kind::kTime), u.time_us);
+  v(req("kind", Kind::kString), u.kind);
+}
+
 CT_DESCRIBE(PytorchInfo, p) {
   v(req("version", Kind::kString), p.version);
   v(req("backend", Kind::kString), p.backend);
@@ -210,6 +215,7 @@ CT_DESCRIBE(PytorchInfo, p) {
   v(req("why", Kind::kString), p.why);
   v(opt("alloc_confs", Kind::kList, !p.alloc_confs.empty()), p.alloc_confs);
   v(opt("memory_fractions", Kind::kList, !p.memory_fractions.empty()), p.memory_fractions);
+  v(opt("private_pools", Kind::kList, !p.private_pools.empty()), p.private_pools);
 }
 
 CT_DESCRIBE(ToolSection, t) {

@@ -429,6 +429,22 @@ def _watch_settings(torch):
          lambda fraction, device=None: _tell_fraction(torch, fraction, device))
     wrap("_set_allocator_settings",
          lambda env: _tell_settings({"event": "alloc_conf", "alloc_conf": env}))
+    # Private pools: what the allocator serves while a CUDA graph is captured or a MemPool is
+    # current is kept apart from its default pools (the replay says so rather than guess).
+    wrap("use_mem_pool", lambda *a, **k: _tell_settings({"event": "private_pool",
+                                                         "kind": "mempool"}))
+    graph = getattr(getattr(torch.cuda, "graphs", None), "CUDAGraph", None)
+    begin = getattr(graph, "capture_begin", None)
+    if begin is not None and not getattr(begin, "_cumemtrace", False):
+        def capture_begin(self, *args, **kwargs):
+            try:
+                _tell_settings({"event": "private_pool", "kind": "cuda_graph"})
+            except Exception:
+                pass
+            return begin(self, *args, **kwargs)
+
+        capture_begin._cumemtrace = True
+        graph.capture_begin = capture_begin
 
 
 def _fraction_in_force(torch):
