@@ -154,7 +154,7 @@ uint64_t block_bytes(bool requested, const snap::Block& b) {
 // Whether the device's PyTorch entries carry their blocks (label_block_sizes).
 bool blocks_labelled(const std::vector<snap::TraceEntry>& tr) {
   for (const auto& e : tr)
-    if (e.action == snap::Action::kAlloc && e.block_size) return true;
+    if (e.action == snap::Action::kAlloc && e.block_units) return true;
   return false;
 }
 

@@ -115,8 +115,8 @@ FreeBlocks blocks_by_replay(const std::vector<snap::TraceEntry>& tr, size_t inde
         break;
       case Action::kAlloc:
         // Its block (label_block_sizes), else PyTorch's rounding of the request.
-        blocks[e.addr] =
-            e.addr + (e.block_size ? e.block_size : torch_alloc::round_size(config, e.size));
+        blocks[e.addr] = e.addr + (e.block_units ? snap::block_size(e)
+                                                 : torch_alloc::round_size(config, e.size));
         break;
       case Action::kFreeCompleted:
         blocks.erase(e.addr);

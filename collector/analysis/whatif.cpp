@@ -753,19 +753,22 @@ size_t label_block_sizes(snap::Snapshot& s, std::vector<std::string>* why) {
       auto& e = tr[i];
       if ((all || e.source == snap::Source::kPytorch) &&
           (e.action == Action::kAlloc || e.action == Action::kFreeCompleted)) {
-        e.block_size = sizes[i];
+        // Blocks are whole 512 B units; a size that is not (corrupt input) stays unlabelled.
+        if (sizes[i] % snap::kBlockUnit == 0 && sizes[i] / snap::kBlockUnit <= UINT32_MAX) {
+          e.block_units = static_cast<uint32_t>(sizes[i] / snap::kBlockUnit);
+        }
       }
     }
     // A free_requested is of the block its completion returns (the tensor may predate the
     // trace): labelled from the next free_completed at its address.
-    std::unordered_map<uint64_t, uint64_t> completes;
+    std::unordered_map<uint64_t, uint32_t> completes;
     for (size_t i = tr.size(); i-- > 0;) {
       auto& e = tr[i];
       if (!all && e.source != snap::Source::kPytorch) continue;
       if (e.action == Action::kFreeCompleted) {
-        completes[e.addr] = e.block_size;
+        completes[e.addr] = e.block_units;
       } else if (e.action == Action::kFreeRequested) {
-        if (auto it = completes.find(e.addr); it != completes.end()) e.block_size = it->second;
+        if (auto it = completes.find(e.addr); it != completes.end()) e.block_units = it->second;
       } else if (e.action == Action::kAlloc) {
         completes.erase(e.addr);
       }

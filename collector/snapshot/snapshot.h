@@ -89,16 +89,21 @@ struct TraceEntry {
   Source source = Source::kDriver;
   bool async_pool = false;  // segment_alloc/alloc from a stream-ordered pool (cuMemAllocAsync, ...)
   Category category = Category::kNone;  // see Category; set by analysis::label_categories
-  // PyTorch's block for an alloc/free_requested/free_completed of its caching allocator: the
-  // bytes memory_allocated() counts for it (rounded, an unsplit remainder included). Never
-  // written or read from a file: set by analysis::label_block_sizes from the replay of the
-  // recorded allocator; 0 = not known (the requested `size` stands).
-  uint64_t block_size = 0;
+  // PyTorch's block for an alloc/free_requested/free_completed of its caching allocator, in
+  // units of its 512 B minimum block (block_size()): the bytes memory_allocated() counts for it
+  // (rounded, an unsplit remainder included). Never written or read from a file: set by
+  // analysis::label_block_sizes from the replay of the recorded allocator; 0 = not known (the
+  // requested `size` stands). 32 bits of 512 B hold 2 TiB.
+  uint32_t block_units = 0;
 };
 
+inline constexpr uint64_t kBlockUnit = 512;  // PyTorch's kMinBlockSize
+inline uint64_t block_size(const TraceEntry& e) {
+  return uint64_t{e.block_units} * kBlockUnit;
+}
 // The bytes an entry holds for PyTorch's counters: its block where known, else its size.
 inline uint64_t held_bytes(const TraceEntry& e) {
-  return e.block_size ? e.block_size : e.size;
+  return e.block_units ? block_size(e) : e.size;
 }
 
 // Whether a writer puts `frames` on this entry (JSON and pickle alike): cumemtrace's driver
@@ -294,9 +299,9 @@ struct PytorchInfo {  // what the capture of PyTorch's allocator found (the tool
   bool expandable_segments = false;
   // The allocator's settings, in time order (empty in snapshots of cumemtrace before 0.x: then
   // only expandable_segments is known).
-  std::vector<AllocatorConfChange> alloc_confs;
-  std::vector<MemoryFractionChange> memory_fractions;
-  std::vector<PrivatePoolUse> private_pools;
+  std::vector<AllocatorConfChange> alloc_confs{};
+  std::vector<MemoryFractionChange> memory_fractions{};
+  std::vector<PrivatePoolUse> private_pools{};
 };
 
 struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapshots
