@@ -778,6 +778,62 @@ size_t label_block_sizes(snap::Snapshot& s, std::vector<std::string>* why) {
   return labelled;
 }
 
+void tile_blocks_as_replayed(snap::Snapshot& s) {
+  if (flavor_of(s) != Flavor::kCumemtrace) return;
+  for (size_t d = 0; d < s.device_traces.size(); ++d) {
+    // The blocks live at the end, by address: each one's last alloc, not completed since.
+    std::unordered_map<uint64_t, uint64_t> live;
+    for (const auto& e : s.device_traces[d]) {
+      if (e.source != snap::Source::kPytorch) continue;
+      if (e.action == Action::kAlloc) {
+        if (e.block_units) {
+          live[e.addr] = snap::block_size(e);
+        } else {
+          live.erase(e.addr);
+        }
+      } else if (e.action == Action::kFreeCompleted) {
+        live.erase(e.addr);
+      }
+    }
+    if (live.empty()) continue;
+    for (auto& seg : s.segments) {
+      if (seg.device != static_cast<int>(d) || seg.source != snap::Source::kPytorch) continue;
+      std::vector<snap::Block> active;
+      for (const auto& b : seg.blocks)
+        if (b.state != "inactive") active.push_back(b);
+      std::sort(active.begin(), active.end(),
+                [](const auto& a, const auto& b) { return a.address < b.address; });
+      const uint64_t end = seg.address + seg.total_size;
+      std::vector<snap::Block> out;
+      uint64_t cursor = seg.address, active_size = 0, allocated_size = 0;
+      bool consistent = true;
+      for (size_t i = 0; i < active.size() && consistent; ++i) {
+        snap::Block b = active[i];
+        const uint64_t next = i + 1 < active.size() ? active[i + 1].address : end;
+        if (b.address < cursor || b.address >= end || next < b.address) {
+          consistent = false;  // overlapping or outside: bad input, the file stays as it is
+          break;
+        }
+        if (auto it = live.find(b.address); it != live.end() && b.address + it->second <= next) {
+          b.size = it->second;
+        }
+        if (b.address > cursor) {
+          out.push_back({cursor, b.address - cursor, 0, "inactive", snap::kNoStack});
+        }
+        cursor = b.address + b.size;
+        active_size += b.size;
+        if (b.state == "active_allocated") allocated_size += b.size;
+        out.push_back(std::move(b));
+      }
+      if (!consistent || cursor > end) continue;
+      if (cursor < end) out.push_back({cursor, end - cursor, 0, "inactive", snap::kNoStack});
+      seg.blocks = std::move(out);
+      seg.active_size = active_size;
+      seg.allocated_size = allocated_size;
+    }
+  }
+}
+
 std::optional<OomWhatIf> oom_whatif(const snap::Snapshot& s, int device, size_t oom_entry,
                                     const std::string& alloc_conf, std::string* why) {
   try {

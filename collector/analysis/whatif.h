@@ -141,6 +141,14 @@ std::optional<OomWhatIf> oom_whatif(const snap::Snapshot& s, int device, size_t 
 // line for it. Returns the number of devices labelled.
 size_t label_block_sizes(snap::Snapshot& s, std::vector<std::string>* why = nullptr);
 
+// The writer's half (live/process_session.cpp, after label_block_sizes): the blocks of PyTorch's
+// segments in a cumemtrace snapshot, which the live capture tiles by PyTorch's rules from the
+// requested sizes alone (live/torch_allocator.h), are given the sizes the replay found (a block
+// that kept an unsplit remainder, for one), and the free blocks are the gaps between them, so
+// that the file's segments and every count made from its trace agree. Nothing changes where the
+// replay labelled nothing or a segment's blocks overlap (bad input).
+void tile_blocks_as_replayed(snap::Snapshot& s);
+
 void print_whatif_text(const std::vector<WhatIfDevice>& r, const snap::Snapshot& s,
                        const SiteTable& sites, const std::string& file, std::ostream& out);
 void print_whatif_json(const std::vector<WhatIfDevice>& r, const SiteTable& sites,

@@ -484,8 +484,10 @@ snap::Snapshot ProcessSession::snapshot(const std::string& reason,
   // legend, report, check, diff) reads the same answer (analysis/categories.h).
   analysis::label_categories(s);
   // PyTorch's block bytes for what the collector itself reads of it (never written: the file
-  // keeps PyTorch's requested sizes, and every reader labels its own).
+  // keeps PyTorch's requested sizes, and every reader labels its own), and the segments' blocks
+  // as the replay found them.
   analysis::label_block_sizes(s);
+  analysis::tile_blocks_as_replayed(s);
   return s;
 }
 
