@@ -796,3 +796,18 @@ def test_settings_changed_mid_run_are_recorded_and_named(tmp_path):
     assert w.returncode == 2
     assert "the allocator's settings changed while the program ran (to " \
            "'expandable_segments:False' at " in w.stderr, w.stderr
+
+
+def test_a_private_pool_is_recorded_and_the_replay_names_it(tmp_path):
+    """A CUDA graph's capture (CUDAGraph.capture_begin, wrapped by the capture): PyTorch serves it
+    from a private pool the replay does not model, so whatif refuses naming that reason, and the
+    views keep requested bytes (nothing is labelled)."""
+    p, snaps = run(tmp_path, "graph_capture")
+    assert p.returncode == 0, p.stderr
+    (name,) = snaps
+    (pool,) = snaps[name]["cumemtrace"]["pytorch"]["private_pools"]
+    assert pool["kind"] == "cuda_graph"
+    w = whatif(tmp_path / "traces" / name)
+    assert w.returncode == 2
+    assert "cannot replay: the run allocated from a private pool (a CUDA graph's capture at " \
+        in w.stderr, w.stderr

@@ -74,6 +74,14 @@ def settings_change():
     torch.cuda.alloc(5 * MiB)
 
 
+def graph_capture():
+    torch.cuda.alloc(3 * MiB)
+    g = torch.cuda.graphs.CUDAGraph()
+    g.capture_begin()
+    torch.cuda.alloc(5 * MiB)
+    g.capture_end()
+
+
 def device_full():
     # Under FAKE_CUDA_MEM_LIMIT: the driver refuses the 30 MiB segment; the allocator frees its
     # cache (nothing is free) and retries, refused again, then records its own OOM.
@@ -141,6 +149,7 @@ if __name__ == "__main__":
     {"basic": basic, "expandable": expandable, "expandable_split": expandable_split,
      "async_backend": async_backend, "oom": oom, "device_full": device_full,
      "fraction_oom": fraction_oom, "settings_change": settings_change,
+     "graph_capture": graph_capture,
      "retry_succeeds": retry_succeeds, "kill": kill, "engine_thread": engine_thread,
      "engine_thread_unknown_torch": engine_thread_unknown_torch,
      "engine_thread_unknown_nodes": engine_thread_unknown_nodes,

@@ -2,7 +2,7 @@
 import ctypes
 import os
 
-from . import _utils, memory  # noqa: F401
+from . import _utils, graphs, memory  # noqa: F401
 
 _lib = ctypes.CDLL(os.environ["FAKE_TORCH_LIB"])
 _lib.fake_torch_malloc.restype = ctypes.c_void_p
