@@ -76,6 +76,9 @@ def test_default_allocator_blocks_one_to_one(tmp_path):
     assert refusals(p) == []
     snap = final(snaps)
     tool = snap["cumemtrace"]
+    # The configuration the program started with (none), from the capture's report on.
+    (conf,) = tool["pytorch"].pop("alloc_confs")
+    assert conf["alloc_conf"] == "" and conf["time_us"] >= tool["start_time_us"]
     assert tool["pytorch"] == {"version": "2.11.0", "backend": "native",
                                "expandable_segments": False, "capture": "blocks", "why": ""}
     got = entries(snap)
