@@ -17,16 +17,17 @@
 //  - max_split_size_mb, max_non_split_rounding_mb, garbage_collection_threshold,
 //    expandable_segments: parsed with PyTorch's checks (see torch_allocator_model.h for how the
 //    replay applies them).
-// Torch versions (what differs between 2.4 and 2.15 for these rules): the rounding, pools, buffer
-// sizes and split rule above are the same in every release from 2.4 through 2.11; the options
-// differ: max_non_split_rounding_mb exists from 2.4 (earlier releases refuse it), the parser
-// moved to c10/core/AllocatorConfig.cpp and PYTORCH_ALLOC_CONF was added as the preferred name in
-// 2.9 (PYTORCH_CUDA_ALLOC_CONF still read); large_segment_size_mb (20 MiB by default) is read as
-// the 2.11 model always read it (not checked here against 2.11's release sources), and newer
-// sources (2.12+) check max_split_size_mb against it instead of against 20 MiB.
-// Only 2.11 has been checked against recorded segments (tests/fixtures/torch-2.11 and the GPU
-// validators); `modelled_torch` accepts 2.11 and refuses others with that reason, so a replay of
-// 2.4-2.10 or 2.12-2.15 says why instead of guessing.
+// Torch versions (what differs between 2.4 and 2.15 for these rules): the constants, pools and
+// split rule above are the same in every release from 2.4 through 2.15 that the layout table of
+// preload/hooks/torch_layouts.h lists; what differs is which options the parser takes:
+// max_non_split_rounding_mb exists from 2.4; from 2.9 the parser is the accelerator-wide
+// c10/core/AllocatorConfig.cpp and PYTORCH_ALLOC_CONF is read before PYTORCH_CUDA_ALLOC_CONF;
+// large_segment_size_mb (20 MiB by default) is read as the 2.11 model always read it, and the
+// newest sources check max_split_size_mb against it rather than against 20 MiB. These version
+// notes come from reading PyTorch's sources and release notes; only 2.11 has been checked against
+// recorded segments (tests/fixtures/torch-2.11 and the GPU validators), so `unmodelled_torch`
+// accepts 2.11 and refuses the others with that reason: a replay of another version says why
+// instead of guessing.
 #pragma once
 
 #include <array>
