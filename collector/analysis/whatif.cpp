@@ -105,6 +105,12 @@ void check_complete(const snap::Snapshot& s, Stream& st, int device) {
   std::unordered_set<uint64_t> seeded;
   int64_t reserved = 0;
   for (const auto& g : s.segments) {
+    if (g.device == device && g.private_pool) {
+      throw CannotReplay(fmt::format(
+          "device {}: the segment at {:#x} is a private pool's (segment_pool_id: a CUDA graph's "
+          "capture or a MemPool): the replay models PyTorch's default pools only",
+          device, g.address));
+    }
     if (g.device != device || segments.count(g.address)) continue;
     if (flavor_of(s) == Flavor::kCumemtrace && g.source != snap::Source::kPytorch) continue;
     if (g.is_expandable) {

@@ -156,6 +156,9 @@ struct Segment {
   uint64_t stream = 0;
   std::string segment_type = "large";
   bool is_expandable = false;
+  // segment_pool_id other than (0, 0): a private pool's segment (a CUDA graph's capture or a
+  // MemPool's). Written back as (1, 0): the ids themselves are not kept.
+  bool private_pool = false;
   int32_t stack = kNoStack;
   std::vector<Block> blocks;
   Source source = Source::kDriver;

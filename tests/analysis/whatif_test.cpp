@@ -433,6 +433,22 @@ TEST_CASE("whatif refuses a trace the model does not reproduce", "[whatif]") {
   CHECK_THROWS_WITH(replay_whatif(late.s, {}),
                     Catch::StartsWith("device 0: entry 1 frees a tensor at 0x7f0000000000 that the "
                                       "trace never allocated"));
+  // PyTorch's own file: a segment of a private pool (segment_pool_id other than (0, 0)).
+  TorchTrace graph;
+  graph.segment(0x7f0000000000, 2 * MiB);
+  graph.alloc(0x7f0000000000, 1000);
+  snap::Segment pooled;
+  pooled.address = 0x7f0000000000;
+  pooled.total_size = 2 * MiB;
+  pooled.segment_type = "small";
+  pooled.private_pool = true;
+  pooled.blocks = {{0x7f0000000000, 1024, 1000, "active_allocated", 0},
+                   {0x7f0000000000 + 1024, 2 * MiB - 1024, 0, "inactive", snap::kNoStack}};
+  graph.s.segments.push_back(pooled);
+  CHECK_THROWS_WITH(replay_whatif(graph.s, {}),
+                    "device 0: the segment at 0x7f0000000000 is a private pool's "
+                    "(segment_pool_id: a CUDA graph's capture or a MemPool): the replay models "
+                    "PyTorch's default pools only");
   TorchTrace bad;
   bad.alloc(0x7f0000000000, 1000);
   WhatIfOptions o;

@@ -45,6 +45,7 @@ snap::Snapshot every_field() {
   g.stream = 77;
   g.segment_type = "small";
   g.is_expandable = true;
+  g.private_pool = true;
   g.stack = 1;
   g.source = Source::kPytorch;
   g.blocks = {{g.address, 2 << 20, (2 << 20) - 100, "active_allocated", 0},
@@ -149,6 +150,7 @@ void same(const snap::Snapshot& a, const snap::Snapshot& b) {
     CHECK(x.stream == y.stream);
     CHECK(x.segment_type == y.segment_type);
     CHECK(x.is_expandable == y.is_expandable);
+    CHECK(x.private_pool == y.private_pool);
     CHECK(x.source == y.source);
     same_stack(a, x.stack, b, y.stack);
     REQUIRE(x.blocks.size() == y.blocks.size());
