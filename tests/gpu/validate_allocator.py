@@ -143,7 +143,8 @@ def main():
         actual[conf] = json.load(open(stats))
 
     args = ["whatif", snap, "--format", "json"]
-    for conf in CONFS:
+    tried = [c for c in CONFS if c]  # the defaults are the recorded row itself
+    for conf in tried:
         args += ["--alloc-conf", conf]
     w = ct(build, *args)
     if w.returncode != 0:
@@ -160,7 +161,7 @@ def main():
             "%d vs %d" % (recorded["reserved_peak_bytes"], rec["max_reserved"]))
         print("| %-46s | %5s %5s | %14s | %14s | verdict" % ("configuration", "oom", "real",
                                                             "predicted", "real"))
-        for conf, x in zip(CONFS, res[1:]):
+        for conf, x in [("", recorded)] + list(zip(tried, res[1:])):
             if conf not in actual:
                 continue
             a = actual[conf]
