@@ -82,7 +82,7 @@ std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceRepl
     p.end_us = sp.end_us;
     p.before_index = sp.begin_us == kTimeMin ? -1 : rp.index_at_time(sp.begin_us - 1);
     p.last_index = sp.end_us == kTimeMax ? n - 1 : rp.index_at_time(sp.end_us - 1);
-    if (sp.phase == Phase::kOther && p.last_index <= p.before_index) continue;
+    if (gap_phase(sp.phase) && p.last_index <= p.before_index) continue;
     p.allocated_before = rp.allocated_after(p.before_index);
     p.allocated_after = rp.allocated_after(p.last_index);
     p.reserved_before = rp.reserved_after(p.before_index);
@@ -190,6 +190,7 @@ int warmup_steps(size_t complete_steps) {
 }
 
 std::string category_label(Category c) {
+  if (c == Category::kProgram) return "program's own";
   std::string s(snap::category_name(c));
   if (s.empty()) s = "unlabelled";
   std::replace(s.begin(), s.end(), '_', ' ');
@@ -198,7 +199,7 @@ std::string category_label(Category c) {
 
 std::string phase_label(const LedgerPhase& p) {
   std::string s(phase_name(p.phase));
-  if ((p.phase == Phase::kForward || p.phase == Phase::kBackward) && p.micro_steps > 1)
+  if (p.micro >= 0 && p.micro_steps > 1)
     s += fmt::format(" {}", p.micro + 1);
   return s;
 }

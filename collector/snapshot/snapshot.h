@@ -72,6 +72,7 @@ enum class Category : uint8_t {
   kAutograd,
   kUnknown,
   kLibrary,
+  kProgram,  // "program": a tensor the program made outside every phase and keeps (not an input)
 };
 std::string_view category_name(Category c);  // "" for kNone
 std::optional<Category> parse_category(std::string_view s);
@@ -241,8 +242,11 @@ struct ContextMemory {
 // sizes of every parameter, gradient (`.grad`) or optimizer state tensor. A walk of a role replaces
 // that role's previous walk. The collector joins them by address with the PyTorch blocks live at
 // `time_us` (analysis/categories.h).
-enum class OwnerRole : uint8_t { kParameter = 1, kGradient = 2, kOptimizerState = 3 };
-std::string_view owner_role_name(OwnerRole r);  // "parameter", "gradient", "optimizer_state"
+// kInput: the tensors passed to a root module's forward (positional and keyword arguments, one
+// level into lists, tuples and dicts), walked at its start.
+enum class OwnerRole : uint8_t { kParameter = 1, kGradient = 2, kOptimizerState = 3, kInput = 4 };
+// "parameter", "gradient", "optimizer_state", "input"
+std::string_view owner_role_name(OwnerRole r);
 std::optional<OwnerRole> parse_owner_role(std::string_view s);
 
 struct OwnerWalk {

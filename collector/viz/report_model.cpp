@@ -92,11 +92,11 @@ LiveTable make_table(const analysis::Attributed& parts, const SiteIndex& sites,
 
 // The category series, in the order they stack (report_model.h): PyTorch's tensors by category,
 // then other libraries and PyTorch's cache.
-constexpr std::array<const char*, 10> kCategorySeries = {
-    "parameter", "gradient", "optimizer_state", "activation", "temporary",
-    "input",     "autograd", "unknown",         "library",    "cache"};
-constexpr size_t kLibrarySeries = 8;
-constexpr size_t kCacheSeries = 9;
+constexpr std::array<const char*, 11> kCategorySeries = {
+    "parameter", "gradient", "optimizer_state", "activation", "temporary", "input",
+    "autograd",  "program",  "unknown",         "library",    "cache"};
+constexpr size_t kLibrarySeries = 9;
+constexpr size_t kCacheSeries = 10;
 
 size_t category_series(snap::Category c) {
   switch (c) {
@@ -114,10 +114,12 @@ size_t category_series(snap::Category c) {
       return 5;
     case snap::Category::kAutograd:
       return 6;
+    case snap::Category::kProgram:
+      return 7;
     case snap::Category::kLibrary:
       return kLibrarySeries;
     default:
-      return 7;  // unknown, and a tensor without a category in a file with them
+      return 8;  // unknown, and a tensor without a category in a file with them
   }
 }
 
