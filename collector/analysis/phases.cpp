@@ -108,15 +108,27 @@ Phases::Phases(const snap::Snapshot& s) {
       if (a->stage == "MARK") step_marks.push_back(a->time_us);
       continue;
     }
+    // A stretch ends where the state changes, or where an outermost interval begins or ends
+    // (two calls one after the other are two spans); an interval nested in backward changes
+    // nothing.
+    const Phase before = state();
     if (a->stage == "START") {
-      close_at(a->time_us);
+      const Phase inside = before == Phase::kBackward ? before : p;
+      if (open.empty() || inside != before) close_at(a->time_us);
       if (open.empty() && p == Phase::kForward) outer_forwards.push_back(a->time_us);
       open.push_back(p);
     } else if (a->stage == "END") {
       auto it = std::find(open.rbegin(), open.rend(), p);
       if (it == open.rend()) continue;  // an END without its START: nothing to close
-      close_at(after(a->time_us));
-      open.erase(std::next(it).base());
+      std::vector<Phase> rest = open;
+      rest.erase(rest.begin() + (std::next(it).base() - open.begin()));
+      const bool changes =
+          rest.empty() ||
+          (std::find(rest.begin(), rest.end(), Phase::kBackward) != rest.end()
+               ? Phase::kBackward
+               : rest.back()) != before;
+      if (changes) close_at(after(a->time_us));
+      open = std::move(rest);
     }
   }
   if (cursor < kTimeMax) segments.push_back({state(), cursor, kTimeMax, open.empty()});
