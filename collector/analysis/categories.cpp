@@ -24,6 +24,8 @@ Category category_of_role(snap::OwnerRole r) {
       return Category::kOptimizerState;
     case snap::OwnerRole::kInput:
       return Category::kInput;
+    case snap::OwnerRole::kParameterUnsharded:
+      return Category::kParameterUnsharded;
   }
   return Category::kUnknown;
 }

@@ -93,34 +93,36 @@ LiveTable make_table(const analysis::Attributed& parts, const SiteIndex& sites,
 
 // The category series, in the order they stack (report_model.h): PyTorch's tensors by category,
 // then other libraries and PyTorch's cache.
-constexpr std::array<const char*, 11> kCategorySeries = {
-    "parameter", "gradient", "optimizer_state", "activation", "temporary", "input",
-    "autograd",  "program",  "unknown",         "library",    "cache"};
-constexpr size_t kLibrarySeries = 9;
-constexpr size_t kCacheSeries = 10;
+constexpr std::array<const char*, 12> kCategorySeries = {
+    "parameter", "parameter_unsharded", "gradient", "optimizer_state", "activation", "temporary",
+    "input",     "autograd",            "program",  "unknown",         "library",    "cache"};
+constexpr size_t kLibrarySeries = 10;
+constexpr size_t kCacheSeries = 11;
 
 size_t category_series(snap::Category c) {
   switch (c) {
     case snap::Category::kParameter:
       return 0;
-    case snap::Category::kGradient:
+    case snap::Category::kParameterUnsharded:
       return 1;
-    case snap::Category::kOptimizerState:
+    case snap::Category::kGradient:
       return 2;
-    case snap::Category::kActivation:
+    case snap::Category::kOptimizerState:
       return 3;
-    case snap::Category::kTemporary:
+    case snap::Category::kActivation:
       return 4;
-    case snap::Category::kInput:
+    case snap::Category::kTemporary:
       return 5;
-    case snap::Category::kAutograd:
+    case snap::Category::kInput:
       return 6;
-    case snap::Category::kProgram:
+    case snap::Category::kAutograd:
       return 7;
+    case snap::Category::kProgram:
+      return 8;
     case snap::Category::kLibrary:
       return kLibrarySeries;
     default:
-      return 8;  // unknown, and a tensor without a category in a file with them
+      return 9;  // unknown, and a tensor without a category in a file with them
   }
 }
 

@@ -19,7 +19,9 @@ analysis takes the innermost (collector/analysis/phases.h), so "optimizer" is wh
 and ownership walks (cumemtrace_torch_owners): at each optimizer post-hook the parameters of every
 optimizer seen and of every root, their .grad, and the tensors in the optimizers' state; before the
 first step the roots' parameters at their first forward. Only tensors on the traced device type,
-deduplicated by data pointer, as (data pointer, numel * element size); a tensor subclass
+deduplicated by data pointer, as (data pointer, numel * element size); also, at each root's
+forward, its inputs (role 4), and FSDP2's all-gathered parameters after each parameter group's
+wait_for_unshard (role 5); a tensor subclass
 (DTensor: FSDP2's sharded parameters, gradients and optimizer state, whose own data_ptr() is 0) is
 walked as its local tensors (__tensor_flatten__), so its bytes are this rank's shard; a role is sent only when its
 list changed since it was last sent (a walk replaces that role's previous one). A step's walk is
@@ -57,7 +59,11 @@ import warnings
 import weakref
 
 ROLE_PARAMETER, ROLE_GRADIENT, ROLE_OPTIMIZER_STATE = 1, 2, 3  # snap::OwnerRole, wire kTorchOwners
-ROLE_INPUT = 4
+ROLE_INPUT, ROLE_PARAMETER_UNSHARDED = 4, 5
+# FSDP2's parameter group (torch 2.6+, then 2.4-2.5): its wait_for_unshard leaves the all-gathered
+# parameters in place; they are walked right after it (role 5).
+_FSDP_GROUP_MODULES = ("torch.distributed.fsdp._fully_shard._fsdp_param_group",
+                       "torch.distributed._composable.fsdp._fsdp_param_group")
 FORWARD, BACKWARD, OPTIMIZER, STEP = b"auto:forward", b"auto:backward", b"auto:optimizer", b"auto:step"
 LOSS, ZERO_GRAD = b"auto:loss", b"auto:zero_grad"
 
@@ -129,7 +135,9 @@ class Phases:
         self._roots = weakref.WeakKeyDictionary()  # root module -> its per-module hook handles
         self._optimizers = weakref.WeakSet()
         # role -> the tuple of pairs last sent; an empty list is sent only to clear a sent one
-        self._sent = {ROLE_PARAMETER: (), ROLE_GRADIENT: (), ROLE_OPTIMIZER_STATE: (), ROLE_INPUT: ()}
+        self._sent = {ROLE_PARAMETER: (), ROLE_GRADIENT: (), ROLE_OPTIMIZER_STATE: (),
+                      ROLE_INPUT: (), ROLE_PARAMETER_UNSHARDED: ()}
+        self._fsdp_watched = False
         self._global_handles = []
         self._optimizer_handles = []
         self._warning_filter = None
@@ -205,6 +213,7 @@ class Phases:
 
     def uninstall(self):
         self._off = True
+        self._fsdp_watched = False
         self._remove_global_hooks()
         for handles in list(self._roots.values()):
             for h in handles or ():  # None: a root not hooked yet
@@ -287,6 +296,7 @@ class Phases:
                 tls.forward_open = True
                 if new:
                     self._walk((ROLE_PARAMETER,))
+                    self._watch_fsdp()
                 if not loss:
                     self._send_inputs(args, kwargs)
             tls.depth += 1
@@ -321,6 +331,44 @@ class Phases:
         found = {}
         self._keep(tensors, found)
         self._send(ROLE_INPUT, found)
+
+    def _watch_fsdp(self):
+        """Once FSDP2 is imported (a new root may be fully_shard'ed): the all-gathered parameters
+        are walked after each FSDPParamGroup.wait_for_unshard (forward, and backward's re-gather),
+        a few walks a step per parameter group."""
+        if self._fsdp_watched:
+            return
+        for name in _FSDP_GROUP_MODULES:
+            group = getattr(sys.modules.get(name), "FSDPParamGroup", None)
+            if group is not None and callable(getattr(group, "wait_for_unshard", None)):
+                self._fsdp_watched = True
+                self._wrap_after(group, "wait_for_unshard", self._unsharded_walk)
+                return
+
+    def _wrap_after(self, owner, name, after):
+        original = getattr(owner, name)
+
+        def run_then_walk(this, *args, **kwargs):
+            result = original(this, *args, **kwargs)
+            after(this)
+            return result
+
+        run_then_walk.__wrapped__ = original
+        run_then_walk.__name__ = getattr(original, "__name__", name)
+        setattr(owner, name, run_then_walk)
+        self._wrapped_names.append((owner, name, original, run_then_walk))
+
+    def _unsharded_walk(self, group):
+        if self._off or self._is_compiling():
+            return
+        try:
+            tensors = [t for fp in group.fsdp_params for t in fp.all_gather_outputs
+                       if t.untyped_storage().nbytes()]
+            found = {}
+            self._keep(tensors, found)
+            self._send(ROLE_PARAMETER_UNSHARDED, found)
+        except Exception as e:
+            self._fail("FSDP unshard walk", e)
 
     def _post_hook(self, module, args, result):
         if self._off or self._is_compiling():

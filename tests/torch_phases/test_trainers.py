@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from conftest import bwd, fwd, loss, opt_step, zg
 
-PARAMETER, GRADIENT, OPTIMIZER_STATE, INPUT = 1, 2, 3, 4
+PARAMETER, GRADIENT, OPTIMIZER_STATE, INPUT, UNSHARDED = 1, 2, 3, 4, 5
 OPT_START, OPT_END = [("START", "auto:optimizer")], [("END", "auto:optimizer"),
                                                       ("MARK", "auto:step")]
 
@@ -202,4 +202,8 @@ def test_fsdp2_walks_are_the_local_shards(phases, process_group):
     state = [v.to_local() if hasattr(v, "to_local") else v
              for s in opt.state.values() for v in s.values()]
     assert sum(b for _, b in last_walk(rec, OPTIMIZER_STATE)) == nbytes(state)
+    # the all-gathered (full-size) parameters, walked each time a parameter group gathered
+    # them: in forward (layer 0, then 2) and again in backward (2, then 0), every step
+    unsharded = [[b for _, b in w] for r, w in rec.walks() if r == UNSHARDED]
+    assert unsharded == [[512, 64], [256, 16], [256, 16], [512, 64]] * 2
     assert err.getvalue() == ""

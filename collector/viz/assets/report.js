@@ -12,7 +12,7 @@
     parameter: ['#4e79a7', 'parameter'], gradient: ['#f28e2b', 'gradient'],
     optimizer_state: ['#59a14f', 'optimizer state'], activation: ['#e15759', 'activation'],
     temporary: ['#edc948', 'temporary'], input: ['#76b7b2', 'input'], autograd: ['#b07aa1', 'autograd'],
-    program: ['#ff9da7', "program's own"],
+    program: ['#ff9da7', "program's own"], parameter_unsharded: ['#a0cbe8', 'parameter (unsharded)'],
     unknown: ['#9c755f', 'unknown'], library: ['#8c8c8c', 'other libraries'],
     cache: ['#d9d4cf', "cached, free in PyTorch's cache"],
   };
