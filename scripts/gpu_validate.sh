@@ -98,7 +98,13 @@ validate validate_torch_blocks python3 tests/gpu/validate_torch_blocks.py "$P" "
 # within 5% of PyTorch's own (issue 43).
 validate validate_whatif python3 tests/gpu/validate_whatif.py "$P" "$OUT/whatif"
 
-# 8. The HTML pages on real runs: the ledger, the OOM card's what-if table, the job and diff
+# 8. One allocator model (issue 55): under a memory fraction the program sets, a GPT-style bf16
+# model's allocated/reserved peaks equal PyTorch's to the byte, the fraction is recorded, whatif
+# predicts each setting's real re-run (OOM or not, reserved peak to the byte), a CUDA graph run is
+# refused naming its private pool.
+validate validate_allocator python3 tests/gpu/validate_allocator.py "$P" "$OUT/allocator"
+
+# 9. The HTML pages on real runs: the ledger, the OOM card's what-if table, the job and diff
 # pages held to the CLI's documents, drawn where Chromium is (issue 56).
 validate validate_html_pages python3 tests/gpu/validate_html_pages.py "$P" "$OUT/html-pages"
 

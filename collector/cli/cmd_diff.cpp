@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "analysis/diff.h"
+#include "analysis/whatif.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "snapshot/snapshot_input.h"
@@ -36,6 +37,8 @@ void add_diff_command(CLI::App& app, int& exit_code) {
       try {
         a = snap::read_snapshot_any(o->base);
         b = snap::read_snapshot_any(o->now);
+        analysis::label_block_sizes(a);  // PyTorch's block bytes on both sides
+        analysis::label_block_sizes(b);
       } catch (const snap::ReadError& e) {
         std::cerr << "cumemtrace diff: " << e.what() << '\n';
         exit_code = 2;

@@ -10,6 +10,7 @@
 
 #include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
+#include "analysis/phases.h"
 
 namespace cumemtrace::viz {
 
@@ -93,32 +94,36 @@ LiveTable make_table(const analysis::Attributed& parts, const SiteIndex& sites,
 
 // The category series, in the order they stack (report_model.h): PyTorch's tensors by category,
 // then other libraries and PyTorch's cache.
-constexpr std::array<const char*, 10> kCategorySeries = {
-    "parameter", "gradient", "optimizer_state", "activation", "temporary",
-    "input",     "autograd", "unknown",         "library",    "cache"};
-constexpr size_t kLibrarySeries = 8;
-constexpr size_t kCacheSeries = 9;
+constexpr std::array<const char*, 12> kCategorySeries = {
+    "parameter", "parameter_unsharded", "gradient", "optimizer_state", "activation", "temporary",
+    "input",     "autograd",            "program",  "unknown",         "library",    "cache"};
+constexpr size_t kLibrarySeries = 10;
+constexpr size_t kCacheSeries = 11;
 
 size_t category_series(snap::Category c) {
   switch (c) {
     case snap::Category::kParameter:
       return 0;
-    case snap::Category::kGradient:
+    case snap::Category::kParameterUnsharded:
       return 1;
-    case snap::Category::kOptimizerState:
+    case snap::Category::kGradient:
       return 2;
-    case snap::Category::kActivation:
+    case snap::Category::kOptimizerState:
       return 3;
-    case snap::Category::kTemporary:
+    case snap::Category::kActivation:
       return 4;
-    case snap::Category::kInput:
+    case snap::Category::kTemporary:
       return 5;
-    case snap::Category::kAutograd:
+    case snap::Category::kInput:
       return 6;
+    case snap::Category::kAutograd:
+      return 7;
+    case snap::Category::kProgram:
+      return 8;
     case snap::Category::kLibrary:
       return kLibrarySeries;
     default:
-      return 7;  // unknown, and a tensor without a category in a file with them
+      return 9;  // unknown, and a tensor without a category in a file with them
   }
 }
 
@@ -141,18 +146,23 @@ void drop_empty_series(ReportDevice& d) {
 }
 
 constexpr std::string_view kAutoPrefix = "auto:";
+// The phases the strip above the plot shows (analysis/phases.h's spans; setup and data are the
+// loop's own stretches and stay blank).
+constexpr std::array<std::string_view, 5> kStripPhases = {"forward", "loss", "backward",
+                                                          "optimizer", "zero_grad"};
 
 // Past max_buckets phases, each of max_buckets time buckets shows the phases that ran in it side
-// by side, each as wide as its share of the bucket (forward, backward, optimizer), neighbours of
-// one phase merged: at most 3 x max_buckets, whatever the step count, and a bucket of many steps
-// still shows their mix.
+// by side, each as wide as its share of the bucket (kStripPhases), neighbours of one phase
+// merged: at most 5 x max_buckets, whatever the step count, and a bucket of many steps still
+// shows their mix.
 void merge_phases(ReportDevice& d, const ReportOptions& opt) {
   const size_t nb = std::max<size_t>(1, opt.max_buckets);
   if (d.phases.size() <= nb) return;
   const double span = static_cast<double>(std::max<int64_t>(1, d.x_end - d.x_begin));
   const double width = span / static_cast<double>(nb);
-  const std::array<std::string_view, 3> names = {"forward", "backward", "optimizer"};
-  std::vector<std::array<double, 3>> cover(nb, {0, 0, 0});
+  const auto& names = kStripPhases;
+  std::vector<std::array<double, kStripPhases.size()>> cover(nb);
+  for (auto& c : cover) c.fill(0);
   for (const auto& p : d.phases) {
     const size_t k =
         static_cast<size_t>(std::find(names.begin(), names.end(), p.name) - names.begin());
@@ -185,23 +195,15 @@ void merge_phases(ReportDevice& d, const ReportOptions& opt) {
 void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& devices,
                const ReportOptions& opt) {
   if (!d.time_axis) return;  // no clock to place them on
-  std::map<std::string, std::vector<int64_t>> open, open_phases;
+  std::map<std::string, std::vector<int64_t>> open;
   for (const auto& a : s.annotations) {
     // Marks for a device with no trace (or none) belong to every chart.
     if (a.device != d.device && devices.count(a.device)) continue;
     if (a.name.starts_with(kAutoPrefix)) {  // the automatic phases, apart from the user's marks
       const std::string phase = a.name.substr(kAutoPrefix.size());
-      if (phase == "step" && a.stage != "START" && a.stage != "END") {
+      if (phase == "step" && a.stage != "START" && a.stage != "END")
         d.steps.push_back({a.time_us, ++d.step_count});
-      } else if (phase == "forward" || phase == "backward" || phase == "optimizer") {
-        if (a.stage == "START") open_phases[phase].push_back(a.time_us);
-        auto it = open_phases.find(phase);
-        if (a.stage == "END" && it != open_phases.end() && !it->second.empty()) {
-          d.phases.push_back({phase, it->second.back(), a.time_us});
-          it->second.pop_back();
-        }
-      }
-      continue;
+      continue;  // the phases themselves: from the analysis below
     }
     if (a.stage == "START") {
       open[a.name].push_back(a.time_us);
@@ -239,9 +241,20 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
       kept.push_back(d.steps[i * d.steps.size() / opt.max_bands]);
     d.steps = std::move(kept);
   }
-  // A phase still open at the end of the trace (a program killed mid-step) lasts to the end.
-  for (const auto& [name, starts] : open_phases)
-    for (int64_t start : starts) d.phases.push_back({name, start, std::max(start, d.x_end)});
+  // The phases as the analysis cuts them (one truth: the ledger's spans, nested phases
+  // innermost); one still open at the end of the trace (a program killed mid-step) lasts to the
+  // end. A span's end is exclusive; the strip's is the last microsecond inside.
+  const analysis::Phases ph(s);
+  if (ph.automatic()) {
+    for (const auto& sp : ph.spans()) {
+      const auto name = analysis::phase_name(sp.phase);
+      if (std::find(kStripPhases.begin(), kStripPhases.end(), name) == kStripPhases.end())
+        continue;
+      const int64_t end = sp.end_us == analysis::kTimeMax ? std::max(sp.begin_us, d.x_end)
+                                                          : sp.end_us - 1;
+      d.phases.push_back({std::string(name), sp.begin_us, end});
+    }
+  }
   std::sort(d.phases.begin(), d.phases.end(),
             [](const Phase& a, const Phase& b) { return a.start < b.start; });
   d.phase_count = d.phases.size();

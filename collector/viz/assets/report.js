@@ -12,10 +12,11 @@
     parameter: ['#4e79a7', 'parameter'], gradient: ['#f28e2b', 'gradient'],
     optimizer_state: ['#59a14f', 'optimizer state'], activation: ['#e15759', 'activation'],
     temporary: ['#edc948', 'temporary'], input: ['#76b7b2', 'input'], autograd: ['#b07aa1', 'autograd'],
+    program: ['#ff9da7', "program's own"], parameter_unsharded: ['#a0cbe8', 'parameter (unsharded)'],
     unknown: ['#9c755f', 'unknown'], library: ['#8c8c8c', 'other libraries'],
     cache: ['#d9d4cf', "cached, free in PyTorch's cache"],
   };
-  const PHASE = { forward: '#2b8cbe', backward: '#e6550d', optimizer: '#31a354' };
+  const PHASE = { forward: '#2b8cbe', loss: '#9e9ac8', backward: '#e6550d', optimizer: '#31a354', zero_grad: '#969696' };
   const data = JSON.parse(document.getElementById('cumemtrace-data').textContent);
   const app = document.getElementById('app');
   const charts = [];
@@ -279,7 +280,7 @@
     // The automatic phases' legend: the strip above the plot and the step boundaries.
     if (dev.phases.length || dev.steps.length) {
       const pl = el('div', { class: 'legend phases', 'data-device': dev.device });
-      for (const name of ['forward', 'backward', 'optimizer'])
+      for (const name of ['forward', 'loss', 'backward', 'optimizer', 'zero_grad'])
         if (dev.phases.some((p) => p[2] === name)) pl.append(el('span', { 'data-phase': name }, el('i', { style: 'background:' + PHASE[name] }), name));
       if (dev.steps.length) pl.append(el('span', { 'data-phase': 'step' }, el('i', { class: 'step' }), 'step boundary (' + plural(dev.step_count, 'step') + ')'));
       parent.append(pl);
