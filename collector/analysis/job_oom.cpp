@@ -38,9 +38,9 @@ std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
     j.ooms += in[i].ooms->size();
     ++j.processes_with_oom;
     for (const OomVerdict& v : *in[i].ooms) {
-      const bool earlier = !first || v.time_us < first->time_us ||
-                           (v.time_us == first->time_us &&
-                            order_key(in[i]) < order_key(in[*first_input]));
+      const bool earlier =
+          !first || v.time_us < first->time_us ||
+          (v.time_us == first->time_us && order_key(in[i]) < order_key(in[*first_input]));
       if (earlier) first = &v, first_input = i;
     }
   }
@@ -94,20 +94,21 @@ std::vector<std::string> job_oom_lines(const JobOom& j) {
   if (j.ooms > 1)
     more = fmt::format(" (the first of {} in {})", plural(j.ooms, "OOM"),
                        plural(j.processes_with_oom, "process"));
-  out.push_back(fmt::format("first OOM of the job{}: {} (pid {}) on cuda:{} at {} since the job's "
-                            "start: {}",
-                            more, j.name, j.pid, j.oom.device, format_time(j.since_start_us, 0),
-                            oom_verdict_line(j.oom)));
-  out.push_back(fmt::format("  the request: {} at {}", snap::format_bytes(j.oom.requested),
-                            j.site));
+  out.push_back(
+      fmt::format("first OOM of the job{}: {} (pid {}) on cuda:{} at {} since the job's "
+                  "start: {}",
+                  more, j.name, j.pid, j.oom.device, format_time(j.since_start_us, 0),
+                  oom_verdict_line(j.oom)));
+  out.push_back(
+      fmt::format("  the request: {} at {}", snap::format_bytes(j.oom.requested), j.site));
   if (!j.others.empty()) out.push_back("  the other processes then:");
   for (const HeldAtOom& h : j.others) {
     if (!h.started) {
       out.push_back(fmt::format("    {} cuda:{}: not started yet", h.name, h.device));
       continue;
     }
-    std::string line = fmt::format("    {} cuda:{}: held {}", h.name, h.device,
-                                   snap::format_bytes(h.bytes));
+    std::string line =
+        fmt::format("    {} cuda:{}: held {}", h.name, h.device, snap::format_bytes(h.bytes));
     if (h.reserved)
       line += fmt::format(" (PyTorch allocated {}, reserved {})", snap::format_bytes(*h.allocated),
                           snap::format_bytes(*h.reserved));

@@ -5,9 +5,9 @@
 // agree), with its verdict (oom_verdict.h), the failing request's line, and what every other
 // process held at that moment on each device it used: the tracked bytes live then (model.h
 // DeviceReplay::bytes_after, the report's peak measure) and PyTorch's allocated and reserved where
-// the device has them (a process's end is not in its snapshot beyond its last event, so what it held
-last counts until then); a process that had not started yet then says so.
-// Ties (the same microsecond) go to the lower rank, then the file name. `run` prints it after the
+// the device has them. A snapshot does not say when its process ended beyond its last event, so
+// what a process held last counts until the OOM; one that started after the OOM says so. Ties
+// (the same microsecond) go to the lower rank, then the file name. `run` prints it after the
 // job's line; `report DIR` before its rank table (rank_table.h holds it for every view).
 #pragma once
 
@@ -35,8 +35,8 @@ struct HeldAtOom {
   std::string file;
   std::string name;  // rank_table.h process_name
   int device = 0;
-  bool started = true;  // false: the process started after the OOM's moment
-  uint64_t bytes = 0;   // tracked bytes live then
+  bool started = true;                          // false: the process started after the OOM's moment
+  uint64_t bytes = 0;                           // tracked bytes live then
   std::optional<uint64_t> allocated, reserved;  // PyTorch's, where the device has them
 };
 

@@ -213,7 +213,8 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
   std::map<std::pair<std::string, int>, size_t> claims;
   for (size_t i : order) {
     const RankIdentity id = rank_identity(*inputs[i].snapshot);
-    if (!id.job.empty() && std::find(table.jobs.begin(), table.jobs.end(), id.job) == table.jobs.end())
+    if (!id.job.empty() &&
+        std::find(table.jobs.begin(), table.jobs.end(), id.job) == table.jobs.end())
       table.jobs.push_back(id.job);
     if (id.known() && ++claims[{id.job, id.rank}] == 2) table.repeated_ranks.push_back(id.rank);
   }
@@ -352,9 +353,8 @@ void print_rank_table_text(const RankTable& t, size_t top, std::ostream& out) {
   }
   // Besides the compared columns: the OOMs on each device (when the job had any) and what was
   // live at the end, neither with a median.
-  const bool any_oom = std::any_of(t.rows.begin(), t.rows.end(), [](const RankRow& r) {
-    return r.ooms > 0;
-  });
+  const bool any_oom =
+      std::any_of(t.rows.begin(), t.rows.end(), [](const RankRow& r) { return r.ooms > 0; });
   size_t name_w = std::string_view("process").size();
   for (const auto& p : t.processes) name_w = std::max(name_w, p.name.size());
   out << fmt::format("\nProcesses, each device at its own peak (* = {}):\n", rule);

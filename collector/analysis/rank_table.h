@@ -101,9 +101,9 @@ struct RankTable {
   std::vector<RankRow> rows;  // by process (rank order), then slot
   // Per slot: the median of each column (nullopt where fewer than two rows have it).
   std::vector<std::vector<std::optional<uint64_t>>> medians;
-  std::optional<JobOom> first_oom;   // the job's first OOM (job_oom.h; inputs are processes)
-  std::vector<std::string> jobs;     // distinct job ids, in row order; empty when none is known
-  std::vector<int> repeated_ranks;   // ranks that more than one process of one job id claims
+  std::optional<JobOom> first_oom;  // the job's first OOM (job_oom.h; inputs are processes)
+  std::vector<std::string> jobs;    // distinct job ids, in row order; empty when none is known
+  std::vector<int> repeated_ranks;  // ranks that more than one process of one job id claims
 };
 
 RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThresholds& t);

@@ -338,10 +338,9 @@ TEST_CASE("rank table: two jobs in one folder are said and told apart", "[ranks]
   CHECK(two.table.repeated_ranks.empty());
   std::vector<std::string> names;
   for (const auto& r : two.table.rows) names.push_back(two.table.processes[r.process].name);
-  CHECK(names == std::vector<std::string>{"rank 0/2 (local 0) on ci [job a]",
-                                          "rank 1/2 (local 1) on ci [job a]",
-                                          "rank 0/2 (local 0) on ci [job b]",
-                                          "rank 1/2 (local 1) on ci [job b]"});
+  CHECK(names == std::vector<std::string>{
+                     "rank 0/2 (local 0) on ci [job a]", "rank 1/2 (local 1) on ci [job a]",
+                     "rank 0/2 (local 0) on ci [job b]", "rank 1/2 (local 1) on ci [job b]"});
   std::ostringstream text;
   print_rank_table_text(two.table, 10, text);
   CHECK(text.str().find("\nThis folder holds 2 jobs (a, b); each process is named with its "
