@@ -88,7 +88,7 @@ std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
   return j;
 }
 
-std::vector<std::string> job_oom_lines(const JobOom& j) {
+std::vector<std::string> job_oom_lines(const JobOom& j, size_t top) {
   std::vector<std::string> out;
   std::string more;
   if (j.ooms > 1)
@@ -101,8 +101,23 @@ std::vector<std::string> job_oom_lines(const JobOom& j) {
                   oom_verdict_line(j.oom)));
   out.push_back(
       fmt::format("  the request: {} at {}", snap::format_bytes(j.oom.requested), j.site));
-  if (!j.others.empty()) out.push_back("  the other processes then:");
-  for (const HeldAtOom& h : j.others) {
+  // A large job: the `top` rows that held most, largest first; every one is in the JSON.
+  std::vector<const HeldAtOom*> shown;
+  for (const HeldAtOom& h : j.others) shown.push_back(&h);
+  if (shown.size() > top) {
+    std::stable_sort(shown.begin(), shown.end(),
+                     [](const HeldAtOom* a, const HeldAtOom* b) { return a->bytes > b->bytes; });
+    uint64_t rest = 0;
+    for (size_t i = top; i < shown.size(); ++i) rest += shown[i]->bytes;
+    out.push_back(fmt::format(
+        "  the other processes then (the {} that held most of {}; the rest held {} in total):", top,
+        shown.size(), snap::format_bytes(rest)));
+    shown.resize(top);
+  } else if (!shown.empty()) {
+    out.push_back("  the other processes then:");
+  }
+  for (const HeldAtOom* hp : shown) {
+    const HeldAtOom& h = *hp;
     if (!h.started) {
       out.push_back(fmt::format("    {} cuda:{}: not started yet", h.name, h.device));
       continue;

@@ -58,8 +58,9 @@ std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in);
 
 // The lines `run` and `report DIR` print, without a prefix: "first OOM of the job: rank 2/4 ...
 // (pid 7) on cuda:0 at +0.052000 s: exhaustion: ...", "  the request: at main (x.py:3)", one
-// "  the other processes then: ..." line per other process and device.
-std::vector<std::string> job_oom_lines(const JobOom& j);
+// "  the other processes then: ..." line per other process and device; beyond `top` of those, the
+// `top` that held most, largest first, and what the rest held in total.
+std::vector<std::string> job_oom_lines(const JobOom& j, size_t top);
 
 nlohmann::json job_oom_json(const JobOom& j);
 

@@ -345,7 +345,7 @@ void print_rank_table_text(const RankTable& t, size_t top, std::ostream& out) {
   if (t.first_oom) {
     out << '\n';
     bool head = true;
-    for (std::string line : job_oom_lines(*t.first_oom)) {
+    for (std::string line : job_oom_lines(*t.first_oom, top)) {
       if (head && !line.empty()) line[0] = 'F';  // "first OOM of the job" starts a paragraph
       head = false;
       out << line << '\n';

@@ -214,7 +214,7 @@ void print_job_oom(const std::vector<collect::WrittenSnapshot>& written) {
   }
   const auto first = analysis::first_job_oom(in);
   if (!first) return;
-  for (const std::string& line : analysis::job_oom_lines(*first))
+  for (const std::string& line : analysis::job_oom_lines(*first, 10))
     fmt::print(stderr, "cumemtrace: {}\n", line);
 }
 

@@ -360,3 +360,36 @@ TEST_CASE("rank table: two jobs in one folder are said and told apart", "[ranks]
   CHECK(single_text.str().find("folder") == std::string::npos);
   CHECK(single.table.processes[0].name == "rank 0/2 (local 0) on ci");
 }
+
+TEST_CASE("the job's first OOM in a large job: the processes that held most", "[ranks][oom]") {
+  // Rank 3 runs out of memory; the others hold 10, 30 and 20 MiB. With room for two lines: ranks
+  // 1 and 2, largest first, and the rest's total.
+  std::vector<snap::Snapshot> snaps;
+  const uint64_t held[] = {10, 30, 20};
+  for (int r = 0; r < 4; ++r) {
+    testing::SnapshotBuilder b(1);
+    make_rank(b, r, 4);
+    const auto s = b.site("step", "train.py", 9);
+    if (r < 3) b.alloc(0x10000000, held[r] * MiB, s);
+    if (r == 3) {
+      b.alloc(0x10000000, MiB, s);
+      b.alloc(0x20000000, MiB, s);  // after the others' allocations: its OOM is the last entry
+      b.oom(1024 * MiB, s);
+    }
+    snaps.push_back(b.finish());
+  }
+  Job job(std::move(snaps));
+  REQUIRE(job.table.first_oom);
+  const auto lines = job_oom_lines(*job.table.first_oom, 2);
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[2] ==
+        "  the other processes then (the 2 that held most of 3; the rest held "
+        "10.0 MiB in total):");
+  CHECK(lines[3] == "    rank 1/4 (local 1) on ci cuda:0: held 30.0 MiB");
+  CHECK(lines[4] == "    rank 2/4 (local 2) on ci cuda:0: held 20.0 MiB");
+  // Room for all: rank order.
+  const auto all = job_oom_lines(*job.table.first_oom, 10);
+  REQUIRE(all.size() == 6);
+  CHECK(all[2] == "  the other processes then:");
+  CHECK(all[3] == "    rank 0/4 (local 0) on ci cuda:0: held 10.0 MiB");
+}
