@@ -42,7 +42,7 @@ def main():
     try:
         while True:
             blocks.append(torch.empty(256 * MiB, dtype=torch.uint8, device="cuda"))  # THE OOM
-    except torch.OutOfMemoryError:
+    except torch.cuda.OutOfMemoryError:
         counters(out, rank, blocks=len(blocks), requested=256 * MiB)
         raise
 
