@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -208,15 +209,18 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
     return std::make_tuple(id.job.empty(), id.job, !id.known(), id.rank, pid, inputs[i].file);
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
-  // Two jobs in one folder: their ids, and a rank claimed twice within one id (two runs of a job
-  // without an id, or with the same one).
-  std::map<std::pair<std::string, int>, size_t> claims;
+  // Two jobs in one folder: their ids, and a rank claimed by two processes within one id (two
+  // runs of a job without an id, or with the same one). One process's images (exec) are one.
+  std::map<std::pair<std::string, int>, std::set<int>> claims;
   for (size_t i : order) {
     const RankIdentity id = rank_identity(*inputs[i].snapshot);
     if (!id.job.empty() &&
         std::find(table.jobs.begin(), table.jobs.end(), id.job) == table.jobs.end())
       table.jobs.push_back(id.job);
-    if (id.known() && ++claims[{id.job, id.rank}] == 2) table.repeated_ranks.push_back(id.rank);
+    const int pid = inputs[i].snapshot->tool ? inputs[i].snapshot->tool->pid : 0;
+    auto& pids = claims[{id.job, id.rank}];
+    if (id.known() && pids.insert(pid).second && pids.size() == 2)
+      table.repeated_ranks.push_back(id.rank);
   }
   std::sort(table.repeated_ranks.begin(), table.repeated_ranks.end());
   table.repeated_ranks.erase(std::unique(table.repeated_ranks.begin(), table.repeated_ranks.end()),

@@ -12,10 +12,10 @@
 //    when it was killed); the table holds the job's first OOM (job_oom.h) when any process had one.
 //  - rows are named by rank_identity.h (rank, else pid) and sorted by job (rank_identity.h's job
 //    id), then rank, then pid. Processes of several jobs in one folder (two jobs' id, or one rank
-//    twice) are said: `jobs` lists the job ids, `repeated_ranks` the ranks seen more than once
-//    within one job id; with several jobs each name ends in its job ("[job ID]"). A process's
-//    devices are numbered most memory first (its "slot", model.h's pairing_order): rank 0's
-//    cuda:0 and rank 1's cuda:1 are both slot 0, also where rank 1 touched cuda:0 too (NCCL's
+//    claimed by two pids) are said: `jobs` lists the job ids, `repeated_ranks` the ranks seen more
+//    than once within one job id; with several jobs each name ends in its job ("[job ID]"). A
+//    process's devices are numbered most memory first (its "slot", model.h's pairing_order): rank
+//    0's cuda:0 and rank 1's cuda:1 are both slot 0, also where rank 1 touched cuda:0 too (NCCL's
 //    start-up context), and only rows of one slot are compared (diff.h pairs the same way).
 //  - per slot and column the median is the lower median of the rows that have the column (an
 //    actual row's value); the median row of a slot is the one whose peak is that median (the

@@ -345,14 +345,19 @@ TEST_CASE("rank table: two jobs in one folder are said and told apart", "[ranks]
   print_rank_table_text(two.table, 10, text);
   CHECK(text.str().find("\nThis folder holds 2 jobs (a, b); each process is named with its "
                         "job.\n") != std::string::npos);
-  // No ids, but rank 0 twice: two runs share the folder.
-  Job runs({one(0, ""), one(1, ""), one(0, "")});
+  // No ids, but rank 0 twice (two processes): two runs share the folder.
+  auto again = one(0, "");
+  again.tool->pid = 900;
+  Job runs({one(0, ""), one(1, ""), std::move(again)});
   CHECK(runs.table.jobs.empty());
   CHECK(runs.table.repeated_ranks == std::vector<int>{0});
   std::ostringstream runs_text;
   print_rank_table_text(runs.table, 10, runs_text);
   CHECK(runs_text.str().find("\nRank 0 is claimed by more than one process of one job: two runs "
                              "share this folder") != std::string::npos);
+  // One process's two images (it exec'd): one claim.
+  Job images({one(0, ""), one(0, ""), one(1, "")});
+  CHECK(images.table.repeated_ranks.empty());
   // One job: nothing said, names unchanged.
   Job single({one(0, "a"), one(1, "a")});
   std::ostringstream single_text;
