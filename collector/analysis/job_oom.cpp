@@ -27,6 +27,12 @@ std::tuple<bool, int, int, std::string> order_key(const JobOomInput& in) {
 
 }  // namespace
 
+std::shared_ptr<const snap::Snapshot> full_snapshot(const snap::Snapshot* s,
+                                                    const SnapshotLoader& load) {
+  if (!load) return std::shared_ptr<const snap::Snapshot>(s, [](const snap::Snapshot*) {});
+  return std::make_shared<const snap::Snapshot>(load());
+}
+
 std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
   std::optional<size_t> first_input;
   const OomVerdict* first = nullptr;
@@ -51,7 +57,10 @@ std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
   j.name = process_name(s);
   j.pid = s.tool ? s.tool->pid : 0;
   j.oom = *first;
-  j.site = SiteTable(s).site(first->stack);
+  {
+    const auto full = full_snapshot(&s, in[j.input].load);
+    j.site = SiteTable(*full).site(first->stack);
+  }
   j.since_start_us = first->time_us - job_start;
 
   std::vector<size_t> order;
@@ -61,7 +70,8 @@ std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
                    [&](size_t a, size_t b) { return order_key(in[a]) < order_key(in[b]); });
   const int64_t t = first->time_us;
   for (size_t i : order) {
-    const snap::Snapshot& o = *in[i].snapshot;
+    const auto full = full_snapshot(in[i].snapshot, in[i].load);
+    const snap::Snapshot& o = *full;
     const bool started = time_origin(o) <= t;
     const int n = device_count(o);
     for (int d = 0; d < n; ++d) {

@@ -7,12 +7,16 @@
 // DeviceReplay::bytes_after, the report's peak measure) and PyTorch's allocated and reserved where
 // the device has them. A snapshot does not say when its process ended beyond its last event, so
 // what a process held last counts until the OOM; one that started after the OOM says so. Ties
-// (the same microsecond) go to the lower rank, then the file name. `run` prints it after the
-// job's line; `report DIR` before its rank table (rank_table.h holds it for every view).
+// (the same microsecond) go to the lower rank, then the file name. The full snapshots it needs
+// (the OOM's process for its line, every other one for what it held) are read one at a time. `run`
+// prints it after the job's line; `report DIR` before its rank table (rank_table.h holds it for
+// every view).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,10 +28,20 @@
 
 namespace cumemtrace::analysis {
 
+// Reads a process's full snapshot again, for a view over many processes that kept only each one's
+// tool section in memory (`report DIR`: a job of 1,024 ranks is 20 GB of snapshots). Throws
+// snap::ReadError when the file cannot be read any more.
+using SnapshotLoader = std::function<snap::Snapshot()>;
+
+// `s` itself when `load` is empty, else the snapshot `load` reads (owned by the pointer).
+std::shared_ptr<const snap::Snapshot> full_snapshot(const snap::Snapshot* s,
+                                                    const SnapshotLoader& load);
+
 struct JobOomInput {
   std::string file;
-  const snap::Snapshot* snapshot = nullptr;
+  const snap::Snapshot* snapshot = nullptr;       // full, or with `load` its tool section alone
   const std::vector<OomVerdict>* ooms = nullptr;  // oom_verdicts(snapshot); null: none
+  SnapshotLoader load;                            // empty: `snapshot` is the full one
 };
 
 struct HeldAtOom {

@@ -89,10 +89,10 @@ uint64_t measured(const DeviceReplay& rp, size_t column, std::ptrdiff_t index) {
   return rp.bytes_after(index);
 }
 
-std::optional<Divergence> find_divergence(const RankInput& a, int dev_a, const RankInput& b,
-                                          int dev_b, size_t column, bool above,
-                                          const RankThresholds& t) {
-  const DeviceReplay ra(*a.snapshot, dev_a), rb(*b.snapshot, dev_b);
+std::optional<Divergence> find_divergence(const snap::Snapshot& a, int dev_a,
+                                          const snap::Snapshot& b, int dev_b, size_t column,
+                                          bool above, const RankThresholds& t) {
+  const DeviceReplay ra(a, dev_a), rb(b, dev_b);
   // Only a difference the same way as the flagged one counts (a rank that holds more is not
   // "diverging" where it merely started later).
   auto apart = [&](uint64_t v, uint64_t median) {
@@ -100,7 +100,7 @@ std::optional<Divergence> find_divergence(const RankInput& a, int dev_a, const R
   };
   Divergence d;
   d.measure = kColumnNames[column];
-  const int64_t oa = time_origin(*a.snapshot), ob = time_origin(*b.snapshot);
+  const int64_t oa = time_origin(a), ob = time_origin(b);
   auto at = [&](int64_t since_start, std::optional<int> step) -> bool {
     const std::ptrdiff_t ia = ra.index_at_time(oa + since_start);
     const uint64_t va = measured(ra, column, ia);
@@ -114,7 +114,7 @@ std::optional<Divergence> find_divergence(const RankInput& a, int dev_a, const R
     return true;
   };
   // Automatic steps: compare the ends of the same step (its last microsecond, as check does).
-  const Phases pa(*a.snapshot), pb(*b.snapshot);
+  const Phases pa(a), pb(b);
   if (pa.training() && pb.training()) {
     const auto& sa = pa.steps();
     const auto& sb = pb.steps();
@@ -269,12 +269,14 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
   }
 
   std::vector<JobOomInput> ooms;
-  for (const auto& in : inputs) ooms.push_back({in.file, in.snapshot, &in.report->ooms});
+  for (const auto& in : inputs) ooms.push_back({in.file, in.snapshot, &in.report->ooms, in.load});
   table.first_oom = first_job_oom(ooms);
 
   size_t slots = 0;
   for (const auto& r : table.rows) slots = std::max(slots, r.slot + 1);
   table.medians.assign(slots, std::vector<std::optional<uint64_t>>(table.columns.size()));
+  std::shared_ptr<const snap::Snapshot> median_full;  // the median row's, while it is compared
+  size_t median_full_row = 0;
   for (size_t s = 0; s < slots; ++s) {
     std::vector<size_t> members;
     for (size_t i = 0; i < table.rows.size(); ++i)
@@ -312,7 +314,13 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
       const RowSource& a = sources[i];
       const RowSource& b = sources[median_row];
       const bool above = *row.values[measure] > *table.medians[s][measure];
-      row.divergence = find_divergence(*a.input, row.device, *b.input,
+      // The two full snapshots, read again where the inputs kept only their tool sections.
+      if (!median_full || median_full_row != median_row) {
+        median_full = full_snapshot(b.input->snapshot, b.input->load);
+        median_full_row = median_row;
+      }
+      const auto row_full = full_snapshot(a.input->snapshot, a.input->load);
+      row.divergence = find_divergence(*row_full, row.device, *median_full,
                                        table.rows[median_row].device, measure, above, t);
       row.lines = site_changes(*a.device, *b.device);
     }

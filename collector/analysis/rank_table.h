@@ -52,11 +52,15 @@ struct RankThresholds {
   uint64_t bytes = 64ull << 20;  // and more than this many bytes
 };
 
-// One snapshot with its single-file report (build_report).
+// One snapshot with its single-file report (build_report). With `load`, `snapshot` may hold the
+// tool section alone: the table is built from the reports, and the full snapshot is read again
+// only for a flagged row and its median row (where it diverges) and for the job's first OOM
+// (job_oom.h), so that many processes need not all be in memory; the table is the same.
 struct RankInput {
   std::string file;
   const snap::Snapshot* snapshot = nullptr;
   const Report* report = nullptr;
+  SnapshotLoader load;  // empty: `snapshot` is the full one
 };
 
 struct SiteChange {

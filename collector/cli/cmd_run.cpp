@@ -210,7 +210,7 @@ void print_job_oom(const std::vector<collect::WrittenSnapshot>& written) {
       const analysis::SiteTable sites(s);
       verdicts[i] = analysis::oom_verdicts(s, sites);
     }
-    in.push_back({written[i].path, &s, &verdicts[i]});
+    in.push_back({written[i].path, &s, &verdicts[i], {}});
   }
   const auto first = analysis::first_job_oom(in);
   if (!first) return;

@@ -67,7 +67,30 @@ struct Job {
       sites.push_back(std::make_unique<SiteTable>(snaps[i]));
       reports.push_back(build_report(snaps[i], *sites[i], rank_file(i)));
     }
-    for (size_t i = 0; i < snaps.size(); ++i) in.push_back({rank_file(i), &snaps[i], &reports[i]});
+    for (size_t i = 0; i < snaps.size(); ++i)
+      in.push_back({rank_file(i), &snaps[i], &reports[i], {}});
+    table = build_rank_table(in, t);
+  }
+};
+
+// The same job as `report DIR` holds it: each input's tool section alone, the full snapshot read
+// again through `load` (counted) where the table needs it.
+struct LightJob {
+  std::vector<snap::Snapshot> tools;
+  size_t loads = 0;
+  RankTable table;
+  explicit LightJob(Job& full, RankThresholds t = {}) {
+    for (const auto& s : full.snaps) {
+      snap::Snapshot light;
+      light.tool = s.tool;
+      tools.push_back(std::move(light));
+    }
+    std::vector<RankInput> in;
+    for (size_t i = 0; i < tools.size(); ++i)
+      in.push_back({rank_file(i), &tools[i], &full.reports[i], [this, &full, i] {
+                      ++loads;
+                      return full.snaps[i];
+                    }});
     table = build_rank_table(in, t);
   }
 };
@@ -397,4 +420,31 @@ TEST_CASE("the job's first OOM in a large job: the processes that held most", "[
   REQUIRE(all.size() == 6);
   CHECK(all[2] == "  the other processes then:");
   CHECK(all[3] == "    rank 0/4 (local 0) on ci cuda:0: held 10.0 MiB");
+}
+
+TEST_CASE("rank table: the same from tool sections, reading snapshots only where shown in detail",
+          "[ranks]") {
+  // The skewed rank: its snapshot and the median rank's, for where it diverges; no other.
+  Job skew({ranked(2, 0), ranked(1, 80 * MiB), ranked(0, 0)});
+  LightJob light(skew);
+  CHECK(rank_table_json(light.table, 10) == rank_table_json(skew.table, 10));
+  CHECK(light.loads == 2);
+  // Nothing flagged: none.
+  Job calm({ranked(0, 0), ranked(1, 0), ranked(2, 0)});
+  LightJob calm_light(calm);
+  CHECK(rank_table_json(calm_light.table, 10) == rank_table_json(calm.table, 10));
+  CHECK(calm_light.loads == 0);
+  // A job's OOM: the OOM's process (its line) and every other (what it held then).
+  testing::SnapshotBuilder b0(1), b1(1);
+  make_rank(b0, 0, 2);
+  make_rank(b1, 1, 2);
+  b0.alloc(0x10000000, 190 * MiB, b0.site("grow", "train.py", 7));  // not flagged: 10 MiB apart
+  b1.alloc(0x10000000, 200 * MiB, b1.site("load", "train.py", 3));
+  b1.oom(1024 * MiB, b1.site("big", "train.py", 12));
+  Job oom({b0.finish(), b1.finish()});
+  for (const auto& r : oom.table.rows) CHECK(r.flagged.empty());
+  LightJob oom_light(oom);
+  CHECK(rank_table_json(oom_light.table, 10) == rank_table_json(oom.table, 10));
+  CHECK(oom_light.table.first_oom->site == "big (train.py:12)");
+  CHECK(oom_light.loads == 2);
 }
