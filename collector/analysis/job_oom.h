@@ -41,7 +41,7 @@ struct JobOomInput {
   std::string file;
   const snap::Snapshot* snapshot = nullptr;       // full, or with `load` its tool section alone
   const std::vector<OomVerdict>* ooms = nullptr;  // oom_verdicts(snapshot); null: none
-  SnapshotLoader load;                            // empty: `snapshot` is the full one
+  SnapshotLoader load = {};                       // empty: `snapshot` is the full one
 };
 
 struct HeldAtOom {

@@ -60,7 +60,7 @@ struct RankInput {
   std::string file;
   const snap::Snapshot* snapshot = nullptr;
   const Report* report = nullptr;
-  SnapshotLoader load;  // empty: `snapshot` is the full one
+  SnapshotLoader load = {};  // empty: `snapshot` is the full one
 };
 
 struct SiteChange {
