@@ -477,6 +477,9 @@ TEST_CASE("whatif on PyTorch's own 2.11 snapshot reproduces its segment events a
   CHECK_FALSE(rec.first_failing_request);
   // The allocated peak is PyTorch's max_memory_allocated(): the model counts blocks.
   CHECK(rec.allocated_peak_bytes == facts["max_memory_allocated"].get<uint64_t>());
+  // Fragmentation at the reserved peak is PyTorch's inactive_split_bytes: 14 MiB of the 54 MiB
+  // cached then; the rest lies in wholly free segments, which empty_cache() would return.
+  CHECK(rec.fragmentation_bytes == 14'633'984);
   // The last 1,500 entries only: a trace that starts late is refused.
   const auto tail = snap::read_snapshot_any(testing::kTorchLast1500);
   CHECK_THROWS_AS(replay_whatif(tail, o), CannotReplay);
