@@ -159,6 +159,9 @@ void add_report_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--full-names", o->report.full_names,
                 "Show C++ function names as recorded (default: argument and template lists "
                 "folded to (...) and <...>)");
+  cmd->add_flag("--small-lines", o->report.small_lines,
+                "PyTorch ledger: also list the (site, category) lines under 1 KiB (left out by "
+                "default; the per-category sums always count them)");
   cmd->add_option("--range", o->report.range,
                   "Also evaluate the window of the START..END annotation pair NAME (its last "
                   "occurrence): peak and allocations still live at END")

@@ -1,8 +1,9 @@
 // `cumemtrace whatif SNAPSHOT [--alloc-conf CONF]... [--budget SIZE] [--sweep] [--needs]`:
 // PyTorch's caching allocator
 // replayed from the recorded requests under the run's configuration and others
-// (analysis/whatif.h). Exit 0 with the table; 2 for an unreadable file, a configuration PyTorch
-// would refuse, or a trace the model cannot replay (one line saying why: no prediction is made).
+// (analysis/whatif.h); --format html: the table as a self-contained page on stdout. Exit 0 with
+// the table; 2 for an unreadable file, a configuration PyTorch would refuse, or a trace the model
+// cannot replay (one line saying why: no prediction is made).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "cli/commands.h"
 #include "snapshot/size_format.h"
 #include "snapshot/snapshot_input.h"
+#include "viz/html_report.h"
 
 namespace cumemtrace::cli {
 
@@ -51,7 +53,7 @@ void add_whatif_command(CLI::App& app, int& exit_code) {
                 "For each row, the smallest budget without an OOM (bisection on the replay)");
   cmd->add_option("--format", o->format, "Output format")
       ->capture_default_str()
-      ->check(CLI::IsMember({"text", "json"}));
+      ->check(CLI::IsMember({"text", "json", "html"}));
   cmd->callback([o, &exit_code] {
     try {
       analysis::WhatIfOptions opts;
@@ -89,6 +91,8 @@ void add_whatif_command(CLI::App& app, int& exit_code) {
       const analysis::SiteTable sites(s);
       if (o->format == "json") {
         analysis::print_whatif_json(r, sites, std::cout);
+      } else if (o->format == "html") {
+        std::cout << viz::render_whatif_html(r, s, o->file.substr(o->file.rfind('/') + 1));
       } else {
         analysis::print_whatif_text(r, s, sites, o->file, std::cout);
       }

@@ -72,6 +72,8 @@ enum class Category : uint8_t {
   kAutograd,
   kUnknown,
   kLibrary,
+  kProgram,  // "program": a tensor the program made outside every phase and keeps (not an input)
+  kParameterUnsharded,  // "parameter_unsharded": FSDP2's all-gathered parameters while they live
 };
 std::string_view category_name(Category c);  // "" for kNone
 std::optional<Category> parse_category(std::string_view s);
@@ -259,8 +261,18 @@ struct ContextMemory {
 // sizes of every parameter, gradient (`.grad`) or optimizer state tensor. A walk of a role replaces
 // that role's previous walk. The collector joins them by address with the PyTorch blocks live at
 // `time_us` (analysis/categories.h).
-enum class OwnerRole : uint8_t { kParameter = 1, kGradient = 2, kOptimizerState = 3 };
-std::string_view owner_role_name(OwnerRole r);  // "parameter", "gradient", "optimizer_state"
+// kInput: the tensors passed to a root module's forward (positional and keyword arguments, one
+// level into lists, tuples and dicts), walked at its start. kParameterUnsharded: FSDP2's
+// all-gathered (unsharded) parameters, walked when a parameter group has gathered them.
+enum class OwnerRole : uint8_t {
+  kParameter = 1,
+  kGradient = 2,
+  kOptimizerState = 3,
+  kInput = 4,
+  kParameterUnsharded = 5,
+};
+// "parameter", "gradient", "optimizer_state", "input", "parameter_unsharded"
+std::string_view owner_role_name(OwnerRole r);
 std::optional<OwnerRole> parse_owner_role(std::string_view s);
 
 struct OwnerWalk {
