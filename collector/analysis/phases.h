@@ -61,7 +61,16 @@ inline constexpr std::string_view kAutogradThreadPrefix = "pt_autograd_";
 inline constexpr int64_t kTimeMin = std::numeric_limits<int64_t>::min();
 inline constexpr int64_t kTimeMax = std::numeric_limits<int64_t>::max();
 
-enum class Phase : uint8_t { kOther, kSetup, kData, kForward, kLoss, kBackward, kOptimizer, kZeroGrad };
+enum class Phase : uint8_t {
+  kOther,
+  kSetup,
+  kData,
+  kForward,
+  kLoss,
+  kBackward,
+  kOptimizer,
+  kZeroGrad
+};
 // "other" (no automatic phases), "setup", "data", "forward", "loss", "backward", "optimizer",
 // "zero_grad"
 std::string_view phase_name(Phase p);

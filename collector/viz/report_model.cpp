@@ -93,9 +93,12 @@ LiveTable make_table(const analysis::Attributed& parts, const SiteIndex& sites,
 
 // The category series, in the order they stack (report_model.h): PyTorch's tensors by category,
 // then other libraries and PyTorch's cache.
-constexpr std::array<const char*, 12> kCategorySeries = {
-    "parameter", "parameter_unsharded", "gradient", "optimizer_state", "activation", "temporary",
-    "input",     "autograd",            "program",  "unknown",         "library",    "cache"};
+constexpr std::array<const char*, 12> kCategorySeries = {"parameter",  "parameter_unsharded",
+                                                         "gradient",   "optimizer_state",
+                                                         "activation", "temporary",
+                                                         "input",      "autograd",
+                                                         "program",    "unknown",
+                                                         "library",    "cache"};
 constexpr size_t kLibrarySeries = 10;
 constexpr size_t kCacheSeries = 11;
 
@@ -247,10 +250,9 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
   if (ph.automatic()) {
     for (const auto& sp : ph.spans()) {
       const auto name = analysis::phase_name(sp.phase);
-      if (std::find(kStripPhases.begin(), kStripPhases.end(), name) == kStripPhases.end())
-        continue;
-      const int64_t end = sp.end_us == analysis::kTimeMax ? std::max(sp.begin_us, d.x_end)
-                                                          : sp.end_us - 1;
+      if (std::find(kStripPhases.begin(), kStripPhases.end(), name) == kStripPhases.end()) continue;
+      const int64_t end =
+          sp.end_us == analysis::kTimeMax ? std::max(sp.begin_us, d.x_end) : sp.end_us - 1;
       d.phases.push_back({std::string(name), sp.begin_us, end});
     }
   }
