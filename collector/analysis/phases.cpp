@@ -182,7 +182,7 @@ Phases::Phases(const snap::Snapshot& s) {
     if (c.outside) {
       if (!any_interval)
         c.span.phase = Phase::kSetup;
-      else if (after_forward)
+      else if (after_forward && next)
         c.span.phase = Phase::kLoss;
       else if (prev && prev->phase == Phase::kBackward && next && next->phase == Phase::kOptimizer)
         c.span.phase = Phase::kOptimizer;

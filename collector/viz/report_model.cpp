@@ -245,14 +245,14 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
   }
   // The phases as the analysis cuts them (one truth: the ledger's spans, nested phases
   // innermost); one still open at the end of the trace (a program killed mid-step) lasts to the
-  // end. A span's end is exclusive; the strip's is the last microsecond inside.
+  // end. The rectangles abut: each ends where the next span begins.
   const analysis::Phases ph(s);
   if (ph.automatic()) {
     for (const auto& sp : ph.spans()) {
       const auto name = analysis::phase_name(sp.phase);
       if (std::find(kStripPhases.begin(), kStripPhases.end(), name) == kStripPhases.end()) continue;
       const int64_t end =
-          sp.end_us == analysis::kTimeMax ? std::max(sp.begin_us, d.x_end) : sp.end_us - 1;
+          sp.end_us == analysis::kTimeMax ? std::max(sp.begin_us, d.x_end) : sp.end_us;
       d.phases.push_back({std::string(name), sp.begin_us, end});
     }
   }
