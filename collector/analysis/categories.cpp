@@ -43,7 +43,7 @@ void find_lives(const std::vector<snap::TraceEntry>& tr, bool all_pytorch, Devic
   auto start = [&](const snap::TraceEntry& e, std::ptrdiff_t alloc) {
     TensorLife l;
     l.addr = e.addr;
-    l.size = e.size;
+    l.size = snap::held_bytes(e);  // PyTorch's block where known
     l.stack = e.stack;
     l.alloc = alloc;
     l.alloc_us = alloc >= 0 ? e.time_us : kTimeMin;

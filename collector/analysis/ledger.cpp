@@ -102,9 +102,10 @@ std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceRepl
       const auto& e = tr[static_cast<size_t>(i)];
       const auto& l = dt.lives[static_cast<size_t>(id)];
       if (e.action == snap::Action::kAlloc)
-        t.add(sites, l.category, l.stack, static_cast<int64_t>(e.size), true);
+        t.add(sites, l.category, l.stack, static_cast<int64_t>(snap::held_bytes(e)), true);
       else if (e.action == snap::Action::kFreeCompleted)
-        t.add(sites, l.category, l.stack, wrap_sub(0, static_cast<int64_t>(e.size)), false);
+        t.add(sites, l.category, l.stack, wrap_sub(0, static_cast<int64_t>(snap::held_bytes(e))),
+              false);
     }
     p.added_by_category = t.categories();
     p.added_by_site = t.sites();

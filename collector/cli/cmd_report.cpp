@@ -16,6 +16,7 @@
 #include "analysis/breakdown_format.h"
 #include "analysis/rank_table.h"
 #include "analysis/report.h"
+#include "analysis/whatif.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/intervals_report.h"
@@ -111,6 +112,7 @@ int report_one(const Opts& o) {
   snap::Snapshot s;
   try {
     s = snap::read_snapshot_any(o.files.front());
+    analysis::label_block_sizes(s);  // PyTorch's block bytes in every view
   } catch (const snap::ReadError& e) {
     std::cerr << "cumemtrace report: " << e.what() << '\n';
     return 2;

@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <map>
+#include <numeric>
 #include <set>
 #include <unordered_map>
 
@@ -335,6 +336,13 @@ struct SeriesOf {
   }
 };
 
+// PyTorch's own files: the units are its tensors, its segments the reserved layer; the cache is
+// what is reserved beyond them, drawn as its own band on top.
+bool reserved_cache(const analysis::DeviceReplay& rp) {
+  return !rp.splits_tensors() && rp.flavor() == analysis::Flavor::kTorch &&
+         rp.timeline().has_reserved && !rp.timeline().pool_layer;
+}
+
 // Pass 1: byte-time per site, for choosing the series (by their own peak when nothing spans
 // time); fills d.series.
 SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const SiteIndex& sites,
@@ -345,7 +353,18 @@ SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const 
   std::vector<int64_t> site_since(nsites, d.x_begin);
   std::vector<double> site_area(nsites, 0.0);
   std::vector<uint64_t> site_max(nsites, 0);
-  for (const auto& b : rp.start_live()) site_live[static_cast<size_t>(sites.site(b))] += b.size;
+  // Where PyTorch's segments are split, its tensors are what is stacked (never a segment at the
+  // line of the tensor that made it grow); other libraries' allocations as they are.
+  const bool split = rp.splits_tensors();
+  if (!d.by_category) {
+    if (split) {
+      analysis::DeviceReplay::Cursor start(rp);
+      for (const auto& a : start.attributed().allocations)
+        site_live[static_cast<size_t>(sites.site(a))] += a.size;
+    } else {
+      for (const auto& b : rp.start_live()) site_live[static_cast<size_t>(sites.site(b))] += b.size;
+    }
+  }
   for (size_t i = 0; i < nsites; ++i) site_max[i] = site_live[i];
   auto touch = [&](int site, int64_t x, int64_t delta) {
     const auto k = static_cast<size_t>(site);
@@ -359,6 +378,12 @@ SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const 
     while (c.step()) {
       const int64_t x = x_of(d, tr, c.index());
       for (const auto& ch : c.changes()) {
+        if (split && ch.unit.pytorch) continue;
+        const auto size = static_cast<int64_t>(ch.unit.size);
+        touch(sites.site(ch.unit), x, ch.added ? size : -size);
+      }
+      if (!split) continue;
+      for (const auto& ch : c.tensor_changes()) {
         const auto size = static_cast<int64_t>(ch.unit.size);
         touch(sites.site(ch.unit), x, ch.added ? size : -size);
       }
@@ -383,16 +408,19 @@ SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const 
   }
   if (ranked.size() > shown) d.series.push_back("other");
   if (d.by_category) d.series.assign(kCategorySeries.begin(), kCategorySeries.end());
+  d.cache_series = split || reserved_cache(rp);
+  if (d.cache_series && !d.by_category) d.series.push_back("cache");
   return series;
 }
 
-// The bytes live in each series as the replay steps. By category where PyTorch's segments are
-// split: its segments' bytes count as its tensors (by their categories) and the rest as its cache.
+// The bytes live in each series as the replay steps. Where PyTorch's segments are split, its
+// segments' bytes count as its tensors (by their categories or sites) and the rest as its cache.
 class SeriesLive {
  public:
   SeriesLive(const ReportDevice& d, const analysis::DeviceReplay& rp, const SeriesOf& series)
       : series_(series),
-        split_(d.by_category && rp.splits_tensors()),
+        split_(rp.splits_tensors()),
+        cache_(d.by_category ? kCacheSeries : d.series.size() - 1),
         live_(std::max<size_t>(d.series.size(), 1), 0) {
     if (split_) {
       analysis::DeviceReplay::Cursor start(rp);
@@ -431,41 +459,49 @@ class SeriesLive {
 
  private:
   void update_cache() {
-    if (split_)
-      live_[kCacheSeries] = segment_bytes_ > tensor_bytes_ ? segment_bytes_ - tensor_bytes_ : 0;
+    if (split_) live_[cache_] = segment_bytes_ > tensor_bytes_ ? segment_bytes_ - tensor_bytes_ : 0;
   }
 
   const SeriesOf& series_;
   const bool split_;
+  const size_t cache_;  // the cache's series, where split_
   std::vector<uint64_t> live_;
   uint64_t segment_bytes_ = 0, tensor_bytes_ = 0;
 };
 
-// The timeline downsampled to opt.max_buckets time buckets. A bucket draws as its highest state
-// from that moment to the bucket's end (so a spike shorter than a pixel still shows), then its
-// last state, which holds through any idle gap after it.
+// The timeline downsampled to at most opt.max_buckets buckets: half of them cut the trace's
+// entries evenly, half its time span, a bucket ending at either cut. Entry cuts give a busy
+// stretch (the training steps) its resolution whatever idle time surrounds it, so the page's step
+// and event axes are drawn from enough points; time cuts keep a bucket from spanning an idle gap.
+// A bucket draws as its highest state from that moment to its last entry (so a spike shorter than
+// a pixel still shows), then its last state, which holds through any idle gap after it.
 class Downsampler {
  public:
   Downsampler(ReportDevice& d, const ReportOptions& opt)
       : d_(d),
         span_(static_cast<double>(std::max<int64_t>(1, d.x_end - d.x_begin + 1))),
-        buckets_(std::max<size_t>(1, opt.max_buckets)) {}
+        entries_(static_cast<double>(std::max<size_t>(1, d.entries))),
+        cuts_(std::max<size_t>(1, opt.max_buckets / 2)) {}
 
-  // The bucket of x, flushing the previous one when x starts a new one.
-  void enter(int64_t x) {
-    const auto b =
-        std::min(buckets_ - 1, static_cast<size_t>(static_cast<double>(x - d_.x_begin) / span_ *
-                                                   static_cast<double>(buckets_)));
-    if (b != bucket_) {
+  // The bucket of entry i at x, flushing the previous one when it starts a new one.
+  void enter(std::ptrdiff_t i, int64_t x) {
+    const double n = static_cast<double>(cuts_);
+    const auto by_entry = std::min(
+        cuts_ - 1,
+        static_cast<size_t>(static_cast<double>(std::max<std::ptrdiff_t>(i, 0)) / entries_ * n));
+    const auto by_time =
+        std::min(cuts_ - 1, static_cast<size_t>(static_cast<double>(x - d_.x_begin) / span_ * n));
+    if (by_entry != entry_cut_ || by_time != time_cut_) {
       flush();
-      bucket_ = b;
+      entry_cut_ = by_entry;
+      time_cut_ = by_time;
     }
   }
 
   void add(TimelinePoint p) {
     if (have_best_ && same(p, last_)) return;
     last_ = std::move(p);
-    if (!have_best_ || last_.total > best_.total) {
+    if (!have_best_ || height(last_) > height(best_)) {
       best_ = last_;
       have_best_ = true;
     }
@@ -474,25 +510,29 @@ class Downsampler {
   void flush() {
     if (!have_best_) return;
     d_.points.push_back(best_);
-    if (!same(last_, best_)) {
-      const auto end = d_.x_begin + static_cast<int64_t>(static_cast<double>(bucket_ + 1) * span_ /
-                                                         static_cast<double>(buckets_));
-      last_.x = std::clamp(end, best_.x, d_.x_end);
-      d_.points.push_back(last_);
-    }
+    if (!same(last_, best_)) d_.points.push_back(last_);
     have_best_ = false;
   }
 
  private:
+  // What a bucket's highest moment is highest in: the live bytes, or where PyTorch's cache is a
+  // band of its own, what is stacked under it (the tensors and other libraries: PyTorch's
+  // segments, the total then, hardly move while its tensors rise and fall every step).
+  uint64_t height(const TimelinePoint& p) const {
+    if (!d_.cache_series || p.series.empty()) return p.total;
+    return std::accumulate(p.series.begin(), p.series.end() - 1, uint64_t{0});
+  }
+
   static bool same(const TimelinePoint& a, const TimelinePoint& b) {
+    // The series too: a tensor made inside a cached segment changes no total.
     return a.total == b.total && a.reserved == b.reserved && a.allocated == b.allocated &&
-           a.driver == b.driver;
+           a.driver == b.driver && a.series == b.series;
   }
 
   ReportDevice& d_;
-  const double span_;
-  const size_t buckets_;
-  size_t bucket_ = SIZE_MAX;
+  const double span_, entries_;
+  const size_t cuts_;
+  size_t entry_cut_ = SIZE_MAX, time_cut_ = SIZE_MAX;
   TimelinePoint best_, last_;
   bool have_best_ = false;
 };
@@ -504,8 +544,11 @@ void fill_timeline(ReportDevice& d, const analysis::DeviceReplay& rp, const Site
   SeriesLive live(d, rp, series);
   auto point = [&](std::ptrdiff_t i) {
     TimelinePoint p{
-        x_of(d, rp.trace(), i), rp.bytes_after(i), rp.reserved_after(i), 0, 0, live.live()};
+        x_of(d, rp.trace(), i),      rp.bytes_after(i), rp.reserved_after(i), 0, 0, live.live(),
+        static_cast<uint64_t>(i + 1)};
     if (d.allocated_line) p.allocated = rp.allocated_after(i);
+    if (reserved_cache(rp) && !p.series.empty())
+      p.series.back() = p.reserved > p.total ? p.reserved - p.total : 0;
     if (d.driver_line) p.driver = rp.driver_at(rp.time_after(i)).value_or(0);
     return p;
   };
@@ -518,7 +561,7 @@ void fill_timeline(ReportDevice& d, const analysis::DeviceReplay& rp, const Site
   analysis::DeviceReplay::Cursor c(rp);
   while (c.step()) {
     const std::ptrdiff_t i = c.index();
-    down.enter(x_of(d, rp.trace(), i));
+    down.enter(i, x_of(d, rp.trace(), i));
     live.apply(c);
     if (i == tl.peak_index) d.at_peak = make_table(c.attributed(), sites, opt);
     down.add(point(i));
