@@ -191,13 +191,11 @@ TEST_CASE("automatic phases stay apart from the user's marks and bounded on a 10
     REQUIRE(std::abs(w - (i % 3 == 2 ? 400 : 800)) <= 80);
     sum[i % 3] += w;
   }
-  // The strip draws the analysis' spans (phases.h), whose end is exclusive: each ends on its last
-  // microsecond inside, 1 us before the next begins (39, 39 and 19 us a step). The x axis starts
-  // at the first entry (t0 + 1) and ends at the last (the last step's free at +60): forward loses
-  // 1 us at the start, backward 20 and the optimizer 20 at the end.
-  REQUIRE(std::abs(sum[0] - (390'000 - 1)) <= 500);
-  REQUIRE(std::abs(sum[1] - (390'000 - 20)) <= 500);
-  REQUIRE(std::abs(sum[2] - (190'000 - 20)) <= 500);
+  // The x axis starts at the first entry (t0 + 1) and ends at the last (the last step's free at
+  // +60): forward loses 1 us at the start, backward 20 and the optimizer 20 at the end.
+  REQUIRE(std::abs(sum[0] - (400'000 - 1)) <= 500);
+  REQUIRE(std::abs(sum[1] - (400'000 - 20)) <= 500);
+  REQUIRE(std::abs(sum[2] - (200'000 - 20)) <= 500);
   // 10,000 step boundaries thinned evenly to max_bands, numbered as they were.
   REQUIRE(d.step_count == 10'000);
   REQUIRE(d.steps.size() == 100);
@@ -208,12 +206,12 @@ TEST_CASE("automatic phases stay apart from the user's marks and bounded on a 10
   REQUIRE(d.by_category);
   REQUIRE(d.series == std::vector<std::string>{"activation"});
 
-  // Fewer phases than buckets: each is drawn as the analysis cuts it (backward from the
-  // microsecond after the forward's last).
+  // Fewer phases than buckets: each is drawn as the analysis cuts it (phases.h: an END's
+  // microsecond is inside its interval, so the backward that STARTs there begins one later).
   opt.max_buckets = 40'000;
   const auto exact = build_report_model(s, opt).devices.at(0);
   REQUIRE(exact.phases.size() == 30'000);
   REQUIRE(exact.phases[1].name == "backward");
   REQUIRE(exact.phases[1].start == t0 + 41);
-  REQUIRE(exact.phases[1].end == t0 + 80);
+  REQUIRE(exact.phases[1].end == t0 + 81);
 }
