@@ -272,11 +272,18 @@ class _Tracker:
         tr = terminalreporter
         tr.write_sep("=", f"cumemtrace: {min(top, len(self.peaks))} tests with the highest GPU peak")
         for peak, nodeid in sorted(self.peaks, key=lambda p: (-p[0], p[1]))[:top]:
-            tr.write_line(f"{_human(peak):>12}  {nodeid}")
+            tr.write_line(f"{format_bytes(peak):>12}  {nodeid}")
 
 
-def _human(n):
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
+def format_bytes(n):
+    """The project's one size rule (collector/snapshot/size_format.h): binary units, three
+    significant digits, the unit chosen on the rounded value ("1.50 GiB", "12.0 MiB", "512 B")."""
+    if n < 1024:
+        return f"{n} B"
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    v, u = float(n), 0
+    while v >= 1023.5 and u < len(units) - 1:
+        v /= 1024
+        u += 1
+    decimals = 0 if v >= 99.95 else 1 if v >= 9.995 else 2
+    return f"{v:.{decimals}f} {units[u]}"

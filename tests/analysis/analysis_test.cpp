@@ -651,5 +651,5 @@ TEST_CASE("a live count says what it is made of: tensors, driver allocations, or
   CHECK((c.count == 3 && c.pytorch == 2 && c.pytorch_bytes == 65 * MiB &&
          c.bytes == 129 * MiB + 512 * 1024));
   CHECK(live_count_text(c) ==
-        "3 allocations: 2 PyTorch tensors (65 MiB) and 1 driver allocation (64.5 MiB)");
+        "3 allocations: 2 PyTorch tensors (65.0 MiB) and 1 driver allocation (64.5 MiB)");
 }

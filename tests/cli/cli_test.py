@@ -280,8 +280,8 @@ def test_torch_fixture():
     # The PyTorch breakdown at snapshot time (contract section 6), from the pickle.
     # The whole recording, PyTorch's pickle: the report's numbers are PyTorch's own.
     pickle = os.path.join(ARGS.fixtures, "torch-2.11", "snapshot.pickle")
-    expect_rc(["report", pickle], 0, ["device 0: reserved 88 MiB = allocated 73.8 MiB + cached "
-                                      "14.2 MiB free, largest free block 12 MiB"])
+    expect_rc(["report", pickle], 0, ["device 0: reserved 88.0 MiB = allocated 73.8 MiB + cached "
+                                      "14.2 MiB free, largest free block 12.0 MiB"])
     out, _ = expect_rc(["report", "--format", "json", pickle], 0)
     j = json.loads(out)
     expect(j["trace_entries"] == facts["trace_entries"], "trace entries")
