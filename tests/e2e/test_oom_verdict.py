@@ -11,7 +11,7 @@ import subprocess
 
 from conftest import CT, MiB, base_env, prog, run_traced
 
-LINE = ("exhaustion: 1 MiB requested, 0 B free even compacted (device free 0 B)")
+LINE = ("exhaustion: 1.00 MiB requested, 0 B free even compacted (device free 0 B)")
 
 
 def report(path, *args):
