@@ -57,7 +57,7 @@ _LIMITS = {
 
 def _flag(limit):
     """The `check` flag of a limit of the table (the CLI's list: snapshots.limits())."""
-    return next(entry["flag"] for entry in limits() if entry["name"] == limit)
+    return limits()[limit]["flag"]
 _FRAME = re.compile(r"^at (.*) \((.*):(\d+)\)$")  # a stack line of check's JSON
 
 
@@ -70,6 +70,9 @@ def pytest_addoption(parser):
                          "snapshots of tests that failed a limit are kept there")
     group.addoption("--cumemtrace-top", type=int, default=5, metavar="N",
                     help="tests with the highest GPU peak shown at the end (default 5, 0: none)")
+    group.addoption("--cumemtrace-allow-no-cuda", action="store_true", default=False,
+                    help="a test with a limit_gpu_* marker that made no CUDA allocation (a run "
+                         "on a machine without a GPU) passes instead of failing as not judged")
 
 
 def pytest_configure(config):
@@ -146,8 +149,16 @@ def _cut_at_test(frames, item):
     return frames
 
 
+# check's hint names its own flag; a pytest user's is the plugin's option.
+_CHECK_HINT = "(pass --allow-no-cuda if that is expected)"
+_PLUGIN_HINT = "(pass --cumemtrace-allow-no-cuda to pytest if that is expected)"
+
+
 def _format_failure(check, item):
-    lines = [check["message"]]
+    message = check["message"]
+    if check.get("check") == "cuda-used":
+        message = message.replace(_CHECK_HINT, _PLUGIN_HINT)
+    lines = [message]
     for stack in check.get("stacks", []):
         if stack.get("title"):
             lines.append("  " + stack["title"])
@@ -201,9 +212,10 @@ class _Tracker:
             return (None, f"no snapshot was written for {item.nodeid}")
         given = dict(self.limits.get(item.nodeid, []))
         args = [executable(), "check", path, "--range", name, "--format", "json"]
-        # A process that never used CUDA judges nothing: a test with a marker fails as not judged
-        # (check's verdict), one without only goes unmeasured.
-        if not given:
+        # A test that made no CUDA allocation judges nothing: with a marker it fails as not
+        # judged (check's verdict on its range, the same whatever ran before it), without one it
+        # only goes unmeasured.
+        if not given or self.config.getoption("cumemtrace_allow_no_cuda"):
             args.append("--allow-no-cuda")
         # Peak and leaks are always measured (the summary, the report's properties); growth only
         # when asked: a test without automatic steps cannot be judged and fails.
