@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Real-GPU validation: runs the CUDA programs (static cudart, shared cudart, -lcuda driver API),
 # compute-sanitizer on the same binaries, PyTorch in four allocator modes with PyTorch's own
-# memory history in the same process, the memory viewer CLI on converted snapshots, and (with two
-# GPUs) a 2-rank torchrun job; prints one verdict table. Exit 1 if any row fails.
+# memory history in the same process, the memory viewer CLI on converted snapshots, (with two
+# GPUs) a 2-rank torchrun job, and every validator of tests/gpu (each `validate_*` file is run
+# here or by a validator run here: tests/cli/gpu_validate_rows_test.sh checks that none is left
+# out); prints one verdict table. Exit 1 if any row fails, a validator exits non-zero or prints
+# no row.
 # Usage: scripts/gpu_validate.sh [PREFIX with bin/ and lib/ (default build)] [OUT]
 set -u
 cd "$(dirname "$0")/.."
@@ -97,6 +100,32 @@ validate validate_torch_blocks python3 tests/gpu/validate_torch_blocks.py "$P" "
 # 7. `whatif`: the recorded configuration reproduced, other settings' reserved peaks predicted
 # within 5% of PyTorch's own (issue 43).
 validate validate_whatif python3 tests/gpu/validate_whatif.py "$P" "$OUT/whatif"
+
+# 8. The rest of tests/gpu, each its own validator: the OOM verdict, the user's terms (phases and
+# categories against PyTorch's own counters), Python frames, bounded capture, live gauges, the
+# CUDA context, ranks (torchrun, mp.spawn), the pytest plugin's steps, and the wheel built from
+# this tree.
+validate validate_oom python3 tests/gpu/validate_oom.py "$P" "$OUT/oom"
+validate validate_user_terms bash tests/gpu/validate_user_terms.sh "$P" "$OUT/user-terms"
+validate validate_python_frames python3 tests/gpu/validate_python_frames.py "$P"
+validate validate_bounded bash tests/gpu/validate_bounded.sh "$P" "$OUT/bounded"
+validate validate_metrics bash tests/gpu/validate_metrics.sh "$P" "$OUT/metrics"
+validate validate_context_memory bash tests/gpu/validate_context_memory.sh "$P" "$OUT/context-memory"
+validate validate_ranks bash tests/gpu/validate_ranks.sh "$P" "$OUT/ranks"
+validate validate_mp_spawn bash tests/gpu/validate_mp_spawn.sh "$P" "$OUT/mp-spawn"
+validate validate_pytest_steps bash tests/gpu/validate_pytest_steps.sh "$P" "$OUT/pytest-steps"
+# The wheel from this tree's install (a build folder is installed first; an installed PREFIX is
+# taken as it is).
+tree=$P
+if [ -f "$P/CMakeCache.txt" ]; then
+  tree=$OUT/install
+  cmake --install "$P" --prefix "$tree" > "$LOGS/install.log" 2>&1 || row "cmake --install" FAIL "$(tail -c 300 "$LOGS/install.log")"
+fi
+if wheel=$(python3 scripts/build_wheel.py --tree "$tree" --out "$OUT/wheel" 2> "$LOGS/build_wheel.log"); then
+  validate validate_wheel bash tests/gpu/validate_wheel.sh "$wheel" "$OUT/wheel-work"
+else
+  row "wheel built from this tree" FAIL "$(tail -c 300 "$LOGS/build_wheel.log")"
+fi
 
 nvidia-smi -L | head -2
 verdict
