@@ -127,5 +127,15 @@ else
   row "wheel built from this tree" FAIL "$(tail -c 300 "$LOGS/build_wheel.log")"
 fi
 
+# 9. One allocator model (issue 55): under a memory fraction the program sets, a GPT-style bf16
+# model's allocated/reserved peaks equal PyTorch's to the byte, the fraction is recorded, whatif
+# predicts each setting's real re-run (OOM or not, reserved peak to the byte), a CUDA graph run is
+# refused naming its private pool.
+validate validate_allocator python3 tests/gpu/validate_allocator.py "$P" "$OUT/allocator"
+# 10. The HTML pages of real runs held to the CLI's documents; the trainers (Lightning,
+# transformers, accelerate, FSDP2) in the user's terms.
+validate validate_html_pages python3 tests/gpu/validate_html_pages.py "$P" "$OUT/html-pages"
+validate validate_trainers python3 tests/gpu/validate_trainers.py "$P" "$OUT/trainers"
+
 nvidia-smi -L | head -2
 verdict

@@ -23,7 +23,8 @@ class OwnershipWalks {
  private:
   static constexpr size_t kNoWalk = ~size_t{0};
   std::vector<snap::OwnerWalk> walks_;
-  size_t open_[4] = {kNoWalk, kNoWalk, kNoWalk, kNoWalk};  // by role: its latest walk
+  size_t open_[6] = {kNoWalk, kNoWalk, kNoWalk,
+                     kNoWalk, kNoWalk, kNoWalk};  // by role: its latest walk
 };
 
 }  // namespace cumemtrace::collect

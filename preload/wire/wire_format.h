@@ -117,7 +117,13 @@ enum class Kind : uint8_t {
 };
 
 // kTorchOwners' aux: the role (snap::OwnerRole's numbers) and whether the record starts a walk.
-enum class OwnerRole : uint8_t { kParameter = 1, kGradient = 2, kOptimizerState = 3 };
+enum class OwnerRole : uint8_t {
+  kParameter = 1,
+  kGradient = 2,
+  kOptimizerState = 3,
+  kInput = 4,
+  kParameterUnsharded = 5,
+};
 inline constexpr uint64_t kOwnersFirst = 0x100;
 
 // PyTorch's TraceEntry::Action (c10/core/CachingDeviceAllocator.h, torch >= 2.1).
