@@ -779,9 +779,9 @@ def test_recorded_memory_fraction_is_the_verdicts_and_whatifs_budget(tmp_path):
     assert (f["device"], f["fraction"], f["allowed_bytes"], f["device_total"]) == \
         (0, "0.021484375", 22 * MiB, 1 << 30)
     (line,) = [l for l in p.stderr.splitlines() if "out of memory on" in l]
-    assert line.endswith("exhaustion: 30 MiB requested, 19 MiB free even compacted (cached free "
-                         "17 MiB + headroom 2 MiB under the 22.0 MiB allowed by the memory "
-                         "fraction 0.021484375 of 1.00 GiB), largest free block 17 MiB"), line
+    assert line.endswith("exhaustion: 30.0 MiB requested, 19.0 MiB free even compacted (cached "
+                         "free 17.0 MiB + headroom 2.00 MiB under the 22.0 MiB allowed by the "
+                         "memory fraction 0.021484375 of 1.00 GiB), largest free block 17.0 MiB"), line
     w = whatif(tmp_path / "traces" / oom_name, "--format", "json")
     assert w.returncode == 0, w.stderr
     (rec,) = json.loads(w.stdout)
