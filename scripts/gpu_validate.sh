@@ -136,6 +136,8 @@ validate validate_allocator python3 tests/gpu/validate_allocator.py "$P" "$OUT/a
 # transformers, accelerate, FSDP2) in the user's terms.
 validate validate_html_pages python3 tests/gpu/validate_html_pages.py "$P" "$OUT/html-pages"
 validate validate_trainers python3 tests/gpu/validate_trainers.py "$P" "$OUT/trainers"
+# 11. A job's first OOM (issue 58): rank 1 out of memory, rank 0 killed by torchrun.
+validate validate_job_oom bash tests/gpu/validate_job_oom.sh "$P" "$OUT/job-oom"
 
 nvidia-smi -L | head -2
 verdict
