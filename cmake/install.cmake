@@ -13,10 +13,15 @@
 #   lib/cmake/cumemtrace/         find_package(cumemtrace): cumemtrace::headers,
 #                                 CUMEMTRACE_EXECUTABLE, CUMEMTRACE_PRELOAD_LIBRARY
 #   lib/pkgconfig/cumemtrace.pc   pkg-config --cflags cumemtrace
+#   lib/cumemtrace/fake/libcuda.so.1
+#                                 the fake CUDA driver (tests/fake_driver), to try `run` without a
+#                                 GPU: LD_LIBRARY_PATH=PREFIX/lib/cumemtrace/fake (README); its
+#                                 rule is beside its target
 #   share/cumemtrace/schemas/     the snapshot JSON schema
+#   share/cumemtrace/grafana/     the Grafana dashboard over `run --metrics` (docs/metrics.md)
 #   share/doc/cumemtrace/         README and docs
 # bin and lib are fixed names (not GNUInstallDirs' lib/<multiarch>): the two programs find each
-# other by these relative paths. Tests and benchmarks install nothing.
+# other by these relative paths. Tests and benchmarks install nothing else.
 include(CMakePackageConfigHelpers)
 
 install(TARGETS cumemtrace RUNTIME DESTINATION bin COMPONENT runtime)
@@ -30,6 +35,8 @@ install(FILES ${PROJECT_SOURCE_DIR}/preload/python/sitecustomize.py
 install(FILES ${PROJECT_SOURCE_DIR}/include/cumemtrace.h DESTINATION include COMPONENT devel)
 install(FILES ${PROJECT_SOURCE_DIR}/schemas/snapshot.schema.json
   DESTINATION share/cumemtrace/schemas COMPONENT runtime)
+install(FILES ${PROJECT_SOURCE_DIR}/share/grafana/cumemtrace.json
+  DESTINATION share/cumemtrace/grafana COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION share/doc/cumemtrace COMPONENT doc)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION share/doc/cumemtrace/docs COMPONENT doc)
 

@@ -7,6 +7,10 @@
 #   cumemtrace_catch_test(NAME n EXECUTABLE exe LABELS l... SOURCES src... [LIBRARIES lib...]
 #                         [INCLUDES dir...] [DEFINITIONS def...] [TIMEOUT s] [ARGS arg...])
 #     builds a Catch2 executable (the shared main, tests/ on the include path) and registers it.
+#   cumemtrace_skipped_test(NAME n LABELS l... REASON text)
+#     a test this configuration cannot build (no clang++ for the fuzzers, no CPython headers):
+#     registered all the same, it prints the reason and is reported Skipped, so it never
+#     vanishes from CTest's list with nothing but a configure-time status line.
 # Test folders mirror the source folders (tests/preload, live, snapshot, analysis, viz, cli) plus
 # the end-to-end suites; C++ test files are named WHAT_test.cpp, Python ones test_WHAT.py or
 # WHAT_test.py when run as a script.
@@ -44,6 +48,17 @@ function(cumemtrace_test)
   if(T_FIXTURES_REQUIRED)
     set_tests_properties(${T_NAME} PROPERTIES FIXTURES_REQUIRED ${T_FIXTURES_REQUIRED})
   endif()
+endfunction()
+
+function(cumemtrace_skipped_test)
+  cmake_parse_arguments(T "" "NAME;REASON" "LABELS" ${ARGN})
+  if(NOT T_REASON)
+    message(FATAL_ERROR "cumemtrace_skipped_test(${T_NAME}): REASON is required")
+  endif()
+  message(STATUS "cumemtrace: test ${T_NAME} will be skipped: ${T_REASON}")
+  cumemtrace_test(NAME ${T_NAME} LABELS ${T_LABELS} SKIP_RETURN_CODE 77
+    COMMAND ${CMAKE_COMMAND} -E env "CUMEMTRACE_SKIP_REASON=${T_REASON}"
+            sh -c "echo \"skipped: $CUMEMTRACE_SKIP_REASON\" && exit 77")
 endfunction()
 
 function(cumemtrace_catch_test)

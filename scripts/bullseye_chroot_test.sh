@@ -4,15 +4,14 @@
 # `cumemtrace report` and `cumemtrace check` read the snapshot. Proves that the shipped
 # programs start and work on an older system than the one that built them.
 #
-# Usage: scripts/bullseye_chroot_test.sh TARBALL PORTABLE_BUILD_DIR
-#   PORTABLE_BUILD_DIR holds the fake driver of the portable build (fake/libcuda.so.1).
+# Usage: scripts/bullseye_chroot_test.sh TARBALL
+#   the tarball's own fake driver (lib/cumemtrace/fake/libcuda.so.1) stands for the GPU.
 # Needs root (chroot, mounts in a private mount namespace). The chroot is tests/pythons' bullseye,
 # made once by scripts/python_chroots.sh (`debootstrap --variant=minbase --include=python3`) and
 # cached there.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TARBALL=$(realpath "${1:?usage: scripts/bullseye_chroot_test.sh TARBALL PORTABLE_BUILD_DIR}")
-BUILD=$(realpath "${2:?usage: scripts/bullseye_chroot_test.sh TARBALL PORTABLE_BUILD_DIR}")
+TARBALL=$(realpath "${1:?usage: scripts/bullseye_chroot_test.sh TARBALL}")
 CHROOT=${CUMEMTRACE_CHROOTS:-${XDG_CACHE_HOME:-$HOME/.cache}/cumemtrace/chroots}/bullseye
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -29,15 +28,14 @@ IN=/tmp/$(basename "$WORK")
 tar -C "$WORK" -xzf "$TARBALL"
 top=("$WORK"/*)
 PREFIX=$IN/$(basename "${top[0]}")
-mkdir -p "$WORK/fake"
-cp "$BUILD/fake/libcuda.so.1" "$WORK/fake/"
 cp "$ROOT/tests/e2e/py_alloc.py" "$WORK/"
 PY_LINE=$(grep -n "# PY_ALLOC_LINE" "$ROOT/tests/e2e/py_alloc.py" | cut -d: -f1)
 
 # The system inside: its glibc and Python, for the record.
 cat >"$WORK/test.sh" <<INNER
 set -eu
-export LD_LIBRARY_PATH=$IN/fake FAKE_CUDA_DEVICES=1
+# The tarball's own fake driver (README, "without a GPU").
+export LD_LIBRARY_PATH=$PREFIX/lib/cumemtrace/fake FAKE_CUDA_DEVICES=1
 echo "inside: \$(ldd --version | head -1); \$(python3 --version)"
 $PREFIX/bin/cumemtrace --version
 $PREFIX/bin/cumemtrace run -o $IN/out -- python3 $IN/py_alloc.py

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Real-GPU validation: runs the CUDA programs (static cudart, shared cudart, -lcuda driver API),
 # compute-sanitizer on the same binaries, PyTorch in four allocator modes with PyTorch's own
-# memory history in the same process, the memory viewer CLI on converted snapshots, and (with two
-# GPUs) a 2-rank torchrun job; prints one verdict table. Exit 1 if any row fails.
+# memory history in the same process, the memory viewer CLI on converted snapshots, (with two
+# GPUs) a 2-rank torchrun job, and every validator of tests/gpu (each `validate_*` file is run
+# here or by a validator run here: tests/cli/gpu_validate_rows_test.sh checks that none is left
+# out); prints one verdict table. Exit 1 if any row fails, a validator exits non-zero or prints
+# no row.
 # Usage: scripts/gpu_validate.sh [PREFIX with bin/ and lib/ (default build)] [OUT]
 set -u
 cd "$(dirname "$0")/.."
@@ -98,11 +101,43 @@ validate validate_torch_blocks python3 tests/gpu/validate_torch_blocks.py "$P" "
 # within 5% of PyTorch's own (issue 43).
 validate validate_whatif python3 tests/gpu/validate_whatif.py "$P" "$OUT/whatif"
 
-# 8. One allocator model (issue 55): under a memory fraction the program sets, a GPT-style bf16
+# 8. The rest of tests/gpu, each its own validator: the OOM verdict, the user's terms (phases and
+# categories against PyTorch's own counters), Python frames, bounded capture, live gauges, the
+# CUDA context, ranks (torchrun, mp.spawn), the pytest plugin's steps, and the wheel built from
+# this tree.
+validate validate_oom python3 tests/gpu/validate_oom.py "$P" "$OUT/oom"
+validate validate_user_terms bash tests/gpu/validate_user_terms.sh "$P" "$OUT/user-terms"
+validate validate_python_frames python3 tests/gpu/validate_python_frames.py "$P"
+validate validate_bounded bash tests/gpu/validate_bounded.sh "$P" "$OUT/bounded"
+validate validate_metrics bash tests/gpu/validate_metrics.sh "$P" "$OUT/metrics"
+validate validate_context_memory bash tests/gpu/validate_context_memory.sh "$P" "$OUT/context-memory"
+validate validate_ranks bash tests/gpu/validate_ranks.sh "$P" "$OUT/ranks"
+validate validate_mp_spawn bash tests/gpu/validate_mp_spawn.sh "$P" "$OUT/mp-spawn"
+validate validate_pytest_steps bash tests/gpu/validate_pytest_steps.sh "$P" "$OUT/pytest-steps"
+# The wheel from this tree's install (a build folder is installed first; an installed PREFIX is
+# taken as it is).
+tree=$P
+if [ -f "$P/CMakeCache.txt" ]; then
+  tree=$OUT/install
+  cmake --install "$P" --prefix "$tree" > "$LOGS/install.log" 2>&1 || row "cmake --install" FAIL "$(tail -c 300 "$LOGS/install.log")"
+fi
+if wheel=$(python3 scripts/build_wheel.py --tree "$tree" --out "$OUT/wheel" 2> "$LOGS/build_wheel.log"); then
+  validate validate_wheel bash tests/gpu/validate_wheel.sh "$wheel" "$OUT/wheel-work"
+else
+  row "wheel built from this tree" FAIL "$(tail -c 300 "$LOGS/build_wheel.log")"
+fi
+
+# 9. One allocator model (issue 55): under a memory fraction the program sets, a GPT-style bf16
 # model's allocated/reserved peaks equal PyTorch's to the byte, the fraction is recorded, whatif
 # predicts each setting's real re-run (OOM or not, reserved peak to the byte), a CUDA graph run is
 # refused naming its private pool.
 validate validate_allocator python3 tests/gpu/validate_allocator.py "$P" "$OUT/allocator"
+# 10. The HTML pages of real runs held to the CLI's documents; the trainers (Lightning,
+# transformers, accelerate, FSDP2) in the user's terms.
+validate validate_html_pages python3 tests/gpu/validate_html_pages.py "$P" "$OUT/html-pages"
+validate validate_trainers python3 tests/gpu/validate_trainers.py "$P" "$OUT/trainers"
+# 11. A job's first OOM (issue 58): rank 1 out of memory, rank 0 killed by torchrun.
+validate validate_job_oom bash tests/gpu/validate_job_oom.sh "$P" "$OUT/job-oom"
 
 # 9. The HTML pages on real runs: the ledger, the OOM card's what-if table, the job and diff
 # pages held to the CLI's documents, drawn where Chromium is (issue 56).

@@ -6,17 +6,6 @@
 
 namespace cumemtrace::analysis {
 
-std::string compact_bytes(uint64_t bytes) {
-  std::string s = snap::format_bytes(bytes);
-  const auto space = s.find(' ');
-  const auto dot = s.find('.');
-  if (dot == std::string::npos || space == std::string::npos || dot > space) return s;
-  size_t end = space;
-  while (end > dot + 1 && s[end - 1] == '0') --end;
-  if (end == dot + 1) end = dot;
-  return s.substr(0, end) + s.substr(space);
-}
-
 std::string plural(uint64_t n, std::string_view one) {
   const bool sibilant = !one.empty() && one.back() == 's';  // "2 processes", not "2 processs"
   return fmt::format("{} {}{}", n, one, n == 1 ? "" : sibilant ? "es" : "s");
@@ -26,17 +15,17 @@ std::string live_count_text(const LiveCount& c) {
   if (!c.pytorch) return plural(c.count, "allocation");
   if (c.pytorch == c.count) return plural(c.count, "PyTorch tensor");
   return fmt::format("{}: {} ({}) and {} ({})", plural(c.count, "allocation"),
-                     plural(c.pytorch, "PyTorch tensor"), compact_bytes(c.pytorch_bytes),
+                     plural(c.pytorch, "PyTorch tensor"), snap::format_bytes(c.pytorch_bytes),
                      plural(c.count - c.pytorch, "driver allocation"),
-                     compact_bytes(c.bytes - c.pytorch_bytes));
+                     snap::format_bytes(c.bytes - c.pytorch_bytes));
 }
 
 namespace {
 
 std::string signed_bytes(int64_t v) {
   // fmt, not "-" + std::string: GCC 12 at -O3 (Release) warns a false -Wrestrict there.
-  return v >= 0 ? compact_bytes(static_cast<uint64_t>(v))
-                : fmt::format("-{}", compact_bytes(0 - static_cast<uint64_t>(v)));
+  return v >= 0 ? snap::format_bytes(static_cast<uint64_t>(v))
+                : fmt::format("-{}", snap::format_bytes(0 - static_cast<uint64_t>(v)));
 }
 
 }  // namespace
@@ -47,35 +36,36 @@ std::string_view layers_peak_name(const Breakdown& b) {
 
 std::string pytorch_layers_text(const Breakdown& b) {
   if (!b.has_pytorch) return {};
-  std::string out =
-      fmt::format("reserved {} = allocated {} + cached {} free", compact_bytes(b.pytorch_reserved),
-                  compact_bytes(b.pytorch_allocated), compact_bytes(b.cached_free));
+  std::string out = fmt::format(
+      "reserved {} = allocated {} + cached {} free", snap::format_bytes(b.pytorch_reserved),
+      snap::format_bytes(b.pytorch_allocated), snap::format_bytes(b.cached_free));
   if (b.largest_free_block)
-    out += fmt::format(", largest free block {}", compact_bytes(*b.largest_free_block));
+    out += fmt::format(", largest free block {}", snap::format_bytes(*b.largest_free_block));
   return out;
 }
 
 std::string driver_layers_text(const Breakdown& b, size_t max_libraries) {
   if (!b.driver_visible) return {};
-  std::string out = fmt::format("driver-visible {} = ", compact_bytes(*b.driver_visible));
+  std::string out = fmt::format("driver-visible {} = ", snap::format_bytes(*b.driver_visible));
   if (b.context) {
-    out += fmt::format("CUDA context {} + other untracked {}", compact_bytes(*b.context),
+    out += fmt::format("CUDA context {} + other untracked {}", snap::format_bytes(*b.context),
                        signed_bytes(b.other_untracked));
   } else {
     out += fmt::format("untracked {} (CUDA context not measured)", signed_bytes(b.untracked));
   }
   if (!b.has_pytorch || b.other_libraries) {
     out += fmt::format(" + {} {}", b.has_pytorch ? "other libraries" : "tracked",
-                       compact_bytes(b.other_libraries));
+                       snap::format_bytes(b.other_libraries));
     std::string libs;
     for (size_t i = 0; i < b.by_library.size() && i < max_libraries; ++i)
       libs += fmt::format("{}{} {}", libs.empty() ? "" : ", ", b.by_library[i].first,
-                          compact_bytes(b.by_library[i].second));
+                          snap::format_bytes(b.by_library[i].second));
     if (b.by_library.size() > max_libraries) libs += ", ...";
     if (!libs.empty()) out += " (" + libs + ")";
   }
   if (b.has_pytorch)
-    out += fmt::format(" + {} reserved {}", b.reserved_owner, compact_bytes(b.pytorch_reserved));
+    out +=
+        fmt::format(" + {} reserved {}", b.reserved_owner, snap::format_bytes(b.pytorch_reserved));
   return out;
 }
 

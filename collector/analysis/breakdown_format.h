@@ -1,11 +1,11 @@
 // Contract: how a Breakdown (model.h: the layers of a device's memory at one moment) reads for
 // people, written once so report, check, the HTML page's text and `run`'s summary line say it in
 // the same words and numbers:
-//   "reserved 218 MiB = allocated 198 MiB + cached 19.9 MiB free, largest free block 11 MiB"
-//   "driver-visible 1.50 GiB = CUDA context 500 MiB + other untracked 12 MiB + other libraries
-//   64 MiB + PyTorch reserved 218 MiB" (the context as measured at its creation; without such a
+//   "reserved 218 MiB = allocated 198 MiB + cached 19.9 MiB free, largest free block 11.0 MiB"
+//   "driver-visible 1.50 GiB = CUDA context 500 MiB + other untracked 12.0 MiB + other libraries
+//   64.0 MiB + PyTorch reserved 218 MiB" (the context as measured at its creation; without such a
 //   measurement "untracked 512 MiB (CUDA context not measured)" stands for the first two)
-// Sizes use compact_bytes: format_bytes without trailing zeros ("11 MiB", "19.9 MiB").
+// Sizes are snap::format_bytes's, the one size rule.
 #pragma once
 
 #include <cstdint>
@@ -16,14 +16,12 @@
 
 namespace cumemtrace::analysis {
 
-std::string compact_bytes(uint64_t bytes);
-
 // "1 allocation", "3 allocations".
 std::string plural(uint64_t n, std::string_view one);
 
 // What a live count is made of, for report, the summary line and the HTML page alike:
 // "13 allocations", "11 PyTorch tensors" (all PyTorch's), or "13 allocations: 11 PyTorch tensors
-// (65 MiB) and 2 driver allocations (128 MiB)": a PyTorch run's live set mixes the caching
+// (65.0 MiB) and 2 driver allocations (128 MiB)": a PyTorch run's live set mixes the caching
 // allocator's tensors with other libraries' memory, and its segments are counted elsewhere.
 std::string live_count_text(const LiveCount& c);
 

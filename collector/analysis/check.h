@@ -41,7 +41,9 @@
 // A snapshot of a process that never used CUDA (snap::never_used_cuda) judges no limit: when no
 // input used CUDA, each such file fails as not judged ("cuda-used"; --allow-no-cuda makes it a
 // warning), so a gate never passes a run that could not touch the GPU; beside inputs that did,
-// it is a warning (a launcher or helper process of a job).
+// it is a warning (a launcher or helper process of a job). With --range the window's own
+// events decide: a window in which no device memory event happened fails the same way, whatever
+// the process did before it (a pytest test's verdict does not depend on the tests before it).
 #pragma once
 
 #include <cstdint>

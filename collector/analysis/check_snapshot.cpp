@@ -189,6 +189,41 @@ void note_no_cuda(const LoadedSnapshot& ls, const CheckOptions& o, bool others_u
   r.findings.push_back(std::move(f));
 }
 
+// The same verdict for a --range (a pytest test's) in which no device memory event happened: a
+// window's numbers are its own (range.h), so whether it used CUDA is too, whatever ran before it
+// (a marked test on the CPU fails the same whether or not an earlier test used the GPU).
+bool range_used_no_cuda(const snap::Snapshot& s, const std::string& range) {
+  const auto w = find_range(s, range);
+  if (!w) return false;  // the limits' own finding says what is wrong with the range
+  for (const auto& trace : s.device_traces) {
+    for (const auto& e : trace) {
+      if (e.action != snap::Action::kSnapshot && e.time_us >= w->start_us &&
+          e.time_us <= w->end_us) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void note_no_cuda_in_range(const LoadedSnapshot& ls, const CheckOptions& o, CheckResult& r) {
+  Finding f = finding(ls, "cuda-used", -1);
+  f.judged = false;
+  if (o.allow_no_cuda) {
+    f.severity = Severity::kWarning;
+    f.message = fmt::format(
+        "no CUDA allocation seen within range '{}'; nothing to judge (allowed by --allow-no-cuda)",
+        o.range);
+  } else {
+    f.severity = Severity::kError;
+    f.message = fmt::format(
+        "no CUDA allocation seen within range '{}' (no device memory event between its start and "
+        "end): no limit can be judged (pass --allow-no-cuda if that is expected)",
+        o.range);
+  }
+  r.findings.push_back(std::move(f));
+}
+
 void note_anomalies(const LoadedSnapshot& ls, const SiteTable& sites, const CheckOptions& o,
                     CheckResult& r) {
   for (const auto& a : ls.snapshot.tool->anomalies) {
@@ -311,7 +346,12 @@ class SnapshotJudge {
   void reserved_peak(uint64_t limit) { layer_peak(limit, "reserved-peak", "PyTorch reserved"); }
   void driver_peak(uint64_t limit) { layer_peak(limit, "driver-peak", "driver-visible"); }
   void layer_peak(uint64_t limit, const char* check, const char* what);
-  std::pair<uint64_t, int64_t> layer_peak_on(int d, bool driver, bool allocated);
+  struct LayerPeak {
+    uint64_t bytes = 0;
+    int64_t time_us = 0;
+    std::ptrdiff_t index = -1;  // the trace entry after which it held (PyTorch's layers only)
+  };
+  LayerPeak layer_peak_on(int d, bool driver, bool allocated);
   void growth(uint64_t limit);
   void growth_on(int d, const GrowthMoments& m, uint64_t limit);
   std::unordered_map<std::string, SiteGrowth> growth_by_site(const std::vector<Allocation>& first,
@@ -442,23 +482,36 @@ void SnapshotJudge::layer_peak(uint64_t limit, const char* check, const char* wh
       r_.findings.push_back(std::move(f));
       continue;
     }
-    const auto [peak, when] = layer_peak_on(d, driver, allocated);
-    f.value = peak;
+    const LayerPeak peak = layer_peak_on(d, driver, allocated);
+    f.value = peak.bytes;
     f.message =
-        fmt::format("peak {} {} on device {}{} at {} (limit {})", what, format_bytes(peak), d,
-                    in_range_, format_time(when, time_origin(s_)), format_bytes(f.limit));
-    if (peak > f.limit) f.severity = Severity::kError;
+        fmt::format("peak {} {} on device {}{} at {} (limit {})", what, format_bytes(peak.bytes), d,
+                    in_range_, format_time(peak.time_us, time_origin(s_)), format_bytes(f.limit));
+    if (peak.bytes > f.limit) {
+      f.severity = Severity::kError;
+      // The same breakdown as --max-peak-bytes: the tensors live at that moment by site, and for
+      // the reserved layer PyTorch's cache beside them (model.h Attributed).
+      if (!driver) {
+        Attributed parts = replay(d).attributed_after(peak.index);
+        std::erase_if(parts.allocations, [](const Allocation& a) { return !a.pytorch; });
+        if (!allocated && parts.has_cache)
+          f.message +=
+              fmt::format("; {} of it {}", format_bytes(parts.cached_free), kCachedFreeLabel);
+        attach_sites(f, parts.allocations, sites_, o_);
+      }
+    }
     r_.findings.push_back(std::move(f));
   }
 }
 
 // The layer's highest value on device `d` and when, over the run or within the range.
-std::pair<uint64_t, int64_t> SnapshotJudge::layer_peak_on(int d, bool driver, bool allocated) {
+SnapshotJudge::LayerPeak SnapshotJudge::layer_peak_on(int d, bool driver, bool allocated) {
   const auto& rp = replay(d);
   int64_t t0 = std::numeric_limits<int64_t>::min(), t1 = std::numeric_limits<int64_t>::max();
   if (window_) t0 = window_->start_us, t1 = window_->end_us;
   uint64_t peak = 0;
   int64_t when = 0;
+  std::ptrdiff_t at = -1;
   if (driver) {
     // The sample in force at t0 counts too: it held when the window opened.
     if (auto v = rp.driver_at(t0)) peak = *v, when = t0;
@@ -472,10 +525,10 @@ std::pair<uint64_t, int64_t> SnapshotJudge::layer_peak_on(int d, bool driver, bo
         window_ ? rp.index_at_time(t1) : static_cast<std::ptrdiff_t>(rp.trace().size()) - 1;
     for (std::ptrdiff_t i = first; i <= last; ++i) {
       const uint64_t v = allocated ? rp.allocated_after(i) : rp.reserved_after(i);
-      if (v > peak || i == first) peak = v, when = rp.time_after(i);
+      if (v > peak || i == first) peak = v, when = rp.time_after(i), at = i;
     }
   }
-  return {peak, when};
+  return {peak, when, at};
 }
 
 void SnapshotJudge::growth(uint64_t limit) {
@@ -661,6 +714,9 @@ void SnapshotJudge::growth_per_step(uint64_t limit) {
 void check_snapshot(const LoadedSnapshot& ls, const CheckOptions& given,
                     const std::vector<Suppression>& rules, CheckResult& r, bool others_used_cuda) {
   if (!ls.unreadable.empty()) return note_unreadable(ls, r);
+  // The range's verdict first: the same words whether or not the process used CUDA before it.
+  if (!given.range.empty() && range_used_no_cuda(ls.snapshot, given.range))
+    return note_no_cuda_in_range(ls, given, r);
   if (snap::never_used_cuda(ls.snapshot)) return note_no_cuda(ls, given, others_used_cuda, r);
   if (ls.snapshot.tool) judge_complete(ls, given, r);
   const CheckOptions o = limits_judged_in(ls, given, r);

@@ -7,7 +7,9 @@
 // count their hits and bytes in `rules`. Throws RangeNotFound (report.h) when --range names no
 // completed pair of the snapshot. A readable snapshot of a process that never used CUDA gets one
 // "cuda-used" finding instead of all the others (check.h): an error, not judged, unless
-// `others_used_cuda` (another input of the same check did) or --allow-no-cuda make it a warning.
+// `others_used_cuda` (another input of the same check did) or --allow-no-cuda make it a warning;
+// so does a --range in which no device memory event happened (unless --allow-no-cuda): whether a
+// window used CUDA is its own, like its numbers (range.h), whatever ran before it.
 #pragma once
 
 #include <vector>

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
 #include "analysis/ledger.h"
@@ -253,8 +254,26 @@ std::string pair_label(const Diff& d, int device) {
 
 }  // namespace
 
+bool no_differences(const Diff& d) {
+  auto same = [](const std::vector<ValueDiff>& vs) {
+    return std::all_of(vs.begin(), vs.end(), [](const ValueDiff& v) { return v.base == v.now; });
+  };
+  return d.sites.empty() && same(d.pytorch_peaks) && same(d.phases) && same(d.categories) &&
+         std::all_of(d.devices.begin(), d.devices.end(), [](const DeviceDiff& v) {
+           return v.base_peak == v.new_peak && v.base_live == v.new_live;
+         });
+}
+
 void print_diff_text(const Diff& d, size_t top, std::ostream& out) {
   out << fmt::format("cumemtrace diff: {} -> {}\n", d.base_file, d.new_file);
+  if (no_differences(d)) {
+    out << fmt::format(
+        "no differences: the same peak and bytes live at exit on {}, the same "
+        "allocation sites{}\n",
+        plural(d.devices.size(), "device"),
+        d.ledgers ? ", the same PyTorch peaks, phases and categories" : "");
+    return;
+  }
   for (const auto& dev : d.devices) {
     out << (dev.label.empty() ? fmt::format("\nDevice {}\n", dev.device)
                               : fmt::format("\n{}\n", dev.label));
@@ -275,18 +294,23 @@ void print_diff_text(const Diff& d, size_t top, std::ostream& out) {
   if (d.sites.size() > top) out << fmt::format("  ... {} more sites\n", d.sites.size() - top);
   if (!d.ledger_note.empty()) out << fmt::format("\nPyTorch: {}\n", d.ledger_note);
   if (!d.ledgers) return;
-  out << "\nPyTorch peaks:\n";
-  for (const auto& v : d.pytorch_peaks)
-    out << fmt::format("  {} {}: {}\n", pair_label(d, v.device), v.name,
-                       change(static_cast<uint64_t>(v.base), static_cast<uint64_t>(v.now)));
-  out << "\nPyTorch, added per phase of the steady step:\n";
-  for (const auto& v : d.phases)
-    out << fmt::format("  {} {}: {}\n", pair_label(d, v.device), v.name,
-                       change_signed(v.base, v.now));
-  out << "\nPyTorch, by category at the peaks:\n";
-  for (const auto& v : d.categories)
-    out << fmt::format("  {} {}: {}\n", pair_label(d, v.device), v.name,
-                       change(static_cast<uint64_t>(v.base), static_cast<uint64_t>(v.now)));
+  // Each list names the values that changed.
+  auto list = [&](const char* title, const std::vector<ValueDiff>& vs, bool is_signed) {
+    out << title;
+    size_t shown = 0;
+    for (const auto& v : vs) {
+      if (v.base == v.now) continue;
+      ++shown;
+      out << fmt::format("  {} {}: {}\n", pair_label(d, v.device), v.name,
+                         is_signed
+                             ? change_signed(v.base, v.now)
+                             : change(static_cast<uint64_t>(v.base), static_cast<uint64_t>(v.now)));
+    }
+    if (!shown) out << "  no change\n";
+  };
+  list("\nPyTorch peaks:\n", d.pytorch_peaks, false);
+  list("\nPyTorch, added per phase of the steady step:\n", d.phases, true);
+  list("\nPyTorch, by category at the peaks:\n", d.categories, false);
 }
 
 void print_diff_json(const Diff& d, std::ostream& out) {
@@ -317,7 +341,8 @@ void print_diff_json(const Diff& d, std::ostream& out) {
                      {"base_live_count", s.base_count},
                      {"new_live_count", s.new_count}});
   }
-  json j = {{"base", d.base_file},
+  json j = {{"differences", !no_differences(d)},
+            {"base", d.base_file},
             {"new", d.new_file},
             {"devices", std::move(devs)},
             {"sites", std::move(sites)}};

@@ -58,6 +58,11 @@ struct Diff {
   std::vector<ValueDiff> categories;     // "allocated peak: activation", ...
 };
 
+// True when nothing differs: every device's peak and live bytes, no site changed, and every
+// ledger value (peaks, phases, categories) the same. The text then says "no differences" once
+// instead of each number at +0 B; JSON carries "differences": false.
+bool no_differences(const Diff& d);
+
 Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
                     const snap::Snapshot& now, const std::string& new_file);
 

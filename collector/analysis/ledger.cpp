@@ -404,10 +404,13 @@ Ledger without_small_lines(Ledger l, uint64_t min_line) {
 void print_ledger_text(const Ledger& all, int64_t origin, size_t top, std::ostream& out,
                        uint64_t min_line) {
   const Ledger l = without_small_lines(all, min_line);
-  out << fmt::format(
-      "\nPyTorch ledger (automatic phases: {} {}, {} complete)\n", l.steps,
-      l.training ? (l.steps == 1 ? "step" : "steps") : (l.steps == 1 ? "iteration" : "iterations"),
-      l.complete_steps);
+  // "3 complete steps (1 more begun, not completed)": a 3-iteration loop reads as 3, the code
+  // after its last step (or a step the trace ended inside) as the one begun.
+  const size_t begun = l.steps - std::min(l.steps, l.complete_steps);
+  out << fmt::format("\nPyTorch ledger (automatic phases: {} complete {}{})\n", l.complete_steps,
+                     l.training ? (l.complete_steps == 1 ? "step" : "steps")
+                                : (l.complete_steps == 1 ? "iteration" : "iterations"),
+                     begun ? fmt::format(" ({} more begun, not completed)", begun) : "");
   for (const auto& d : l.devices) {
     out << fmt::format("  device {}, {} (the first):\n", d.device, step_name(l, d.first_step));
     print_phases(out, d.first, top);

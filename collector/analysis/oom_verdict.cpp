@@ -146,7 +146,7 @@ bool part_of_pytorch_oom(const std::vector<snap::TraceEntry>& tr, size_t i) {
 // "activation 3 MiB at forward (model.py:20)", or without categories "3 MiB at forward (...)".
 std::string holder_text(const OomVerdict& v, const SiteBytes& sb) {
   return fmt::format("{}{} at {}", v.categorized ? category_label(sb.category) + " " : "",
-                     compact_bytes(static_cast<uint64_t>(sb.bytes)), sb.site);
+                     snap::format_bytes(static_cast<uint64_t>(sb.bytes)), sb.site);
 }
 
 // "1,234,567 B": bytes to the byte, for two sizes that print alike.
@@ -165,11 +165,12 @@ std::string exact_bytes(uint64_t n) {
 // "reserved peak 60 MiB instead of 76 MiB". Equal numbers are no change ("the same reserved
 // peak, 60 MiB"), and two that print alike are told apart by their bytes.
 std::string peak_change(uint64_t now, uint64_t was) {
-  if (now == was) return fmt::format("the same reserved peak, {}", compact_bytes(now));
-  if (compact_bytes(now) == compact_bytes(was)) {
+  if (now == was) return fmt::format("the same reserved peak, {}", snap::format_bytes(now));
+  if (snap::format_bytes(now) == snap::format_bytes(was)) {
     return fmt::format("reserved peak {} instead of {}", exact_bytes(now), exact_bytes(was));
   }
-  return fmt::format("reserved peak {} instead of {}", compact_bytes(now), compact_bytes(was));
+  return fmt::format("reserved peak {} instead of {}", snap::format_bytes(now),
+                     snap::format_bytes(was));
 }
 
 // How many of the largest holders the exhaustion advice names.
@@ -192,15 +193,16 @@ void advise(OomVerdict& v, const SiteTable& sites) {
     const bool bound = v.budget_below_device && !v.fraction;
     v.advice.push_back(fmt::format(
         "{} {} more would have had to be free{}: what is live must shrink by that much{}",
-        bound ? "up to" : "at least", compact_bytes(v.shortfall),
+        bound ? "up to" : "at least", snap::format_bytes(v.shortfall),
         bound ? " (less the budget's headroom above the reserved bytes, which is "
                 "not recorded)"
               : "",
-        v.has_cache ? fmt::format(" ({} held by live tensors{})", compact_bytes(v.allocated),
-                                  v.other_libraries ? fmt::format(", {} by other libraries",
-                                                                  compact_bytes(v.other_libraries))
-                                                    : "")
-                    : ""));
+        v.has_cache
+            ? fmt::format(" ({} held by live tensors{})", snap::format_bytes(v.allocated),
+                          v.other_libraries ? fmt::format(", {} by other libraries",
+                                                          snap::format_bytes(v.other_libraries))
+                                            : "")
+            : ""));
     // What would have to shrink: the largest holders at the OOM, from the ledger's moment.
     std::string holders;
     size_t named = 0;
@@ -212,7 +214,7 @@ void advise(OomVerdict& v, const SiteTable& sites) {
     }
     if (named) {
       v.advice.push_back(fmt::format("what holds it, largest first (to shrink by {} {}): {}",
-                                     bound ? "up to" : "at least", compact_bytes(v.shortfall),
+                                     bound ? "up to" : "at least", snap::format_bytes(v.shortfall),
                                      holders));
     }
     // Exact shortfall larger than everything live: no shrinking would have made room.
@@ -220,7 +222,7 @@ void advise(OomVerdict& v, const SiteTable& sites) {
       v.advice.push_back(fmt::format(
           "freeing everything live ({}) would not have been enough: {} needs a larger budget or "
           "a smaller request",
-          compact_bytes(held), compact_bytes(v.requested)));
+          snap::format_bytes(held), snap::format_bytes(v.requested)));
     }
   } else {
     if (v.pytorch && v.cache_owner == "PyTorch" && v.expandable_segments == false) {
@@ -230,9 +232,10 @@ void advise(OomVerdict& v, const SiteTable& sites) {
         v.advice.push_back(fmt::format(
             "PYTORCH_CUDA_ALLOC_CONF={}: {} was free in the cache but no free block{} holds {}; "
             "an expandable segment grows in place instead",
-            conf, compact_bytes(v.cached_free),
-            v.largest_free ? fmt::format(" (the largest {})", compact_bytes(*v.largest_free)) : "",
-            compact_bytes(v.requested)));
+            conf, snap::format_bytes(v.cached_free),
+            v.largest_free ? fmt::format(" (the largest {})", snap::format_bytes(*v.largest_free))
+                           : "",
+            snap::format_bytes(v.requested)));
       }
       if (w && w->would_succeed) {
         v.advice.push_back(fmt::format(
@@ -247,7 +250,7 @@ void advise(OomVerdict& v, const SiteTable& sites) {
             "trace)",
             conf,
             earlier ? fmt::format(": an earlier request of {} at {} would have failed first",
-                                  compact_bytes(f->requested), sites.site(f->stack))
+                                  snap::format_bytes(f->requested), sites.site(f->stack))
                     : "",
             peak_change(w->reserved_peak_bytes, w->recorded_reserved_peak_bytes)));
       }
@@ -257,7 +260,7 @@ void advise(OomVerdict& v, const SiteTable& sites) {
     v.advice.push_back(fmt::format(
         "torch.cuda.empty_cache() cannot help: all {} free in the cache lies in segments that hold "
         "live tensors",
-        compact_bytes(v.cached_free)));
+        snap::format_bytes(v.cached_free)));
   }
 }
 
@@ -384,20 +387,21 @@ std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& s
 }
 
 std::string oom_verdict_line(const OomVerdict& v) {
-  std::string line = fmt::format("{}: {} requested, {} free even compacted (", v.verdict,
-                                 compact_bytes(v.requested), compact_bytes(v.compacted_free));
+  std::string line =
+      fmt::format("{}: {} requested, {} free even compacted (", v.verdict,
+                  snap::format_bytes(v.requested), snap::format_bytes(v.compacted_free));
   if (v.has_cache) {
-    line += fmt::format("cached free {} + ", compact_bytes(v.cached_free));
+    line += fmt::format("cached free {} + ", snap::format_bytes(v.cached_free));
   }
   if (v.fraction) {
-    line += fmt::format("headroom {} under the {})", compact_bytes(v.headroom),
+    line += fmt::format("headroom {} under the {})", snap::format_bytes(v.headroom),
                         fraction_text(*v.fraction));
   } else {
     line += v.budget_below_device ? "no headroom under a budget below the device)"
-                                  : fmt::format("device free {})", compact_bytes(v.headroom));
+                                  : fmt::format("device free {})", snap::format_bytes(v.headroom));
   }
   if (v.largest_free)
-    line += fmt::format(", largest free block {}", compact_bytes(*v.largest_free));
+    line += fmt::format(", largest free block {}", snap::format_bytes(*v.largest_free));
   return line;
 }
 
@@ -406,7 +410,7 @@ namespace {
 std::string libraries_text(const std::vector<std::pair<std::string, uint64_t>>& libs, size_t max) {
   std::string t;
   for (size_t i = 0; i < libs.size() && i < max; ++i)
-    t += fmt::format("{}{} {}", i ? ", " : "", libs[i].first, compact_bytes(libs[i].second));
+    t += fmt::format("{}{} {}", i ? ", " : "", libs[i].first, snap::format_bytes(libs[i].second));
   if (libs.size() > max) t += fmt::format(", {} more", libs.size() - max);
   return t;
 }
@@ -417,40 +421,40 @@ std::vector<std::string> oom_facts(const OomVerdict& v) {
   std::vector<std::string> f;
   f.push_back(fmt::format("{} could not get {}; the device had {} free",
                           v.pytorch ? "PyTorch's caching allocator" : "a driver allocation",
-                          compact_bytes(v.requested), compact_bytes(v.device_free)));
+                          snap::format_bytes(v.requested), snap::format_bytes(v.device_free)));
   if (v.fraction) {
     f.push_back(fmt::format("budget: {}: PyTorch refused with {} reserved, {} left under it",
-                            fraction_text(*v.fraction), compact_bytes(v.reserved),
-                            compact_bytes(v.headroom)));
+                            fraction_text(*v.fraction), snap::format_bytes(v.reserved),
+                            snap::format_bytes(v.headroom)));
   } else if (v.budget_below_device) {
     f.push_back(fmt::format(
         "budget: below the device (a memory fraction): PyTorch refused with {} reserved",
-        compact_bytes(v.budget)));
+        snap::format_bytes(v.budget)));
   } else {
-    f.push_back(
-        fmt::format("budget: {} (held on the device + its free bytes)", compact_bytes(v.budget)));
+    f.push_back(fmt::format("budget: {} (held on the device + its free bytes)",
+                            snap::format_bytes(v.budget)));
   }
   if (v.has_cache) {
     std::string line = fmt::format("{} reserved {} = allocated {} + cached {} free", v.cache_owner,
-                                   compact_bytes(v.reserved), compact_bytes(v.allocated),
-                                   compact_bytes(v.cached_free));
+                                   snap::format_bytes(v.reserved), snap::format_bytes(v.allocated),
+                                   snap::format_bytes(v.cached_free));
     if (v.largest_free) {
       line += fmt::format(
-          ", largest free block {} ({})", compact_bytes(*v.largest_free),
+          ", largest free block {} ({})", snap::format_bytes(*v.largest_free),
           v.blocks_exact ? "from the snapshot's segments" : "reconstructed from the trace");
     }
     f.push_back(std::move(line));
     if (v.largest_free) {
       f.push_back(fmt::format(
           "free in segments holding live tensors: {}; in empty segments (releasable): {}",
-          compact_bytes(v.unreleasable), compact_bytes(v.releasable)));
+          snap::format_bytes(v.unreleasable), snap::format_bytes(v.releasable)));
     }
   }
   if (v.other_libraries) {
-    f.push_back(fmt::format("other libraries: {} ({})", compact_bytes(v.other_libraries),
+    f.push_back(fmt::format("other libraries: {} ({})", snap::format_bytes(v.other_libraries),
                             libraries_text(v.by_library, 3)));
   }
-  if (v.context) f.push_back(fmt::format("CUDA context: {}", compact_bytes(*v.context)));
+  if (v.context) f.push_back(fmt::format("CUDA context: {}", snap::format_bytes(*v.context)));
   return f;
 }
 

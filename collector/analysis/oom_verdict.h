@@ -108,8 +108,8 @@ struct OomVerdict {
 // Every OOM of the snapshot, by device, then in trace order.
 std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& sites);
 
-// One line for `run`'s stderr and the report's heading: "exhaustion: 26 MiB requested, 25 MiB
-// free even compacted (cached free 25 MiB + 0 B headroom), largest free block 21 MiB".
+// One line for `run`'s stderr and the report's heading: "exhaustion: 26.0 MiB requested, 25.0 MiB
+// free even compacted (cached free 25.0 MiB + 0 B headroom), largest free block 21.0 MiB".
 std::string oom_verdict_line(const OomVerdict& v);
 
 // The facts after the verdict line, one line each, as the report's first section and the HTML's

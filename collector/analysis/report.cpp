@@ -92,7 +92,7 @@ std::string layers_moment(const Breakdown& b, size_t oom_number, int64_t origin,
   if (b.moment == "peak")
     return fmt::format("at {} ({})", layers_peak_name(b), format_time(b.time_us, origin));
   return fmt::format("at OOM {} ({}, {} requested)", oom_number, format_time(b.time_us, origin),
-                     compact_bytes(b.oom_requested));
+                     snap::format_bytes(b.oom_requested));
 }
 
 // The report's first section: each OOM's verdict, its facts, who holds the memory, the advice

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -64,6 +65,7 @@
 #include "live/output_dir.h"
 #include "live/rendezvous.h"
 #include "live/summary.h"
+#include "snapshot/snapshot.h"
 
 namespace cumemtrace::cli {
 
@@ -321,6 +323,18 @@ void print_outcome(const RunArgs& a, const collect::Collector& collector, bool t
                                  collector.refusals().front());
   }
   if (!untraced.empty() && (!a.quiet || gate)) fmt::print(stderr, "cumemtrace: {}\n", untraced);
+  // A program that never used CUDA (a loop fallen back to the CPU) has no memory to look at:
+  // said once, where a gate's verdict does not say it already (check's `cuda-used`).
+  const bool used_cuda = std::any_of(written.begin(), written.end(), [](const auto& w) {
+    return !snap::never_used_cuda(w.snapshot);
+  });
+  if (!written.empty() && !used_cuda) {
+    if (!a.quiet && !gate)
+      fmt::print(stderr,
+                 "cumemtrace: no CUDA allocation seen (no device memory event, segment "
+                 "or CUDA context); the snapshot records no device memory\n");
+    return;
+  }
   if (!written.empty() && !a.quiet && ::access(written.front().path.c_str(), F_OK) == 0) {
     // A job's files side by side: report over the directory (its rank table).
     fmt::print(stderr, "cumemtrace: see where the memory went: cumemtrace report {}\n",
@@ -369,6 +383,33 @@ int judge(const RunArgs& a, const collect::Collector& collector, bool traced, in
   return status;
 }
 
+// The directories a run creates for its output (the folder and missing parents), removed again,
+// deepest first and only while empty, when the run refuses to start the program: a refused run
+// leaves nothing behind. keep() once the program runs.
+class MadeDirs {
+ public:
+  explicit MadeDirs(const std::string& dir) {
+    std::error_code ec;
+    struct stat st {};
+    for (std::filesystem::path p = std::filesystem::absolute(dir, ec).lexically_normal();
+         !ec && !p.empty() && ::lstat(p.c_str(), &st) != 0 && errno == ENOENT;
+         p = p.parent_path()) {
+      made_.push_back(p.string());
+      if (p == p.parent_path()) break;
+    }
+  }
+  MadeDirs(const MadeDirs&) = delete;
+  MadeDirs& operator=(const MadeDirs&) = delete;
+  void keep() { made_.clear(); }
+  ~MadeDirs() {
+    for (const auto& p : made_)
+      if (::rmdir(p.c_str()) != 0) break;  // not empty, or not ours after all: left alone
+  }
+
+ private:
+  std::vector<std::string> made_;
+};
+
 int run_main(RunArgs& a) {
   using settings::Id;
   const bool gate = analysis::any_limit(a.check);
@@ -382,6 +423,7 @@ int run_main(RunArgs& a) {
   std::string preload = find_preload();
   if (problem.empty()) problem = preload_problem(preload);
   if (problem.empty()) problem = secure_exec_problem(a.command.front());
+  MadeDirs made(output);
   if (problem.empty()) problem = collect::prepare_output_dir(output);
   // After the directory exists: a relative CUMEMTRACE_LOG_FILE is created inside it.
   if (auto bad = log::init(a.settings.text(Id::kLog), output); !bad.empty()) {
@@ -419,6 +461,7 @@ int run_main(RunArgs& a) {
     return 2;
   }
   if (child == 0) exec_child(a, preload, ctl[1], rendezvous.path(), old_mask);
+  made.keep();  // the program runs: its folder stays, whatever it holds at the end
   if (ctl[1] >= 0) ::close(ctl[1]);
 
   opts.summary = !a.quiet;

@@ -21,11 +21,15 @@ std::string bytes_or_dash(const nlohmann::json& j, const char* key) {
 }
 
 void print_text(const nlohmann::json& doc, std::ostream& out) {
-  out << fmt::format("{} (pid {}): {} intervals by {} ({} s), {} events; {} of {} on disk cap\n",
-                     doc.at("exe").get<std::string>(), doc.at("pid").get<int>(),
-                     doc.at("intervals").size(), doc.at("by").get<std::string>(),
-                     doc.at("interval_s").get<double>(), doc.at("events").get<uint64_t>(),
-                     snap::format_bytes(doc.at("max_disk_bytes").get<uint64_t>()), "--max-disk");
+  // What this process's windows hold on disk, against the cap every traced process shares.
+  uint64_t on_disk = 0;
+  for (const auto& w : doc.at("windows")) on_disk += w.at("bytes").get<uint64_t>();
+  out << fmt::format(
+      "{} (pid {}): {} intervals by {} ({} s), {} events; windows on disk {} (--max-disk {})\n",
+      doc.at("exe").get<std::string>(), doc.at("pid").get<int>(), doc.at("intervals").size(),
+      doc.at("by").get<std::string>(), doc.at("interval_s").get<double>(),
+      doc.at("events").get<uint64_t>(), snap::format_bytes(on_disk),
+      snap::format_bytes(doc.at("max_disk_bytes").get<uint64_t>()));
   out << fmt::format(
       "{:>6} {:>5} {:>9} {:>3} {:>9} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}  {}\n", "#",
       "iters", "events", "dev", "allocs", "frees", "allocated", "freed", "live", "peak", "reserved",

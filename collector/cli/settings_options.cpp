@@ -121,7 +121,8 @@ std::string env_problem() {
 }
 
 // One line per row, tab-separated: variable, kind, default, flag, readers (preload, collector,
-// python-in-target, python-package, hand-off), what a value must be.
+// python-in-target, python-package, hand-off), what a value must be, the value's name in run's
+// help, the help (scripts/settings_doc.py renders README's tables from these).
 void add_settings_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("__settings", "print the settings table (internal)");
   sub->group("");
@@ -136,8 +137,8 @@ void add_settings_command(CLI::App& app) {
         if (!(s.readers & (1 << b))) continue;
         readers += (readers.empty() ? "" : ",") + std::string(kReaders[b]);
       }
-      fmt::print("{}\t{}\t{}\t{}\t{}\t{}\n", s.variable, kKinds[static_cast<int>(s.kind)],
-                 s.fallback, s.flag, readers, expected(s));
+      fmt::print("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n", s.variable, kKinds[static_cast<int>(s.kind)],
+                 s.fallback, s.flag, readers, expected(s), s.value_name, s.help);
     }
   });
 }

@@ -123,10 +123,21 @@ std::string output_problem(const std::string& path, const OutputPolicy& policy) 
 uint64_t write_output_file(const std::string& path, const OutputPolicy& policy,
                            const std::function<void(std::ostream&)>& fill) {
   if (path == "-") {
+    // A failed write (a full disk, /dev/full, a closed pipe) stops the fill at once and is one
+    // line naming stdout and why, never the stream library's "basic_ios::clear".
+    int err = 0;
     std::cout.exceptions(std::ios::badbit);
-    fill(std::cout);
-    std::cout.flush();
-    if (!std::cout) throw OutputFileError("cannot write to stdout");
+    try {
+      fill(std::cout);
+      std::cout.flush();
+    } catch (const std::ios_base::failure&) {
+      err = errno;
+    }
+    std::cout.exceptions(std::ios::goodbit);
+    if (err || !std::cout) {
+      throw OutputFileError(err ? fmt::format("cannot write to stdout: {}", std::strerror(err))
+                                : std::string("cannot write to stdout"));
+    }
     return 0;
   }
   if (auto p = output_problem(path, policy); !p.empty()) throw OutputFileError(p);

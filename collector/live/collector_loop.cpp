@@ -12,12 +12,15 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "analysis/breakdown_format.h"
 #include "control_protocol.h"
 #include "live/control_channel.h"
 #include "live/metrics_text.h"
 #include "live/summary.h"
+#include "snapshot/size_format.h"
 
 namespace cumemtrace::collect {
 
@@ -215,17 +218,45 @@ void Collector::finish(ProcessSession& s) {
   if (!s.error().empty()) fmt::print(stderr, "cumemtrace: {}\n", s.error());
 }
 
-// Files written while processes run get their one line as they appear.
+// Files written while processes run get their one line as they appear; under a disk cap only
+// OOM files (a bounded capture may drop any other window later: its files are listed once at the
+// end, report_bounded).
 void Collector::report_written(ProcessSession& s) {
   for (const auto& f : s.take_new_files()) {
     // An OOM's line is said even under -q: the program is failing, and the line says why.
-    if (!opts_.summary && f.oom_verdict.empty()) continue;
+    if ((!opts_.summary || budget_) && f.oom_verdict.empty()) continue;
     if (f.oom_verdict.empty()) {
       fmt::print(stderr, "cumemtrace: wrote {}\n", f.path);
     } else {
       // The same "wrote" line, with the verdict of the OOM that asked for the file.
       fmt::print(stderr, "cumemtrace: wrote {}: out of memory on {}\n", f.path, f.oom_verdict);
     }
+  }
+}
+
+// The end of a bounded capture: what is on disk and what was dropped, each said once (a window
+// announced as it was written could be gone by the end).
+void Collector::report_bounded() const {
+  if (!budget_ || !opts_.summary) return;
+  const DiskBudget& b = *budget_;
+  fmt::print(stderr, "cumemtrace: --keep bounded left {} on disk ({} of the {} --max-disk cap):\n",
+             analysis::plural(b.kept().size(), "file"), snap::format_bytes(b.total()),
+             snap::format_bytes(b.cap()));
+  for (const DiskFile& f : b.kept()) {
+    fmt::print(stderr, "  {} ({}, {})\n", f.path, window_kind_name(f.kind),
+               snap::format_bytes(f.bytes));
+  }
+  if (b.dropped().empty()) return;
+  // One line per reason, in the order of the first drop for it.
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_why;
+  for (const DiskFile& f : b.dropped()) {
+    auto it = std::find_if(by_why.begin(), by_why.end(), [&](auto& w) { return w.first == f.why; });
+    if (it == by_why.end()) it = by_why.insert(by_why.end(), {f.why, {}});
+    it->second.push_back(f.path.substr(f.path.rfind('/') + 1));
+  }
+  for (const auto& [why, names] : by_why) {
+    fmt::print(stderr, "cumemtrace: dropped {} ({}): {}\n",
+               analysis::plural(names.size(), "window"), why, fmt::join(names, ", "));
   }
 }
 
@@ -308,6 +339,7 @@ void Collector::run() {
       const size_t n = s->drain();
       drained += n;
       backlog = backlog || n == ProcessSession::kDrainBatch;
+      if (n < ProcessSession::kDrainBatch) s->bounded_tick();  // its ring was emptied
     }
     idle_rounds = drained ? 0 : idle_rounds + 1;
     const auto now = std::chrono::steady_clock::now();
@@ -353,6 +385,7 @@ void Collector::run() {
       }
     }
   }
+  report_bounded();
 }
 
 }  // namespace cumemtrace::collect

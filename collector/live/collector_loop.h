@@ -76,6 +76,7 @@ class Collector {
   void note_ignored_signal(const signalfd_siginfo& si) const;
   void finish(ProcessSession& s);
   void report_written(ProcessSession& s);
+  void report_bounded() const;
   void sample_driver_memory(std::chrono::steady_clock::time_point now);
   bool done() const;
   void publish_metrics(std::chrono::steady_clock::time_point now);

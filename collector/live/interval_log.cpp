@@ -60,8 +60,28 @@ bool IntervalLog::after_record(TraceModel& m, Symbolizer& sym, int64_t t_us,
   return true;
 }
 
+bool IntervalLog::tick(TraceModel& m, Symbolizer& sym, int64_t now_us,
+                       const std::map<int, uint64_t>& driver) {
+  if (!open_ || steps_seen_) return false;  // iterations close only at their boundaries
+  const int64_t every = interval_us_ > 0 ? interval_us_ : kDefaultIntervalUs;
+  bool closed = false;
+  while (now_us - begin_us_ >= every) {
+    const int64_t end = begin_us_ + every;
+    close(m, sym, end, driver);
+    // The next interval starts where this one ended, whether or not a record comes.
+    open_ = true;
+    begin_us_ = end;
+    last_us_ = std::max(last_us_, end);
+    steps_ = 0;
+    closed = true;
+  }
+  return closed;
+}
+
 void IntervalLog::finish(TraceModel& m, Symbolizer& sym, const std::map<int, uint64_t>& driver) {
-  if (open_) close(m, sym, last_us_, driver);
+  // An interval tick() opened that no record reached says nothing: not closed.
+  if (open_ && (m.events_total() > events_at_begin_ || last_us_ > begin_us_))
+    close(m, sym, last_us_, driver);
 }
 
 bool IntervalLog::take_growth_start() {

@@ -4,7 +4,9 @@
 // the record that ends it: in a program whose automatic phases mark iterations (an `auto:step`
 // MARK, analysis/phases.h), the first iteration boundary at least `interval_s` after its start
 // (so an interval is whole iterations; interval_s 0: one interval per iteration); in any other
-// program, the first record at least `interval_s` (program time; 10 s when 0) after its start.
+// program, the first record at least `interval_s` (program time; 10 s when 0) after its start,
+// or, while the program records nothing, the collector's clock passing that mark (tick(): an idle
+// program gets an interval per `interval_s` all the same, each starting where the last ended).
 // finish() closes the last one. Per interval and device: the allocations and frees and their bytes
 // (so that intervals add up exactly to the run's totals), the bytes live at the close, the highest
 // live bytes within it, PyTorch's reserved bytes and the driver-visible bytes at the close; for
@@ -36,6 +38,10 @@ class IntervalLog {
   // After each record the model took (time `t_us`): true when it closed an interval.
   bool after_record(TraceModel& m, Symbolizer& sym, int64_t t_us,
                     const std::map<int, uint64_t>& driver);
+  // The program's clock now (`now_us`, the records' time base) with every record up to it taken:
+  // in a program without iterations, closes each interval whose span has passed, records or
+  // not. True when it closed one.
+  bool tick(TraceModel& m, Symbolizer& sym, int64_t now_us, const std::map<int, uint64_t>& driver);
   // Closes the open interval, if it holds any record (the process ended).
   void finish(TraceModel& m, Symbolizer& sym, const std::map<int, uint64_t>& driver);
   // Sustained growth: true from the close that makes it kGrowthIntervals rises in a row; a

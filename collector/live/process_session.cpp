@@ -224,7 +224,16 @@ void ProcessSession::bounded_before(const Record& r) {
 }
 
 void ProcessSession::bounded_after() {
-  if (!intervals_->after_record(model_, symbolizer_, model_.last_time_us(), driver_last_)) return;
+  if (intervals_->after_record(model_, symbolizer_, model_.last_time_us(), driver_last_))
+    interval_closed();
+}
+
+void ProcessSession::bounded_tick() {
+  if (!intervals_ || !open() || !error_.empty()) return;
+  if (intervals_->tick(model_, symbolizer_, now_us(), driver_last_)) interval_closed();
+}
+
+void ProcessSession::interval_closed() {
   try {
     if (intervals_->take_growth_start()) {
       write_running("growth", fmt::format("growth-{}", ++growth_written_));

@@ -103,6 +103,9 @@ class ProcessSession {
     std::string oom_verdict;  // "device 0: exhaustion: 1 MiB requested, ..."; empty: no OOM
   };
   std::vector<NewFile> take_new_files();
+  // Bounded capture, with every record written so far drained: closes the intervals whose time
+  // has passed in a program that records nothing (interval_log.h tick).
+  void bounded_tick();
   // Bounded capture: closes the last interval and writes the summary (after the final snapshot).
   void finish_bounded();
 
@@ -136,6 +139,7 @@ class ProcessSession {
   // sustained growth; the summary at each interval's close.
   void bounded_before(const Record& r);
   void bounded_after();
+  void interval_closed();  // a growth window when a streak starts; the summary now and then
   void write_summary();
   std::string summary_path() const;
   std::unique_ptr<IntervalLog> intervals_;

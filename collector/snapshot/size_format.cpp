@@ -13,11 +13,13 @@ std::string format_bytes(uint64_t bytes) {
   if (bytes < 1024) return fmt::format("{} B", bytes);
   double v = static_cast<double>(bytes);
   int u = 0;
-  while (v >= 1024.0 && u < 5) {
+  // 1023.7 KiB prints as "1.00 MiB": the unit is chosen on the value as it will be rounded.
+  while (v >= 1023.5 && u < 5) {
     v /= 1024.0;
     ++u;
   }
-  const int decimals = v >= 100 ? 0 : v >= 10 ? 1 : 2;
+  // Three significant digits of the rounded value: 9.996 is "10.0", 99.96 is "100".
+  const int decimals = v >= 99.95 ? 0 : v >= 9.995 ? 1 : 2;
   return fmt::format("{:.{}f} {}", v, decimals, kUnits[u]);
 }
 

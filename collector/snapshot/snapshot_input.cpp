@@ -12,6 +12,20 @@ namespace cumemtrace::snap {
 
 namespace {
 
+// What a file that is no snapshot is, from its first bytes: a user told "a JSON array" knows
+// what they gave; "byte 0x5b" they would have to decode.
+std::string what_it_is(std::string_view head, size_t i) {
+  if (head.substr(0, 2) == "\x1f\x8b") return "a gzip-compressed file (decompress it first)";
+  if (head.substr(0, 4) == "PK\x03\x04") return "a zip archive (a torch.save file?)";
+  const char c = head[i];
+  if (c == '[') return "a JSON array ('['; a snapshot is one JSON object, '{...}')";
+  if (c == '"') return "a JSON string ('\"'; a snapshot is one JSON object, '{...}')";
+  if (c == '-' || (c >= '0' && c <= '9'))
+    return fmt::format("a number ('{}'; a snapshot is one JSON object, '{{...}}')", c);
+  if (c == '<') return "markup ('<': an HTML or XML file?)";
+  return fmt::format("byte {:#04x}", static_cast<unsigned char>(c));
+}
+
 // A snapshot begins with '{' (JSON, after whitespace or a UTF-8 byte order mark) or with a
 // pickle's PROTO opcode; anything else is refused before the rest is read. An empty file, or
 // whitespace only as far as the head goes, is left to the readers' own messages.
@@ -22,10 +36,8 @@ std::string snapshot_head_problem(std::string_view head) {
          (head[i] == ' ' || head[i] == '\t' || head[i] == '\r' || head[i] == '\n'))
     ++i;
   if (i == head.size() || head[i] == '{') return {};
-  const bool gzip = head.size() >= 2 && head.substr(0, 2) == "\x1f\x8b";
   return fmt::format("offset {}: expected a snapshot (JSON or a pickle), found {}", i,
-                     gzip ? std::string("a gzip-compressed file (decompress it first)")
-                          : fmt::format("byte {:#04x}", static_cast<unsigned char>(head[i])));
+                     what_it_is(head, i));
 }
 
 }  // namespace

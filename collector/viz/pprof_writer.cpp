@@ -177,7 +177,20 @@ std::vector<uint64_t> ProfileBuilder::stack_locations(const SampleKey& k) {
   }
   auto [it, inserted] = stack_ids_.try_emplace(k.stack);
   if (!inserted) return it->second;
-  for (const snap::Frame* f : sites_.program_frames(k.stack, std::numeric_limits<size_t>::max())) {
+  // The library's Python frames inside the user's site come first (report's "via": `forward
+  // (train.py:76) via Linear.forward (linear.py:134)` is a site of its own), so that a user line
+  // calling three libraries is three stacks, as it is three rows of report.
+  std::vector<const snap::Frame*> frames;
+  const auto& st = s_.stacks[static_cast<size_t>(k.stack)];
+  const int site = sites_.site_frame(k.stack);
+  if (const int via = analysis::via_frame_index(st, site); via >= 0) {
+    for (int j = via; j < site; ++j)
+      if (analysis::is_python_frame(st[static_cast<size_t>(j)]))
+        frames.push_back(&st[static_cast<size_t>(j)]);
+  }
+  for (const snap::Frame* f : sites_.program_frames(k.stack, std::numeric_limits<size_t>::max()))
+    frames.push_back(f);
+  for (const snap::Frame* f : frames) {
     const bool python = analysis::is_python_frame(*f);
     const std::string file = f->filename == "??" ? std::string() : f->filename;
     // In cumemtrace's files a native frame without line information carries its module's path
@@ -186,7 +199,11 @@ std::vector<uint64_t> ProfileBuilder::stack_locations(const SampleKey& k) {
     const std::string name = f->name.empty() ? "??"
                              : python        ? f->name
                                              : analysis::short_function_name(f->name);
-    it->second.push_back(location(function(name, f->name, file), f->line, m));
+    // A Python frame's name is its own, never mangled: no system name, so that pprof, which
+    // simplifies a name equal to its system name as if it were C++ ("<module>" became nothing,
+    // shown as "<unknown>"), keeps it as it is.
+    it->second.push_back(
+        location(function(name, python ? std::string() : f->name, file), f->line, m));
   }
   return it->second;
 }

@@ -3,9 +3,10 @@
 // the preload's load_config (core/config.cpp), `cumemtrace run`'s options and the environment it
 // passes on (collector/cli/settings_options.cpp), the collector's own reads (cmd_collect.cpp,
 // log.cpp, main.cpp, live/driver_memory.cpp), the Python side inside the target
-// (preload/python/cumemtrace_settings.py, tested against this list) and README's table (the
-// ctest `settings_table` compares them, and checks that every CUMEMTRACE_* name read anywhere in
-// the tree is a row here or a build/test-only variable: scripts/settings_check.py).
+// (preload/python/cumemtrace_settings.py, tested against this list) and README's tables of
+// settings, generated from this table with each row's help (scripts/settings_doc.py; the ctest
+// `settings_table` fails when README differs, and checks that every CUMEMTRACE_* name read
+// anywhere in the tree is a row here or a build/test-only variable).
 //
 // Each row: the variable, its kind (how its value is parsed: one function per kind,
 // parse_setting), the range of a count or of seconds, the words of an enum ("precise|coarse"),
@@ -17,8 +18,8 @@
 // preload (the Python side: that feature off), or before the program starts under `run` (exit 2
 // with a limit, else the program runs untraced, as for every reason tracing cannot start).
 // Rows read by kHandOff are `run`'s own hand-off to its program (its control socket, --no-follow)
-// or the pytest plugin's to the pytest it starts again, never the user's to set; they are not
-// documented.
+// or the pytest plugin's to the pytest it starts again, never the user's to set; README lists
+// them in a table of their own.
 //
 // Plain data and inline functions on C strings: no heap, no exceptions, so that the preload reads
 // it before main. Adding a setting is one row here plus its reader.
@@ -67,20 +68,25 @@ constexpr uint64_t kNoLimit = uint64_t{INT64_MAX};
 // X(id, variable, kind, lo, hi, words, default, flag, value name, readers, help)
 #define CUMEMTRACE_SETTINGS(X)                                                                     \
   X(kOutput, "CUMEMTRACE_OUTPUT", kPath, 0, 0, "", ".", "-o,--output", "DIR",                      \
-    kPreload | kCollector | kPythonPackage, "directory for snapshots (created if missing)")        \
+    kPreload | kCollector | kPythonPackage, "snapshot directory, created if missing")              \
   X(kStackDepth, "CUMEMTRACE_STACK_DEPTH", kCount, 0, 128, "", "32", "--stack-depth", "N",         \
-    kPreload, "native frames per event, 0 disables")                                               \
+    kPreload, "native frames per event (0: none)")                                                 \
   X(kBufferMb, "CUMEMTRACE_BUFFER_MB", kCount, 1, 4096, "", "8", "--buffer-mb", "MiB", kPreload,   \
-    "ring buffer size per process in MiB")                                                         \
+    "ring size per process in MiB (up to 64 MiB of it is committed when tracing "                  \
+    "starts)")                                                                                     \
   X(kMaxWaitMs, "CUMEMTRACE_MAX_WAIT_MS", kCount, 0, 3600000, "", "10000", "", "", kPreload,       \
     "how long a producer waits for a full ring before dropping, in ms")                            \
   X(kPythonStacks, "CUMEMTRACE_PYTHON_STACKS", kSwitch, 0, 1, "", "1", "", "", kPreload,           \
-    "add the allocating thread's Python frames to stacks")                                         \
+    "add the allocating thread's Python frames to stacks (0: off)")                                \
   X(kNativeAbovePython, "CUMEMTRACE_NATIVE_ABOVE_PYTHON", kSwitch, 0, 1, "", "0", "", "",          \
-    kPreload, "keep the native frames above CPython's innermost evaluation loop")                  \
+    kPreload,                                                                                      \
+    "1 keeps the native frames above CPython's innermost evaluation loop (the "                    \
+    "interpreter running the recorded Python frames); by default a stack with Python "             \
+    "frames stops there (CPython 3.11+)")                                                          \
   X(kFreeStacks, "CUMEMTRACE_FREE_STACKS", kSwitch, 0, 1, "", "0", "--free-stacks", "", kPreload,  \
-    "record a stack for every release too (frees, unmaps, PyTorch's free requests); by default "   \
-    "only allocations carry one")                                                                  \
+    "record a stack for releases too (frees, unmaps, PyTorch's free requests); by "                \
+    "default only allocations carry one, as in memray, heaptrack and PyTorch's "                   \
+    "context=\"alloc\"")                                                                           \
   X(kTorchNativeStacks, "CUMEMTRACE_TORCH_NATIVE_STACKS", kSwitch, 0, 1, "", "0",                  \
     "--torch-native-stacks", "", kPreload,                                                         \
     "give PyTorch's block events (and its cudaMallocAsync tensors) all their native frames too "   \
@@ -91,9 +97,12 @@ constexpr uint64_t kNoLimit = uint64_t{INT64_MAX};
     "each event's time: precise (the default: the TSC, ns) or coarse (the kernel's tick, 1-4 "     \
     "ms; a cheaper read for allocation-bound programs)")                                           \
   X(kSlowUnwind, "CUMEMTRACE_SLOW_UNWIND", kSwitch, 0, 1, "", "0", "", "", kPreload,               \
-    "use the platform unwinder instead of the caching one")                                        \
+    "1 uses the platform unwinder instead of the caching one")                                     \
   X(kDebug, "CUMEMTRACE_DEBUG", kSwitch, 0, 1, "", "0", "", "", kPreload,                          \
-    "print the preload's diagnostics")                                                             \
+    "1 prints the preload's diagnostics: why Python frames of GIL-less threads turned "            \
+    "off; at exit how many stacks fell back to the platform unwinder and where, how "              \
+    "often the ring was full and how long the program waited for the collector "                   \
+    "(--buffer-mb raises the ring's size), and how long recording took per event")                 \
   X(kCollectorPath, "CUMEMTRACE_COLLECTOR", kPath, 0, 0, "", "", "", "", kPreload,                 \
     "path of the cumemtrace executable (default: ../bin next to the library)")                     \
   X(kMaxTraceEvents, "CUMEMTRACE_MAX_TRACE_EVENTS", kCount, 0, kNoLimit, "", "0",                  \
@@ -119,32 +128,39 @@ constexpr uint64_t kNoLimit = uint64_t{INT64_MAX};
   X(kMetricsPublic, "CUMEMTRACE_METRICS_PUBLIC", kSwitch, 0, 1, "", "0", "--metrics-public", "",   \
     kCollector, "let --metrics listen on an address other than loopback")                          \
   X(kNvmlLibrary, "CUMEMTRACE_NVML_LIBRARY", kLibrary, 0, 0, "", "libnvidia-ml.so.1", "", "",      \
-    kCollector, "NVML to load instead of libnvidia-ml.so.1")                                       \
+    kCollector,                                                                                    \
+    "NVML to load instead of libnvidia-ml.so.1: an absolute path or a file name the "              \
+    "loader searches for")                                                                         \
   X(kLog, "CUMEMTRACE_LOG", kWords, 0, 0, "trace|debug|info|warn|error|off", "warn",               \
     "--log-level", "LEVEL", kCollector,                                                            \
     "the collector's own diagnostics: trace, debug, info, warn, error or off (default: "           \
     "CUMEMTRACE_LOG, else warn)")                                                                  \
   X(kLogFile, "CUMEMTRACE_LOG_FILE", kPath, 0, 0, "", "", "", "", kCollector,                      \
-    "send the collector's diagnostics to this file instead of stderr")                             \
+    "send the collector's diagnostics to this file instead of stderr (appended; a "                \
+    "relative name is in the snapshot directory; never through a symlink)")                        \
   X(kLibraryCode, "CUMEMTRACE_LIBRARY_CODE", kText, 0, 0, "", "", "", "", kCollector,              \
-    "comma-separated path parts whose Python frames are library code, never a site")               \
+    "comma-separated path parts whose Python frames are library code (never a site), "             \
+    "!PART the user's own (docs/check.md's site rule); every offline command takes "               \
+    "--library-code PARTS too")                                                                    \
   X(kPreloadPath, "CUMEMTRACE_PRELOAD", kPath, 0, 0, "", "", "", "", kCollector,                   \
-    "the libcumemtrace.so `run` preloads (default: ../lib next to the executable)")                \
+    "the libcumemtrace.so that run preloads (default: ../lib next to the executable)")             \
   X(kTorch, "CUMEMTRACE_TORCH", kSwitch, 0, 1, "", "1", "", "", kPythonInTarget,                   \
-    "capture PyTorch's caching-allocator blocks")                                                  \
+    "0 keeps a PyTorch program at driver level (no capture of PyTorch's "                          \
+    "caching-allocator blocks)")                                                                   \
   X(kPhases, "CUMEMTRACE_PHASES", kSwitch, 0, 1, "", "1", "", "", kPythonInTarget,                 \
-    "mark a PyTorch program's automatic phases and ownership walks")                               \
+    "0 turns off a PyTorch program's automatic phases (auto:forward, auto:backward, "              \
+    "auto:optimizer, auto:step) and ownership walks (docs/pytorch.md)")                            \
   X(kControlFd, "CUMEMTRACE_CONTROL_FD", kCount, 0, 1u << 20, "", "", "", "", kPreload | kHandOff, \
     "run's control socket, inherited")                                                             \
   X(kControlSocket, "CUMEMTRACE_CONTROL_SOCKET", kPath, 0, 0, "", "", "", "", kPreload | kHandOff, \
     "run's rendezvous socket")                                                                     \
   X(kFollow, "CUMEMTRACE_FOLLOW", kSwitch, 0, 1, "", "1", "", "", kPreload | kHandOff,             \
-    "run --no-follow: 0 traces only the process CUMEMTRACE_ROOT_PID")                              \
+    "run --no-follow sets 0: only the process CUMEMTRACE_ROOT_PID is traced, not its "             \
+    "children (default 1: every process the program starts)")                                      \
   X(kRootPid, "CUMEMTRACE_ROOT_PID", kCount, 1, kNoLimit, "", "", "", "", kPreload | kHandOff,     \
     "run --no-follow: the one process traced")                                                     \
   X(kPytestReexec, "CUMEMTRACE_PYTEST_REEXEC", kSwitch, 0, 1, "", "", "", "",                      \
     kPythonPackage | kHandOff, "the pytest plugin's mark on the pytest it runs again under run")
-
 enum class Id : uint8_t {
 #define CUMEMTRACE_SETTING_ID(id, ...) id,
   CUMEMTRACE_SETTINGS(CUMEMTRACE_SETTING_ID)

@@ -57,7 +57,7 @@ _LIMITS = {
 
 def _flag(limit):
     """The `check` flag of a limit of the table (the CLI's list: snapshots.limits())."""
-    return next(entry["flag"] for entry in limits() if entry["name"] == limit)
+    return limits()[limit]["flag"]
 _FRAME = re.compile(r"^at (.*) \((.*):(\d+)\)$")  # a stack line of check's JSON
 
 
@@ -70,6 +70,9 @@ def pytest_addoption(parser):
                          "snapshots of tests that failed a limit are kept there")
     group.addoption("--cumemtrace-top", type=int, default=5, metavar="N",
                     help="tests with the highest GPU peak shown at the end (default 5, 0: none)")
+    group.addoption("--cumemtrace-allow-no-cuda", action="store_true", default=False,
+                    help="a test with a limit_gpu_* marker that made no CUDA allocation (a run "
+                         "on a machine without a GPU) passes instead of failing as not judged")
 
 
 def pytest_configure(config):
@@ -146,8 +149,16 @@ def _cut_at_test(frames, item):
     return frames
 
 
+# check's hint names its own flag; a pytest user's is the plugin's option.
+_CHECK_HINT = "(pass --allow-no-cuda if that is expected)"
+_PLUGIN_HINT = "(pass --cumemtrace-allow-no-cuda to pytest if that is expected)"
+
+
 def _format_failure(check, item):
-    lines = [check["message"]]
+    message = check["message"]
+    if check.get("check") == "cuda-used":
+        message = message.replace(_CHECK_HINT, _PLUGIN_HINT)
+    lines = [message]
     for stack in check.get("stacks", []):
         if stack.get("title"):
             lines.append("  " + stack["title"])
@@ -201,9 +212,10 @@ class _Tracker:
             return (None, f"no snapshot was written for {item.nodeid}")
         given = dict(self.limits.get(item.nodeid, []))
         args = [executable(), "check", path, "--range", name, "--format", "json"]
-        # A process that never used CUDA judges nothing: a test with a marker fails as not judged
-        # (check's verdict), one without only goes unmeasured.
-        if not given:
+        # A test that made no CUDA allocation judges nothing: with a marker it fails as not
+        # judged (check's verdict on its range, the same whatever ran before it), without one it
+        # only goes unmeasured.
+        if not given or self.config.getoption("cumemtrace_allow_no_cuda"):
             args.append("--allow-no-cuda")
         # Peak and leaks are always measured (the summary, the report's properties); growth only
         # when asked: a test without automatic steps cannot be judged and fails.
@@ -272,11 +284,18 @@ class _Tracker:
         tr = terminalreporter
         tr.write_sep("=", f"cumemtrace: {min(top, len(self.peaks))} tests with the highest GPU peak")
         for peak, nodeid in sorted(self.peaks, key=lambda p: (-p[0], p[1]))[:top]:
-            tr.write_line(f"{_human(peak):>12}  {nodeid}")
+            tr.write_line(f"{format_bytes(peak):>12}  {nodeid}")
 
 
-def _human(n):
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
+def format_bytes(n):
+    """The project's one size rule (collector/snapshot/size_format.h): binary units, three
+    significant digits, the unit chosen on the rounded value ("1.50 GiB", "12.0 MiB", "512 B")."""
+    if n < 1024:
+        return f"{n} B"
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    v, u = float(n), 0
+    while v >= 1023.5 and u < len(units) - 1:
+        v /= 1024
+        u += 1
+    decimals = 0 if v >= 99.95 else 1 if v >= 9.995 else 2
+    return f"{v:.{decimals}f} {units[u]}"

@@ -16,10 +16,18 @@ class CumemtraceError(Exception):
     """The CLI refused a file or an option (its one-line message)."""
 
 
+def _cli_error(stderr, returncode):
+    """The CLI's message without its terminal hint ("Run 'cumemtrace check --help' for usage."):
+    a Python caller has no command line to run it on."""
+    lines = [ln for ln in stderr.strip().splitlines()
+             if not (ln.startswith("Run 'cumemtrace ") and "--help'" in ln)]
+    return "\n".join(lines) or f"cumemtrace exited {returncode}"
+
+
 def _cli_json(args, ok_codes=(0,)):
     proc = subprocess.run([executable()] + args, capture_output=True, text=True)
     if proc.returncode not in ok_codes:
-        raise CumemtraceError(proc.stderr.strip() or f"cumemtrace exited {proc.returncode}")
+        raise CumemtraceError(_cli_error(proc.stderr, proc.returncode))
     try:
         return json.loads(proc.stdout)
     except ValueError as e:
@@ -31,12 +39,13 @@ def _size(v):
 
 
 def limits():
-    """The limits `check` takes, as the CLI lists them (collector/analysis/limits.h, the one list):
-    [{"name": "max_leaked_bytes", "flag": "--max-leaked-bytes", "help", "needs", "at_end"}...]."""
+    """The limits `check` takes, by name, in the CLI's order (collector/analysis/limits.h, the one
+    list): {"max_leaked_bytes": {"name": "max_leaked_bytes", "flag": "--max-leaked-bytes",
+    "check", "help", "needs", "at_end"}, ...}. A new dict each call."""
     global _limits
     if _limits is None:
         _limits = _cli_json(["check", "--list-limits", "--format", "json"])["limits"]
-    return _limits
+    return {entry["name"]: dict(entry) for entry in _limits}
 
 
 _limits = None
@@ -44,7 +53,7 @@ _limits = None
 
 def _limit_args(given):
     """`check` flags for keyword limits ({"max_peak_bytes": "1 GiB"}); an unknown name raises."""
-    table = {l["name"]: l["flag"] for l in limits()}
+    table = {name: entry["flag"] for name, entry in limits().items()}
     args = []
     for name, value in given.items():
         if name not in table:
@@ -79,7 +88,8 @@ class Snapshot:
                 proc = subprocess.run([executable(), "convert", self.path, "--to", "json", "-o", "-"],
                                       capture_output=True)
                 if proc.returncode != 0:
-                    raise CumemtraceError(proc.stderr.decode(errors="replace").strip())
+                    raise CumemtraceError(_cli_error(proc.stderr.decode(errors="replace"),
+                                                     proc.returncode))
                 text = proc.stdout
             else:
                 with open(self.path, "rb") as f:

@@ -4,7 +4,9 @@
 // keeps each step's output, the leak rule, and a run too short to judge.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -318,7 +320,8 @@ TEST_CASE("report starts with the ledger of a PyTorch run with phases", "[ledger
   std::ostringstream text;
   print_report_text(r, s, sites, {}, text);
   const std::string t = text.str();
-  const auto ledger = t.find("\nPyTorch ledger (automatic phases: 5 steps, 4 complete)\n");
+  const auto ledger = t.find(
+      "\nPyTorch ledger (automatic phases: 4 complete steps (1 more begun, not completed))\n");
   REQUIRE(ledger != std::string::npos);
   CHECK(ledger < t.find("\nDevice 0\n"));
   CHECK_THAT(t, Catch::Contains("  device 0, step 1 (the first):\n"
@@ -377,10 +380,29 @@ TEST_CASE("check --max-growth-per-step gates the ledger's growth", "[ledger][che
   o.max_growth_per_step = 0;
   CHECK(run_check_on(training(6, 0), o, &text) == 0);
 
-  // Cannot judge: never a pass.
+  // Cannot judge: never a pass, and the finding says it judged nothing (JSON's "judged": false,
+  // the pytest plugin's "could not be judged" heading), beyond its words.
   CHECK(run_check_on(training(2, 0), o, &text) == 1);
   CHECK_THAT(text, Catch::Contains("error: growth per step on device 0 cannot be judged: 2 steps "
                                    "complete; growth per step needs 3"));
+  {
+    std::ostringstream out, err;
+    CheckResult r;
+    CHECK(run_check({{"train.json", training(2, 0)}}, o, out, err, &r) == 1);
+    std::vector<std::tuple<std::string, int, Severity, bool>> got;
+    for (const auto& f : r.findings)
+      if (f.check == "growth-per-step") got.emplace_back(f.check, f.device, f.severity, f.judged);
+    CHECK(got == std::vector<std::tuple<std::string, int, Severity, bool>>{
+                     {"growth-per-step", 0, Severity::kError, false}});
+    // Judged at 3 complete steps: the same finding, judged.
+    CheckResult judged;
+    CHECK(run_check({{"train.json", training(3, 0)}}, o, out, err, &judged) == 0);
+    const auto g = std::find_if(judged.findings.begin(), judged.findings.end(),
+                                [](const Finding& f) { return f.check == "growth-per-step"; });
+    REQUIRE(g != judged.findings.end());
+    CHECK(g->judged);
+    CHECK(g->severity == Severity::kPass);
+  }
   TorchRunBuilder plain;
   plain.segment(1, 0x100000000, 64 * MiB);
   plain.alloc(5, 0x100000000, 2 * MiB, plain.line("a.py", 1));
@@ -470,7 +492,9 @@ TEST_CASE("diff compares two PyTorch runs by phase and by category", "[ledger][d
   CHECK_THAT(text.str(),
              Catch::Contains("\nPyTorch peaks:\n"
                              "  device 0 allocated peak: 29.0 MiB -> 40.0 MiB  +11.0 MiB (+37.9%)\n"
-                             "  device 0 reserved peak: 256 MiB -> 256 MiB  +0 B (+0.0%)\n"));
+                             "\nPyTorch, added per phase"));
+  // Only what changed is listed: the reserved peak, the same on both sides, is not.
+  CHECK_THAT(text.str(), !Catch::Contains("reserved peak: 256 MiB -> 256 MiB"));
   CHECK_THAT(text.str(),
              Catch::Contains("  device 0 forward: +3.00 MiB -> +5.00 MiB  +2.00 MiB\n"));
   CHECK_THAT(text.str(), Catch::Contains("  device 0 allocated peak: activation: 3.00 MiB -> 15.0 "

@@ -144,14 +144,14 @@ TEST_CASE("fragmentation: the cache has room, no free block holds the request", 
     REQUIRE(v[0].advice.size() == 2);
     CHECK(v[0].advice[0] ==
           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: 960 MiB was free in the cache but no "
-          "free block (the largest 20 MiB) holds 200 MiB; an expandable segment grows in place "
+          "free block (the largest 20.0 MiB) holds 200 MiB; an expandable segment grows in place "
           "instead");
     CHECK(v[0].advice[1] ==
           "torch.cuda.empty_cache() cannot help: all 960 MiB free in the cache lies in segments "
           "that hold live tensors");
     CHECK(oom_verdict_line(v[0]) ==
           "fragmentation: 200 MiB requested, 960 MiB free even compacted (cached free 960 MiB + "
-          "device free 0 B), largest free block 20 MiB");
+          "device free 0 B), largest free block 20.0 MiB");
   }
 }
 
@@ -163,7 +163,8 @@ TEST_CASE("fragmentation with expandable segments on: no advice to turn them on"
   CHECK(v[0].advice[0].rfind("torch.cuda.empty_cache() cannot help", 0) == 0);
 }
 
-TEST_CASE("exhaustion: 26 MiB asked, 25 MiB free in the cache, largest block 21 MiB", "[oom]") {
+TEST_CASE("exhaustion: 26.0 MiB asked, 25.0 MiB free in the cache, largest block 21.0 MiB",
+          "[oom]") {
   const auto v = verdicts(exhausted());
   REQUIRE(v.size() == 1);
   // The largest block (21 MiB) is too small too, but even compacted the free bytes are fewer
@@ -185,14 +186,15 @@ TEST_CASE("exhaustion: 26 MiB asked, 25 MiB free in the cache, largest block 21 
   CHECK_FALSE(v[0].whatif);  // exhaustion: no replay asked
   REQUIRE(v[0].advice.size() == 3);
   CHECK(v[0].advice[0] ==
-        "at least 1 MiB more would have had to be free: what is live must shrink by that much "
-        "(35 MiB held by live tensors)");
+        "at least 1.00 MiB more would have had to be free: what is live must shrink by that much "
+        "(35.0 MiB held by live tensors)");
   CHECK(v[0].advice[1] ==
-        "what holds it, largest first (to shrink by at least 1 MiB): 35 MiB at forward "
+        "what holds it, largest first (to shrink by at least 1.00 MiB): 35.0 MiB at forward "
         "(train.py:41)");
-  CHECK(v[0].advice[2] ==
-        "torch.cuda.empty_cache() cannot help: all 25 MiB free in the cache lies in segments that "
-        "hold live tensors");
+  CHECK(
+      v[0].advice[2] ==
+      "torch.cuda.empty_cache() cannot help: all 25.0 MiB free in the cache lies in segments that "
+      "hold live tensors");
   // One more MiB free on the device makes it fit once compacted: fragmentation.
   const auto w = verdicts(exhausted(1 * MiB));
   REQUIRE(w.size() == 1);
@@ -211,16 +213,18 @@ TEST_CASE("a memory fraction: PyTorch refused although the device had room", "[o
   CHECK(v[0].verdict == "exhaustion");
   CHECK(v[0].shortfall == 1 * MiB);
   CHECK(oom_verdict_line(v[0]) ==
-        "exhaustion: 26 MiB requested, 25 MiB free even compacted (cached free 25 MiB + no "
-        "headroom under a budget below the device), largest free block 21 MiB");
+        "exhaustion: 26.0 MiB requested, 25.0 MiB free even compacted (cached free 25.0 MiB + no "
+        "headroom under a budget below the device), largest free block 21.0 MiB");
   REQUIRE_FALSE(v[0].advice.empty());
-  CHECK(v[0].advice[0] ==
-        "up to 1 MiB more would have had to be free (less the budget's headroom above the reserved "
-        "bytes, which is not recorded): what is live must shrink by that much (35 MiB held by live "
-        "tensors)");
+  CHECK(
+      v[0].advice[0] ==
+      "up to 1.00 MiB more would have had to be free (less the budget's headroom above the "
+      "reserved "
+      "bytes, which is not recorded): what is live must shrink by that much (35.0 MiB held by live "
+      "tensors)");
   REQUIRE(v[0].advice.size() == 3);
   CHECK(v[0].advice[1] ==
-        "what holds it, largest first (to shrink by up to 1 MiB): 35 MiB at forward "
+        "what holds it, largest first (to shrink by up to 1.00 MiB): 35.0 MiB at forward "
         "(train.py:41)");
 }
 
@@ -238,14 +242,14 @@ TEST_CASE("a recorded memory fraction: the budget as the user set it", "[oom]") 
   // 25 MiB cached free + 10 MiB under the budget hold 26 MiB once compacted.
   CHECK(v[0].verdict == "fragmentation");
   CHECK(oom_verdict_line(v[0]) ==
-        "fragmentation: 26 MiB requested, 35 MiB free even compacted (cached free 25 MiB + "
-        "headroom 10 MiB under the 70.0 MiB allowed by the memory fraction 0.0625 of 1.09 GiB), "
-        "largest free block 21 MiB");
+        "fragmentation: 26.0 MiB requested, 35.0 MiB free even compacted (cached free 25.0 MiB + "
+        "headroom 10.0 MiB under the 70.0 MiB allowed by the memory fraction 0.0625 of 1.09 GiB), "
+        "largest free block 21.0 MiB");
   const auto facts = oom_facts(v[0]);
   REQUIRE(facts.size() >= 2);
   CHECK(facts[1] ==
         "budget: 70.0 MiB allowed by the memory fraction 0.0625 of 1.09 GiB: PyTorch refused with "
-        "60 MiB reserved, 10 MiB left under it");
+        "60.0 MiB reserved, 10.0 MiB left under it");
   // Facts that add up: allocated + free blocks = reserved.
   CHECK(v[0].allocated + v[0].cached_free == v[0].reserved);
   CHECK(v[0].cached_free == v[0].releasable + v[0].unreleasable);
@@ -287,9 +291,9 @@ TEST_CASE("a driver OOM without PyTorch: the device's free bytes against the req
   CHECK(v[0].held.by_site[0].category == snap::Category::kLibrary);
   REQUIRE(v[0].advice.size() == 2);
   CHECK(v[0].advice[0] ==
-        "at least 3 MiB more would have had to be free: what is live must shrink by that much");
+        "at least 3.00 MiB more would have had to be free: what is live must shrink by that much");
   CHECK(v[0].advice[1] ==
-        "what holds it, largest first (to shrink by at least 3 MiB): 3 MiB at load_weights "
+        "what holds it, largest first (to shrink by at least 3.00 MiB): 3.00 MiB at load_weights "
         "(model.cpp:88)");
   // 5 MiB asked with 1 MiB free: 4 MiB short, more than the 3 MiB everything live holds.
   s.device_traces[0].back().size = 5 * MiB;
@@ -298,7 +302,8 @@ TEST_CASE("a driver OOM without PyTorch: the device's free bytes against the req
   CHECK(v[0].shortfall == 4 * MiB);
   REQUIRE(v[0].advice.size() == 3);
   CHECK(v[0].advice[2] ==
-        "freeing everything live (3 MiB) would not have been enough: 5 MiB needs a larger budget "
+        "freeing everything live (3.00 MiB) would not have been enough: 5.00 MiB needs a larger "
+        "budget "
         "or a smaller request");
   s.device_traces[0].back().size = 4 * MiB;
   // 5 MiB free but the driver still refused 4 MiB: fragmented (or limited) device memory.
@@ -339,16 +344,17 @@ TEST_CASE("report: the OOM first, its json, and 'at this snapshot' for an OOM sn
       "\n"
       "OOM 1 on device 0 at +1.000970 s: fragmentation\n"
       "  fragmentation: 200 MiB requested, 960 MiB free even compacted (cached free 960 MiB + "
-      "device free 0 B), largest free block 20 MiB\n"
+      "device free 0 B), largest free block 20.0 MiB\n"
       "  PyTorch's caching allocator could not get 200 MiB; the device had 0 B free\n"
       "  budget: 1.88 GiB (held on the device + its free bytes)\n"
       "  PyTorch reserved 1.88 GiB = allocated 960 MiB + cached 960 MiB free, largest free block "
-      "20 MiB (from the snapshot's segments)\n"
+      "20.0 MiB (from the snapshot's segments)\n"
       "  free in segments holding live tensors: 960 MiB; in empty segments (releasable): 0 B\n"
       "  held by line:\n"
       "             960 MiB  forward (train.py:41)\n"
       "  advice: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: 960 MiB was free in the cache "
-      "but no free block (the largest 20 MiB) holds 200 MiB; an expandable segment grows in place "
+      "but no free block (the largest 20.0 MiB) holds 200 MiB; an expandable segment grows in "
+      "place "
       "instead\n"
       "  advice: torch.cuda.empty_cache() cannot help: all 960 MiB free in the cache lies in "
       "segments that hold live tensors\n"
@@ -439,15 +445,16 @@ TEST_CASE("fragmentation: the replay says expandable segments would have served 
   CHECK(v[0].whatif->recorded_reserved_peak_bytes == 60 * MiB);
   REQUIRE(v[0].advice.size() == 3);
   CHECK(v[0].advice[0] ==
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: 42 MiB was free in the cache but no "
-        "free block (the largest 14 MiB) holds 15 MiB; an expandable segment grows in place "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: 42.0 MiB was free in the cache but no "
+        "free block (the largest 14.0 MiB) holds 15.0 MiB; an expandable segment grows in place "
         "instead");
   CHECK(v[0].advice[1] ==
         "under expandable_segments:True this request would have succeeded (the same reserved "
-        "peak, 60 MiB; replayed from this trace)");
-  CHECK(v[0].advice[2] ==
-        "torch.cuda.empty_cache() cannot help: all 42 MiB free in the cache lies in segments that "
-        "hold live tensors");
+        "peak, 60.0 MiB; replayed from this trace)");
+  CHECK(
+      v[0].advice[2] ==
+      "torch.cuda.empty_cache() cannot help: all 42.0 MiB free in the cache lies in segments that "
+      "hold live tensors");
 
   const SiteTable sites(s);
   const Report r = build_report(s, sites, "train.4242.oom.json");
@@ -496,7 +503,7 @@ TEST_CASE("fragmentation the replay says expandable segments would not have serv
   REQUIRE(v[0].advice.size() == 2);
   CHECK(v[0].advice[0] ==
         "under expandable_segments:True this request would not have succeeded either (the same "
-        "reserved peak, 60 MiB; replayed from this trace)");
+        "reserved peak, 60.0 MiB; replayed from this trace)");
   CHECK(v[0].advice[1].rfind("torch.cuda.empty_cache() cannot help", 0) == 0);
   const SiteTable sites(s);
   std::ostringstream js;
@@ -526,8 +533,8 @@ TEST_CASE("exhaustion in a training step: who holds it by category and line", "[
   CHECK(v[0].held.by_category[1].bytes == 24 * iMiB);
   REQUIRE(v[0].advice.size() == 3);
   CHECK(v[0].advice[1] ==
-        "what holds it, largest first (to shrink by at least 6 MiB): activation 30 MiB at "
-        "forward (model.py:40); parameter 24 MiB at <module> (train.py:5)");
+        "what holds it, largest first (to shrink by at least 6.00 MiB): activation 30.0 MiB at "
+        "forward (model.py:40); parameter 24.0 MiB at <module> (train.py:5)");
 
   const SiteTable sites(s);
   const Report r = build_report(s, sites, "train.4321.oom.json");
@@ -536,18 +543,21 @@ TEST_CASE("exhaustion in a training step: who holds it by category and line", "[
   const std::string t = text.str();
   // Between the facts and the advice.
   const std::string expected =
-      "  PyTorch reserved 64 MiB = allocated 54 MiB + cached 10 MiB free, largest free block 10 "
+      "  PyTorch reserved 64.0 MiB = allocated 54.0 MiB + cached 10.0 MiB free, largest free block "
+      "10.0 "
       "MiB (from the snapshot's segments)\n"
-      "  free in segments holding live tensors: 10 MiB; in empty segments (releasable): 0 B\n"
+      "  free in segments holding live tensors: 10.0 MiB; in empty segments (releasable): 0 B\n"
       "  held by category (step 2, forward): activation 30.0 MiB, parameter 24.0 MiB\n"
       "  held by line:\n"
       "            30.0 MiB  forward (model.py:40) (activation)\n"
       "            24.0 MiB  <module> (train.py:5) (parameter)\n"
-      "  advice: at least 6 MiB more would have had to be free: what is live must shrink by that "
-      "much (54 MiB held by live tensors)\n"
-      "  advice: what holds it, largest first (to shrink by at least 6 MiB): activation 30 MiB at "
-      "forward (model.py:40); parameter 24 MiB at <module> (train.py:5)\n"
-      "  advice: torch.cuda.empty_cache() cannot help: all 10 MiB free in the cache lies in "
+      "  advice: at least 6.00 MiB more would have had to be free: what is live must shrink by "
+      "that "
+      "much (54.0 MiB held by live tensors)\n"
+      "  advice: what holds it, largest first (to shrink by at least 6.00 MiB): activation 30.0 "
+      "MiB at "
+      "forward (model.py:40); parameter 24.0 MiB at <module> (train.py:5)\n"
+      "  advice: torch.cuda.empty_cache() cannot help: all 10.0 MiB free in the cache lies in "
       "segments that hold live tensors\n"
       "  the failing request:\n"
       "        at forward (model.py:44)\n";

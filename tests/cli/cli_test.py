@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -100,6 +101,10 @@ def test_unreadable():
                     "unsupported schema_version 2 (this cumemtrace reads 1)"),
         "binary": (write("bin.json", b"\x7fELF\x00\x01\x02\xff" * 50, "wb"),
                    "bin.json:offset 0: expected a snapshot (JSON or a pickle), found byte 0x7f"),
+        # Issue 57: a JSON array was "found byte 0x5b".
+        "array": (write("array.json", "[" + good + "]"),
+                  "array.json:offset 0: expected a snapshot (JSON or a pickle), found a JSON array "
+                  "('['; a snapshot is one JSON object, '{...}')"),
         "negative": (write("neg.json", good.replace('"size":1048576', '"size":-1048576', 1)),
                      "expected a non-negative integer"),
         "directory": (ARGS.work, "expected a regular file"),
@@ -160,15 +165,59 @@ def test_no_cuda():
 
 
 def test_check_usage():
-    for args in (["check", "--max-leaked-bytes", "lots", snap("leak.json")],
-                 ["check", "--max-leaked-bytes", "-1", snap("leak.json")],
-                 ["check", "--max-leaked-bytes", "0"],
-                 ["check", "--frobnicate", snap("leak.json")],
-                 ["check", "--format", "xml", snap("leak.json")],
-                 ["check", "--mark", "step", snap("growth.json")],
-                 ["check", "--max-leaked-bytes", "0", "--junit", "/nonexistent-dir/x.xml", snap("leak.json")],
-                 ["check", "--max-leaked-bytes", "0", "--suppressions", snap("missing.supp"), snap("leak.json")]):
-        expect_rc(args, 2)
+    # Each refusal is exit 2 and its own first line (the usage hint may follow), never a bare code.
+    size = "expected a size such as 0, 4096, 12MiB or 1.5GB, got"
+    for args, line in (
+            (["check", "--max-leaked-bytes", "lots", snap("leak.json")],
+             f"cumemtrace check: --max-leaked-bytes: {size} 'lots'"),
+            (["check", "--max-leaked-bytes", "-1", snap("leak.json")],
+             f"cumemtrace check: --max-leaked-bytes: {size} '-1'"),
+            (["check", "--max-leaked-bytes", "0"], "cumemtrace check: FILE is required"),
+            (["check", "--frobnicate", snap("leak.json")],
+             "cumemtrace check: unknown option '--frobnicate'"),
+            (["check", "--format", "xml", snap("leak.json")],
+             "cumemtrace check: --format: xml not in {text,json,github}"),
+            (["check", "--mark", "step", snap("growth.json")],
+             "cumemtrace check: --mark is only used with --max-growth"),
+            (["check", "--max-leaked-bytes", "0", "--junit", "/nonexistent-dir/x.xml", snap("leak.json")],
+             "cumemtrace check: /nonexistent-dir/x.xml: cannot write into /nonexistent-dir: No "
+             "such file or directory"),
+            (["check", "--max-leaked-bytes", "0", "--suppressions", snap("missing.supp"), snap("leak.json")],
+             f"cumemtrace check: {snap('missing.supp')}: cannot open: No such file or directory")):
+        _, err = expect_rc(args, 2, stream="err")
+        expect(err.splitlines()[:1] == [line], f"{args}: first line {err.splitlines()[:1]}, wanted {line!r}")
+
+
+def test_run_usage_and_refusals_leave_nothing():
+    # A refused run says why in one line and leaves no output folder behind (issue 57: an empty
+    # one was left), nor its parents.
+    out = os.path.join(ARGS.work, "refused", "deeper", "traces")
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    try:
+        _, err = expect_rc(["run", "-o", out, "--metrics", f"127.0.0.1:{port}", "--", "true"], 2,
+                           stream="err")
+    finally:
+        busy.close()
+    expect(err.startswith("cumemtrace run: --metrics: "), f"--metrics refused: {err!r}")
+    expect(not os.path.exists(os.path.join(ARGS.work, "refused")), "a refused run left its folder")
+    # A folder that was there already stays, whatever the run did.
+    os.makedirs(os.path.join(ARGS.work, "kept"), exist_ok=True)
+    expect_rc(["run", "-o", os.path.join(ARGS.work, "kept"), "--max-leaked-bytes", "lots", "true"],
+              2, ["--max-leaked-bytes: expected a size"], stream="err")
+    expect(os.path.isdir(os.path.join(ARGS.work, "kept")), "an existing folder was removed")
+
+
+def test_convert_to_a_full_stdout():
+    # `convert -o - > /dev/full` used to print "basic_ios::clear: iostream error".
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([ARGS.cumemtrace, "convert", snap("leak.json"), "--to", "json", "-o", "-"],
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    expect((p.returncode, p.stderr) == (
+        2, "cumemtrace convert: cannot write to stdout: No space left on device\n"),
+        f"convert -o - > /dev/full: {p.returncode} {p.stderr!r}")
 
 
 def test_drops():
@@ -238,6 +287,15 @@ def test_diff():
     expect(j["devices"][0]["live_change_bytes"] == 5 << 20, "diff json live change")
     expect(j["sites"][0]["site"] == "grow_cache (cache.cpp:10)", "diff json site")
     expect_rc(["diff", snap("steady.json")], 2)
+    # A file against itself: one line, no row of +0 B (issue 57).
+    out, _ = expect_rc(["diff", snap("growth.json"), snap("growth.json")], 0)
+    expect(out == f"cumemtrace diff: {snap('growth.json')} -> {snap('growth.json')}\n"
+                  "no differences: the same peak and bytes live at exit on 1 device, the same "
+                  "allocation sites\n", f"diff of a file with itself:\n{out}")
+    out, _ = expect_rc(["diff", "--format", "json", snap("growth.json"), snap("growth.json")], 0)
+    expect(json.loads(out)["differences"] is False, "diff json of a file with itself")
+    out, _ = expect_rc(["diff", "--format", "json", snap("steady.json"), snap("growth.json")], 0)
+    expect(json.loads(out)["differences"] is True, "diff json of two files")
 
 
 def test_torch_fixture():
@@ -253,7 +311,8 @@ def test_torch_fixture():
     expect_rc(["check", "--max-leaked-bytes", "1GiB", fixture], 0)
     expect_rc(["check", "--max-leaked-bytes", "0", fixture], 1, ["leaked on device 0 by 38 allocations"])
     expect_rc(["check", "--max-growth", "16MiB", "--mark", "Optimizer.zero_grad#Adam.zero_grad", fixture], 0)
-    expect_rc(["diff", fixture, fixture], 0, ["Changed allocation sites", "none"])
+    expect_rc(["diff", fixture, fixture], 0, ["\nno differences: the same peak and bytes live at exit "
+                                             "on 1 device, the same allocation sites\n"])
     # --range: the last START..END pair of that name; the JSON verdict format is check's own.
     zero_grad = "Optimizer.zero_grad#Adam.zero_grad"
     step = "Optimizer.step#Adam.step"
@@ -280,8 +339,8 @@ def test_torch_fixture():
     # The PyTorch breakdown at snapshot time (contract section 6), from the pickle.
     # The whole recording, PyTorch's pickle: the report's numbers are PyTorch's own.
     pickle = os.path.join(ARGS.fixtures, "torch-2.11", "snapshot.pickle")
-    expect_rc(["report", pickle], 0, ["device 0: reserved 88 MiB = allocated 73.8 MiB + cached "
-                                      "14.2 MiB free, largest free block 12 MiB"])
+    expect_rc(["report", pickle], 0, ["device 0: reserved 88.0 MiB = allocated 73.8 MiB + cached "
+                                      "14.2 MiB free, largest free block 12.0 MiB"])
     out, _ = expect_rc(["report", "--format", "json", pickle], 0)
     j = json.loads(out)
     expect(j["trace_entries"] == facts["trace_entries"], "trace entries")
@@ -440,6 +499,7 @@ def main():
     os.makedirs(ARGS.work, exist_ok=True)
     subprocess.run([ARGS.make_snapshots, ARGS.work], check=True)
     for t in (test_report, test_library_code, test_unreadable, test_check_text, test_no_cuda, test_check_usage,
+              test_run_usage_and_refusals_leave_nothing, test_convert_to_a_full_stdout,
               test_drops,
               test_growth_and_suppressions, test_formats, test_diff, test_torch_fixture,
               test_real_collector_output, test_schema, test_outputs_never_destroy_data,

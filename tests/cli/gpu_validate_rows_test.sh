@@ -45,6 +45,22 @@ validate silent silent
 expect_table bad "$WORK/want-bad.txt"
 if verdict > "$WORK/verdict-bad.txt"; then echo "FAIL: a crashed and a silent validator passed"; fail=1; fi
 
+# A validator that prints a FAIL row and exits 0 (three did): its row fails the verdict.
+ROWS="$WORK/quiet-fail.txt"; : > "$ROWS"
+quiet_fail() { echo "| planted failure                                            | FAIL | 1 != 2"; }
+validate quiet_fail quiet_fail
+if verdict > "$WORK/verdict-quiet-fail.txt"; then echo "FAIL: a FAIL row exited 0 and passed"; fail=1; fi
+
+# Every validator of tests/gpu runs: named by gpu_validate.sh itself, or by a validator it runs.
+for v in "$SRC"/tests/gpu/validate_*; do
+  name=$(basename "$v")
+  if ! grep -q "tests/gpu/$name" "$SRC/scripts/gpu_validate.sh" &&
+     ! grep -lq "tests/gpu/$name" $(grep -o 'tests/gpu/validate_[a-z_]*\.sh' "$SRC/scripts/gpu_validate.sh" | sort -u | sed "s|^|$SRC/|") 2>/dev/null; then
+    echo "FAIL: scripts/gpu_validate.sh does not run tests/gpu/$name"
+    fail=1
+  fi
+done
+
 # The script itself uses validate for every validator (no `>> "$ROWS"` left unguarded).
 if grep -nE '^[^#]*(python3|bash) [^|]*>> "\$ROWS"' "$SRC/scripts/gpu_validate.sh"; then
   echo "FAIL: gpu_validate.sh appends a validator's output without validate"

@@ -6,11 +6,12 @@ everything else that names a CUMEMTRACE_* setting:
   - a name read by the Python side inside the target (preload/python) or by the Python package
     (python/cumemtrace) is a row that says so; the target's own list (SETTINGS in
     preload/python/cumemtrace_torch.py) is the table's rows read there, with their defaults;
-  - README's table of settings has one row per setting a user may set, with its `run` flag, and
-    says each count's default.
+  - README's tables of settings are scripts/settings_doc.py's rendering of the table, to the byte
+    (every setting, the hand-off ones apart, with its flag, default and help).
 Exit 0 when all agree, 1 with one line per difference."""
 import argparse
 import ast
+import difflib
 import os
 import re
 import subprocess
@@ -98,23 +99,9 @@ def table(cumemtrace):
     rows = {}
     out = subprocess.run([cumemtrace, "__settings"], capture_output=True, text=True, check=True)
     for line in out.stdout.splitlines():
-        var, kind, default, flag, readers, expected = line.split("\t")
+        var, kind, default, flag, readers, expected, _value, _help = line.split("\t")
         rows[var] = dict(kind=kind, default=default, flags=flag.split(",") if flag else [],
                          readers=readers.split(","), expected=expected)
-    return rows
-
-
-def readme_rows(source):
-    """README's settings table: [(flag cell, variable cell, meaning cell)]."""
-    with open(os.path.join(source, "README.md")) as f:
-        lines = f.read().splitlines()
-    start = next(i for i, l in enumerate(lines) if l.startswith("| `run` option | variable"))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        rows.append((cells[0], cells[1], "|".join(cells[2:])))
     return rows
 
 
@@ -144,35 +131,20 @@ def check_python_side(source, rows, problems):
                     if rows[v]["kind"] != "switch")
 
 
-def check_readme(source, rows, problems):
-    documented = {}
-    for flag_cell, var_cell, meaning in readme_rows(source):
-        flags = re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", flag_cell)
-        var = re.match(r"`(CUMEMTRACE_\w+)", var_cell)
-        if not var:
-            taken = [f for f in flags if any(f in r["flags"] for r in rows.values())]
-            if taken:
-                problems.append(f"README: {taken[0]} sets a setting: its row must name the variable")
-            continue
-        name = var.group(1)
-        if name in documented:
-            problems.append(f"README: {name} has two rows")
-        documented[name] = meaning
-        row = rows.get(name)
-        if row is None or "hand-off" in row["readers"]:
-            problems.append(f"README: {name} is not a setting of preload/core/settings_table.h")
-            continue
-        if sorted(flags) != sorted(f for f in row["flags"] if f in flags) or \
-                bool(flags) != bool(row["flags"]):
-            problems.append(f"README: {name}'s flag is '{flag_cell}', the table's "
-                            f"'{','.join(row['flags'])}'")
-        if row["kind"] in ("count", "seconds") and row["default"] and \
-                not re.search(rf"default[^|]*?(?<![\d.]){re.escape(row['default'])}(?![\d.])",
-                              meaning):
-            problems.append(f"README: {name} does not say its default {row['default']}")
-    for name, row in rows.items():
-        if "hand-off" not in row["readers"] and name not in documented:
-            problems.append(f"README: the setting {name} has no row")
+def check_readme(cumemtrace, source, problems):
+    """README's settings tables are scripts/settings_doc.py's rendering of the table, to the
+    byte: every setting (the hand-off ones in a table of their own), its flag, default and help."""
+    sys.path.insert(0, os.path.join(source, "scripts"))
+    import settings_doc
+    want = settings_doc.block(settings_doc.rows(cumemtrace))
+    _, readme, generated = settings_doc.readme_with(source, want)
+    if readme != generated:
+        got = readme[readme.find(settings_doc.BEGIN):readme.find(settings_doc.END)]
+        diff = [f"README: {line}" for line in difflib.unified_diff(
+            got.splitlines(), want.splitlines(), "README.md", "settings_table.h", lineterm="")]
+        problems.append("README's settings tables differ from preload/core/settings_table.h "
+                        "(run scripts/settings_doc.py --cumemtrace build/bin/cumemtrace --write):\n"
+                        + "\n".join(diff[:40]))
 
 
 def main():
@@ -184,7 +156,7 @@ def main():
     problems = []
     check_reads(rows, names_read(a.source), problems)
     check_python_side(a.source, rows, problems)
-    check_readme(a.source, rows, problems)
+    check_readme(a.cumemtrace, a.source, problems)
     for p in problems:
         print(p)
     print(f"{len(rows)} settings, {len(problems)} problems")

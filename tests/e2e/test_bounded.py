@@ -113,3 +113,66 @@ def test_bounded_plain_preload_and_bad_settings(tmp_path):
         r = subprocess.run([CT, "run", "-o", str(tmp_path / "x"), *args, "--", prog("ct_bounded")],
                            env=base_env(), capture_output=True, text=True)
         assert r.returncode == 2 and line in r.stderr, (args, r.stderr)
+
+
+def test_bounded_run_says_each_file_once_as_it_is_at_the_end(tmp_path):
+    # Windows written and dropped while the program ran are not announced as written: the end
+    # lists what is on disk (every file there, nothing else) and what was dropped, once each.
+    p, out = bounded_run(tmp_path)
+    _, doc = summary_of(out)
+    assert "wrote" not in "".join(line for line in p.stderr.splitlines(True)
+                                  if "peak-" in line or "request-" in line), p.stderr
+    lines = p.stderr.splitlines()
+    (head,) = [i for i, line in enumerate(lines) if line.startswith("cumemtrace: --keep bounded left")]
+    files = sorted(os.listdir(out))
+    assert lines[head].startswith(f"cumemtrace: --keep bounded left {len(files)} files on disk ("), \
+        p.stderr
+    listed = [line.split()[0] for line in lines[head + 1:head + 1 + len(files)]]
+    assert sorted(os.path.basename(f) for f in listed) == files, p.stderr
+    dropped = {}
+    for line in lines:
+        if line.startswith("cumemtrace: dropped "):
+            why = line[line.index("(") + 1:line.index("):")]
+            dropped[why] = line[line.index("): ") + 3:].split(", ")
+    want = {}
+    for d in doc["dropped"]:
+        want.setdefault(d["why"], []).append(d["file"])
+    assert dropped == want and len(want["replaced by a higher peak"]) == 11, p.stderr
+    for names in dropped.values():
+        assert not any(n in files for n in names)
+    # report's heading says what the windows hold against the cap, in words that parse.
+    r = subprocess.run([CT, "report", str(out)], env=base_env(), capture_output=True, text=True)
+    on_disk = sum(w["bytes"] for w in doc["windows"])
+    from_heading = [line for line in r.stdout.splitlines() if "intervals by" in line]
+    assert len(from_heading) == 1 and from_heading[0].endswith(
+        "(--max-disk 6.00 MiB)") and "windows on disk " in from_heading[0], r.stdout
+    assert on_disk > 0
+
+
+def test_bounded_idle_program_gets_an_interval_per_interval(tmp_path):
+    # ct_static_like spin: 1 MiB allocated, then nothing recorded for 1.2 s, then freed. An
+    # interval of 0.2 s closes on the collector's clock while the program records nothing.
+    out = tmp_path / "idle"
+    p = subprocess.run([CT, "run", "-o", str(out), "--keep", "bounded", "--interval", "0.2",
+                        "--", prog("ct_static_like"), "spin", "1.2"],
+                       env=base_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    (path,) = glob.glob(os.path.join(str(out), "ct_static_like.*.intervals.json"))
+    with open(path) as f:
+        doc = json.load(f)
+    ivs = doc["intervals"]
+    assert doc["by"] == "time"
+    # Those closed by the clock span exactly 0.2 s, each starting where the last ended; a record
+    # closes one at or after its 0.2 s (the free, the exit). 1.2 s without a record: at least 5.
+    by_clock = [iv for iv in ivs if iv["end_us"] - iv["begin_us"] == 200000]
+    assert len(by_clock) >= 5, ivs
+    assert all(iv["end_us"] - iv["begin_us"] >= 200000 for iv in ivs[:-1]), ivs
+    assert all(b["begin_us"] == a["end_us"] for a, b in zip(ivs, ivs[1:]) if a in by_clock), ivs
+    assert sum(iv["events"] for iv in ivs) == doc["events"]
+    idle = [iv for iv in ivs if iv["events"] == 0]
+    assert len(idle) >= 4 and all(iv in by_clock for iv in idle), ivs
+    # The 1 MiB is live at each idle close; freed by the end.
+    for iv in idle:
+        assert [(d["device"], d["live_bytes"], d["allocations"]) for d in iv["devices"]] == [
+            (0, MiB, 0)], iv
+    assert all(d["live_bytes"] == 0 for d in ivs[-1]["devices"]), ivs[-1]

@@ -93,8 +93,11 @@ def test_run_gates_on_every_limit_flag(tmp_path):
     p, _ = run_traced(tmp_path / "allocated", [sys.executable, TORCH_SCRIPT, "basic"],
                       ["--max-allocated-peak", "1"], **TORCH_NVML)
     assert p.returncode == 1, p.stderr
-    assert re.search(r"error: peak PyTorch allocated \S+ \S+ on device 0 at .* \(limit 1 B\)",
-                     p.stderr), p.stderr
+    # With the breakdown --max-peak-bytes has (issue 57: none): the tensors live at that moment,
+    # by line, largest first.
+    assert re.search(r"error: peak PyTorch allocated \S+ MiB on device 0 at .* \(limit 1 B\)\n"
+                     r"  30\.0 MiB live in 1 allocation from basic \(torch_blocks\.py:20\) via .*\n"
+                     r"    at basic \(\S+torch_blocks\.py:20\)\n", p.stderr), p.stderr
     junit = tmp_path / "verdict.xml"
     p, _ = run_traced(tmp_path, [sys.executable, TORCH_SCRIPT, "basic"],
                       ["--max-driver-peak", "1", "--junit", str(junit)], **TORCH_NVML)
@@ -325,12 +328,20 @@ except CumemtraceError as e:
     assert "not a snapshot" in str(e), e
 assert [s["total_size"] for s in p.segments] == [s["total_size"] for s in j.segments]
 assert p.report()["devices"] == j.report()["devices"]
-names = [l["name"] for l in cumemtrace.limits()]
+table = cumemtrace.limits()   # by name, as docs/python.md says
+assert all(entry["name"] == n for n, entry in table.items()), table
 out = {{}}
-for n in names:
+for n, entry in table.items():
     v = p.check(**{{n: 1}})
     out[n] = sorted({{c["status"] for f in v["files"] for c in f["checks"]
-                     if c["check"] == [l for l in cumemtrace.limits() if l["name"] == n][0]["check"]}})
+                     if c["check"] == entry["check"]}})
+# An API error is the CLI's line, without the terminal's "Run 'cumemtrace check --help'".
+try:
+    j.check(max_peak_bytes="lots")
+    raise SystemExit("a bad size accepted")
+except CumemtraceError as e:
+    assert str(e) == ("cumemtrace check: --max-peak-bytes: expected a size such as 0, 4096, "
+                      "12MiB or 1.5GB, got 'lots'"), repr(str(e))
 try:
     j.check(max_leak=1)
     raise SystemExit("unknown limit accepted")
@@ -367,6 +378,12 @@ def test_a_run_that_never_used_cuda_fails_the_gate_with_or_without_a_snapshot(tm
                       ["--max-leaked-bytes", "0", "--allow-no-cuda"])
     assert p.returncode == 0, p.stderr
     assert "warning: no CUDA allocation seen; nothing to judge (allowed by --allow-no-cuda)" in p.stderr
+    # Without a gate `run` says so, instead of pointing at a report of nothing.
+    p, _ = run_traced(tmp_path / "d", [sys.executable, "-c", script])
+    assert p.returncode == 0, p.stderr
+    assert "see where the memory went" not in p.stderr, p.stderr
+    assert ("cumemtrace: no CUDA allocation seen (no device memory event, segment or CUDA "
+            "context); the snapshot records no device memory\n") in p.stderr, p.stderr
     # `check` of that snapshot agrees, in JSON too: one check, failed, not judged.
     q = subprocess.run([CT, "check", str(path), "--max-leaked-bytes", "0", "--format", "json"],
                        capture_output=True, text=True)

@@ -181,6 +181,15 @@ def wait_for(predicate, what, timeout=20):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def pending(pid, sig):
+    """True while `sig` waits to be delivered to the process (/proc/PID/status: its thread's
+    SigPnd or the process's ShdPnd)."""
+    with open(f"/proc/{pid}/status") as f:
+        masks = [int(line.split()[1], 16) for line in f
+                 if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(m >> (int(sig) - 1) & 1 for m in masks)
+
+
 def maps_has(pid, text):
     try:
         with open(f"/proc/{pid}/maps") as f:
@@ -284,7 +293,8 @@ def test_snapshot_request_during_start_up_is_kept(tmp_path):
         wait_for(lambda: maps_has(target, "cumemtrace-ring-usr2"), "the ring")
         q = subprocess.run([CT, "snapshot", str(target)], capture_output=True, text=True)
         assert q.returncode == 0, q.stderr
-        time.sleep(0.2)  # the signal is handled while the collector cannot have acknowledged
+        # The target takes the signal while the collector, stopped, cannot have acknowledged.
+        wait_for(lambda: not pending(target, signal.SIGUSR2), "the request's delivery")
         os.kill(run.pid, signal.SIGCONT)
         stopped = False
         name = f"ct_static_like.{target}"
@@ -309,12 +319,18 @@ def test_snapshot_command_refuses_what_it_cannot_ask(tmp_path):
     p = subprocess.run([CT, "snapshot", "999999999"], capture_output=True, text=True)
     assert p.returncode == 2 and "no process with pid 999999999" in p.stderr
     assert subprocess.run([CT, "snapshot"], capture_output=True).returncode == 2
-    # An untraced process would die of SIGUSR2: it is left alone.
-    sleeper = subprocess.Popen(["sleep", "30"])
+    # An untraced process would die of SIGUSR2: it is left alone. It blocks the signal, so one
+    # sent would still be pending when `snapshot` returns: none is.
+    sleeper = subprocess.Popen([sys.executable, "-c",
+                                "import signal, sys, time\n"
+                                "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])\n"
+                                "print('blocked', flush=True)\n"
+                                "time.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
     try:
+        assert sleeper.stdout.readline() == "blocked\n"
         p = subprocess.run([CT, "snapshot", str(sleeper.pid)], capture_output=True, text=True)
         assert p.returncode == 2 and "is not being traced" in p.stderr
-        time.sleep(0.1)
+        assert not pending(sleeper.pid, signal.SIGUSR2)
         assert sleeper.poll() is None
     finally:
         sleeper.kill()

@@ -40,6 +40,29 @@ def test_gauges_hold_the_running_programs_bytes(tmp_path):
     assert len(allocs) == N + 1 and snap["cumemtrace"]["events_dropped"] == 0
 
 
+def test_driver_visible_context_and_untracked_gauges(tmp_path):
+    """The driver's layers as report splits them: with the fake NVML (1.5 MiB per process plus
+    2 MiB per context page, metrics_support.fake_nvml_env), `burst 10 1` maps one page nobody
+    tracked, then creates and destroys a context (NVML is read at its end): driver-visible
+    1.5 + 2 x 2 = 5.5 MiB = the primary context as measured at its creation (3.5 MiB) + 1 MiB
+    tracked + 1 MiB other untracked; the peak was read with the second context in being."""
+    t = Traced(tmp_path, program=[prog("ct_static_like"), "burst", "10", "1"])
+    try:
+        status, s = scrape(t.host, t.port)
+        assert status == "HTTP/1.1 200 OK"
+        labels = dict(pid=t.pid, device=0, exe="ct_static_like")
+        got = {name: sample(s, f"cumemtrace_{name}", **labels) for name in (
+            "tracked_bytes", "driver_visible_bytes", "context_bytes", "other_untracked_bytes",
+            "driver_visible_peak_bytes")}
+        assert got == {"tracked_bytes": MiB, "driver_visible_bytes": 5 * MiB + MiB // 2,
+                       "context_bytes": 3 * MiB + MiB // 2, "other_untracked_bytes": MiB,
+                       "driver_visible_peak_bytes": 7 * MiB + MiB // 2}, got
+        code, err = t.finish()
+    finally:
+        t.kill()
+    assert code == 0, err
+
+
 def test_misbehaving_clients_get_4xx_and_nothing_else(tmp_path):
     t = Traced(tmp_path, N)
     try:

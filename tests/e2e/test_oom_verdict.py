@@ -11,7 +11,7 @@ import subprocess
 
 from conftest import CT, MiB, base_env, prog, run_traced
 
-LINE = ("exhaustion: 1 MiB requested, 0 B free even compacted (device free 0 B)")
+LINE = ("exhaustion: 1.00 MiB requested, 0 B free even compacted (device free 0 B)")
 
 
 def report(path, *args):
@@ -37,11 +37,11 @@ def test_oom_verdict_line_report_and_json(tmp_path):
     head = text.split("\nDevice 0\n")[0]
     assert re.search(r"\nOOM 1 on device 0 at \+\d+\.\d{6} s: exhaustion\n", head), head
     assert f"\n  {LINE}\n" in head
-    assert "\n  a driver allocation could not get 1 MiB; the device had 0 B free\n" in head
-    assert "\n  budget: 8 MiB (held on the device + its free bytes)\n" in head
-    assert "\n  other libraries: 8 MiB (" in head
-    assert ("\n  advice: at least 1 MiB more would have had to be free: what is live must shrink "
-            "by that much\n") in head
+    assert "\n  a driver allocation could not get 1.00 MiB; the device had 0 B free\n" in head
+    assert "\n  budget: 8.00 MiB (held on the device + its free bytes)\n" in head
+    assert "\n  other libraries: 8.00 MiB (" in head
+    assert ("\n  advice: at least 1.00 MiB more would have had to be free: what is live must "
+            "shrink by that much\n") in head
     # The failing request's own stack, from its site on (the site rule of analysis/frames.h: the
     # scenario's frames are in cumemtrace's namespace, so the program's site is main).
     stack = head.split("\n  the failing request:\n")[1].splitlines()

@@ -446,9 +446,9 @@ def test_allocator_oom_writes_oom_snapshot_with_python_line(tmp_path):
     # The verdict (analysis/oom_verdict.h): the fake's limit (22 MiB) refused although the device
     # had room, a budget below the device; 17 MiB free in the cache cannot hold 30 MiB.
     (line,) = [l for l in p.stderr.splitlines() if "out of memory on" in l]
-    assert line.endswith(f"{oom_name}: out of memory on device 0: exhaustion: 30 MiB requested, "
-                         "17 MiB free even compacted (cached free 17 MiB + no headroom under a "
-                         "budget below the device), largest free block 17 MiB"), line
+    assert line.endswith(f"{oom_name}: out of memory on device 0: exhaustion: 30.0 MiB requested, "
+                         "17.0 MiB free even compacted (cached free 17.0 MiB + no headroom under a "
+                         "budget below the device), largest free block 17.0 MiB"), line
     r = subprocess.run([CT, "report", str(tmp_path / "traces" / oom_name), "--format", "json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -469,9 +469,9 @@ def test_device_full_oom_is_pytorchs_one_oom(tmp_path):
     (oom_name,) = [n for n in snaps if ".oom." in n]
     (line,) = [l for l in p.stderr.splitlines() if "out of memory on" in l]
     # 3 MiB live in a 20 MiB segment, 20 MiB left on the device: 37 MiB free, none of it whole.
-    assert line.endswith(f"{oom_name}: out of memory on device 0: fragmentation: 30 MiB "
-                         "requested, 37 MiB free even compacted (cached free 17 MiB + device free "
-                         "20 MiB), largest free block 17 MiB"), line
+    assert line.endswith(f"{oom_name}: out of memory on device 0: fragmentation: 30.0 MiB "
+                         "requested, 37.0 MiB free even compacted (cached free 17.0 MiB + device "
+                         "free 20.0 MiB), largest free block 17.0 MiB"), line
     for snap in (snaps[oom_name], final(snaps)):
         (e,) = [e for e in snap["device_traces"][0] if e["action"] == "oom"]
         assert (e["source"], e["size"]) == ("pytorch", 30 * MiB)
@@ -611,7 +611,7 @@ def test_cuda_malloc_async_backend_reserved_allocated_cached(tmp_path):
     p, snaps = run(tmp_path, "async_backend", PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
     assert p.returncode == 0, p.stderr
     assert refusals(p) == []
-    assert "device 0 at exit: reserved 4 MiB = allocated 3 MiB + cached 1 MiB free" in p.stderr
+    assert "device 0 at exit: reserved 4.00 MiB = allocated 3.00 MiB + cached 1.00 MiB free" in p.stderr
     (name,) = [n for n in snaps if not n.endswith(".oom.json")]
     snap = snaps[name]
     tool = snap["cumemtrace"]
@@ -779,9 +779,9 @@ def test_recorded_memory_fraction_is_the_verdicts_and_whatifs_budget(tmp_path):
     assert (f["device"], f["fraction"], f["allowed_bytes"], f["device_total"]) == \
         (0, "0.021484375", 22 * MiB, 1 << 30)
     (line,) = [l for l in p.stderr.splitlines() if "out of memory on" in l]
-    assert line.endswith("exhaustion: 30 MiB requested, 19 MiB free even compacted (cached free "
-                         "17 MiB + headroom 2 MiB under the 22.0 MiB allowed by the memory "
-                         "fraction 0.021484375 of 1.00 GiB), largest free block 17 MiB"), line
+    assert line.endswith("exhaustion: 30.0 MiB requested, 19.0 MiB free even compacted (cached "
+                         "free 17.0 MiB + headroom 2.00 MiB under the 22.0 MiB allowed by the "
+                         "memory fraction 0.021484375 of 1.00 GiB), largest free block 17.0 MiB"), line
     w = whatif(tmp_path / "traces" / oom_name, "--format", "json")
     assert w.returncode == 0, w.stderr
     (rec,) = json.loads(w.stdout)

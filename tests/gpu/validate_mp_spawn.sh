@@ -13,7 +13,10 @@ ls "$OUT/traces"
 python3 - "$OUT" <<'PY'
 import glob, json, os, sys
 out = sys.argv[1]
+failed = 0
 def row(name, ok, detail=""):
+    global failed
+    failed += not ok
     print(f"| {name:<62} | {'PASS' if ok else 'FAIL'} | {detail}")
 files = sorted(os.path.basename(f) for f in glob.glob(f"{out}/traces/*.json"))
 ranked = [f for f in files if ".rank0." in f or ".rank1." in f]
@@ -35,4 +38,7 @@ for r in rows:
     row(f"mp.spawn rank {r['rank']}: allocated peak vs max_memory_allocated() (0.1%)",
         a is not None and abs(a - t["max_memory_allocated"]) <= t["max_memory_allocated"] / 1000,
         f"{a} vs {t['max_memory_allocated']}")
+if len(rows) < 2:
+    row("mp.spawn: the rank table has both ranks", False, f"{len(rows)} rows")
+sys.exit(1 if failed else 0)
 PY

@@ -12,7 +12,8 @@ PYTHONPATH=$OUT/pkg python3 -m pytest -p cumemtrace.pytest_plugin --cumemtrace \
   --cumemtrace-output "$OUT/snaps" -p no:cacheprovider -q tests/gpu/pytest_steps_torch.py \
   --junitxml "$OUT/junit.xml" > "$OUT/pytest.txt" 2>&1
 rc=$?
-row() { printf '| %-62s | %s | %s\n' "$1" "$2" "$3"; }
+fail=0
+row() { printf '| %-62s | %s | %s\n' "$1" "$2" "$3"; [ "$2" = FAIL ] && fail=1; return 0; }
 grep -q "FAILED tests/gpu/pytest_steps_torch.py::test_leaks_per_step" "$OUT/pytest.txt" && \
   grep -q "1 failed, 1 passed" "$OUT/pytest.txt" \
   && row "pytest: the 16 MiB/step leak fails limit_gpu_growth_per_step" PASS "exit $rc" \
@@ -24,3 +25,4 @@ grep -qE "grows 16\.0 MiB a step at train" "$OUT/pytest.txt" \
   && row "pytest: growth reported as 16 MiB a step" PASS "" \
   || row "pytest: growth reported as 16 MiB a step" FAIL ""
 echo "--- pytest output"; tail -n 40 "$OUT/pytest.txt"
+exit $fail

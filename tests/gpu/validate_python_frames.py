@@ -38,7 +38,7 @@ failures = 0
 
 def check(name, ok, detail=""):
     global failures
-    print(f"{'PASS' if ok else 'FAIL'} {name}" + (f"  ({detail})" if detail else ""))
+    print(f"| {name:<62} | {'PASS' if ok else 'FAIL'} | {detail}")
     failures += not ok
     return ok
 

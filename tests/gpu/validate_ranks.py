@@ -8,7 +8,12 @@ out, rc = sys.argv[1], int(sys.argv[2])
 GiB = 1 << 30
 
 
+failed = 0
+
+
 def row(name, ok, detail=""):
+    global failed
+    failed += not ok
     print(f"| {name:<62} | {'PASS' if ok else 'FAIL'} | {detail}")
 
 
@@ -17,7 +22,7 @@ try:
     table = json.load(open(f"{out}/report.json"))["ranks"]
 except Exception as e:  # no table: every row below fails
     row("report DIR --format json has a rank table", False, repr(e))
-    sys.exit(0)
+    sys.exit(1)
 # Each rank's own device is its slot 0 (a rank may have touched another device too).
 rows = {r["rank"]: r for r in table["rows"] if r["slot"] == 0}
 row("one row per rank (0 and 1)", sorted(k for k in rows if k is not None) == [0, 1],
@@ -50,3 +55,4 @@ for rank, r in sorted((k, v) for k, v in rows.items() if k is not None):
         f"{alloc} vs {torch['max_memory_allocated']} ({diff:+d} B)")
     row(f"rank {rank}: on its own device (cuda:{torch['local_device']})",
         r["device"] == torch["local_device"], f"device {r['device']}")
+sys.exit(1 if failed else 0)

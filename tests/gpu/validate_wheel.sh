@@ -14,7 +14,9 @@ WORK=${2:-$(mktemp -d /tmp/cumemtrace-wheel-gpu.XXXXXX)}
 PY=${PYTHON:-python3}
 mkdir -p "$WORK" && cd "$WORK" || exit 2
 fail=0
-verdict() { if [ "$1" = 0 ]; then echo "PASS $2"; else echo "FAIL $2"; fail=1; fi; }
+verdict() {
+  if [ "$1" = 0 ]; then printf '| %-62s | PASS |\n' "$2"; else printf '| %-62s | FAIL |\n' "$2"; fail=1; fi
+}
 
 rm -rf venv out
 "$PY" -m venv --system-site-packages venv && venv/bin/pip install -q --no-index "$WHEEL"

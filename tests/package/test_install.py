@@ -34,13 +34,18 @@ def test_layout(moved):
     assert [f for f in files if not f.startswith("share/doc/")] == [
         "bin/cumemtrace", "include/cumemtrace.h", "lib/cmake/cumemtrace/cumemtraceConfig.cmake",
         "lib/cmake/cumemtrace/cumemtraceConfigVersion.cmake",
+        "lib/cumemtrace/fake/libcuda.so.1",
         "lib/cumemtrace/python/cumemtrace_phases.py",
         "lib/cumemtrace/python/cumemtrace_ranks.py",
         "lib/cumemtrace/python/cumemtrace_torch.py",
         "lib/cumemtrace/python/cumemtrace_torch_layouts.py",
         "lib/cumemtrace/python/sitecustomize.py",
         "lib/libcumemtrace.so",
-        "lib/pkgconfig/cumemtrace.pc", "share/cumemtrace/schemas/snapshot.schema.json"]
+        "lib/pkgconfig/cumemtrace.pc", "share/cumemtrace/grafana/cumemtrace.json",
+        "share/cumemtrace/schemas/snapshot.schema.json"]
+    # What the docs name ships: the dashboard (docs/metrics.md) is the repository's own.
+    with open(os.path.join(SOURCE, "share", "grafana", "cumemtrace.json"), "rb") as f:
+        assert (moved / "share/cumemtrace/grafana/cumemtrace.json").read_bytes() == f.read()
     assert "share/doc/cumemtrace/README.md" in files
     # Nothing installed refers to where it was installed first.
     for f in files:
@@ -49,7 +54,9 @@ def test_layout(moved):
 
 
 def test_moved_tree_traces(moved, tmp_path):
-    env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(BUILD, "fake"), FAKE_CUDA_DEVICES="1")
+    # The release's own fake driver (README, "without a GPU"), not the build tree's.
+    env = dict(os.environ, LD_LIBRARY_PATH=str(moved / "lib" / "cumemtrace" / "fake"),
+               FAKE_CUDA_DEVICES="1")
     env.pop("CUMEMTRACE_PRELOAD", None)
     env.pop("CUMEMTRACE_COLLECTOR", None)
     out = tmp_path / "out"

@@ -110,19 +110,34 @@ def test_bad_markers_are_refused_at_collection(package, tmp_path):
     assert "passed" not in text and "failed" not in text, text
 
 
-def test_a_process_without_cuda_judges_no_marker(package, tmp_path):
+def test_a_test_without_cuda_judges_no_marker(package, tmp_path):
     """Issue 57: without CUDA, limit markers used to pass at "0 B" (the plugin's own range opened
-    a session, and its snapshot held no device event). A marked test fails as not judged, with
-    check's one no-CUDA verdict; an unmarked one passes."""
-    junit = tmp_path / "junit.xml"
-    p = pytest_run(package, tmp_path, "cases_no_cuda.py", "--junitxml", str(junit))
-    text = p.stdout + p.stderr
-    assert p.returncode == 1, text
-    assert verdicts(junit) == {"cases_no_cuda::test_marked_on_the_cpu": ("failed", 0, 0),
-                               "cases_no_cuda::test_unmarked_on_the_cpu": ("passed", 0, 0)}, text
-    failure = re.search(r"^cumemtrace: GPU memory limit could not be judged\n(.*)\n", p.stdout,
-                        re.M)
-    assert failure and failure.group(1) == (
-        "no CUDA allocation seen (no device memory event, segment or CUDA context): no limit can "
-        "be judged (pass --allow-no-cuda if that is expected)"), text
-    assert re.search(r"\b1 failed, 1 passed\b", text), text
+    a session, and its snapshot held no device event), and then the verdict depended on whether an
+    earlier test had used the GPU. A marked test that made no CUDA allocation fails as not judged,
+    in check's words on its range with the plugin's own way out, run first or last; an unmarked
+    one passes; --cumemtrace-allow-no-cuda lets it pass."""
+    cases = os.path.join(HERE, "cases_no_cuda.py")
+    orders = {"cpu first": [], "gpu first": [cases + "::test_marked_on_the_gpu",
+                                             cases + "::test_marked_on_the_cpu",
+                                             cases + "::test_unmarked_on_the_cpu"]}
+    for order, ids in orders.items():
+        junit = tmp_path / f"junit-{order[:3]}.xml"
+        p = pytest_run(package, tmp_path, "cases_no_cuda.py" if not ids else ids[0], *ids[1:],
+                       "--junitxml", str(junit))
+        text = order + ":\n" + p.stdout + p.stderr
+        assert p.returncode == 1, text
+        assert verdicts(junit) == {
+            "cases_no_cuda::test_marked_on_the_cpu": ("failed", 0, 0),
+            "cases_no_cuda::test_unmarked_on_the_cpu": ("passed", 0, 0),
+            "cases_no_cuda::test_marked_on_the_gpu": ("passed", MiB, 0)}, text
+        failure = re.search(r"^cumemtrace: GPU memory limit could not be judged\n(.*)\n",
+                            p.stdout, re.M)
+        assert failure and re.fullmatch(
+            r"no CUDA allocation seen within range 'pytest:\S*cases_no_cuda.py::"
+            r"test_marked_on_the_cpu' \(no device memory event between its start and end\): no "
+            r"limit can be judged \(pass --cumemtrace-allow-no-cuda to pytest if that is "
+            r"expected\)", failure.group(1)), text
+        assert "--allow-no-cuda if" not in text, text
+        assert re.search(r"\b1 failed, 2 passed\b", text), text
+    p = pytest_run(package, tmp_path, "cases_no_cuda.py", "--cumemtrace-allow-no-cuda")
+    assert p.returncode == 0 and re.search(r"\b3 passed\b", p.stdout), p.stdout + p.stderr

@@ -911,10 +911,32 @@ int scenario_forkstart(const Driver& d, int argc, char** argv) {
   return child_ok && !failed.load() ? 0 : 3;
 }
 
+// burst [N [UNTRACKED]]: 1 MiB on device 0, "ready PID", then after a line on stdin N 4 KiB
+// allocations freed at once and the 1 MiB freed. With UNTRACKED > 0, before "ready": that many
+// more "fake-cuda-context-0" pages mapped (the fake NVML counts each as a context's cost: driver
+// memory nobody tracked), then a context created and destroyed, whose end the collector reads
+// NVML at: the live gauges' untracked remainder is UNTRACKED contexts' cost less the 1 MiB.
 int scenario_burst(const Driver& d, int argc, char** argv) {
   require("burst", d.memFree);
   const long n = arg_long(argc, argv, 2, 20000);
+  const long untracked = arg_long(argc, argv, 3, 0);
   const CUdeviceptr a = alloc_1mib_on_device0(d, "burst");
+  for (long i = 0; i < untracked; ++i) {
+    const int fd = memfd_create("fake-cuda-context-0", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, 4096) != 0 ||
+        mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED) {
+      std::fprintf(stderr, "ct: burst: cannot map an untracked page: %s\n", strerror(errno));
+      return 3;
+    }
+    close(fd);
+  }
+  if (untracked > 0) {
+    require("burst", d.ctxCreate, d.ctxDestroy, d.setDevice);
+    CUcontext c = nullptr;
+    check(d.ctxCreate(&c, nullptr, 0, 0), "cuCtxCreate on device 0");
+    check(d.ctxDestroy(c), "cuCtxDestroy");
+    check(d.setDevice(0), "device 0's primary context current again");
+  }
   std::printf("ready %d\n", static_cast<int>(getpid()));
   std::fflush(stdout);
   char line[64];

@@ -63,9 +63,12 @@ def test_plugin_on_tests_that_train_with_torch(tmp_path):
     headings = [l for l in p.stdout.splitlines() if l.startswith("cumemtrace: GPU memory limit")]
     assert sorted(headings) == ["cumemtrace: GPU memory limit could not be judged"] + \
         ["cumemtrace: GPU memory limit exceeded"] * 2, text
-    assert p.stdout.count(
-        "growth per step cannot be judged: the snapshot has no automatic steps (a PyTorch run "
-        "under cumemtrace with the automatic phases, docs/pytorch.md) with PyTorch tensors\n") == 1
+    # Its steps made no CUDA allocation: check's one no-CUDA verdict on its range (issue 57),
+    # with the plugin's own way out.
+    assert len(re.findall(
+        r"no CUDA allocation seen within range 'pytest:\S*::test_growth_needs_tensors_on_a_device' "
+        r"\(no device memory event between its start and end\): no limit can be judged \(pass "
+        r"--cumemtrace-allow-no-cuda to pytest if that is expected\)\n", p.stdout)) == 1, p.stdout
     with open(CASES) as f:
         line = {m: i for i, t in enumerate(f, 1) for m in re.findall(r"# (\w+_LINE)", t)}
     stacks = re.findall(r"((?:^    at .*\n)+)", p.stdout, re.M)

@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <string>
+
 #include "snapshot/size_format.h"
 
 using cumemtrace::snap::format_bytes;
@@ -25,12 +28,19 @@ TEST_CASE("bad sizes are refused") {
   }
 }
 
-TEST_CASE("sizes print for people") {
-  REQUIRE(format_bytes(0) == "0 B");
-  REQUIRE(format_bytes(1023) == "1023 B");
-  REQUIRE(format_bytes(1024) == "1.00 KiB");
-  REQUIRE(format_bytes(3u << 20) == "3.00 MiB");
-  REQUIRE(format_bytes(12u << 20) == "12.0 MiB");
-  REQUIRE(format_bytes(600u << 20) == "600 MiB");
-  REQUIRE(format_bytes(uint64_t{3} << 40) == "3.00 TiB");
+TEST_CASE("sizes print for people by the one rule every printer shares") {
+  // The cases the HTML page and the pytest plugin are held to as well (size_format_cases.txt).
+  std::ifstream in(CUMEMTRACE_FIXTURES "/size_format_cases.txt");
+  REQUIRE(in);
+  int cases = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto tab = line.find('\t');
+    REQUIRE(tab != std::string::npos);
+    const uint64_t bytes = std::stoull(line.substr(0, tab));
+    INFO(line);
+    REQUIRE(format_bytes(bytes) == line.substr(tab + 1));
+    ++cases;
+  }
+  REQUIRE(cases == 25);
 }

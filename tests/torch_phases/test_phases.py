@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -78,6 +79,32 @@ def test_walk_bytes_are_the_parameters_and_the_optimizer_state(phases):
     assert sorted(walks[2][1]) == sorted((t.data_ptr(), t.numel() * t.element_size())
                                          for t in state)
     assert sum(b for _, b in walks[2][1]) == tensor_bytes(state) == 2 * 848 + 4 * 4
+
+
+def test_autograd_engine_thread_is_backward_s(phases, monkeypatch):
+    """On a GPU, autograd runs backward on its device thread, whose own state says nothing of a
+    backward: only torch._C._current_graph_task_id() says a graph task runs there, so a module
+    called there (a custom Function's backward, checkpoint's recompute) opens no auto:forward and
+    a backward started there no auto:backward. The CPU runs backward on the calling thread, where
+    that id is never consulted: it is monkeypatched here to what the engine's thread reads."""
+    ph, rec, err = phases
+    model = mlp()
+    x, y = batch()
+    train(model, torch.optim.SGD(model.parameters(), lr=0.1), 1)
+    before = rec.marks()
+    assert before == one_step_marks()
+
+    def on_a_thread():
+        nn.functional.mse_loss(model(x), y).backward()
+
+    for graph_task, added in ((7, []), (-1, fwd() + bwd())):
+        monkeypatch.setattr(ph, "_graph_task_id", lambda: graph_task)
+        t = threading.Thread(target=on_a_thread)
+        t.start()
+        t.join()
+        assert rec.marks() == before + added, graph_task
+        before = rec.marks()
+    assert err.getvalue() == ""
 
 
 def test_walk_keeps_only_the_traced_device_type():

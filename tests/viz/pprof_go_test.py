@@ -51,18 +51,28 @@ def pprof_top(go, profile, index, *extra):
     return rows, int(total.group(1)), p.stdout
 
 
+def base_names(k):
+    """A pprof -lines name with its file's folders left out ("f /a/b/c.py:3" -> "f c.py:3")."""
+    return re.sub(r" \S*/", " ", k)
+
+
 def pprof_name(row):
-    """How pprof -lines names a report row's site: "function file:line", the function folded
-    as report's site label shows it, the file as recorded, no ":0"; a row without frames (no
-    stack) is its label."""
+    """How pprof -lines names a report row's leaf: "function file:line", the function folded
+    as report's site label shows it, no ":0"; a row without frames (no stack) is its label. A row
+    whose user line called a library ("SITE via FUNCTION (FILE:LINE)") is that library frame's
+    leaf in pprof, under the site's frame. Files by their base names (report's label has no more
+    of the library's)."""
     if not row["frames"]:
         return row["site"]
+    site, _, via = row["site"].partition(" via ")
+    if via:
+        name, _, where = via[:-1].rpartition(" (")
+        return f"{name} {where}"
     f = row["frames"][0]
-    label = row["site"].split(" via ")[0]
     if f["filename"] in ("", "??"):
-        return label
-    name = label.rsplit(" (", 1)[0]
-    return f"{name} {f['filename']}" + (f":{f['line']}" if f["line"] > 0 else "")
+        return site
+    name = site.rsplit(" (", 1)[0]
+    return base_names(f"{name} {f['filename']}" + (f":{f['line']}" if f["line"] > 0 else ""))
 
 
 def expect_rows(go, profile, index, report_rows, extra=()):
@@ -70,6 +80,10 @@ def expect_rows(go, profile, index, report_rows, extra=()):
     for r in report_rows:
         want[pprof_name(r)] = want.get(pprof_name(r), 0) + r["bytes"]
     got, total, text = pprof_top(go, profile, index, *extra)
+    merged = {}
+    for k, v in got.items():
+        merged[base_names(k)] = merged.get(base_names(k), 0) + v
+    got = merged
     assert got == want, f"{index}: pprof {got}\nreport {want}\n{text}"
     assert total == sum(want.values()), text
     return got
@@ -124,8 +138,7 @@ def main():
     got = expect_rows(go, profile, "inuse_space", live)
     # allocate_weights' own line keeps 2 MiB; scenario_basic's other allocations are inlined
     # into main (ct_static_like.cpp's call of the scenario), 4 MiB + 512 KiB kept there.
-    short = {re.sub(r" \S*/", " ", k): v for k, v in got.items()}
-    assert short == {
+    assert got == {
         f"allocate_weights scenarios.cpp:{line_of(a, 'scenarios.cpp', 'ALLOC_WEIGHTS_LINE')}": 2 * MiB,
         f"main ct_static_like.cpp:{line_of(a, 'ct_static_like.cpp', 'tp::run_scenario(')}":
             4 * MiB + 512 * 1024}, got
@@ -151,6 +164,12 @@ def main():
     py_rows = [k for k in rows if re.search(r"\.py:\d+$", k)]
     assert py_rows and py_rows[0] == max(rows, key=rows.get), text
     expect_rows(go, torch_profile, "peak_inuse_space", tr["devices"][0]["at_peak"])
+    # Python's module frames keep their name (they were "<unknown>"), and the library's frames
+    # the user's lines called are there.
+    p = run(go, "tool", "pprof", "-traces", "-lines", "-sample_index=peak_inuse_space",
+            torch_profile)
+    assert "<unknown>" not in p.stdout and re.search(r"<module> \S+\.py:\d+", p.stdout), p.stdout
+    assert re.search(r"/torch/\S+\.py:\d+", p.stdout), p.stdout
 
     # Never over the input, never through a symlink.
     before = snap.read_bytes()

@@ -221,7 +221,8 @@ TEST_CASE("pprof: runtime frames inside the site left out, modules as mappings, 
       {{"libcuda.so.1", 0, "cuMemAlloc_v2"},
        {"/opt/lib/libfoo.so", 0, "foo_alloc"},
        {"main.cpp", 3, "main"}},
-      // A Python program's tensor: the site is the user's line, not the library's beside it.
+      // A Python program's tensor: the library's frame the user's line called comes first, as
+      // report's row "step (train.py:76) via forward (linear.py:134)" names both.
       {{"/usr/lib/python3.12/site-packages/torch/nn/modules/linear.py", 134, "forward"},
        {"/home/u/train.py", 76, "step"},
        {"/home/u/train.py", 90, "<module>"}},
@@ -268,10 +269,12 @@ TEST_CASE("pprof: runtime frames inside the site left out, modules as mappings, 
   REQUIRE(foo.stack[1].name == "main");
   REQUIRE(foo.stack[1].mapping.empty());  // its module is not known (it has a source line)
   REQUIRE(foo.values == std::vector<int64_t>{0, 0, 1, 200, 1, 200});
-  const Sample& py = *by.at("step@cuda:0/");
-  REQUIRE(py.stack.size() == 2);
-  REQUIRE(py.stack[0].line == 76);
-  REQUIRE(py.stack[1].name == "<module>");  // a Python name is never folded
+  const Sample& py = *by.at("forward@cuda:0/");
+  REQUIRE(py.stack.size() == 3);
+  REQUIRE(py.stack[0].line == 134);
+  REQUIRE(py.stack[1].name == "step");
+  REQUIRE(py.stack[1].line == 76);
+  REQUIRE(py.stack[2].name == "<module>");  // a Python name is never folded
   REQUIRE(py.values == std::vector<int64_t>{0, 0, 1, 300, 1, 300});
   const Sample& none = *by.at(std::string(analysis::kNoStackSite) + "@cuda:0/");
   REQUIRE(none.stack.size() == 1);
@@ -282,13 +285,15 @@ TEST_CASE("pprof: runtime frames inside the site left out, modules as mappings, 
 }
 
 TEST_CASE("pprof: the real PyTorch fixture's sites carry report's bytes at the peak and exit") {
+  // report's rows, line by line: a row is its site frame and, where the user's line called a
+  // library, the library's frame that made the request ("via"); in pprof that row is a leaf (the
+  // library's frame) and the site frame calling it.
   const auto s = snap::read_snapshot_any(testing::kTorchPickle);
   const analysis::SiteTable sites(s);
   const analysis::Report r = analysis::build_report(s, sites, "fixture");
   const Profile p = parse(viz::pprof_profile(s));
   REQUIRE(r.devices.size() == 1);
-  int64_t peak = 0, inuse = 0, alloc = 0, python_leaves = 0;
-  // A site is its frame: the recorded name (system_name), file and line; a pseudo stack its label.
+  int64_t peak = 0, inuse = 0, alloc = 0, python_leaves = 0, modules = 0, vias = 0;
   const auto key = [](const std::string& name, const std::string& file, int64_t line) {
     return name + " " + file + ":" + std::to_string(line);
   };
@@ -299,7 +304,25 @@ TEST_CASE("pprof: the real PyTorch fixture's sites carry report's bytes at the p
     alloc += smp.values[1];
     const Frame& leaf = smp.stack.at(0);
     if (leaf.file.ends_with(".py")) ++python_leaves;
-    if (smp.values[5]) profile_peak[key(leaf.system_name, leaf.file, leaf.line)] += smp.values[5];
+    for (const auto& f : smp.stack) modules += f.name == "<module>";
+    if (!smp.values[5]) continue;
+    // The recorded name: a native frame's system name, a Python frame's own (it has no other).
+    const auto recorded = [](const Frame& f) {
+      return f.system_name.empty() ? f.name : f.system_name;
+    };
+    std::string k = key(recorded(leaf), leaf.file, leaf.line);
+    // A library's Python leaf: the row is named by the user's frame that called it too.
+    if (analysis::is_library_python(snap::Frame{leaf.file, leaf.line, leaf.name})) {
+      for (const auto& f : smp.stack) {
+        if (f.file.ends_with(".py") &&
+            !analysis::is_library_python(snap::Frame{f.file, f.line, f.name})) {
+          k = key(recorded(f), f.file, f.line) + " via " + k;
+          ++vias;
+          break;
+        }
+      }
+    }
+    profile_peak[k] += smp.values[5];
   }
   const auto& d = r.devices[0];
   REQUIRE(peak == static_cast<int64_t>(d.timeline.peak_bytes));
@@ -308,18 +331,24 @@ TEST_CASE("pprof: the real PyTorch fixture's sites carry report's bytes at the p
   for (const auto& site : r.top_by_bytes) requested += site.bytes;
   REQUIRE(alloc == static_cast<int64_t>(requested));
   REQUIRE(python_leaves > 0);
-  // Every site report lists at the peak, with its bytes, and nothing else.
+  REQUIRE(modules > 0);  // the script's top level keeps its name
+  REQUIRE(vias > 0);     // the fixture's rows name the library frames they came through
+  // Every row report lists at the peak, with its bytes, and nothing else.
   for (const auto& row : d.at_peak) {
     const int site = row.stack < 0 ? -1 : sites.site_frame(row.stack);
     if (site < 0) {
       report_peak[key(row.site, "", 0)] += static_cast<int64_t>(row.bytes);
       continue;
     }
-    const snap::Frame& f =
-        s.stacks.at(static_cast<size_t>(row.stack)).at(static_cast<size_t>(site));
+    const auto& st = s.stacks.at(static_cast<size_t>(row.stack));
+    const snap::Frame& f = st.at(static_cast<size_t>(site));
     // An unknown file ("??") is written as none.
-    report_peak[key(f.name, f.filename == "??" ? "" : f.filename, f.line)] +=
-        static_cast<int64_t>(row.bytes);
+    std::string k = key(f.name, f.filename == "??" ? "" : f.filename, f.line);
+    if (const int via = analysis::via_frame_index(st, site); via >= 0) {
+      const snap::Frame& v = st.at(static_cast<size_t>(via));
+      k += " via " + key(v.name, v.filename, v.line);
+    }
+    report_peak[k] += static_cast<int64_t>(row.bytes);
   }
   if (d.at_peak_cached && *d.at_peak_cached)
     report_peak[key(analysis::kCachedFreeLabel, "", 0)] += static_cast<int64_t>(*d.at_peak_cached);

@@ -150,7 +150,7 @@ TEST_CASE("summary, report, HTML model, Perfetto and folded stacks agree on a VM
   REQUIRE(exit["context_bytes"] == nullptr);
   REQUIRE(exit["other_untracked_bytes"] == nullptr);
   REQUIRE(summary.find("driver-visible 310 MiB = untracked 306 MiB (CUDA context not measured) + "
-                       "tracked 4 MiB") != std::string::npos);
+                       "tracked 4.00 MiB") != std::string::npos);
 }
 
 TEST_CASE("a context measured at creation splits untracked the same way in every view") {
@@ -173,9 +173,9 @@ TEST_CASE("a context measured at creation splits untracked the same way in every
   REQUIRE(mx.context == 250 * kMiB);
   REQUIRE(mx.other_untracked == 56 * kMiB);
   const std::string text =
-      "driver-visible 310 MiB = CUDA context 250 MiB + other untracked 56 MiB + tracked 4 MiB";
+      "driver-visible 310 MiB = CUDA context 250 MiB + other untracked 56.0 MiB + tracked 4.00 MiB";
   REQUIRE(summary.find(text) != std::string::npos);
-  REQUIRE(analysis::driver_layers_text(mx) == text + " (pool.cpp 4 MiB)");
+  REQUIRE(analysis::driver_layers_text(mx) == text + " (pool.cpp 4.00 MiB)");
 
   // At the peak (+13 us, the sample of +1 us: 300 MiB) both contexts are in being: 290 MiB of
   // contexts, 300 - 8 - 290 = 2 MiB other untracked.
@@ -205,7 +205,7 @@ TEST_CASE("a context measured at creation splits untracked the same way in every
 TEST_CASE("a sample below the tracked bytes and the contexts in being says nothing of a moment") {
   // At the peak (+13 us) the sample of +1 us says 300 MiB, but 8 MiB is tracked and 250 + 45 MiB
   // of contexts are in being: 303 MiB at least, so the sample predates the peak (it would leave
-  // "other untracked -3 MiB"). At exit, 310 MiB = 250 context + 56 other + 4 tracked, as before.
+  // "other untracked -3.00 MiB"). At exit, 310 MiB = 250 context + 56 other + 4 tracked, as before.
   const auto s = vmm_snapshot_with_contexts(45 * kMiB);
   const auto j = report_json(s);
   const auto m = viz::build_report_model(s);
@@ -272,7 +272,7 @@ TEST_CASE("an expandable-segments PyTorch file: tensors start when allocated, la
   std::ostringstream text;
   analysis::print_report_text(r, s, sites, {}, text);
   REQUIRE(text.str().find("  memory layers at the reserved peak (+0.000000 s):\n    device 0: "
-                          "reserved 20 MiB = allocated 0 B + cached 20 MiB free") !=
+                          "reserved 20.0 MiB = allocated 0 B + cached 20.0 MiB free") !=
           std::string::npos);
   REQUIRE(text.str().find("memory layers at the peak") == std::string::npos);
   const auto page = nlohmann::json::parse(viz::report_data_json(s, m, "torch.json"));

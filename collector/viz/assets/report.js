@@ -41,14 +41,20 @@
     if (parent) parent.append(e);
     return e;
   }
-  // Same units as the C++ side's format_bytes: binary, three significant digits.
+  // The C++ side's format_bytes (snapshot/size_format.h), the one size rule: binary units, three
+  // significant digits, the unit chosen on the rounded value.
   function fmtBytes(n) {
     const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+    if (n < 1024) return n + ' B';
     let i = 0;
     let v = n;
-    while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
-    if (i === 0) return n + ' B';
-    return (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)) + ' ' + units[i];
+    while (v >= 1023.5 && i < units.length - 1) { v /= 1024; i++; }
+    const d = v >= 99.95 ? 0 : v >= 9.995 ? 1 : 2;
+    // A tie rounds to even, as C's printf and Python do on the exact value (1.125 -> "1.12");
+    // toFixed alone would round it up.
+    const s = v * 10 ** d;
+    const r = s - Math.floor(s) === 0.5 ? 2 * Math.round(s / 2) : Math.round(s);
+    return (r / 10 ** d).toFixed(d) + ' ' + units[i];
   }
   // Time since the origin `report` uses (the traced program's start), in the unit the latest
   // moment calls for, with the decimals the chart's span needs to tell its ticks apart.
