@@ -28,6 +28,7 @@
 #include "analysis/grouping.h"
 #include "analysis/ledger.h"
 #include "analysis/model.h"
+#include "analysis/modules.h"
 #include "analysis/oom_verdict.h"
 #include "analysis/range.h"
 
@@ -61,6 +62,7 @@ struct Report {
   std::optional<RangeWindow> range;
   std::optional<Ledger> ledger;  // a PyTorch run with automatic phases (ledger.h); shown first
   std::vector<OomVerdict> ooms;  // every OOM, by device and in trace order
+  std::optional<ModuleView> modules;  // a PyTorch run with module names (modules.h): by module
 };
 
 struct RangeNotFound : std::runtime_error {
@@ -69,14 +71,16 @@ struct RangeNotFound : std::runtime_error {
 
 // `range`: the name of a START..END annotation pair (range.h) to evaluate too; RangeNotFound
 // when the snapshot has no completed pair of that name.
+// `module_depth`: the by-module view's depth (modules.h).
 Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file,
-                    const std::string& range = {});
+                    const std::string& range = {}, int module_depth = 2);
 
 struct ReportOptions {
   size_t top = 10;          // rows per table
   size_t frames = 6;        // program frames shown per stack
   bool full_names = false;  // C++ names as recorded instead of folded (frames.h)
   std::string range;        // annotation pair to evaluate (range.h); empty = none
+  int module_depth = 2;     // the by-module view's depth (modules.h)
 };
 
 void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable& sites,

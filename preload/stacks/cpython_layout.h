@@ -39,6 +39,8 @@ struct CpythonLayout {
                             // prev_instr (3.11/3.12: the unit before the next instruction) or
                             // instr_ptr (3.13+: the current instruction)
   uint16_t frame_owner;     // char owner (3.11+), kNoField before
+  uint16_t frame_localsplus;  // the first local (the first argument) of a _PyInterpreterFrame
+                              // (3.11+; 3.14: a tagged _PyStackRef), kNoField before
   int owner_not_python;     // owners >= this are no Python code (3.12: the C stack's entry
                             // frame; 3.14 also the interpreter's), -1: none (3.11)
   int max_owner;            // owners are 0..max_owner

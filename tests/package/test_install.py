@@ -34,6 +34,7 @@ def test_layout(moved):
     assert [f for f in files if not f.startswith("share/doc/")] == [
         "bin/cumemtrace", "include/cumemtrace.h", "lib/cmake/cumemtrace/cumemtraceConfig.cmake",
         "lib/cmake/cumemtrace/cumemtraceConfigVersion.cmake",
+        "lib/cumemtrace/python/cumemtrace_modules.py",
         "lib/cumemtrace/python/cumemtrace_phases.py",
         "lib/cumemtrace/python/cumemtrace_ranks.py",
         "lib/cumemtrace/python/cumemtrace_torch.py",
