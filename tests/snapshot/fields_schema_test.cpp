@@ -166,7 +166,7 @@ TEST_CASE("the tool section's field table matches schemas/snapshot.schema.json",
   const json schema = load_schema();
   check.object<snap::ToolSection>("cumemtrace", schema["properties"]["cumemtrace"]);
   // ToolSection, Ended, DeviceSummary, VmmHandle, ImportedMapping, HostAllocation, Anomaly,
-  // DriverMemorySample, PoolMemorySample, ContextMemory, OwnerWalk, PytorchInfo.
+  // DriverMemorySample, PoolMemorySample, ContextMemory, OwnerWalk, TensorNames, PytorchInfo.
   CHECK(check.objects == 13);
   CHECK(check.fields == 88);
 }
