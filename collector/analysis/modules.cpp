@@ -107,8 +107,9 @@ bool has_module_names(const snap::Snapshot& s) {
 std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth, std::string* why) {
   if (!has_pytorch(s) || !has_module_names(s)) {
     if (why) {
-      *why = "no module names in this snapshot (a PyTorch run traced with the automatic phases "
-             "on CPython 3.11+ has them)";
+      *why =
+          "no module names in this snapshot (a PyTorch run traced with the automatic phases "
+          "on CPython 3.11+ has them)";
     }
     return std::nullopt;
   }
@@ -197,9 +198,10 @@ std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth, 
 }
 
 void print_module_view_text(const ModuleView& v, size_t top, std::ostream& out) {
-  out << fmt::format("By module (depth {}; parameters, gradients, optimizer state at the {}; "
-                     "activations saved and peaks within it):\n",
-                     v.depth, v.reference);
+  out << fmt::format(
+      "By module (depth {}; parameters, gradients, optimizer state at the {}; "
+      "activations saved and peaks within it):\n",
+      v.depth, v.reference);
   out << fmt::format("  {:<40} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "module", "params",
                      "grads", "opt state", "activations", "fwd peak", "bwd peak");
   auto b = [](uint64_t x) { return x ? snap::format_bytes(x) : std::string("-"); };

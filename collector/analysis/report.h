@@ -60,8 +60,8 @@ struct Report {
   std::vector<SiteStat> top_by_count;
   std::vector<SizeBucket> histogram;
   std::optional<RangeWindow> range;
-  std::optional<Ledger> ledger;  // a PyTorch run with automatic phases (ledger.h); shown first
-  std::vector<OomVerdict> ooms;  // every OOM, by device and in trace order
+  std::optional<Ledger> ledger;       // a PyTorch run with automatic phases (ledger.h); shown first
+  std::vector<OomVerdict> ooms;       // every OOM, by device and in trace order
   std::optional<ModuleView> modules;  // a PyTorch run with module names (modules.h): by module
 };
 

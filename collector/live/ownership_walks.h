@@ -31,9 +31,7 @@ void for_each_name_line(std::string_view text, Fn&& fn) {
     uint64_t address = 0;
     bool ok = true;
     for (const char c : line.substr(0, sp)) {
-      const int d = c >= '0' && c <= '9'   ? c - '0'
-                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                           : -1;
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
       if (d < 0) ok = false;
       address = address << 4 | static_cast<uint64_t>(d < 0 ? 0 : d);
     }

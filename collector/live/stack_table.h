@@ -47,7 +47,7 @@ class StackTable {
  private:
   struct RawStack {
     std::vector<uint64_t> native;
-    std::vector<uint64_t> python;  // (index into py_code_ or kNoPyCode, line) pairs
+    std::vector<uint64_t> python;   // (index into py_code_ or kNoPyCode, line) pairs
     std::vector<uint32_t> modules;  // per Python frame: index into module_names_ + 1, 0: none
   };
   static constexpr uint64_t kNoPyCode = ~uint64_t{0};

@@ -15,8 +15,8 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <utility>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cumemtrace::snap {

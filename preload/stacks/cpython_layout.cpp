@@ -215,10 +215,10 @@ LayoutVerdict from_debug_offsets(unsigned minor, unsigned long version_hex, cons
   const uint64_t ascii = P.unicode_ascii_size ? word(runtime, P.unicode_ascii_size) : 40;
   if (ts_frame > 4096 || !inside(previous, frame_size, 8) || !inside(executable, frame_size, 8) ||
       !inside(instr, frame_size, 8) || !inside(owner, frame_size, 1) ||
-      !inside(localsplus, frame_size, 8) ||
-      !inside(filename, code_size, 8) || !inside(qualname, code_size, 8) ||
-      !inside(linetable, code_size, 8) || !inside(firstlineno, code_size, 4) ||
-      !inside(adaptive, code_size, kCodeUnitBytes) || ascii != 40) {
+      !inside(localsplus, frame_size, 8) || !inside(filename, code_size, 8) ||
+      !inside(qualname, code_size, 8) || !inside(linetable, code_size, 8) ||
+      !inside(firstlineno, code_size, 4) || !inside(adaptive, code_size, kCodeUnitBytes) ||
+      ascii != 40) {
     return LayoutVerdict::kBadDebugOffsets;
   }
   *out = CpythonLayout{

@@ -216,8 +216,7 @@ __attribute__((always_inline)) inline uint64_t line_word(uintptr_t frame, uintpt
   if (self == 0 || (self & ~wire::kPyModulePointerMask) != 0 || (self & 7) != 0) {
     return static_cast<uint64_t>(line);
   }
-  const uint64_t l =
-      line < 0 ? 0 : std::min(static_cast<uint64_t>(line), wire::kPyModuleLineMax);
+  const uint64_t l = line < 0 ? 0 : std::min(static_cast<uint64_t>(line), wire::kPyModuleLineMax);
   return wire::kPyModuleTag | l << wire::kPyModuleLineShift | self;
 }
 

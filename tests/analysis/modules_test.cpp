@@ -64,7 +64,9 @@ snap::Snapshot net_run() {
   b.walk(20, snap::OwnerRole::kParameter,
          {{scale, 1 * MiB}, {w_enc, 4 * MiB}, {w_dec0, 2 * MiB}, {w_dec1, 1 * MiB}});
   b.names(20, snap::OwnerRole::kParameter,
-          {{scale, "scale"}, {w_enc, "enc.weight"}, {w_dec0, "dec.0.weight"},
+          {{scale, "scale"},
+           {w_enc, "enc.weight"},
+           {w_dec0, "dec.0.weight"},
            {w_dec1, "dec.1.weight"}});
   const uint64_t g_enc = 0x101000000, g_dec0 = 0x101400000, g_dec1 = 0x101600000;
   const uint64_t s_enc = 0x102000000, s_dec0 = 0x102800000, s_dec1 = 0x102c00000;
