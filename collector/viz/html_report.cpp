@@ -14,6 +14,8 @@ namespace {
 
 // Lines of "held by" in the OOM card: `report`'s default --top, so the two show the same rows.
 constexpr size_t kOomLines = 10;
+// Rows of each by-module table on the page (the largest; `report --top` shows fewer).
+constexpr size_t kModuleRows = 200;
 
 using nlohmann::json;
 
@@ -167,10 +169,14 @@ std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
     const analysis::SiteTable sites(s);
     for (const auto& v : m.ooms) ooms.push_back(analysis::oom_verdict_json(v, sites, kOomLines));
   }
+  // By module: each depth's table as `report --format json` writes it (its "modules").
+  json modules = json::array();
+  for (const auto& v : m.modules) modules.push_back(analysis::module_view_json(v, kModuleRows));
   json root = {{"source", source_name},
                {"stacks", stacks},
                {"devices", devices},
                {"ooms", ooms},
+               {"modules", modules},
                {"tool", s.tool ? tool_json(*s.tool) : json(nullptr)}};
   std::string text = root.dump(-1, ' ', false, json::error_handler_t::replace);
   // '<' only occurs inside JSON strings, where \u003c means the same; "</script>" and "<!--"
