@@ -172,12 +172,9 @@ std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
   // By module: each depth's table as `report --format json` writes it (its "modules").
   json modules = json::array();
   for (const auto& v : m.modules) modules.push_back(analysis::module_view_json(v, kModuleRows));
-  json root = {{"source", source_name},
-               {"stacks", stacks},
-               {"devices", devices},
-               {"ooms", ooms},
-               {"modules", modules},
-               {"tool", s.tool ? tool_json(*s.tool) : json(nullptr)}};
+  json root = {{"source", source_name}, {"stacks", stacks},
+               {"devices", devices},    {"ooms", ooms},
+               {"modules", modules},    {"tool", s.tool ? tool_json(*s.tool) : json(nullptr)}};
   std::string text = root.dump(-1, ' ', false, json::error_handler_t::replace);
   // '<' only occurs inside JSON strings, where \u003c means the same; "</script>" and "<!--"
   // can then never end or confuse the <script> element holding the data.

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "analysis/frames.h"
-#include "analysis/modules.h"
 #include "analysis/model.h"
+#include "analysis/modules.h"
 #include "viz/protobuf_encoder.h"
 
 namespace cumemtrace::viz {

@@ -177,7 +177,7 @@ struct ReportStack {
 struct ReportModel {
   std::vector<ReportDevice> devices;
   std::vector<ReportStack> stacks;
-  std::vector<analysis::OomVerdict> ooms;  // every OOM, by device then in trace order
+  std::vector<analysis::OomVerdict> ooms;     // every OOM, by device then in trace order
   std::vector<analysis::ModuleView> modules;  // depths 1..3; empty without module names
 };
 

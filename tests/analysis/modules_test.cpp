@@ -7,10 +7,12 @@
 // backward (worked out by hand below).
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/diff.h"
 #include "analysis/modules.h"
 #include "analysis/report.h"
 #include "support/torch_run_builder.h"
@@ -207,4 +209,27 @@ TEST_CASE("the report carries the by-module view (text and json); none without n
   CHECK(why.starts_with("no module names"));
   CHECK(report_json(build_report(plain, sites, "p.json"), plain, sites, ReportOptions{})["modules"]
             .is_null());
+}
+
+TEST_CASE("diff compares the by-module views row by row") {
+  const auto base = net_run();
+  auto now = net_run();
+  // The new run's enc saves 2 MiB more: its saved tensor grows from 3 to 5 MiB in every step.
+  auto& tr = now.device_traces[0];
+  for (auto& e : tr)
+    if (e.addr == 0x103000000) e.size = 5 * MiB;
+  const auto d = diff_snapshots(base, "a.json", now, "b.json", 1);
+  std::map<std::string, std::pair<int64_t, int64_t>> changed;
+  for (const auto& v : d.modules)
+    if (v.base != v.now) changed[v.name] = {v.base, v.now};
+  // enc's activations and its forward peak; every later allocation's allocated bytes in the step
+  // (dec's forward peak, every backward peak before enc's saved tensor is freed) shift too.
+  CHECK(changed.at("enc: activations") == std::pair<int64_t, int64_t>{3 * MiB, 5 * MiB});
+  CHECK(changed.at("enc: forward peak") == std::pair<int64_t, int64_t>{26 * MiB, 28 * MiB});
+  CHECK(changed.at("dec: forward peak") == std::pair<int64_t, int64_t>{28 * MiB, 30 * MiB});
+  CHECK(changed.at("dec: backward peak") == std::pair<int64_t, int64_t>{28 * MiB, 30 * MiB});
+  CHECK(changed.at("(backward): backward peak") == std::pair<int64_t, int64_t>{29 * MiB, 31 * MiB});
+  CHECK(changed.count("enc: parameters") == 0);
+  CHECK(changed.count("enc: backward peak") == 0);  // enc's gradient comes after its freed
+  CHECK(changed.size() == 5);
 }
