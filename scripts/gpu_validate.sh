@@ -98,5 +98,11 @@ validate validate_torch_blocks python3 tests/gpu/validate_torch_blocks.py "$P" "
 # within 5% of PyTorch's own (issue 43).
 validate validate_whatif python3 tests/gpu/validate_whatif.py "$P" "$OUT/whatif"
 
+# 8. One allocator model (issue 55): under a memory fraction the program sets, a GPT-style bf16
+# model's allocated/reserved peaks equal PyTorch's to the byte, the fraction is recorded, whatif
+# predicts each setting's real re-run (OOM or not, reserved peak to the byte), a CUDA graph run is
+# refused naming its private pool.
+validate validate_allocator python3 tests/gpu/validate_allocator.py "$P" "$OUT/allocator"
+
 nvidia-smi -L | head -2
 verdict

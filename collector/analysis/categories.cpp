@@ -22,6 +22,10 @@ Category category_of_role(snap::OwnerRole r) {
       return Category::kGradient;
     case snap::OwnerRole::kOptimizerState:
       return Category::kOptimizerState;
+    case snap::OwnerRole::kInput:
+      return Category::kInput;
+    case snap::OwnerRole::kParameterUnsharded:
+      return Category::kParameterUnsharded;
   }
   return Category::kUnknown;
 }
@@ -39,7 +43,7 @@ void find_lives(const std::vector<snap::TraceEntry>& tr, bool all_pytorch, Devic
   auto start = [&](const snap::TraceEntry& e, std::ptrdiff_t alloc) {
     TensorLife l;
     l.addr = e.addr;
-    l.size = e.size;
+    l.size = snap::held_bytes(e);  // PyTorch's block where known
     l.stack = e.stack;
     l.alloc = alloc;
     l.alloc_us = alloc >= 0 ? e.time_us : kTimeMin;
@@ -162,16 +166,11 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
   static const std::vector<snap::OwnerWalk> kNoWalks;
   const auto role = join_walks(tr, s.tool ? s.tool->ownership : kNoWalks, dt);
 
-  // For each span: the first backward after it in its step, and the next forward in any step.
+  // For each span: the next forward in any step (rule 5 without input walks).
   const auto& spans = phases.spans();
-  std::vector<size_t> next_backward(spans.size(), kNone), next_forward(spans.size(), kNone);
-  for (size_t j = spans.size(); j-- > 1;) {
-    const bool same_step = spans[j].step == spans[j - 1].step;
-    next_backward[j - 1] = !same_step                           ? kNone
-                           : spans[j].phase == Phase::kBackward ? j
-                                                                : next_backward[j];
+  std::vector<size_t> next_forward(spans.size(), kNone);
+  for (size_t j = spans.size(); j-- > 1;)
     next_forward[j - 1] = spans[j].phase == Phase::kForward ? j : next_forward[j];
-  }
 
   // A gradient made again where the current gradient walk saw one (rule 3's exception, contract):
   // the walks are sent only when the gradients' pointers moved, so with zero_grad(set_to_none)
@@ -195,9 +194,12 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
       if (p == l.addr && bytes <= l.size) return true;
     return false;
   };
+  bool input_walks = false;
+  if (s.tool)
+    for (const auto& w : s.tool->ownership) input_walks |= w.role == snap::OwnerRole::kInput;
   for (size_t k = 0; k < dt.lives.size(); ++k) {
     auto& l = dt.lives[k];
-    if (role[k]) {
+    if (role[k] && role[k] != static_cast<uint8_t>(snap::OwnerRole::kInput)) {
       l.category = category_of_role(static_cast<snap::OwnerRole>(role[k]));
       continue;
     }
@@ -206,15 +208,10 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
     const auto w = phases.of(tr[static_cast<size_t>(l.alloc)]);
     const bool freed_within = l.free_us != kTimeMax && phases.span_at(l.free_us) == w.span;
     switch (w.phase) {
-      case Phase::kForward: {
-        const size_t b = next_backward[w.span];
-        const int64_t until = b != kNone ? spans[b].begin_us : spans[w.span].end_us;
-        if (l.free_us >= until)
-          l.category = Category::kActivation;
-        else if (freed_within)
-          l.category = Category::kTemporary;
+      case Phase::kForward:
+      case Phase::kLoss:
+        l.category = freed_within ? Category::kTemporary : Category::kActivation;
         break;
-      }
       case Phase::kBackward:
         if (freed_within)
           l.category = Category::kTemporary;
@@ -224,14 +221,20 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
           l.category = Category::kAutograd;
         break;
       case Phase::kOptimizer:
+      case Phase::kZeroGrad:
         if (freed_within) l.category = Category::kTemporary;
         break;
+      case Phase::kSetup:
+      case Phase::kData:
       case Phase::kOther: {
         const size_t f = next_forward[w.span];
-        if (f != kNone && l.free_us >= spans[f].begin_us)
+        const bool walked_input = role[k] == static_cast<uint8_t>(snap::OwnerRole::kInput);
+        if (input_walks ? walked_input : f != kNone && l.free_us >= spans[f].begin_us)
           l.category = Category::kInput;
         else if (freed_within)
           l.category = Category::kTemporary;
+        else if (input_walks)
+          l.category = Category::kProgram;
         break;
       }
     }

@@ -8,21 +8,26 @@
 //    free_requested (the program let go of it; free_completed when that is missing); a tensor
 //    without a free is alive to the end, one freed without an alloc in the trace was allocated
 //    before it. Rules, first match wins:
-//    1. parameter / gradient / optimizer_state: an ownership walk made while the tensor was alive
-//       (alloc time <= walk time <= free time) has a data pointer inside [addr, addr+size); the
-//       roles in that order when several match.
-//    2. allocated in forward (phases.h: the entry's phase): alive when the first backward after it
-//       in its step starts (no backward after it in the step: alive at the forward's end) ->
-//       activation; freed within that forward -> temporary; else unknown.
+//    1. parameter / gradient / optimizer_state / parameter_unsharded (FSDP2's all-gathered
+//       parameters): an ownership walk made while the tensor was alive (alloc time <= walk time
+//       <= free time) has a data pointer inside [addr, addr+size); the roles in that order when
+//       several match. (An input walk, snap::OwnerRole::kInput, joins
+//       the same way but counts only in rule 5.)
+//    2. allocated in forward or loss (phases.h: the entry's phase): freed within that span ->
+//       temporary; else activation (what the forward left behind: saved tensors, its outputs,
+//       a wrapper's fp32 copy of them, the loss).
 //    3. allocated in backward (an autograd engine thread, or a backward interval): freed within
 //       the same span -> temporary (activation checkpointing's recompute is this); alive when the
 //       next optimizer step starts and at a data pointer (same address, no more bytes) of the
 //       latest gradient walk made before it was allocated -> gradient (the walks are re-sent only
 //       when the gradients' pointers moved: after zero_grad(set_to_none=True) each step's new
 //       gradients mostly land where the last ones were); else autograd.
-//    4. allocated in the optimizer step: freed within it -> temporary, else unknown.
-//    5. allocated in "other": alive when the next forward starts -> input; freed within the same
-//       stretch -> temporary; else unknown.
+//    4. allocated in the optimizer step or zero_grad: freed within it -> temporary, else unknown.
+//    5. allocated in setup or data (outside every phase): passed to a root module's forward (an
+//       input walk saw it) -> input; freed within the same stretch -> temporary; else program
+//       (the program's own: a tensor the user's code made and keeps). A snapshot without input
+//       walks (an older preload) keeps the former rule: alive when the next forward starts ->
+//       input.
 //    Without automatic phases only rule 1 applies; the rest is unknown.
 //  - PyTorch's segment events (segment_*: reserved memory, the cache, no tensor's) and its other
 //    entries (oom, snapshot) -> unknown (memory_viz needs one "unknown" entry: snapshot.h).

@@ -17,7 +17,10 @@
 //  - --max-growth N [--mark NAME] [--warmup K]: per device, live bytes at the occurrences of mark
 //    NAME (stage START or MARK) — without --mark, at the ends of the automatic steps (phases.h) —
 //    after skipping the first K must not grow by more than N from the first counted occurrence to
-//    the last; growth suppressions exclude matching allocations. With a capped trace
+//    the last; growth suppressions exclude matching allocations. Between automatic step ends a
+//    PyTorch run's memory is its live tensors, each at the site that allocated it (the blame
+//    --max-growth-per-step gives, never a segment's trigger), and other libraries'
+//    allocations; PyTorch's cache is not growth. With a capped trace
 //    (--max-trace-events) a mark older than the oldest kept entry cannot be measured: growth is
 //    measured from the first kept one, and fails saying why when fewer than two are kept.
 //  - --max-growth-per-step N: per device, the ledger's growth per step (ledger.h) must be <= N;

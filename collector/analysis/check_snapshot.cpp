@@ -545,10 +545,21 @@ std::unordered_map<std::string, SiteGrowth> SnapshotJudge::growth_by_site(
   return per_site;
 }
 
+// The live units --max-growth compares at a moment. Between automatic step ends PyTorch's
+// memory is its tensors (DeviceReplay::attributed_after: each at the site that allocated it, the
+// blame --max-growth-per-step gives; a segment would be blamed on whichever op triggered its
+// cudaMalloc, often a backward node) beside other libraries' allocations; PyTorch's cache, which
+// no line holds, is not growth. With the user's --mark, or without PyTorch's blocks, every live
+// unit as recorded.
+std::vector<Allocation> growth_units(const DeviceReplay& rp, std::ptrdiff_t index, bool tensors) {
+  if (!tensors || !rp.splits_tensors()) return rp.live_after(index);
+  return rp.attributed_after(index).allocations;
+}
+
 void SnapshotJudge::growth_on(int d, const GrowthMoments& m, uint64_t limit) {
   const auto& rp = replay(d);
-  const auto first = rp.live_after(rp.index_at_time(m.times[m.skip]));
-  const auto last = rp.live_after(rp.index_at_time(m.times.back()));
+  const auto first = growth_units(rp, rp.index_at_time(m.times[m.skip]), m.automatic);
+  const auto last = growth_units(rp, rp.index_at_time(m.times.back()), m.automatic);
   int64_t growth = 0;
   std::vector<std::pair<std::string, SiteGrowth>> grown;
   for (auto& [site, e] : growth_by_site(first, last)) {

@@ -82,7 +82,8 @@ std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceRepl
     p.end_us = sp.end_us;
     p.before_index = sp.begin_us == kTimeMin ? -1 : rp.index_at_time(sp.begin_us - 1);
     p.last_index = sp.end_us == kTimeMax ? n - 1 : rp.index_at_time(sp.end_us - 1);
-    if (sp.phase == Phase::kOther && p.last_index <= p.before_index) continue;
+    const bool stretch = gap_phase(sp.phase) || sp.phase == Phase::kLoss;
+    if (stretch && p.last_index <= p.before_index) continue;
     p.allocated_before = rp.allocated_after(p.before_index);
     p.allocated_after = rp.allocated_after(p.last_index);
     p.reserved_before = rp.reserved_after(p.before_index);
@@ -101,9 +102,10 @@ std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceRepl
       const auto& e = tr[static_cast<size_t>(i)];
       const auto& l = dt.lives[static_cast<size_t>(id)];
       if (e.action == snap::Action::kAlloc)
-        t.add(sites, l.category, l.stack, static_cast<int64_t>(e.size), true);
+        t.add(sites, l.category, l.stack, static_cast<int64_t>(snap::held_bytes(e)), true);
       else if (e.action == snap::Action::kFreeCompleted)
-        t.add(sites, l.category, l.stack, wrap_sub(0, static_cast<int64_t>(e.size)), false);
+        t.add(sites, l.category, l.stack, wrap_sub(0, static_cast<int64_t>(snap::held_bytes(e))),
+              false);
     }
     p.added_by_category = t.categories();
     p.added_by_site = t.sites();
@@ -190,6 +192,8 @@ int warmup_steps(size_t complete_steps) {
 }
 
 std::string category_label(Category c) {
+  if (c == Category::kProgram) return "program's own";
+  if (c == Category::kParameterUnsharded) return "parameter (unsharded)";
   std::string s(snap::category_name(c));
   if (s.empty()) s = "unlabelled";
   std::replace(s.begin(), s.end(), '_', ' ');
@@ -198,7 +202,7 @@ std::string category_label(Category c) {
 
 std::string phase_label(const LedgerPhase& p) {
   std::string s(phase_name(p.phase));
-  if ((p.phase == Phase::kForward || p.phase == Phase::kBackward) && p.micro_steps > 1)
+  if (p.micro >= 0 && p.micro_steps > 1)
     s += fmt::format(" {}", p.micro + 1);
   return s;
 }
@@ -376,7 +380,31 @@ nlohmann::json moment_json(const LedgerMoment& m, size_t top) {
 
 }  // namespace
 
-void print_ledger_text(const Ledger& l, int64_t origin, size_t top, std::ostream& out) {
+namespace {
+
+// The ledger with its lists' small lines left out (print_ledger_text's contract).
+Ledger without_small_lines(Ledger l, uint64_t min_line) {
+  if (!min_line) return l;
+  auto drop = [min_line](std::vector<SiteBytes>& v) {
+    std::erase_if(v, [min_line](const SiteBytes& sb) {
+      return static_cast<uint64_t>(abs_bytes(sb.bytes)) < min_line;
+    });
+  };
+  for (auto& d : l.devices) {
+    for (auto* rows : {&d.first, &d.steady})
+      for (auto& p : *rows) drop(p.added_by_site);
+    drop(d.allocated_peak.by_site);
+    drop(d.reserved_peak.by_site);
+    drop(d.growth.by_site);
+  }
+  return l;
+}
+
+}  // namespace
+
+void print_ledger_text(const Ledger& all, int64_t origin, size_t top, std::ostream& out,
+                       uint64_t min_line) {
+  const Ledger l = without_small_lines(all, min_line);
   out << fmt::format(
       "\nPyTorch ledger (automatic phases: {} {}, {} complete)\n", l.steps,
       l.training ? (l.steps == 1 ? "step" : "steps") : (l.steps == 1 ? "iteration" : "iterations"),
@@ -415,7 +443,8 @@ void print_ledger_text(const Ledger& l, int64_t origin, size_t top, std::ostream
   }
 }
 
-nlohmann::json ledger_json(const Ledger& l, size_t top) {
+nlohmann::json ledger_json(const Ledger& all, size_t top, uint64_t min_line) {
+  const Ledger l = without_small_lines(all, min_line);
   nlohmann::json devs = nlohmann::json::array();
   for (const auto& d : l.devices) {
     const auto& g = d.growth;

@@ -7,7 +7,8 @@
 //    the last entry before the span and after its last entry, so each delta is exactly the
 //    difference of allocated_after() at the span's boundaries), the span's own allocated peak,
 //    and what it added (allocs + / free_completed -, the bytes allocated_after counts) by category
-//    and by (site, category). "Other" spans are listed only when they hold trace entries.
+//    and by (site, category). Setup, data and loss spans are listed only when they hold trace
+//    entries.
 //  - at the allocated peak and at the reserved peak (each its own moment): the tensors' bytes by
 //    category and by (site, category) (a tensor is live after its alloc until its free_completed;
 //    what the trace cannot place, allocated before it, is "unknown" at kBeforeTraceSite), and the
@@ -147,7 +148,12 @@ void print_site_bytes(std::ostream& out, const std::vector<SiteBytes>& v, size_t
 nlohmann::json categories_json(const std::vector<CategoryBytes>& v);
 nlohmann::json sites_json(const std::vector<SiteBytes>& v, size_t top);
 
-void print_ledger_text(const Ledger& l, int64_t origin_us, size_t top, std::ostream& out);
-nlohmann::json ledger_json(const Ledger& l, size_t top);
+// Lines (site, category) under `min_line_bytes` (either sign) are left out of the lists (the
+// per-category sums keep them): a 4-byte scalar is no line a user acts on. 0 lists them all.
+inline constexpr uint64_t kMinLedgerLineBytes = 1024;
+void print_ledger_text(const Ledger& l, int64_t origin_us, size_t top, std::ostream& out,
+                       uint64_t min_line_bytes = kMinLedgerLineBytes);
+nlohmann::json ledger_json(const Ledger& l, size_t top,
+                           uint64_t min_line_bytes = kMinLedgerLineBytes);
 
 }  // namespace cumemtrace::analysis

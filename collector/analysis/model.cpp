@@ -89,7 +89,8 @@ struct LiveSet {
   int64_t apply(const snap::TraceEntry& e, const snap::TraceEntry* next) {
     const bool pt = is_pytorch(flavor, e.source);
     if (adds(flavor, e.action)) {
-      Allocation a{device, e.addr, e.size, e.stack, false, pt, e.time_us, e.async_pool, e.category};
+      Allocation a{device, e.addr,    snap::held_bytes(e), e.stack,   false,
+                   pt,     e.time_us, e.async_pool,        e.category};
       if (a.stack == snap::kNoStack && flavor == Flavor::kCumemtrace && !pt && next &&
           e.action == snap::Action::kSegmentAlloc && next->action == snap::Action::kAlloc &&
           next->source != snap::Source::kPytorch && next->addr == e.addr) {
@@ -103,9 +104,10 @@ struct LiveSet {
       }
       if (a.stack == snap::kNoStack && end_stacks) {
         auto it = end_stacks->find(e.addr);
-        if (it != end_stacks->end() && it->second.first == e.size) a.stack = it->second.second;
+        if (it != end_stacks->end() && it->second.first == snap::held_bytes(e))
+          a.stack = it->second.second;
       }
-      int64_t delta = static_cast<int64_t>(e.size);
+      int64_t delta = static_cast<int64_t>(snap::held_bytes(e));
       if (auto it = live.find(e.addr); it != live.end()) {
         delta -= static_cast<int64_t>(it->second.size);  // re-use without free: replace
         note(it->second, false);
@@ -141,10 +143,19 @@ struct LiveSet {
   }
 };
 
-// PyTorch's trace records requested sizes (a 4-byte tensor is "4", its block 512), so PyTorch
-// tensors count their requested size over time: then the replay lands exactly on the end state.
-uint64_t block_bytes(bool torch, const snap::Block& b) {
-  return torch && b.requested_size ? b.requested_size : b.size;
+// PyTorch's trace records requested sizes (a 4-byte tensor is "4", its block 512). Where the
+// replay of its allocator labelled the entries with their blocks (whatif.h label_block_sizes),
+// tensors count blocks, as PyTorch's counters do; else their requested size over time. Either
+// way the replay lands exactly on the end state.
+uint64_t block_bytes(bool requested, const snap::Block& b) {
+  return requested && b.requested_size ? b.requested_size : b.size;
+}
+
+// Whether the device's PyTorch entries carry their blocks (label_block_sizes).
+bool blocks_labelled(const std::vector<snap::TraceEntry>& tr) {
+  for (const auto& e : tr)
+    if (e.action == snap::Action::kAlloc && e.block_units) return true;
+  return false;
 }
 
 uint64_t from_start(uint64_t start, int64_t rel) {
@@ -196,7 +207,10 @@ std::vector<Allocation> live_at_exit(const snap::Snapshot& s) {
       // PyTorch's tensors: what the caching allocator keeps cached is no leak.
       if (pt && b.state != "active_allocated") continue;
       if (!pt && b.state == "inactive") continue;
-      out.push_back({seg.device, b.address, block_bytes(torch, b),
+      const auto d = static_cast<size_t>(seg.device);
+      const bool requested =
+          torch && !(d < s.device_traces.size() && blocks_labelled(s.device_traces[d]));
+      out.push_back({seg.device, b.address, block_bytes(requested, b),
                      b.stack != snap::kNoStack ? b.stack : seg.stack, false, pt, 0});
     }
   }
@@ -248,6 +262,7 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
   tl_.device = device;
   const auto& tr = *trace_;
   const bool torch = flavor_ == Flavor::kTorch;
+  const bool labelled = blocks_labelled(tr);
 
   for (const auto& seg : s.segments) {
     if (seg.device != device) continue;
@@ -277,9 +292,9 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
           return false;
         }())) {
       if (freed_before_addr.insert(e.addr).second) {
-        freed_before.push_back(
-            {device, e.addr, e.size, snap::kNoStack, true, is_pytorch(flavor_, e.source), 0});
-        rel = wrap_sub(rel, static_cast<int64_t>(e.size));
+        freed_before.push_back({device, e.addr, snap::held_bytes(e), snap::kNoStack, true,
+                                is_pytorch(flavor_, e.source), 0});
+        rel = wrap_sub(rel, static_cast<int64_t>(snap::held_bytes(e)));
       }
     } else {
       rel = wrap_add(rel, ls.apply(e, i + 1 < tr.size() ? &tr[i + 1] : nullptr));
@@ -306,7 +321,7 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
     if (torch) {
       for (const auto& b : seg.blocks) {
         if (!active(b) || ls.live.count(b.address) || freed_before_addr.count(b.address)) continue;
-        start_live_.push_back({device, b.address, block_bytes(true, b),
+        start_live_.push_back({device, b.address, block_bytes(!labelled, b),
                                b.stack != snap::kNoStack ? b.stack : seg.stack, false, true, 0});
       }
     } else if (!ls.live.count(seg.address) && !freed_before_addr.count(seg.address)) {
@@ -355,9 +370,10 @@ void DeviceReplay::fill_layers() {
       tl_.has_reserved = true;
       if (segment_add(e.action)) res = wrap_add(res, static_cast<int64_t>(e.size));
       if (segment_remove(e.action)) res = wrap_sub(res, static_cast<int64_t>(e.size));
-      if (e.action == snap::Action::kAlloc) alc = wrap_add(alc, static_cast<int64_t>(e.size));
+      if (e.action == snap::Action::kAlloc)
+        alc = wrap_add(alc, static_cast<int64_t>(snap::held_bytes(e)));
       if (e.action == snap::Action::kFreeCompleted)
-        alc = wrap_sub(alc, static_cast<int64_t>(e.size));
+        alc = wrap_sub(alc, static_cast<int64_t>(snap::held_bytes(e)));
     }
     res_rel_[i] = res;
     alc_rel_[i] = alc;
@@ -368,7 +384,7 @@ void DeviceReplay::fill_layers() {
     tl_.has_reserved = true;
     res_end += seg.total_size;
     for (const auto& b : seg.blocks)
-      if (active(b)) alc_end += block_bytes(true, b);
+      if (active(b)) alc_end += block_bytes(!blocks_labelled(tr), b);
   }
   reserved_start_ = start_of(res_end, res);
   allocated_start_ = start_of(alc_end, alc);
@@ -429,7 +445,8 @@ void DeviceReplay::fill_tensors() {
     if (e.source != snap::Source::kPytorch) continue;
     if (e.action == snap::Action::kFreeCompleted && !ls.live.count(e.addr)) {
       if (freed_before.insert(e.addr).second)
-        tensor_start_live_.push_back({tl_.device, e.addr, e.size, snap::kNoStack, true, true, 0});
+        tensor_start_live_.push_back(
+            {tl_.device, e.addr, snap::held_bytes(e), snap::kNoStack, true, true, 0});
       continue;
     }
     ls.apply(e, nullptr);

@@ -19,18 +19,9 @@ namespace {
 
 using snap::Action;
 
-constexpr uint64_t kMiB = uint64_t{1} << 20;
-
-// The size of the segment PyTorch's allocator asks the driver for to serve a request of `size`
-// bytes (already rounded by it): get_allocation_size() of c10/cuda/CUDACachingAllocator.cpp.
-uint64_t pytorch_segment_size(uint64_t size) {
-  if (size <= kMiB) return 2 * kMiB;                       // kSmallSize -> kSmallBuffer
-  if (size < 10 * kMiB) return 20 * kMiB;                  // kMinLargeAlloc -> kLargeBuffer
-  return (size + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);  // kRoundLarge
-}
-
 struct FreeBlocks {
   uint64_t largest = 0, releasable = 0, unreleasable = 0;
+  uint64_t allocated = 0;  // from the snapshot's segments: their active blocks
 };
 
 // Adds the free gaps of the extent [start, end) between `blocks` (live tensor blocks by address).
@@ -66,6 +57,7 @@ FreeBlocks blocks_from_segments(const snap::Snapshot& s, int device, bool all_py
         f.largest = std::max(f.largest, b.size);
       } else {
         live = true;
+        if (b.state == "active_allocated") f.allocated += b.size;
       }
     }
     (live ? f.unreleasable : f.releasable) += free;
@@ -86,8 +78,8 @@ void cut(std::map<uint64_t, uint64_t>& runs, uint64_t start, uint64_t end) {
 }
 
 // Reconstructed: PyTorch's segments and live tensor blocks after entry `index` of the trace.
-FreeBlocks blocks_by_replay(const std::vector<snap::TraceEntry>& tr, size_t index,
-                            bool all_pytorch) {
+FreeBlocks blocks_by_replay(const std::vector<snap::TraceEntry>& tr, size_t index, bool all_pytorch,
+                            const torch_alloc::AllocatorConfig& config) {
   std::map<uint64_t, uint64_t> segments;  // cudaMalloc'd: start -> end, never merged
   std::map<uint64_t, uint64_t> mapped;    // expandable segments: maximal mapped runs
   std::map<uint64_t, uint64_t> blocks;    // live tensors: start -> end
@@ -122,7 +114,9 @@ FreeBlocks blocks_by_replay(const std::vector<snap::TraceEntry>& tr, size_t inde
         cut(mapped, e.addr, e.addr + e.size);
         break;
       case Action::kAlloc:
-        blocks[e.addr] = e.addr + (e.size + 511) / 512 * 512;
+        // Its block (label_block_sizes), else PyTorch's rounding of the request.
+        blocks[e.addr] = e.addr + (e.block_units ? snap::block_size(e)
+                                                 : torch_alloc::round_size(config, e.size));
         break;
       case Action::kFreeCompleted:
         blocks.erase(e.addr);
@@ -155,6 +149,29 @@ std::string holder_text(const OomVerdict& v, const SiteBytes& sb) {
                      compact_bytes(static_cast<uint64_t>(sb.bytes)), sb.site);
 }
 
+// "1,234,567 B": bytes to the byte, for two sizes that print alike.
+std::string exact_bytes(uint64_t n) {
+  // Appended digit by digit: GCC 12 at -O2 warns a false -Wrestrict on std::string::insert.
+  const std::string d = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i && (d.size() - i) % 3 == 0) out += ',';
+    out += d[i];
+  }
+  out += " B";
+  return out;
+}
+
+// "reserved peak 60 MiB instead of 76 MiB". Equal numbers are no change ("the same reserved
+// peak, 60 MiB"), and two that print alike are told apart by their bytes.
+std::string peak_change(uint64_t now, uint64_t was) {
+  if (now == was) return fmt::format("the same reserved peak, {}", compact_bytes(now));
+  if (compact_bytes(now) == compact_bytes(was)) {
+    return fmt::format("reserved peak {} instead of {}", exact_bytes(now), exact_bytes(was));
+  }
+  return fmt::format("reserved peak {} instead of {}", compact_bytes(now), compact_bytes(was));
+}
+
 // How many of the largest holders the exhaustion advice names.
 constexpr size_t kHolders = 3;
 
@@ -170,14 +187,15 @@ void judge(OomVerdict& v) {
 
 void advise(OomVerdict& v, const SiteTable& sites) {
   if (v.verdict == "exhaustion") {
-    // Under a budget below the device its headroom is not recorded (less than one segment):
-    // the shortfall is then an upper bound.
+    // Under a budget below the device that was not recorded its headroom is unknown (less than
+    // one segment): the shortfall is then an upper bound.
+    const bool bound = v.budget_below_device && !v.fraction;
     v.advice.push_back(fmt::format(
         "{} {} more would have had to be free{}: what is live must shrink by that much{}",
-        v.budget_below_device ? "up to" : "at least", compact_bytes(v.shortfall),
-        v.budget_below_device ? " (less the budget's headroom above the reserved bytes, which is "
-                                "not recorded)"
-                              : "",
+        bound ? "up to" : "at least", compact_bytes(v.shortfall),
+        bound ? " (less the budget's headroom above the reserved bytes, which is "
+                "not recorded)"
+              : "",
         v.has_cache ? fmt::format(" ({} held by live tensors{})", compact_bytes(v.allocated),
                                   v.other_libraries ? fmt::format(", {} by other libraries",
                                                                   compact_bytes(v.other_libraries))
@@ -194,11 +212,11 @@ void advise(OomVerdict& v, const SiteTable& sites) {
     }
     if (named) {
       v.advice.push_back(fmt::format("what holds it, largest first (to shrink by {} {}): {}",
-                                     v.budget_below_device ? "up to" : "at least",
-                                     compact_bytes(v.shortfall), holders));
+                                     bound ? "up to" : "at least", compact_bytes(v.shortfall),
+                                     holders));
     }
     // Exact shortfall larger than everything live: no shrinking would have made room.
-    if (!v.budget_below_device && named && held < v.shortfall) {
+    if (!bound && named && held < v.shortfall) {
       v.advice.push_back(fmt::format(
           "freeing everything live ({}) would not have been enough: {} needs a larger budget or "
           "a smaller request",
@@ -218,22 +236,20 @@ void advise(OomVerdict& v, const SiteTable& sites) {
       }
       if (w && w->would_succeed) {
         v.advice.push_back(fmt::format(
-            "under {} this request would have succeeded (reserved peak {} instead of {}; "
-            "replayed from this trace)",
-            conf, compact_bytes(w->reserved_peak_bytes),
-            compact_bytes(w->recorded_reserved_peak_bytes)));
+            "under {} this request would have succeeded ({}; replayed from this trace)", conf,
+            peak_change(w->reserved_peak_bytes, w->recorded_reserved_peak_bytes)));
       } else if (w) {
         // The replay says the setting would not have helped: no advice to use it.
         const auto& f = w->first_failing_request;
         const bool earlier = f && f->entry != v.index;
         v.advice.push_back(fmt::format(
-            "under {} this request would not have succeeded either{} (reserved peak {} instead "
-            "of {}; replayed from this trace)",
+            "under {} this request would not have succeeded either{} ({}; replayed from this "
+            "trace)",
             conf,
             earlier ? fmt::format(": an earlier request of {} at {} would have failed first",
                                   compact_bytes(f->requested), sites.site(f->stack))
                     : "",
-            compact_bytes(w->reserved_peak_bytes), compact_bytes(w->recorded_reserved_peak_bytes)));
+            peak_change(w->reserved_peak_bytes, w->recorded_reserved_peak_bytes)));
       }
     }
   }
@@ -251,14 +267,15 @@ std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& s
   std::vector<OomVerdict> out;
   const bool torch_file = flavor_of(s) == Flavor::kTorch;
   std::optional<bool> expandable;
-  if (s.tool && s.tool->pytorch) {
-    expandable = s.tool->pytorch->expandable_segments;
-  } else if (torch_file && !s.allocator_settings.empty()) {
-    try {
-      expandable = recorded_config(s).expandable_segments;
-    } catch (const std::exception&) {
-      // Settings the model cannot parse: whether expandable segments were on stays unknown.
+  torch_alloc::AllocatorConfig config;  // the rules of the run's allocator (defaults if unknown)
+  try {
+    config = recorded_config(s);
+    if ((s.tool && s.tool->pytorch) || (torch_file && !s.allocator_settings.empty())) {
+      expandable = config.expandable_segments;
     }
+  } catch (const std::exception&) {
+    // Settings the rules cannot parse: whether expandable segments were on stays unknown.
+    if (s.tool && s.tool->pytorch) expandable = s.tool->pytorch->expandable_segments;
   }
   // Who holds the memory: the ledger's moment (one Phases for the snapshot, the tensors and their
   // categories per device).
@@ -307,23 +324,37 @@ std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& s
                           return x.action == Action::kOom || x.action == Action::kSnapshot;
                         });
         const FreeBlocks f = last ? blocks_from_segments(s, v.device, torch_file)
-                                  : blocks_by_replay(tr, i, torch_file);
+                                  : blocks_by_replay(tr, i, torch_file, config);
         v.blocks_exact = last;
         v.largest_free = f.largest;
         v.releasable = f.releasable;
         v.unreleasable = f.unreleasable;
+        if (last) {
+          // The segments' own blocks are PyTorch's state: allocated is what its active blocks
+          // hold and the cache's free bytes are its free blocks, so the facts add up.
+          v.allocated = f.allocated;
+          v.cached_free = f.releasable + f.unreleasable;
+        }
       }
       const uint64_t held =
           b.driver_visible ? *b.driver_visible : b.tracked + (b.context ? *b.context : 0);
       v.budget = held + v.device_free;
       v.headroom = v.device_free;
-      if (v.pytorch && v.device_free >= pytorch_segment_size(v.requested)) {
+      const uint64_t segment = torch_alloc::allocation_size(config, v.requested);
+      if (v.pytorch && v.device_free >= segment) {
         // The device had room for the segment PyTorch would have asked for: its allocator
-        // refused by a budget of its own (a memory fraction), of which the reserved bytes are
-        // what it had; the headroom left under it was less than one segment, counted as none.
+        // refused by a budget of its own (a memory fraction). Recorded: that budget, and the
+        // headroom under it; else the reserved bytes are what it had and the headroom left
+        // under it was less than one segment, counted as none.
         v.budget_below_device = true;
-        v.budget = v.reserved;
-        v.headroom = 0;
+        v.fraction = memory_fraction_at(s, v.device, e.time_us);
+        if (v.fraction) {
+          v.budget = v.fraction->allowed_bytes;
+          v.headroom = v.budget > v.reserved ? v.budget - v.reserved : 0;
+        } else {
+          v.budget = v.reserved;
+          v.headroom = 0;
+        }
       }
       v.categorized = categorized;
       v.phased = phases->automatic();
@@ -358,8 +389,13 @@ std::string oom_verdict_line(const OomVerdict& v) {
   if (v.has_cache) {
     line += fmt::format("cached free {} + ", compact_bytes(v.cached_free));
   }
-  line += v.budget_below_device ? "no headroom under a budget below the device)"
-                                : fmt::format("device free {})", compact_bytes(v.headroom));
+  if (v.fraction) {
+    line += fmt::format("headroom {} under the {})", compact_bytes(v.headroom),
+                        fraction_text(*v.fraction));
+  } else {
+    line += v.budget_below_device ? "no headroom under a budget below the device)"
+                                  : fmt::format("device free {})", compact_bytes(v.headroom));
+  }
   if (v.largest_free)
     line += fmt::format(", largest free block {}", compact_bytes(*v.largest_free));
   return line;
@@ -382,7 +418,11 @@ std::vector<std::string> oom_facts(const OomVerdict& v) {
   f.push_back(fmt::format("{} could not get {}; the device had {} free",
                           v.pytorch ? "PyTorch's caching allocator" : "a driver allocation",
                           compact_bytes(v.requested), compact_bytes(v.device_free)));
-  if (v.budget_below_device) {
+  if (v.fraction) {
+    f.push_back(fmt::format("budget: {}: PyTorch refused with {} reserved, {} left under it",
+                            fraction_text(*v.fraction), compact_bytes(v.reserved),
+                            compact_bytes(v.headroom)));
+  } else if (v.budget_below_device) {
     f.push_back(fmt::format(
         "budget: below the device (a memory fraction): PyTorch refused with {} reserved",
         compact_bytes(v.budget)));
@@ -433,6 +473,11 @@ nlohmann::json oom_verdict_json(const OomVerdict& v, const SiteTable& sites, siz
       {"device_free_bytes", v.device_free},
       {"budget_bytes", v.budget},
       {"budget_below_device", v.budget_below_device},
+      {"memory_fraction", v.fraction ? json{{"fraction", v.fraction->fraction},
+                                            {"allowed_bytes", v.fraction->allowed_bytes},
+                                            {"device_total_bytes", v.fraction->device_total},
+                                            {"time_us", v.fraction->time_us}}
+                                     : json(nullptr)},
       {"compacted_free_bytes", v.compacted_free},
       {"shortfall_bytes", v.shortfall},
       {"reserved_bytes", v.has_cache ? json(v.reserved) : json(nullptr)},

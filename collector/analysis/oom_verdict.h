@@ -11,19 +11,25 @@
 //
 // The facts, at the OOM's entry (an `oom` entry changes nothing, so the state after it is the
 // state the request met), from the model's breakdown (model.h): PyTorch reserved and allocated
-// (or a stream-ordered pool's, reserved_owner "pool"), cached free = reserved - allocated,
+// (block bytes, as PyTorch's OOM message counts them, where the replay labelled the blocks:
+// whatif.h label_block_sizes; in an OOM snapshot, the segments' own active blocks), or a
+// stream-ordered pool's (reserved_owner "pool"), cached free = reserved - allocated,
 // non-PyTorch bytes by library, the CUDA context when measured. Free blocks of PyTorch's segments:
 // exact from the snapshot's own segments when nothing on the device changed after the OOM (an OOM
 // snapshot); otherwise reconstructed by replaying the device's trace to the OOM: the extents of
 // PyTorch's segments (segment_alloc/free, and segment_map/unmap runs of expandable segments)
-// minus the live tensor blocks (alloc to free_completed, sizes rounded up to PyTorch's 512 B).
+// minus the live tensor blocks (alloc to free_completed, their blocks where labelled, else the
+// request rounded by the run's rules).
 // A free byte is releasable (empty_cache() returns it) when its segment holds no live block.
 //
 // Budget: what the process could have had: the bytes it held on the device (driver-visible when an
 // NVML sample is known, else tracked) plus the device's free bytes. When PyTorch's allocator raised
-// an OOM although the device had the request free, a budget below the device was in force (a
-// memory fraction, set_per_process_memory_fraction): the fraction itself is not recorded, so the
-// budget is then what PyTorch had reserved and the device's free bytes do not count as headroom.
+// an OOM although the device had the segment free (its size by torch_allocator_rules.h under the
+// run's configuration), a budget below the device was in force (a memory fraction,
+// set_per_process_memory_fraction): where the capture recorded the fraction (whatif.h
+// memory_fraction_at) the budget is what it allowed and the headroom what was left under it
+// ("2.00 GiB allowed by the memory fraction 0.25 of 8.00 GiB"); else the budget is what PyTorch
+// had reserved and the device's free bytes do not count as headroom.
 //
 // Verdict: "exhaustion" when the free bytes, even compacted (cached free + headroom), are fewer
 // than the request; else "fragmentation" (enough is free, but no free block or segment holds it).
@@ -81,9 +87,11 @@ struct OomVerdict {
   uint64_t unreleasable = 0;  // free bytes in segments that hold live blocks
   uint64_t budget = 0;
   bool budget_below_device = false;  // PyTorch failed with the request free on the device
-  uint64_t headroom = 0;             // what the budget had left beyond what was held
-  uint64_t compacted_free = 0;       // cached_free + headroom
-  uint64_t other_libraries = 0;      // tracked bytes outside the cache
+  // The memory fraction in force (recorded by the capture): the budget as the user set it.
+  std::optional<snap::MemoryFractionChange> fraction;
+  uint64_t headroom = 0;         // what the budget had left beyond what was held
+  uint64_t compacted_free = 0;   // cached_free + headroom
+  uint64_t other_libraries = 0;  // tracked bytes outside the cache
   std::vector<std::pair<std::string, uint64_t>> by_library;  // largest first
   std::optional<uint64_t> context;                           // CUDA contexts, as measured
   std::optional<bool> expandable_segments;                   // as the capture found them

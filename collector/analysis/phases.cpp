@@ -11,10 +11,14 @@ namespace {
 bool phase_of_name(std::string_view name, Phase* p) {
   if (name == kAutoForward)
     *p = Phase::kForward;
+  else if (name == kAutoLoss)
+    *p = Phase::kLoss;
   else if (name == kAutoBackward)
     *p = Phase::kBackward;
   else if (name == kAutoOptimizer)
     *p = Phase::kOptimizer;
+  else if (name == kAutoZeroGrad)
+    *p = Phase::kZeroGrad;
   else
     return false;
   return true;
@@ -29,16 +33,28 @@ int64_t after(int64_t t) {
 
 std::string_view phase_name(Phase p) {
   switch (p) {
+    case Phase::kSetup:
+      return "setup";
+    case Phase::kData:
+      return "data";
     case Phase::kForward:
       return "forward";
+    case Phase::kLoss:
+      return "loss";
     case Phase::kBackward:
       return "backward";
     case Phase::kOptimizer:
       return "optimizer";
+    case Phase::kZeroGrad:
+      return "zero_grad";
     case Phase::kOther:
       break;
   }
   return "other";
+}
+
+bool gap_phase(Phase p) {
+  return p == Phase::kOther || p == Phase::kSetup || p == Phase::kData;
 }
 
 Phases::Phases(const snap::Snapshot& s) {
@@ -59,55 +75,74 @@ Phases::Phases(const snap::Snapshot& s) {
   std::stable_sort(marks.begin(), marks.end(),
                    [](const auto* a, const auto* b) { return a->time_us < b->time_us; });
   automatic_ = !marks.empty();
+  if (!automatic_) {
+    steps_.push_back({kTimeMin, kTimeMax, false, 0});
+    spans_.push_back({Phase::kOther, kTimeMin, kTimeMax, 0, -1, true});
+    return;
+  }
 
-  // Intervals: the outermost open START is the phase (contract).
-  struct Interval {
+  // Segments: stretches of one stack state (contract: the innermost open interval, backward
+  // when any open one is). kOther: outside every interval, named below.
+  struct Segment {
     Phase phase;
     int64_t begin, end;
     bool ended;
   };
-  std::vector<Interval> intervals;
-  std::vector<int64_t> step_marks;
+  std::vector<Segment> segments;
+  std::vector<int64_t> step_marks, outer_forwards;
   std::vector<Phase> open;
-  int64_t current_begin = 0;
+  int64_t cursor = kTimeMin;
+  auto state = [&] {
+    if (open.empty()) return Phase::kOther;
+    if (std::find(open.begin(), open.end(), Phase::kBackward) != open.end())
+      return Phase::kBackward;
+    return open.back();
+  };
+  auto close_at = [&](int64_t t) {
+    if (cursor < t) segments.push_back({state(), cursor, t, true});
+    cursor = std::max(cursor, t);
+  };
   for (const auto* a : marks) {
     Phase p = Phase::kOther;
     if (!phase_of_name(a->name, &p)) {
       if (a->stage == "MARK") step_marks.push_back(a->time_us);
       continue;
     }
+    // A stretch ends where the state changes, or where an outermost interval begins or ends
+    // (two calls one after the other are two spans); an interval nested in backward changes
+    // nothing.
+    const Phase before = state();
     if (a->stage == "START") {
-      if (open.empty()) current_begin = a->time_us;
+      const Phase inside = before == Phase::kBackward ? before : p;
+      if (open.empty() || inside != before) close_at(a->time_us);
+      if (open.empty() && p == Phase::kForward) outer_forwards.push_back(a->time_us);
       open.push_back(p);
     } else if (a->stage == "END") {
       auto it = std::find(open.rbegin(), open.rend(), p);
       if (it == open.rend()) continue;  // an END without its START: nothing to close
-      const bool outermost = std::next(it) == open.rend();
-      open.erase(std::next(it).base());
-      if (!outermost) continue;
-      const int64_t end = after(a->time_us);
-      if (current_begin < end) intervals.push_back({p, current_begin, end, true});
-      current_begin = end;  // a still open inner interval becomes the phase from here
+      std::vector<Phase> rest = open;
+      rest.erase(rest.begin() + (std::next(it).base() - open.begin()));
+      const bool changes =
+          rest.empty() ||
+          (std::find(rest.begin(), rest.end(), Phase::kBackward) != rest.end()
+               ? Phase::kBackward
+               : rest.back()) != before;
+      if (changes) close_at(after(a->time_us));
+      open = std::move(rest);
     }
   }
-  if (!open.empty() && current_begin < kTimeMax)
-    intervals.push_back({open.front(), current_begin, kTimeMax, false});
+  if (cursor < kTimeMax) segments.push_back({state(), cursor, kTimeMax, open.empty()});
 
   training_ = !step_marks.empty();
-  for (const auto& iv : intervals)
-    if (iv.phase != Phase::kForward) training_ = true;
+  for (const auto& sg : segments)
+    if (sg.phase == Phase::kBackward || sg.phase == Phase::kOptimizer) training_ = true;
 
   // Step boundaries: where each step after the first begins.
   std::vector<int64_t> bounds;
   if (training_) {
     for (int64_t m : step_marks) bounds.push_back(after(m));
-  } else {
-    bool first = true;
-    for (const auto& iv : intervals) {
-      if (iv.phase != Phase::kForward) continue;
-      if (!first) bounds.push_back(iv.begin);
-      first = false;
-    }
+  } else if (outer_forwards.size() > 1) {
+    bounds.assign(outer_forwards.begin() + 1, outer_forwards.end());
   }
   bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
   int64_t begin = kTimeMin;
@@ -118,27 +153,75 @@ Phases::Phases(const snap::Snapshot& s) {
   }
   steps_.push_back({begin, kTimeMax, false, 0});
 
-  // Spans: intervals and the "other" stretches between them, the latter cut at step boundaries.
-  auto add_other = [&](int64_t from, int64_t to) {
-    while (from < to) {
+  // Spans: the segments cut at step boundaries; `inner` marks the parts of an interval that lie
+  // between the intervals nested in it (named like the stretches outside).
+  struct Cut {
+    PhaseSpan span;
+    bool outside;
+  };
+  std::vector<Cut> cuts;
+  for (const auto& sg : segments) {
+    int64_t from = sg.begin;
+    while (from < sg.end) {
       const int k = step_at(from);
-      const int64_t stop = std::min(to, steps_[static_cast<size_t>(k)].end_us);
-      spans_.push_back({Phase::kOther, from, stop, k, -1, true});
+      const int64_t stop = std::min(sg.end, steps_[static_cast<size_t>(k)].end_us);
+      cuts.push_back({{sg.phase, from, stop, k, -1, sg.ended || stop < sg.end},
+                      sg.phase == Phase::kOther});
       from = stop;
     }
-  };
-  int64_t cursor = kTimeMin;
-  for (const auto& iv : intervals) {
-    add_other(cursor, iv.begin);
-    spans_.push_back({iv.phase, iv.begin, iv.end, step_at(iv.begin), -1, iv.ended});
-    cursor = iv.end;
   }
-  add_other(cursor, kTimeMax);  // nothing when the last interval never ended
+  // Names of the stretches (contract).
+  bool any_interval = false;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    auto& c = cuts[i];
+    const PhaseSpan* prev =
+        i > 0 && cuts[i - 1].span.step == c.span.step ? &cuts[i - 1].span : nullptr;
+    const PhaseSpan* next =
+        i + 1 < cuts.size() && cuts[i + 1].span.step == c.span.step ? &cuts[i + 1].span : nullptr;
+    const bool after_forward =
+        training_ && prev && (prev->phase == Phase::kForward || prev->phase == Phase::kLoss);
+    if (c.outside) {
+      if (!any_interval)
+        c.span.phase = Phase::kSetup;
+      else if (after_forward)
+        c.span.phase = Phase::kLoss;
+      else if (prev && prev->phase == Phase::kBackward && next &&
+               next->phase == Phase::kOptimizer)
+        c.span.phase = Phase::kOptimizer;
+      else
+        c.span.phase = Phase::kData;
+    } else {
+      any_interval = true;
+      if (c.span.phase == Phase::kOptimizer && after_forward) c.span.phase = Phase::kLoss;
+    }
+  }
+  for (const auto& c : cuts) {
+    const auto& sp = c.span;
+    if (!spans_.empty()) {
+      auto& last = spans_.back();
+      if (last.step == sp.step && last.phase == sp.phase && sp.phase != Phase::kForward &&
+          sp.phase != Phase::kBackward) {
+        last.end_us = sp.end_us;  // one span (contract)
+        last.ended = sp.ended;
+        continue;
+      }
+    }
+    spans_.push_back(sp);
+  }
 
+  // Micro-steps (contract).
+  int step = -1;
+  bool backward_since = true;
   for (auto& sp : spans_) {
     auto& st = steps_[static_cast<size_t>(sp.step)];
-    if (sp.phase == Phase::kForward) sp.micro = st.micro_steps++;
-    if (sp.phase == Phase::kBackward) sp.micro = std::max(st.micro_steps - 1, 0);
+    if (sp.step != step) step = sp.step, backward_since = true;
+    if (sp.phase == Phase::kForward) {
+      if (backward_since) ++st.micro_steps, backward_since = false;
+      sp.micro = st.micro_steps - 1;
+    } else if (sp.phase == Phase::kLoss || sp.phase == Phase::kBackward) {
+      sp.micro = std::max(st.micro_steps - 1, 0);
+      if (sp.phase == Phase::kBackward) backward_since = true;
+    }
   }
 }
 

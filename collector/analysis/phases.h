@@ -1,20 +1,36 @@
 // Contract: a PyTorch run's phases and iterations, as the automatic phase marks recorded them
 // (preload/python/cumemtrace_phases.py; names below). The marks are annotations: START/END pairs
-// `auto:forward`, `auto:backward`, `auto:optimizer` and a MARK `auto:step` right after each
-// optimizer step's END (the iteration boundary). From them:
+// `auto:forward`, `auto:loss` (a loss module's call), `auto:backward`, `auto:optimizer`,
+// `auto:zero_grad` and a MARK `auto:step` right after each optimizer step's END (the iteration
+// boundary). From them:
 //  - spans: the run cut into stretches of one phase each, in time order, covering all time. A
 //    phase interval is [START, END] (an entry at END's microsecond is still inside; an interval
 //    with no END runs to the end). Pairs nest like brackets, an END closing the latest open START
-//    of its name; while intervals overlap the OUTERMOST one is the phase (a forward run inside
-//    backward, activation checkpointing's recompute, is backward). Stretches between intervals
-//    are "other".
-//  - steps (iterations): training (any auto:step MARK): step k ends at its k-th MARK (an entry at
-//    the MARK's microsecond belongs to the step it ends); everything after the last MARK is an
-//    incomplete step. Inference (no MARK): each forward starts an iteration (the first one also
-//    holds what came before it); the last is incomplete. A span never crosses a step boundary
-//    (an "other" stretch around a boundary is cut in two). Micro-steps: the forwards of one step
-//    are counted (gradient accumulation: several forward/backward pairs before one step); a
-//    backward shares the micro-step number of the latest forward before it in its step.
+//    of its name. Phases form a stack: the INNERMOST open interval is the phase (a forward,
+//    backward or zero_grad inside optimizer.step(closure), as LBFGS and PyTorch Lightning's
+//    automatic optimization run them, is that phase; "optimizer" is what remains of the step),
+//    except that everything inside a backward is backward (activation checkpointing's
+//    recompute). Stretches outside every interval, and the parts of an interval between the
+//    intervals nested in it, are named by where they are:
+//      setup  before the run's first interval;
+//      loss   right after a forward or loss (until the next interval): the loss and whatever
+//             the program does with the outputs before backward;
+//      optimizer  after a backward when an optimizer step comes next in the step (gradient
+//             clipping, GradScaler's unscale_), and inside an optimizer interval;
+//      data   any other stretch outside intervals: the loop's own work before a forward
+//             (loading and moving the batch), and after the last interval of the run.
+//    Adjacent spans of one step with the same phase are one span, except forward and backward
+//    (each call its own). No span of a run with automatic phases is "other".
+//  - steps (iterations): training (any auto:step MARK, backward or optimizer interval): step k
+//    ends at its k-th MARK (an entry at the MARK's microsecond belongs to the step it ends);
+//    everything after the last MARK is an incomplete step. Inference: each outermost forward
+//    starts an iteration (the first one also holds what came before it); the last is
+//    incomplete. A span never crosses a step boundary (one that would is cut in two).
+//    Micro-steps: a forward starts a new micro-step when it is the step's first or a backward
+//    came after the latest micro-step's start (gradient accumulation: several forward/backward
+//    pairs before one step; LBFGS: one per closure evaluation; two roots called one after the
+//    other, a GAN's, share one); loss and backward spans share the micro-step of the latest
+//    forward before them in their step.
 //  - an entry's phase: its span's, except that every entry made on an autograd engine thread
 //    (the tool section's threads named `pt_autograd_<N>`) is backward whatever the time says.
 // A snapshot without auto:* annotations has one "other" span and one incomplete step, and
@@ -35,6 +51,8 @@ namespace cumemtrace::analysis {
 inline constexpr std::string_view kAutoForward = "auto:forward";
 inline constexpr std::string_view kAutoBackward = "auto:backward";
 inline constexpr std::string_view kAutoOptimizer = "auto:optimizer";
+inline constexpr std::string_view kAutoLoss = "auto:loss";
+inline constexpr std::string_view kAutoZeroGrad = "auto:zero_grad";
 inline constexpr std::string_view kAutoStep = "auto:step";
 inline constexpr std::string_view kAutogradThreadPrefix = "pt_autograd_";
 
@@ -43,15 +61,19 @@ inline constexpr std::string_view kAutogradThreadPrefix = "pt_autograd_";
 inline constexpr int64_t kTimeMin = std::numeric_limits<int64_t>::min();
 inline constexpr int64_t kTimeMax = std::numeric_limits<int64_t>::max();
 
-enum class Phase : uint8_t { kOther, kForward, kBackward, kOptimizer };
-std::string_view phase_name(Phase p);  // "other", "forward", "backward", "optimizer"
+enum class Phase : uint8_t { kOther, kSetup, kData, kForward, kLoss, kBackward, kOptimizer, kZeroGrad };
+// "other" (no automatic phases), "setup", "data", "forward", "loss", "backward", "optimizer",
+// "zero_grad"
+std::string_view phase_name(Phase p);
+// A phase of the stretches between intervals that holds no model work: setup, data, other.
+bool gap_phase(Phase p);
 
 struct PhaseSpan {
   Phase phase = Phase::kOther;
   int64_t begin_us = 0;  // inclusive
   int64_t end_us = 0;    // exclusive (INT64_MAX: to the end)
   int step = 0;
-  int micro = -1;     // forward/backward: the micro-step within its step (0-based); else -1
+  int micro = -1;     // forward/loss/backward: the micro-step within its step (0-based); else -1
   bool ended = true;  // false for an interval whose END was never recorded
 };
 

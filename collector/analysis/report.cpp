@@ -385,7 +385,9 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
   if (s.tool) print_program_text(out, *s.tool);
   out << fmt::format("  trace entries: {}\n", r.trace_entries);
   print_ooms(out, r, sites, o);
-  if (r.ledger) print_ledger_text(*r.ledger, r.time_origin_us, o.top, out);
+  if (r.ledger)
+    print_ledger_text(*r.ledger, r.time_origin_us, o.top, out,
+                      o.small_lines ? 0 : kMinLedgerLineBytes);
   if (r.modules) print_module_view_text(*r.modules, o.top, out);
   const std::string end = end_moment(s);
   for (const auto& d : r.devices) print_device_text(out, r, d, sites, o, end);
@@ -419,7 +421,9 @@ nlohmann::json report_json(const Report& r, const snap::Snapshot& s, const SiteT
     j["time_resolution_ns"] = t.time_resolution_ns;  // 0: precise; else --clock coarse's tick
   }
   j["complete"] = !s.tool || (s.tool->events_dropped == 0 && s.tool->ring_error.empty());
-  j["pytorch_ledger"] = r.ledger ? ledger_json(*r.ledger, o.top) : json(nullptr);
+  j["pytorch_ledger"] =
+      r.ledger ? ledger_json(*r.ledger, o.top, o.small_lines ? 0 : kMinLedgerLineBytes)
+               : json(nullptr);
   j["modules"] = r.modules ? module_view_json(*r.modules, o.top) : json(nullptr);
   json devs = json::array();
   for (const auto& d : r.devices) {

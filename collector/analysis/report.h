@@ -80,7 +80,8 @@ struct ReportOptions {
   size_t frames = 6;        // program frames shown per stack
   bool full_names = false;  // C++ names as recorded instead of folded (frames.h)
   std::string range;        // annotation pair to evaluate (range.h); empty = none
-  int module_depth = 2;     // the by-module view's depth (modules.h)
+  bool small_lines = false;  // the ledger lists lines under 1 KiB too (ledger.h)
+  int module_depth = 2;      // the by-module view's depth (modules.h)
 };
 
 void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable& sites,

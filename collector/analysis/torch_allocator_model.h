@@ -4,14 +4,9 @@
 // return to the pool at free_completed, empty_cache) and answers with the segment events PyTorch
 // would have made (segment_alloc/segment_free for cudaMalloc'd segments, segment_map/segment_unmap
 // for expandable segments) and its reserved and allocated bytes. What it models, as PyTorch does:
-//  - rounding: requests below 512 B become 512 B, others a multiple of 512 B, or the next
-//    power-of-2 division where roundup_power2_divisions asks for one (intervals of 1 MiB .. 64
-//    GiB);
-//  - pools: the small pool (rounded size <= 1 MiB, 2 MiB segments) and the large pool (segments of
-//    large_segment_size, 20 MiB, for requests under 10 MiB, else the request rounded to 2 MiB), one
-//    best fit per pool ordered by (stream, size, address): a block is reused only on its stream;
-//  - splitting (small pool, or expandable segments: any remainder >= 512 B; large pool: a remainder
-//    over 1 MiB of a request under max_split_size) and merging with free neighbours on free;
+//  - rounding, pools, segment sizes and splitting by the rules of torch_allocator_rules.h (the one
+//    copy); one best fit per pool ordered by (stream, size, address): a block is reused only on
+//    its stream; merging with free neighbours on free;
 //  - max_split_size: a request under it never takes a block at or over it; a request over it takes
 //    a block at most max_non_split_rounding_size larger (20 MiB by default);
 //  - when no free block fits: garbage_collection_threshold (only under a fractional budget, as
@@ -35,44 +30,10 @@
 #include <string_view>
 #include <vector>
 
+#include "analysis/torch_allocator_rules.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis::torch_alloc {
-
-// The torch version (major.minor) whose allocator this models.
-inline constexpr std::string_view kModelledTorch = "2.11";
-
-inline constexpr uint64_t kMiB = 1048576;
-inline constexpr uint64_t kMinBlockSize = 512;
-inline constexpr uint64_t kSmallSize = kMiB;           // largest small-pool request
-inline constexpr uint64_t kSmallBuffer = 2 * kMiB;     // small-pool segment (and expandable page)
-inline constexpr uint64_t kMinLargeAlloc = 10 * kMiB;  // under this, a large_segment_size segment
-inline constexpr uint64_t kRoundLarge = 2 * kMiB;      // larger segments are rounded to this
-inline constexpr uint64_t kLargeBuffer = 20 * kMiB;    // default large_segment_size
-inline constexpr size_t kRoundupIntervals = 16;        // roundup_power2_divisions: 1 MiB .. 64 GiB
-
-// The allocator's settings (PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF), defaults as PyTorch's.
-struct AllocatorConfig {
-  uint64_t max_split_size = UINT64_MAX;  // unlimited
-  uint64_t max_non_split_rounding_size = kLargeBuffer;
-  uint64_t large_segment_size = kLargeBuffer;
-  double garbage_collection_threshold = 0;
-  bool expandable_segments = false;
-  std::array<uint64_t, kRoundupIntervals> roundup_power2_divisions{};  // 0 or 1: no rounding
-  std::string text;  // the configuration as written ("" = PyTorch's defaults)
-};
-
-// Parses a configuration in PyTorch's own syntax ("expandable_segments:True,max_split_size_mb:128",
-// "roundup_power2_divisions:[256:1,512:2,>:4]") onto PyTorch's defaults, with PyTorch's checks;
-// nullopt with `error` set for anything PyTorch would refuse or this model does not cover
-// (backend:cudaMallocAsync). Settings for pinned host memory and release_lock_on_cudamalloc are
-// accepted and change nothing here.
-std::optional<AllocatorConfig> parse_alloc_conf(std::string_view text, std::string* error);
-
-// The size PyTorch gives a request (round_size) and the segment it would cudaMalloc for it
-// (get_allocation_size of the rounded size).
-uint64_t round_size(const AllocatorConfig& c, uint64_t size);
-uint64_t allocation_size(const AllocatorConfig& c, uint64_t rounded);
 
 // A limit on what PyTorch may reserve. kDevice: a cudaMalloc or a page mapping fails when it would
 // take reserved past `bytes` (the device is full). kFraction: PyTorch's own check under
@@ -118,6 +79,11 @@ class CachingAllocatorModel {
 
   uint64_t reserved() const { return reserved_; }
   uint64_t allocated() const { return allocated_; }  // block sizes (memory_allocated())
+  // PyTorch's inactive_split_bytes (memory_stats()): free bytes in blocks split off a segment
+  // that holds other blocks, what fragmentation costs. A wholly free segment is cache that
+  // empty_cache() returns, not fragmentation; free pages of an expandable segment count as
+  // PyTorch counts them (split off its range). Walks the free blocks: for moments, not steps.
+  uint64_t inactive_split() const;
   uint64_t block_size(int32_t block) const;
   uint64_t block_address(int32_t block) const;
   // Segment events since the last call, oldest first.

@@ -1,12 +1,15 @@
-// `cumemtrace diff BASE NEW`: peak and live-at-exit changes for regression review.
+// `cumemtrace diff BASE NEW`: peak and live-at-exit changes for regression review; --format html
+// writes the same document as a self-contained page on stdout (viz/html_report.h).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
 #include "analysis/diff.h"
+#include "analysis/whatif.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "snapshot/snapshot_input.h"
+#include "viz/html_report.h"
 
 namespace cumemtrace::cli {
 
@@ -24,7 +27,7 @@ void add_diff_command(CLI::App& app, int& exit_code) {
   cmd->add_option("NEW", o->now, "Snapshot to compare against the baseline")->required();
   cmd->add_option("--format", o->format, "Output format")
       ->capture_default_str()
-      ->check(CLI::IsMember({"text", "json"}));
+      ->check(CLI::IsMember({"text", "json", "html"}));
   cmd->add_option("--top", o->top, "Changed sites shown")
       ->capture_default_str()
       ->check(between(1, 1000));
@@ -39,6 +42,8 @@ void add_diff_command(CLI::App& app, int& exit_code) {
       try {
         a = snap::read_snapshot_any(o->base);
         b = snap::read_snapshot_any(o->now);
+        analysis::label_block_sizes(a);  // PyTorch's block bytes on both sides
+        analysis::label_block_sizes(b);
       } catch (const snap::ReadError& e) {
         std::cerr << "cumemtrace diff: " << e.what() << '\n';
         exit_code = 2;
@@ -47,6 +52,9 @@ void add_diff_command(CLI::App& app, int& exit_code) {
       const auto d = analysis::diff_snapshots(a, o->base, b, o->now, o->module_depth);
       if (o->format == "json") {
         analysis::print_diff_json(d, std::cout);
+      } else if (o->format == "html") {
+        auto name = [](const std::string& p) { return p.substr(p.rfind('/') + 1); };
+        std::cout << viz::render_diff_html(d, name(o->base) + " vs " + name(o->now));
       } else {
         analysis::print_diff_text(d, o->top, std::cout);
       }

@@ -16,6 +16,7 @@
 #include "analysis/breakdown_format.h"
 #include "analysis/rank_table.h"
 #include "analysis/report.h"
+#include "analysis/whatif.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/intervals_report.h"
@@ -112,6 +113,7 @@ int report_one(const Opts& o) {
   snap::Snapshot s;
   try {
     s = snap::read_snapshot_any(o.files.front());
+    analysis::label_block_sizes(s);  // PyTorch's block bytes in every view
   } catch (const snap::ReadError& e) {
     std::cerr << "cumemtrace report: " << e.what() << '\n';
     return 2;
@@ -158,6 +160,9 @@ void add_report_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--full-names", o->report.full_names,
                 "Show C++ function names as recorded (default: argument and template lists "
                 "folded to (...) and <...>)");
+  cmd->add_flag("--small-lines", o->report.small_lines,
+                "PyTorch ledger: also list the (site, category) lines under 1 KiB (left out by "
+                "default; the per-category sums always count them)");
   cmd->add_option("--range", o->report.range,
                   "Also evaluate the window of the START..END annotation pair NAME (its last "
                   "occurrence): peak and allocations still live at END")

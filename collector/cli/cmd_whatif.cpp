@@ -1,7 +1,9 @@
-// `cumemtrace whatif SNAPSHOT [--alloc-conf CONF]... [--budget SIZE]`: PyTorch's caching allocator
+// `cumemtrace whatif SNAPSHOT [--alloc-conf CONF]... [--budget SIZE] [--sweep] [--needs]`:
+// PyTorch's caching allocator
 // replayed from the recorded requests under the run's configuration and others
-// (analysis/whatif.h). Exit 0 with the table; 2 for an unreadable file, a configuration PyTorch
-// would refuse, or a trace the model cannot replay (one line saying why: no prediction is made).
+// (analysis/whatif.h); --format html: the table as a self-contained page on stdout. Exit 0 with
+// the table; 2 for an unreadable file, a configuration PyTorch would refuse, or a trace the model
+// cannot replay (one line saying why: no prediction is made).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -11,6 +13,7 @@
 #include "cli/commands.h"
 #include "snapshot/size_format.h"
 #include "snapshot/snapshot_input.h"
+#include "viz/html_report.h"
 
 namespace cumemtrace::cli {
 
@@ -20,6 +23,8 @@ void add_whatif_command(CLI::App& app, int& exit_code) {
     std::string format = "text";
     std::vector<std::string> confs;
     std::string budget;
+    bool sweep = false;
+    bool needs = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -37,16 +42,24 @@ void add_whatif_command(CLI::App& app, int& exit_code) {
       ->allow_extra_args(false);
   cmd->add_option(
          "--budget", o->budget,
-         "Bytes PyTorch may reserve on the device (12GiB, 1.5GB, bytes); default: what the "
-         "recording shows at its first OOM, else none")
+         "Bytes PyTorch may reserve on the device for the configurations tried (12GiB, 1.5GB, "
+         "bytes; below the recorded peak too); default: the recorded run's (its memory "
+         "fraction, else what its first OOM shows, else none)")
       ->type_name("SIZE");
+  cmd->add_flag("--sweep", o->sweep,
+                "Also try the usual settings (expandable segments, max_split_size_mb, "
+                "roundup_power2_divisions, garbage_collection_threshold) and rank every row");
+  cmd->add_flag("--needs", o->needs,
+                "For each row, the smallest budget without an OOM (bisection on the replay)");
   cmd->add_option("--format", o->format, "Output format")
       ->capture_default_str()
-      ->check(CLI::IsMember({"text", "json"}));
+      ->check(CLI::IsMember({"text", "json", "html"}));
   cmd->callback([o, &exit_code] {
     try {
       analysis::WhatIfOptions opts;
       opts.alloc_confs = o->confs;
+      opts.sweep = o->sweep;
+      opts.needs = o->needs;
       if (!o->budget.empty()) {
         opts.budget_bytes = snap::parse_bytes(o->budget);
         if (!opts.budget_bytes || *opts.budget_bytes == 0) {
@@ -78,6 +91,8 @@ void add_whatif_command(CLI::App& app, int& exit_code) {
       const analysis::SiteTable sites(s);
       if (o->format == "json") {
         analysis::print_whatif_json(r, sites, std::cout);
+      } else if (o->format == "html") {
+        std::cout << viz::render_whatif_html(r, s, o->file.substr(o->file.rfind('/') + 1));
       } else {
         analysis::print_whatif_text(r, s, sites, o->file, std::cout);
       }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "analysis/limits.h"
+#include "analysis/whatif.h"
 #include "snapshot/snapshot_input.h"
 
 namespace cumemtrace::cli {
@@ -22,6 +23,7 @@ analysis::LoadedSnapshot read_one(const std::string& path) {
   ls.path = path;
   try {
     ls.snapshot = snap::read_snapshot_any(path);
+    analysis::label_block_sizes(ls.snapshot);  // PyTorch's block bytes in every view
   } catch (const snap::ReadError& e) {
     ls.unreadable = e.what();
   }

@@ -21,6 +21,7 @@
 #include "analysis/frames.h"
 #include "analysis/oom_verdict.h"
 #include "analysis/rank_identity.h"
+#include "analysis/whatif.h"
 #include "snapshot/snapshot_json_writer.h"
 
 namespace cumemtrace::collect {
@@ -482,6 +483,11 @@ snap::Snapshot ProcessSession::snapshot(const std::string& reason,
   // What each byte is for, decided once here so that every reader of the file (memory_viz's
   // legend, report, check, diff) reads the same answer (analysis/categories.h).
   analysis::label_categories(s);
+  // PyTorch's block bytes for what the collector itself reads of it (never written: the file
+  // keeps PyTorch's requested sizes, and every reader labels its own), and the segments' blocks
+  // as the replay found them.
+  analysis::label_block_sizes(s);
+  analysis::tile_blocks_as_replayed(s);
   return s;
 }
 

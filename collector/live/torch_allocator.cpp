@@ -1,25 +1,15 @@
 #include "live/torch_allocator.h"
 
 #include <algorithm>
+#include <cstdlib>
 
+#include "analysis/torch_allocator_rules.h"
 #include "live/key_value_text.h"
 
 namespace cumemtrace::collect {
 
 using snap::Action;
-
-namespace {
-
-constexpr uint64_t kTorchMinBlock = 512;         // PyTorch's kMinBlockSize
-constexpr uint64_t kTorchSmallSize = 1 << 20;    // kSmallSize: larger requests use the large pool
-constexpr uint64_t kTorchSmallBuffer = 2 << 20;  // kSmallBuffer: small-pool segments and pages
-
-uint64_t torch_round(uint64_t size) {
-  return size < kTorchMinBlock ? kTorchMinBlock
-                               : (size + kTorchMinBlock - 1) / kTorchMinBlock * kTorchMinBlock;
-}
-
-}  // namespace
+namespace rules = analysis::torch_alloc;
 
 bool TorchAllocator::on_block(const Record& r, int64_t t, int32_t stack) {
   const auto& ev = r.ev;
@@ -60,7 +50,7 @@ bool TorchAllocator::on_block(const Record& r, int64_t t, int32_t stack) {
     case wire::TorchAction::kSegmentAlloc:
       settle_driver_ooms(device);
       memory_.adopt_allocation(addr);
-      segments_[addr] = Segment{size, device, ev.stream, stack, size == kTorchSmallBuffer};
+      segments_[addr] = Segment{size, device, ev.stream, stack, size == rules::kSmallBuffer};
       entry(Action::kSegmentAlloc, addr);
       break;
     case wire::TorchAction::kSegmentFree:
@@ -70,8 +60,8 @@ bool TorchAllocator::on_block(const Record& r, int64_t t, int32_t stack) {
     case wire::TorchAction::kSegmentMap: {
       // The pages PyTorch just mapped (one cuMemMap each): small-pool pages are 2 MiB.
       settle_driver_ooms(device);
-      const auto adopted = memory_.adopt_mappings(addr, size, kTorchSmallBuffer);
-      const bool small = adopted.any ? adopted.all_small : size == kTorchSmallBuffer;
+      const auto adopted = memory_.adopt_mappings(addr, size, rules::kSmallBuffer);
+      const bool small = adopted.any ? adopted.all_small : size == rules::kSmallBuffer;
       mapped_[addr] = Segment{size, device, ev.stream, stack, small};
       entry(Action::kSegmentMap, addr);
       break;
@@ -125,17 +115,51 @@ void TorchAllocator::unmap(uint64_t addr, uint64_t size) {
   }
 }
 
-void TorchAllocator::on_info(const std::string& text) {
-  snap::PytorchInfo info;
-  for_each_key_value(text, [&](const std::string& key, const std::string& value) {
-    if (key == "version") info.version = value;
-    if (key == "backend") info.backend = value;
-    if (key == "capture") info.capture = value;
-    if (key == "why") info.why = value;
-    if (key == "expandable_segments") info.expandable_segments = value == "1";
-  });
-  if (info.capture != "blocks" && info.capture != "driver") info.capture = "off";
-  info_ = std::move(info);
+void TorchAllocator::on_info(const std::string& text, int64_t t) {
+  std::map<std::string, std::string> kv;
+  for_each_key_value(text,
+                     [&](const std::string& key, const std::string& value) { kv[key] = value; });
+  const std::string event = kv.count("event") ? kv["event"] : "";
+  if (event == "alloc_conf") {
+    alloc_confs_.push_back({t, kv["alloc_conf"]});
+  } else if (event == "memory_fraction") {
+    snap::MemoryFractionChange m;
+    m.time_us = t;
+    m.device = sane_device(static_cast<int>(std::strtol(kv["device"].c_str(), nullptr, 10)));
+    m.fraction = kv["fraction"];
+    m.allowed_bytes = std::strtoull(kv["allowed_bytes"].c_str(), nullptr, 10);
+    m.device_total = std::strtoull(kv["device_total"].c_str(), nullptr, 10);
+    memory_fractions_.push_back(std::move(m));
+  } else if (event == "private_pool") {
+    if (kv["kind"] == "cuda_graph" || kv["kind"] == "mempool") {
+      private_pools_.push_back({t, kv["kind"]});
+    }
+  } else {
+    snap::PytorchInfo info;
+    info.version = kv["version"];
+    info.backend = kv["backend"];
+    info.capture = kv["capture"];
+    info.why = kv["why"];
+    info.expandable_segments = kv["expandable_segments"] == "1";
+    if (info.capture != "blocks" && info.capture != "driver") info.capture = "off";
+    if (kv.count("alloc_conf")) alloc_confs_.insert(alloc_confs_.begin(), {t, kv["alloc_conf"]});
+    info_ = std::move(info);
+  }
+  if (info_) {
+    info_->alloc_confs = alloc_confs_;
+    info_->memory_fractions = memory_fractions_;
+    info_->private_pools = private_pools_;
+  }
+  // The rules the written blocks follow: the last configuration PyTorch accepted (one it
+  // refused never took effect), else the capture's expandable_segments.
+  config_ = {};
+  for (auto it = alloc_confs_.rbegin(); it != alloc_confs_.rend(); ++it) {
+    if (auto c = analysis::torch_alloc::parse_alloc_conf(it->alloc_conf, nullptr)) {
+      config_ = std::move(*c);
+      break;
+    }
+  }
+  if (info_ && info_->expandable_segments) config_.expandable_segments = true;
 }
 
 uint64_t TorchAllocator::allocated() const {
@@ -179,11 +203,10 @@ void TorchAllocator::write_segment(snap::Snapshot& s, uint64_t addr, const Segme
     const auto next_it = std::next(it);
     const uint64_t next =
         next_it != blocks_.end() && next_it->first < seg_end ? next_it->first : seg_end;
-    uint64_t end = std::min(a + torch_round(it->second.requested), next);
-    // PyTorch's should_split(): the large pool of the default allocator splits a block only
-    // when more than 1 MiB remains, so a smaller remainder stays in the block; the small pool,
-    // and every pool under expandable_segments, splits off any remainder (>= 512 B).
-    if (!split_any && next - end <= kTorchSmallSize) end = next;
+    const uint64_t rounded = rules::round_size(config_, it->second.requested);
+    uint64_t end = std::min(a + rounded, next);
+    // PyTorch's should_split() (the rules): a remainder it does not split off stays in the block.
+    if (!rules::should_split(config_, split_any, next - a, end - a)) end = next;
     const Block& k = it->second;
     seg.blocks.push_back(snap::Block{a, end - a, k.requested,
                                      k.pending_free ? "active_pending_free" : "active_allocated",

@@ -25,6 +25,7 @@
 #include <optional>
 #include <vector>
 
+#include "analysis/torch_allocator_rules.h"
 #include "live/device_allocations.h"
 #include "live/ring_reader.h"
 #include "live/trace_log.h"
@@ -38,7 +39,10 @@ class TorchAllocator {
 
   // One kTorchBlock record; true when it was PyTorch's OOM (a snapshot is due).
   bool on_block(const Record& r, int64_t t, int32_t stack);
-  void on_info(const std::string& text);
+  // A kTorchInfo record at `t`: the capture's report when it attached ("version=..."), or a
+  // change of the allocator's settings ("event=alloc_conf", "event=memory_fraction"), or the use
+  // of a private pool ("event=private_pool", kind=cuda_graph|mempool).
+  void on_info(const std::string& text, int64_t t);
   // A driver OOM (already in the trace) of PyTorch's own allocation attempt on device.
   void on_own_driver_oom(int device) { ++driver_ooms_[device]; }
 
@@ -78,6 +82,12 @@ class TorchAllocator {
   std::map<uint64_t, Segment> segments_;  // cudaMalloc'd, by address
   std::map<uint64_t, Segment> mapped_;    // expandable pieces, by address
   std::optional<snap::PytorchInfo> info_;
+  // The settings changes seen (kept apart: one may come before the capture's report).
+  std::vector<snap::AllocatorConfChange> alloc_confs_;
+  std::vector<snap::MemoryFractionChange> memory_fractions_;
+  std::vector<snap::PrivatePoolUse> private_pools_;
+  // The configuration in force (the rules the written blocks follow); defaults until known.
+  analysis::torch_alloc::AllocatorConfig config_;
   std::map<int, int> driver_ooms_;  // device -> PyTorch's own driver OOMs not yet settled
 };
 

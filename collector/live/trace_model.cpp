@@ -73,7 +73,7 @@ void TraceModel::add(const Record& r) {
       snapshot_pending_ = r.text;
       return;
     case Kind::kTorchInfo:
-      torch_.on_info(r.text);
+      torch_.on_info(r.text, t);
       return;
     case Kind::kRankInfo:
       on_rank_info(r.text);

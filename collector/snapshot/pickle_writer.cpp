@@ -269,7 +269,7 @@ class SnapshotPickler {
       key_uint("stream", g.stream);
       key_str("segment_type", g.segment_type);
       p_.string("segment_pool_id");
-      p_.integer(0);
+      p_.integer(g.private_pool ? 1 : 0);
       p_.integer(0);
       p_.op(kTuple2);
       p_.item();

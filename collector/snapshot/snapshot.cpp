@@ -24,12 +24,12 @@ std::optional<Action> parse_action(std::string_view s) {
 }
 
 namespace {
-constexpr std::array<std::string_view, 10> kCategoryNames = {
-    "",          "parameter", "gradient", "optimizer_state", "activation",
-    "temporary", "input",     "autograd", "unknown",         "library",
+constexpr std::array<std::string_view, 12> kCategoryNames = {
+    "",         "parameter", "gradient", "optimizer_state", "activation", "temporary",
+    "input",    "autograd",  "unknown",  "library",         "program",    "parameter_unsharded",
 };
-constexpr std::array<std::string_view, 4> kOwnerRoleNames = {"", "parameter", "gradient",
-                                                             "optimizer_state"};
+constexpr std::array<std::string_view, 6> kOwnerRoleNames = {
+    "", "parameter", "gradient", "optimizer_state", "input", "parameter_unsharded"};
 }  // namespace
 
 std::string_view category_name(Category c) {

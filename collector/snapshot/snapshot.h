@@ -82,6 +82,8 @@ enum class Category : uint8_t {
   kAutograd,
   kUnknown,
   kLibrary,
+  kProgram,  // "program": a tensor the program made outside every phase and keeps (not an input)
+  kParameterUnsharded,  // "parameter_unsharded": FSDP2's all-gathered parameters while they live
 };
 std::string_view category_name(Category c);  // "" for kNone
 std::optional<Category> parse_category(std::string_view s);
@@ -99,7 +101,22 @@ struct TraceEntry {
   Source source = Source::kDriver;
   bool async_pool = false;  // segment_alloc/alloc from a stream-ordered pool (cuMemAllocAsync, ...)
   Category category = Category::kNone;  // see Category; set by analysis::label_categories
+  // PyTorch's block for an alloc/free_requested/free_completed of its caching allocator, in
+  // units of its 512 B minimum block (block_size()): the bytes memory_allocated() counts for it
+  // (rounded, an unsplit remainder included). Never written or read from a file: set by
+  // analysis::label_block_sizes from the replay of the recorded allocator; 0 = not known (the
+  // requested `size` stands). 32 bits of 512 B hold 2 TiB.
+  uint32_t block_units = 0;
 };
+
+inline constexpr uint64_t kBlockUnit = 512;  // PyTorch's kMinBlockSize
+inline uint64_t block_size(const TraceEntry& e) {
+  return uint64_t{e.block_units} * kBlockUnit;
+}
+// The bytes an entry holds for PyTorch's counters: its block where known, else its size.
+inline uint64_t held_bytes(const TraceEntry& e) {
+  return e.block_units ? block_size(e) : e.size;
+}
 
 // Whether a writer puts `frames` on this entry (JSON and pickle alike): cumemtrace's driver
 // entries carry them where they say who asked for memory (alloc, oom, segment_map: PyTorch records
@@ -151,6 +168,9 @@ struct Segment {
   uint64_t stream = 0;
   std::string segment_type = "large";
   bool is_expandable = false;
+  // segment_pool_id other than (0, 0): a private pool's segment (a CUDA graph's capture or a
+  // MemPool's). Written back as (1, 0): the ids themselves are not kept.
+  bool private_pool = false;
   int32_t stack = kNoStack;
   std::vector<Block> blocks;
   Source source = Source::kDriver;
@@ -251,8 +271,18 @@ struct ContextMemory {
 // sizes of every parameter, gradient (`.grad`) or optimizer state tensor. A walk of a role replaces
 // that role's previous walk. The collector joins them by address with the PyTorch blocks live at
 // `time_us` (analysis/categories.h).
-enum class OwnerRole : uint8_t { kParameter = 1, kGradient = 2, kOptimizerState = 3 };
-std::string_view owner_role_name(OwnerRole r);  // "parameter", "gradient", "optimizer_state"
+// kInput: the tensors passed to a root module's forward (positional and keyword arguments, one
+// level into lists, tuples and dicts), walked at its start. kParameterUnsharded: FSDP2's
+// all-gathered (unsharded) parameters, walked when a parameter group has gathered them.
+enum class OwnerRole : uint8_t {
+  kParameter = 1,
+  kGradient = 2,
+  kOptimizerState = 3,
+  kInput = 4,
+  kParameterUnsharded = 5,
+};
+// "parameter", "gradient", "optimizer_state", "input", "parameter_unsharded"
+std::string_view owner_role_name(OwnerRole r);
 std::optional<OwnerRole> parse_owner_role(std::string_view s);
 
 struct OwnerWalk {
@@ -272,10 +302,42 @@ struct TensorNames {
   std::map<std::string, std::string> names;  // data pointer -> parameter name
 };
 
+// PyTorch's allocator configuration from `time_us` on: PYTORCH_ALLOC_CONF (else
+// PYTORCH_CUDA_ALLOC_CONF) as the program started with it, then each
+// torch.cuda.memory._set_allocator_settings() call (the text it was given applies on top).
+struct AllocatorConfChange {
+  int64_t time_us = 0;
+  std::string alloc_conf;
+};
+
+// A per-process memory fraction from `time_us` on (torch.cuda.set_per_process_memory_fraction, or
+// found in force when the capture attached): `allowed_bytes` is PyTorch's own limit on what it
+// reserves on the device, fraction x the device's total memory.
+struct MemoryFractionChange {
+  int64_t time_us = 0;
+  int device = 0;
+  std::string fraction;  // as Python printed it ("0.25")
+  uint64_t allowed_bytes = 0;
+  uint64_t device_total = 0;
+};
+
+// A private pool PyTorch's allocator served requests from, from `time_us` on: "cuda_graph" (a
+// CUDA graph's capture: torch.cuda.graph / CUDAGraph.capture_begin) or "mempool" (a MemPool
+// made current by torch.cuda.use_mem_pool). Its segments are kept apart from the default pools.
+struct PrivatePoolUse {
+  int64_t time_us = 0;
+  std::string kind;
+};
+
 struct PytorchInfo {  // what the capture of PyTorch's allocator found (the tool section's
                       // "pytorch")
   std::string version, backend, capture, why;  // capture: "blocks" | "driver" | "off"
   bool expandable_segments = false;
+  // The allocator's settings, in time order (empty in snapshots of cumemtrace before 0.x: then
+  // only expandable_segments is known).
+  std::vector<AllocatorConfChange> alloc_confs{};
+  std::vector<MemoryFractionChange> memory_fractions{};
+  std::vector<PrivatePoolUse> private_pools{};
 };
 
 struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapshots

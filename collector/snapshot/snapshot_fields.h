@@ -195,12 +195,33 @@ CT_DESCRIBE(TensorNames, w) {
   v(req("names", Kind::kStringMap), w.names);
 }
 
+CT_DESCRIBE(AllocatorConfChange, a) {
+  v(req("time_us", Kind::kTime), a.time_us);
+  v(req("alloc_conf", Kind::kString), a.alloc_conf);
+}
+
+CT_DESCRIBE(MemoryFractionChange, m) {
+  v(req("time_us", Kind::kTime), m.time_us);
+  v(req("device", Kind::kDevice), m.device);
+  v(req("fraction", Kind::kString), m.fraction);
+  v(req("allowed_bytes", Kind::kCount), m.allowed_bytes);
+  v(req("device_total", Kind::kCount), m.device_total);
+}
+
+CT_DESCRIBE(PrivatePoolUse, u) {
+  v(req("time_us", Kind::kTime), u.time_us);
+  v(req("kind", Kind::kString), u.kind);
+}
+
 CT_DESCRIBE(PytorchInfo, p) {
   v(req("version", Kind::kString), p.version);
   v(req("backend", Kind::kString), p.backend);
   v(req("expandable_segments", Kind::kBool), p.expandable_segments);
   v(req("capture", Kind::kString), p.capture);
   v(req("why", Kind::kString), p.why);
+  v(opt("alloc_confs", Kind::kList, !p.alloc_confs.empty()), p.alloc_confs);
+  v(opt("memory_fractions", Kind::kList, !p.memory_fractions.empty()), p.memory_fractions);
+  v(opt("private_pools", Kind::kList, !p.private_pools.empty()), p.private_pools);
 }
 
 CT_DESCRIBE(ToolSection, t) {

@@ -236,7 +236,8 @@ void put_snapshot(Buf& b, const Snapshot& s) {
                    g.device, g.address, g.total_size, g.allocated_size, g.active_size,
                    g.requested_size, g.stream);
     put_string(b, g.segment_type);
-    put(b, ",\"segment_pool_id\":[0,0],\"is_expandable\":");
+    put(b, g.private_pool ? ",\"segment_pool_id\":[1,0],\"is_expandable\":"
+                          : ",\"segment_pool_id\":[0,0],\"is_expandable\":");
     put(b, g.is_expandable ? "true" : "false");
     if (explicit_source) put_source(b, g.source);
     put_frames(b, rendered, g.stack);

@@ -303,7 +303,7 @@ bool Handler::scalar(const Val& v) {
       ++l.index;
       return true;
     case C::kPoolId:
-      i64(v);
+      if (i64(v) != 0) seg_.private_pool = true;
       ++l.index;
       return true;
     case C::kPair: {

@@ -1,11 +1,25 @@
-// Contract: renders a Snapshot as one self-contained HTML page: the aggregated ReportModel as
-// embedded JSON plus the report's JS and CSS (assets/, embedded at build time). The page loads
-// nothing at all (a Content-Security-Policy forbids any fetch), so it works offline and from
-// file://. `source_name` is shown as the title (typically the snapshot's file name).
+// Contract: the self-contained HTML pages, one per question, each one file: the page's data as
+// embedded JSON (`page` says which page) plus the report's JS and CSS (assets/, embedded at build
+// time). A page loads nothing at all (a Content-Security-Policy forbids any fetch), so it works
+// offline and from file://. `source_name` is shown as the title (typically the file's name).
+//  - a snapshot's report: the aggregated ReportModel, the OOM verdicts and the ledger as `report
+//    --format json` writes them (pytorch_ledger, at report's default --top), and at an OOM the
+//    what-if table (the recorded configuration and kOomWhatIfConfs) as `whatif --format json`
+//    writes it, or why the run cannot be replayed;
+//  - a job: the rank table as `report DIR --format json` writes it (ranks) and each process's
+//    chart, a ReportModel of kJobBuckets buckets;
+//  - a diff: `diff --format json`'s document;
+//  - a what-if: `whatif --format json`'s rows and each device's budget source.
+// Every number the pages show is one of those documents', so the page and the CLI cannot differ.
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "analysis/diff.h"
+#include "analysis/rank_table.h"
+#include "analysis/whatif.h"
 #include "snapshot/snapshot.h"
 #include "viz/report_model.h"
 
@@ -17,5 +31,20 @@ std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
 
 std::string render_html_report(const snap::Snapshot& s, const std::string& source_name,
                                const ReportOptions& opt = {});
+
+// Time buckets of each process's chart on the job page (small multiples).
+inline constexpr size_t kJobBuckets = 300;
+
+// `inputs`: the table's (build_rank_table's); `unreadable`: (file, why) of files left out.
+std::string render_job_html(const analysis::RankTable& table,
+                            const std::vector<analysis::RankInput>& inputs,
+                            const std::string& source_name, size_t skipped,
+                            const std::vector<std::pair<std::string, std::string>>& unreadable,
+                            size_t top);
+
+std::string render_diff_html(const analysis::Diff& d, const std::string& source_name);
+
+std::string render_whatif_html(const std::vector<analysis::WhatIfDevice>& r,
+                               const snap::Snapshot& s, const std::string& source_name);
 
 }  // namespace cumemtrace::viz

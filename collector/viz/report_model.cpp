@@ -4,11 +4,13 @@
 #include <array>
 #include <bit>
 #include <map>
+#include <numeric>
 #include <set>
 #include <unordered_map>
 
 #include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
+#include "analysis/phases.h"
 
 namespace cumemtrace::viz {
 
@@ -92,32 +94,36 @@ LiveTable make_table(const analysis::Attributed& parts, const SiteIndex& sites,
 
 // The category series, in the order they stack (report_model.h): PyTorch's tensors by category,
 // then other libraries and PyTorch's cache.
-constexpr std::array<const char*, 10> kCategorySeries = {
-    "parameter", "gradient", "optimizer_state", "activation", "temporary",
-    "input",     "autograd", "unknown",         "library",    "cache"};
-constexpr size_t kLibrarySeries = 8;
-constexpr size_t kCacheSeries = 9;
+constexpr std::array<const char*, 12> kCategorySeries = {
+    "parameter", "parameter_unsharded", "gradient", "optimizer_state", "activation", "temporary",
+    "input",     "autograd",            "program",  "unknown",         "library",    "cache"};
+constexpr size_t kLibrarySeries = 10;
+constexpr size_t kCacheSeries = 11;
 
 size_t category_series(snap::Category c) {
   switch (c) {
     case snap::Category::kParameter:
       return 0;
-    case snap::Category::kGradient:
+    case snap::Category::kParameterUnsharded:
       return 1;
-    case snap::Category::kOptimizerState:
+    case snap::Category::kGradient:
       return 2;
-    case snap::Category::kActivation:
+    case snap::Category::kOptimizerState:
       return 3;
-    case snap::Category::kTemporary:
+    case snap::Category::kActivation:
       return 4;
-    case snap::Category::kInput:
+    case snap::Category::kTemporary:
       return 5;
-    case snap::Category::kAutograd:
+    case snap::Category::kInput:
       return 6;
+    case snap::Category::kAutograd:
+      return 7;
+    case snap::Category::kProgram:
+      return 8;
     case snap::Category::kLibrary:
       return kLibrarySeries;
     default:
-      return 7;  // unknown, and a tensor without a category in a file with them
+      return 9;  // unknown, and a tensor without a category in a file with them
   }
 }
 
@@ -140,18 +146,23 @@ void drop_empty_series(ReportDevice& d) {
 }
 
 constexpr std::string_view kAutoPrefix = "auto:";
+// The phases the strip above the plot shows (analysis/phases.h's spans; setup and data are the
+// loop's own stretches and stay blank).
+constexpr std::array<std::string_view, 5> kStripPhases = {"forward", "loss", "backward",
+                                                          "optimizer", "zero_grad"};
 
 // Past max_buckets phases, each of max_buckets time buckets shows the phases that ran in it side
-// by side, each as wide as its share of the bucket (forward, backward, optimizer), neighbours of
-// one phase merged: at most 3 x max_buckets, whatever the step count, and a bucket of many steps
-// still shows their mix.
+// by side, each as wide as its share of the bucket (kStripPhases), neighbours of one phase
+// merged: at most 5 x max_buckets, whatever the step count, and a bucket of many steps still
+// shows their mix.
 void merge_phases(ReportDevice& d, const ReportOptions& opt) {
   const size_t nb = std::max<size_t>(1, opt.max_buckets);
   if (d.phases.size() <= nb) return;
   const double span = static_cast<double>(std::max<int64_t>(1, d.x_end - d.x_begin));
   const double width = span / static_cast<double>(nb);
-  const std::array<std::string_view, 3> names = {"forward", "backward", "optimizer"};
-  std::vector<std::array<double, 3>> cover(nb, {0, 0, 0});
+  const auto& names = kStripPhases;
+  std::vector<std::array<double, kStripPhases.size()>> cover(nb);
+  for (auto& c : cover) c.fill(0);
   for (const auto& p : d.phases) {
     const size_t k =
         static_cast<size_t>(std::find(names.begin(), names.end(), p.name) - names.begin());
@@ -184,23 +195,15 @@ void merge_phases(ReportDevice& d, const ReportOptions& opt) {
 void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& devices,
                const ReportOptions& opt) {
   if (!d.time_axis) return;  // no clock to place them on
-  std::map<std::string, std::vector<int64_t>> open, open_phases;
+  std::map<std::string, std::vector<int64_t>> open;
   for (const auto& a : s.annotations) {
     // Marks for a device with no trace (or none) belong to every chart.
     if (a.device != d.device && devices.count(a.device)) continue;
     if (a.name.starts_with(kAutoPrefix)) {  // the automatic phases, apart from the user's marks
       const std::string phase = a.name.substr(kAutoPrefix.size());
-      if (phase == "step" && a.stage != "START" && a.stage != "END") {
+      if (phase == "step" && a.stage != "START" && a.stage != "END")
         d.steps.push_back({a.time_us, ++d.step_count});
-      } else if (phase == "forward" || phase == "backward" || phase == "optimizer") {
-        if (a.stage == "START") open_phases[phase].push_back(a.time_us);
-        auto it = open_phases.find(phase);
-        if (a.stage == "END" && it != open_phases.end() && !it->second.empty()) {
-          d.phases.push_back({phase, it->second.back(), a.time_us});
-          it->second.pop_back();
-        }
-      }
-      continue;
+      continue;  // the phases themselves: from the analysis below
     }
     if (a.stage == "START") {
       open[a.name].push_back(a.time_us);
@@ -238,9 +241,20 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
       kept.push_back(d.steps[i * d.steps.size() / opt.max_bands]);
     d.steps = std::move(kept);
   }
-  // A phase still open at the end of the trace (a program killed mid-step) lasts to the end.
-  for (const auto& [name, starts] : open_phases)
-    for (int64_t start : starts) d.phases.push_back({name, start, std::max(start, d.x_end)});
+  // The phases as the analysis cuts them (one truth: the ledger's spans, nested phases
+  // innermost); one still open at the end of the trace (a program killed mid-step) lasts to the
+  // end. A span's end is exclusive; the strip's is the last microsecond inside.
+  const analysis::Phases ph(s);
+  if (ph.automatic()) {
+    for (const auto& sp : ph.spans()) {
+      const auto name = analysis::phase_name(sp.phase);
+      if (std::find(kStripPhases.begin(), kStripPhases.end(), name) == kStripPhases.end())
+        continue;
+      const int64_t end = sp.end_us == analysis::kTimeMax ? std::max(sp.begin_us, d.x_end)
+                                                          : sp.end_us - 1;
+      d.phases.push_back({std::string(name), sp.begin_us, end});
+    }
+  }
   std::sort(d.phases.begin(), d.phases.end(),
             [](const Phase& a, const Phase& b) { return a.start < b.start; });
   d.phase_count = d.phases.size();
@@ -320,6 +334,13 @@ struct SeriesOf {
   }
 };
 
+// PyTorch's own files: the units are its tensors, its segments the reserved layer; the cache is
+// what is reserved beyond them, drawn as its own band on top.
+bool reserved_cache(const analysis::DeviceReplay& rp) {
+  return !rp.splits_tensors() && rp.flavor() == analysis::Flavor::kTorch &&
+         rp.timeline().has_reserved && !rp.timeline().pool_layer;
+}
+
 // Pass 1: byte-time per site, for choosing the series (by their own peak when nothing spans
 // time); fills d.series.
 SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const SiteIndex& sites,
@@ -330,7 +351,18 @@ SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const 
   std::vector<int64_t> site_since(nsites, d.x_begin);
   std::vector<double> site_area(nsites, 0.0);
   std::vector<uint64_t> site_max(nsites, 0);
-  for (const auto& b : rp.start_live()) site_live[static_cast<size_t>(sites.site(b))] += b.size;
+  // Where PyTorch's segments are split, its tensors are what is stacked (never a segment at the
+  // line of the tensor that made it grow); other libraries' allocations as they are.
+  const bool split = rp.splits_tensors();
+  if (!d.by_category) {
+    if (split) {
+      analysis::DeviceReplay::Cursor start(rp);
+      for (const auto& a : start.attributed().allocations)
+        site_live[static_cast<size_t>(sites.site(a))] += a.size;
+    } else {
+      for (const auto& b : rp.start_live()) site_live[static_cast<size_t>(sites.site(b))] += b.size;
+    }
+  }
   for (size_t i = 0; i < nsites; ++i) site_max[i] = site_live[i];
   auto touch = [&](int site, int64_t x, int64_t delta) {
     const auto k = static_cast<size_t>(site);
@@ -344,6 +376,12 @@ SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const 
     while (c.step()) {
       const int64_t x = x_of(d, tr, c.index());
       for (const auto& ch : c.changes()) {
+        if (split && ch.unit.pytorch) continue;
+        const auto size = static_cast<int64_t>(ch.unit.size);
+        touch(sites.site(ch.unit), x, ch.added ? size : -size);
+      }
+      if (!split) continue;
+      for (const auto& ch : c.tensor_changes()) {
         const auto size = static_cast<int64_t>(ch.unit.size);
         touch(sites.site(ch.unit), x, ch.added ? size : -size);
       }
@@ -368,16 +406,19 @@ SeriesOf choose_series(ReportDevice& d, const analysis::DeviceReplay& rp, const 
   }
   if (ranked.size() > shown) d.series.push_back("other");
   if (d.by_category) d.series.assign(kCategorySeries.begin(), kCategorySeries.end());
+  d.cache_series = split || reserved_cache(rp);
+  if (d.cache_series && !d.by_category) d.series.push_back("cache");
   return series;
 }
 
-// The bytes live in each series as the replay steps. By category where PyTorch's segments are
-// split: its segments' bytes count as its tensors (by their categories) and the rest as its cache.
+// The bytes live in each series as the replay steps. Where PyTorch's segments are split, its
+// segments' bytes count as its tensors (by their categories or sites) and the rest as its cache.
 class SeriesLive {
  public:
   SeriesLive(const ReportDevice& d, const analysis::DeviceReplay& rp, const SeriesOf& series)
       : series_(series),
-        split_(d.by_category && rp.splits_tensors()),
+        split_(rp.splits_tensors()),
+        cache_(d.by_category ? kCacheSeries : d.series.size() - 1),
         live_(std::max<size_t>(d.series.size(), 1), 0) {
     if (split_) {
       analysis::DeviceReplay::Cursor start(rp);
@@ -416,41 +457,49 @@ class SeriesLive {
 
  private:
   void update_cache() {
-    if (split_)
-      live_[kCacheSeries] = segment_bytes_ > tensor_bytes_ ? segment_bytes_ - tensor_bytes_ : 0;
+    if (split_) live_[cache_] = segment_bytes_ > tensor_bytes_ ? segment_bytes_ - tensor_bytes_ : 0;
   }
 
   const SeriesOf& series_;
   const bool split_;
+  const size_t cache_;  // the cache's series, where split_
   std::vector<uint64_t> live_;
   uint64_t segment_bytes_ = 0, tensor_bytes_ = 0;
 };
 
-// The timeline downsampled to opt.max_buckets time buckets. A bucket draws as its highest state
-// from that moment to the bucket's end (so a spike shorter than a pixel still shows), then its
-// last state, which holds through any idle gap after it.
+// The timeline downsampled to at most opt.max_buckets buckets: half of them cut the trace's
+// entries evenly, half its time span, a bucket ending at either cut. Entry cuts give a busy
+// stretch (the training steps) its resolution whatever idle time surrounds it, so the page's step
+// and event axes are drawn from enough points; time cuts keep a bucket from spanning an idle gap.
+// A bucket draws as its highest state from that moment to its last entry (so a spike shorter than
+// a pixel still shows), then its last state, which holds through any idle gap after it.
 class Downsampler {
  public:
   Downsampler(ReportDevice& d, const ReportOptions& opt)
       : d_(d),
         span_(static_cast<double>(std::max<int64_t>(1, d.x_end - d.x_begin + 1))),
-        buckets_(std::max<size_t>(1, opt.max_buckets)) {}
+        entries_(static_cast<double>(std::max<size_t>(1, d.entries))),
+        cuts_(std::max<size_t>(1, opt.max_buckets / 2)) {}
 
-  // The bucket of x, flushing the previous one when x starts a new one.
-  void enter(int64_t x) {
-    const auto b =
-        std::min(buckets_ - 1, static_cast<size_t>(static_cast<double>(x - d_.x_begin) / span_ *
-                                                   static_cast<double>(buckets_)));
-    if (b != bucket_) {
+  // The bucket of entry i at x, flushing the previous one when it starts a new one.
+  void enter(std::ptrdiff_t i, int64_t x) {
+    const double n = static_cast<double>(cuts_);
+    const auto by_entry = std::min(
+        cuts_ - 1,
+        static_cast<size_t>(static_cast<double>(std::max<std::ptrdiff_t>(i, 0)) / entries_ * n));
+    const auto by_time =
+        std::min(cuts_ - 1, static_cast<size_t>(static_cast<double>(x - d_.x_begin) / span_ * n));
+    if (by_entry != entry_cut_ || by_time != time_cut_) {
       flush();
-      bucket_ = b;
+      entry_cut_ = by_entry;
+      time_cut_ = by_time;
     }
   }
 
   void add(TimelinePoint p) {
     if (have_best_ && same(p, last_)) return;
     last_ = std::move(p);
-    if (!have_best_ || last_.total > best_.total) {
+    if (!have_best_ || height(last_) > height(best_)) {
       best_ = last_;
       have_best_ = true;
     }
@@ -459,25 +508,29 @@ class Downsampler {
   void flush() {
     if (!have_best_) return;
     d_.points.push_back(best_);
-    if (!same(last_, best_)) {
-      const auto end = d_.x_begin + static_cast<int64_t>(static_cast<double>(bucket_ + 1) * span_ /
-                                                         static_cast<double>(buckets_));
-      last_.x = std::clamp(end, best_.x, d_.x_end);
-      d_.points.push_back(last_);
-    }
+    if (!same(last_, best_)) d_.points.push_back(last_);
     have_best_ = false;
   }
 
  private:
+  // What a bucket's highest moment is highest in: the live bytes, or where PyTorch's cache is a
+  // band of its own, what is stacked under it (the tensors and other libraries: PyTorch's
+  // segments, the total then, hardly move while its tensors rise and fall every step).
+  uint64_t height(const TimelinePoint& p) const {
+    if (!d_.cache_series || p.series.empty()) return p.total;
+    return std::accumulate(p.series.begin(), p.series.end() - 1, uint64_t{0});
+  }
+
   static bool same(const TimelinePoint& a, const TimelinePoint& b) {
+    // The series too: a tensor made inside a cached segment changes no total.
     return a.total == b.total && a.reserved == b.reserved && a.allocated == b.allocated &&
-           a.driver == b.driver;
+           a.driver == b.driver && a.series == b.series;
   }
 
   ReportDevice& d_;
-  const double span_;
-  const size_t buckets_;
-  size_t bucket_ = SIZE_MAX;
+  const double span_, entries_;
+  const size_t cuts_;
+  size_t entry_cut_ = SIZE_MAX, time_cut_ = SIZE_MAX;
   TimelinePoint best_, last_;
   bool have_best_ = false;
 };
@@ -489,8 +542,11 @@ void fill_timeline(ReportDevice& d, const analysis::DeviceReplay& rp, const Site
   SeriesLive live(d, rp, series);
   auto point = [&](std::ptrdiff_t i) {
     TimelinePoint p{
-        x_of(d, rp.trace(), i), rp.bytes_after(i), rp.reserved_after(i), 0, 0, live.live()};
+        x_of(d, rp.trace(), i),      rp.bytes_after(i), rp.reserved_after(i), 0, 0, live.live(),
+        static_cast<uint64_t>(i + 1)};
     if (d.allocated_line) p.allocated = rp.allocated_after(i);
+    if (reserved_cache(rp) && !p.series.empty())
+      p.series.back() = p.reserved > p.total ? p.reserved - p.total : 0;
     if (d.driver_line) p.driver = rp.driver_at(rp.time_after(i)).value_or(0);
     return p;
   };
@@ -503,7 +559,7 @@ void fill_timeline(ReportDevice& d, const analysis::DeviceReplay& rp, const Site
   analysis::DeviceReplay::Cursor c(rp);
   while (c.step()) {
     const std::ptrdiff_t i = c.index();
-    down.enter(x_of(d, rp.trace(), i));
+    down.enter(i, x_of(d, rp.trace(), i));
     live.apply(c);
     if (i == tl.peak_index) d.at_peak = make_table(c.attributed(), sites, opt);
     down.add(point(i));

@@ -5,13 +5,17 @@
 //   category; PyTorch's tensors by theirs, other libraries' driver allocations as "library" and,
 //   where PyTorch's segments are split into tensors and cache (model.h Attributed), PyTorch's
 //   cache as its own series: the series add up to the live bytes), else by the `top_sites`
-//   allocation sites with the most byte-time (area under their curve) plus "other"; downsampled
-//   into at most `max_buckets` time buckets with up to two points each: the moment of the bucket's
-//   highest total (so every local peak, and the device's peak exactly, survives) and the bucket's
-//   last state (so a drop is not hidden behind a long idle gap). The other layers ride along per
-//   point: PyTorch reserved, PyTorch allocated (cumemtrace files with PyTorch merged in; in
-//   PyTorch's own files the stacked tensors are the allocated line) and driver-visible (NVML)
-//   bytes.
+//   allocation sites with the most byte-time (area under their curve) plus "other", PyTorch's
+//   memory by its tensors' sites and its cache one series of its own ("cache", last) where its
+//   segments are split (model.h Attributed: never a segment stacked at its trigger's line) and
+//   in PyTorch's own files (what is reserved beyond the tensors);
+//   downsampled into at most `max_buckets` buckets (half cut by entries, half by time: a busy
+//   stretch keeps its resolution whatever idle time surrounds it) with up to two points each: the
+//   moment of the bucket's highest total (so every local peak, and the device's peak exactly,
+//   survives) and the bucket's last state (so a drop is not hidden behind a long idle gap). The
+//   other layers ride along per point: PyTorch reserved, PyTorch allocated (cumemtrace files with
+//   PyTorch merged in; in PyTorch's own files the stacked tensors are the allocated line) and
+//   driver-visible (NVML) bytes.
 // - the peak (the engine's: Timeline::peak_bytes at peak_time_us), OOMs, and the user's marks:
 //   START/END annotations paired by name as bands, MARK annotations as lines (at most `max_bands`
 //   of each: the longest bands, evenly spaced marks, the first OOMs). The automatic phases
@@ -61,6 +65,9 @@ struct TimelinePoint {
   uint64_t allocated = 0;        // PyTorch allocated (cumemtrace files only)
   uint64_t driver = 0;           // driver-visible; 0 without samples
   std::vector<uint64_t> series;  // one per ReportDevice::series
+  // Trace entries replayed up to this point (0 before the first): the page's event-index axis,
+  // memory_viz's, reads it.
+  uint64_t entry = 0;
 };
 
 struct StackShare {
@@ -145,6 +152,7 @@ struct ReportDevice {
   // categories' names (snap::category_name, "library", and "cache" for PyTorch's cache).
   std::vector<std::string> series;
   bool by_category = false;
+  bool cache_series = false;  // the last series is PyTorch's cache ("cache"), by category or site
   std::vector<TimelinePoint> points;
   uint64_t peak_bytes = 0;
   int64_t peak_x = 0;

@@ -139,7 +139,10 @@ class Modules:
     def on_owners(self, role, found, params, optimizers):
         """The phases sent `found` ({data pointer: bytes}) for `role` (1 parameters, 2 gradients,
         3 optimizer state) over `params` and `optimizers`: each pointer gets the name of its
-        parameter (a pointer of no named parameter gets none)."""
+        parameter (a pointer of no named parameter gets none). Other roles (inputs, unsharded
+        parameters) are not named."""
+        if role not in (1, 2, 3):
+            return
         names = self._param_names
         if names is None or any(id(p) not in names for p in params):
             names = self._param_names = parameter_names(list(self._roots))

@@ -3,16 +3,27 @@
 Installed by cumemtrace_torch once torch is imported (whatever the allocator backend), this emits
 the annotation contract that the analysis reads (docs/pytorch.md):
   START/END "auto:forward"    around the call of a root module (one called at depth 0 on a thread
-                              that is not inside backward, the optimizer step or another root),
+                              that is not inside backward or another root),
+  START/END "auto:loss"       instead of auto:forward when that root is a loss module
+                              (torch.nn.modules.loss._Loss: nn.MSELoss, nn.CrossEntropyLoss...),
   START/END "auto:backward"   around the outermost autograd run (Tensor.backward,
                               torch.autograd.backward and torch.autograd.grad all end in
                               torch.autograd._engine_run_backward) outside a forward,
   START/END "auto:optimizer"  between the global optimizer step pre- and post-hooks (every
                               torch.optim.Optimizer subclass), then the MARK "auto:step",
+  START/END "auto:zero_grad"  around Optimizer.zero_grad and Module.zero_grad outside a forward
+                              and backward.
+These nest: a forward, loss, backward or zero_grad run inside optimizer.step(closure) (LBFGS,
+PyTorch Lightning's automatic optimization) is marked inside the auto:optimizer pair, and the
+analysis takes the innermost (collector/analysis/phases.h), so "optimizer" is what remains.
 and ownership walks (cumemtrace_torch_owners): at each optimizer post-hook the parameters of every
 optimizer seen and of every root, their .grad, and the tensors in the optimizers' state; before the
 first step the roots' parameters at their first forward. Only tensors on the traced device type,
-deduplicated by data pointer, as (data pointer, numel * element size); a role is sent only when its
+deduplicated by data pointer, as (data pointer, numel * element size); also, at each root's
+forward, its inputs (role 4), and FSDP2's all-gathered parameters after each parameter group's
+wait_for_unshard (role 5); a tensor subclass
+(DTensor: FSDP2's sharded parameters, gradients and optimizer state, whose own data_ptr() is 0) is
+walked as its local tensors (__tensor_flatten__), so its bytes are this rank's shard; a role is sent only when its
 list changed since it was last sent (a walk replaces that role's previous one). A step's walk is
 one pass over the gradients' data pointers: parameters and state are walked again only when their
 containers changed (Phases._walk), which keeps the hooks' cost per step in microseconds.
@@ -34,7 +45,6 @@ What is missed, by design:
   - torch.compile of a whole step function that calls the modules during the first step: the
     global hooks become part of its first graph's guards, so removing them may recompile it once
     (seen with torch.compile(model) when the hooks were left on; a step function is untested);
-  - forward and backward run inside optimizer.step (LBFGS closures) belong to the optimizer phase;
   - a module running on another thread while discovery ends keeps its global hooks' depth count;
   - without always_call (torch < 2.1) a root whose forward raises leaves its range open.
 Errors: no exception of ours reaches the program. The first one prints one `cumemtrace:` line and
@@ -49,7 +59,13 @@ import warnings
 import weakref
 
 ROLE_PARAMETER, ROLE_GRADIENT, ROLE_OPTIMIZER_STATE = 1, 2, 3  # snap::OwnerRole, wire kTorchOwners
+ROLE_INPUT, ROLE_PARAMETER_UNSHARDED = 4, 5
+# FSDP2's parameter group (torch 2.6+, then 2.4-2.5): its wait_for_unshard leaves the all-gathered
+# parameters in place; they are walked right after it (role 5).
+_FSDP_GROUP_MODULES = ("torch.distributed.fsdp._fully_shard._fsdp_param_group",
+                       "torch.distributed._composable.fsdp._fsdp_param_group")
 FORWARD, BACKWARD, OPTIMIZER, STEP = b"auto:forward", b"auto:backward", b"auto:optimizer", b"auto:step"
+LOSS, ZERO_GRAD = b"auto:loss", b"auto:zero_grad"
 
 # The warning torch.compile's wrapper gives while a global module hook exists: ours exist only
 # during discovery, which ends at that wrapper's first forward pre-hook (before anything fires
@@ -101,6 +117,7 @@ class _ThreadState(threading.local):
         self.forward_open = False  # this thread's auto:forward is open
         self.backward = 0  # autograd runs in progress on this thread
         self.optimizers = []  # optimizer steps in progress on this thread (outermost first)
+        self.zero_grad = 0  # zero_grad calls in progress on this thread
 
 
 class Phases:
@@ -119,7 +136,9 @@ class Phases:
         self._roots = weakref.WeakKeyDictionary()  # root module -> its per-module hook handles
         self._optimizers = weakref.WeakSet()
         # role -> the tuple of pairs last sent; an empty list is sent only to clear a sent one
-        self._sent = {ROLE_PARAMETER: (), ROLE_GRADIENT: (), ROLE_OPTIMIZER_STATE: ()}
+        self._sent = {ROLE_PARAMETER: (), ROLE_GRADIENT: (), ROLE_OPTIMIZER_STATE: (),
+                      ROLE_INPUT: (), ROLE_PARAMETER_UNSHARDED: ()}
+        self._fsdp_watched = False
         self._global_handles = []
         self._optimizer_handles = []
         self._warning_filter = None
@@ -131,6 +150,10 @@ class Phases:
         # Tensor.is_cuda (is_cpu, ...) is a plain flag; Tensor.device builds an object
         self._on_device = "is_" + device_type
         self._tensor = torch.Tensor
+        self._plain = (torch.Tensor, torch.nn.Parameter)  # types walked as they are
+        loss_mod = sys.modules.get("torch.nn.modules.loss")
+        self._loss_type = getattr(loss_mod, "_Loss", None) or ()
+        self._volatile_state = False  # an optimizer keeps lists of tensors in its state (LBFGS)
         self._always_call = True
 
     # --- installing and removing ------------------------------------------------------------
@@ -161,22 +184,27 @@ class Phases:
                        "ownership walks" % torch.__version__)
 
         autograd = torch.autograd
+        bw = (self._backward_begin, self._backward_end)
         if callable(getattr(autograd, "_engine_run_backward", None)):
-            self._wrap(autograd, "_engine_run_backward")
+            self._wrap(autograd, "_engine_run_backward", *bw)
         else:  # older torch: the public entry points (Tensor.backward calls the first)
-            self._wrap(autograd, "backward")
-            self._wrap(autograd, "grad")
+            self._wrap(autograd, "backward", *bw)
+            self._wrap(autograd, "grad", *bw)
+        # The only zero_grad definitions in torch (subclasses and wrappers such as accelerate's
+        # AcceleratedOptimizer end in Optimizer's); wrapped on the classes.
+        zg = (self._zero_grad_begin, self._zero_grad_end)
+        self._wrap(torch.optim.Optimizer, "zero_grad", *zg)
+        self._wrap(torch.nn.Module, "zero_grad", *zg)
 
-    def _wrap(self, module, name):
+    def _wrap(self, module, name, begin, end):
         original = getattr(module, name)
-        phases = self
 
         def run_backward(*args, **kwargs):
-            opened = phases._backward_begin()
+            opened = begin()
             try:
                 return original(*args, **kwargs)
             finally:
-                phases._backward_end(opened)
+                end(opened)
 
         run_backward.__wrapped__ = original
         run_backward.__name__ = getattr(original, "__name__", name)
@@ -186,6 +214,7 @@ class Phases:
 
     def uninstall(self):
         self._off = True
+        self._fsdp_watched = False
         self._remove_global_hooks()
         for handles in list(self._roots.values()):
             for h in handles or ():  # None: a root not hooked yet
@@ -222,7 +251,7 @@ class Phases:
     def _hook_root(self, root):
         if self._roots.get(root):
             return
-        pre = root.register_forward_pre_hook(self._pre_hook)
+        pre = root.register_forward_pre_hook(self._pre_hook, with_kwargs=True)
         if self._always_call:
             post = root.register_forward_hook(self._post_hook, always_call=True)
         else:
@@ -244,15 +273,18 @@ class Phases:
     # --- forward ----------------------------------------------------------------------------
 
     def _busy(self, tls):
-        """In backward or an optimizer step on this thread (or on autograd's engine thread)."""
-        return tls.backward or tls.optimizers or self._graph_task_id() != -1
+        """In backward on this thread (or on autograd's engine thread). An optimizer step is not
+        busy: a closure's forward inside it is a forward (the analysis nests it)."""
+        return tls.backward or self._graph_task_id() != -1
 
-    def _pre_hook(self, module, args):
+    def _pre_hook(self, module, args, kwargs=None):
         if self._off or self._is_compiling():
             return
         try:
             tls = self._tls
             if tls.depth == 0 and not self._busy(tls):
+                if kwargs is None and self._discovering:  # the global hook has no kwargs
+                    kwargs = self._caller_kwargs()
                 new = module not in self._roots
                 if new:
                     self._roots[module] = None
@@ -262,13 +294,84 @@ class Phases:
                     self._end_discovery()  # before a compiled forward's guards see our hooks
                 elif not self._discovering and new:
                     self._hook_root(module)
-                self._sink.push(FORWARD)
+                loss = isinstance(module, self._loss_type)
+                self._sink.push(LOSS if loss else FORWARD)
                 tls.forward_open = True
                 if new:
                     self._walk((ROLE_PARAMETER,))
+                    self._watch_fsdp()
+                if not loss:
+                    self._send_inputs(args, kwargs)
             tls.depth += 1
         except Exception as e:
             self._fail("forward pre-hook", e)
+
+    def _caller_kwargs(self):
+        """The keyword arguments of the Module._call_impl that runs the global hooks (a global
+        forward pre-hook gets none), or None elsewhere."""
+        frame = sys._getframe(2)  # _caller_kwargs <- _pre_hook <- _call_impl (its inner())
+        if frame.f_code.co_name not in ("_call_impl", "inner"):
+            return None
+        kwargs = frame.f_locals.get("kwargs")
+        return kwargs if isinstance(kwargs, dict) else None
+
+    def _send_inputs(self, args, kwargs):
+        """The input walk: the tensors passed to a root's forward, one level into lists, tuples
+        and dicts (a batch dict, transformers' BatchEncoding), so that the analysis can tell
+        them from the program's own tensors (collector/analysis/categories.h, rule 5)."""
+        tensor = self._tensor
+        values = list(args)
+        if kwargs:
+            values.extend(kwargs.values())
+        tensors = []
+        for v in values:
+            if isinstance(v, tensor):
+                tensors.append(v)
+            elif isinstance(v, (list, tuple)):
+                tensors.extend(x for x in v if isinstance(x, tensor))
+            elif isinstance(v, dict):
+                tensors.extend(x for x in v.values() if isinstance(x, tensor))
+        found = {}
+        self._keep(tensors, found)
+        self._send(ROLE_INPUT, found)
+
+    def _watch_fsdp(self):
+        """Once FSDP2 is imported (a new root may be fully_shard'ed): the all-gathered parameters
+        are walked after each FSDPParamGroup.wait_for_unshard (forward, and backward's re-gather),
+        a few walks a step per parameter group."""
+        if self._fsdp_watched:
+            return
+        for name in _FSDP_GROUP_MODULES:
+            group = getattr(sys.modules.get(name), "FSDPParamGroup", None)
+            if group is not None and callable(getattr(group, "wait_for_unshard", None)):
+                self._fsdp_watched = True
+                self._wrap_after(group, "wait_for_unshard", self._unsharded_walk)
+                return
+
+    def _wrap_after(self, owner, name, after):
+        original = getattr(owner, name)
+
+        def run_then_walk(this, *args, **kwargs):
+            result = original(this, *args, **kwargs)
+            after(this)
+            return result
+
+        run_then_walk.__wrapped__ = original
+        run_then_walk.__name__ = getattr(original, "__name__", name)
+        setattr(owner, name, run_then_walk)
+        self._wrapped_names.append((owner, name, original, run_then_walk))
+
+    def _unsharded_walk(self, group):
+        if self._off or self._is_compiling():
+            return
+        try:
+            tensors = [t for fp in group.fsdp_params for t in fp.all_gather_outputs
+                       if t.untyped_storage().nbytes()]
+            found = {}
+            self._keep(tensors, found)
+            self._send(ROLE_PARAMETER_UNSHARDED, found)
+        except Exception as e:
+            self._fail("FSDP unshard walk", e)
 
     def _post_hook(self, module, args, result):
         if self._off or self._is_compiling():
@@ -309,8 +412,8 @@ class Phases:
             return False
         try:
             tls = self._tls
-            outer = (not tls.backward and not tls.forward_open and not tls.optimizers
-                     and self._graph_task_id() == -1 and not self._is_compiling())
+            outer = (not tls.backward and not tls.forward_open and self._graph_task_id() == -1
+                     and not self._is_compiling())
             tls.backward += 1
             if outer:
                 if self._discovering:
@@ -333,6 +436,36 @@ class Phases:
         except Exception as e:
             self._fail("backward", e)
 
+    # --- zero_grad ----------------------------------------------------------------------------
+
+    def _zero_grad_begin(self):
+        """True when this call opened auto:zero_grad (the outermost, outside forward/backward)."""
+        if self._off or self._is_compiling():
+            return False
+        try:
+            tls = self._tls
+            outer = (not tls.zero_grad and not tls.forward_open and not tls.depth
+                     and not self._busy(tls))
+            tls.zero_grad += 1
+            if outer:
+                self._sink.push(ZERO_GRAD)
+            return outer
+        except Exception as e:
+            self._fail("zero_grad", e)
+            return False
+
+    def _zero_grad_end(self, opened):
+        if self._off and not opened:
+            return
+        try:
+            tls = self._tls
+            if tls.zero_grad:
+                tls.zero_grad -= 1
+            if opened and not self._off:
+                self._sink.pop()
+        except Exception as e:
+            self._fail("zero_grad", e)
+
     # --- optimizer step ---------------------------------------------------------------------
 
     def _optimizer_pre_hook(self, optimizer, args, kwargs):
@@ -344,8 +477,8 @@ class Phases:
                 del tls.optimizers[tls.optimizers.index(optimizer):]
             self._optimizers.add(optimizer)
             if not tls.optimizers:
-                if self._discovering:
-                    self._discovery_ends(tls)
+                if self._discovering and len(self._roots):  # none yet: a closure's forward
+                    self._discovery_ends(tls)                 # inside this step finds them
                 self._sink.push(OPTIMIZER)
             tls.optimizers.append(optimizer)
         except Exception as e:
@@ -373,8 +506,13 @@ class Phases:
     def _keep(self, tensors, found):
         """Adds the strided tensors on the traced device type to found {data pointer: bytes}.
         One loop with locals: a walk of ~150 parameters is ~600 tensors a step (Adam)."""
-        on_device = self._on_device
+        on_device, plain = self._on_device, self._plain
         for t in tensors:
+            if type(t) not in plain:
+                inner = self._local_tensors(t)
+                if inner is not None:
+                    self._keep(inner, found)
+                    continue
             if getattr(t, on_device):
                 try:
                     ptr = t.data_ptr()
@@ -382,6 +520,16 @@ class Phases:
                     continue
                 if ptr and ptr not in found:
                     found[ptr] = t.nbytes  # numel * element size
+
+    def _local_tensors(self, t):
+        """The tensors a wrapper subclass holds (DTensor: its local shard), or None for a tensor
+        walked as it is. Keyed by the local storage: a DTensor's own data_ptr() is 0 and its
+        storage reports the global size."""
+        flatten = getattr(t, "__tensor_flatten__", None)
+        if flatten is None:
+            return None
+        names, _ = flatten()
+        return [getattr(t, n) for n in names]
 
     def walk_lists(self):
         """{role: {data pointer: bytes}} of what the optimizers seen and the roots own now."""
@@ -405,9 +553,19 @@ class Phases:
         return params
 
     def _state_tensors(self):
+        """Tensor values of every optimizer's per-parameter state, and the tensors in list or
+        tuple values (LBFGS keeps its history, old_dirs/old_stps/ro/al, in lists)."""
         tensor = self._tensor
-        return [v for opt in list(self._optimizers) for per_param in opt.state.values()
-                for v in per_param.values() if isinstance(v, tensor)]
+        out = []
+        for opt in list(self._optimizers):
+            for per_param in opt.state.values():
+                for v in per_param.values():
+                    if isinstance(v, tensor):
+                        out.append(v)
+                    elif isinstance(v, (list, tuple)):
+                        self._volatile_state = True
+                        out.extend(x for x in v if isinstance(x, tensor))
+        return out
 
     def _containers_key(self):
         """What changes when the parameter lists or the optimizer state's entries do: the
@@ -441,7 +599,8 @@ class Phases:
         filled at the first step or loaded, a new root). A parameter whose data is replaced in
         place (param.data = ...) between such changes is not seen until the next one."""
         key = self._containers_key()
-        rewalk = key != self._key or ROLE_GRADIENT not in roles
+        # list-valued state (LBFGS) is replaced, not updated in place, on every step
+        rewalk = key != self._key or ROLE_GRADIENT not in roles or self._volatile_state
         if rewalk:
             self._key = key if ROLE_OPTIMIZER_STATE in roles else None  # None: state not walked
             self._params = self._owned_params()
@@ -451,7 +610,10 @@ class Phases:
         if ROLE_GRADIENT in roles:
             grads = [g for g in (p.grad for p in self._params) if g is not None]
             try:
-                pointers = [g.data_ptr() for g in grads]
+                plain = self._plain
+                pointers = [g.data_ptr() if type(g) in plain else
+                            tuple(x.data_ptr() for x in self._local_tensors(g) or (g,))
+                            for g in grads]
             except RuntimeError:  # a sparse gradient: the careful walk below skips it
                 pointers = None
             if pointers is None or pointers != self._grad_pointers:

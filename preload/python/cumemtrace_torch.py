@@ -373,6 +373,92 @@ def _expandable_segments():
     return False
 
 
+def _alloc_conf():
+    """The allocator configuration the program started with, as PyTorch reads it (from 2.9
+    PYTORCH_ALLOC_CONF, else PYTORCH_CUDA_ALLOC_CONF); one line."""
+    for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+        if os.environ.get(var):
+            return os.environ[var].replace("\n", " ")
+    return ""
+
+
+def _tell_settings(fields):
+    """One change of the allocator's settings to the collector (kTorchInfo with event=...)."""
+    entry = _preload()
+    if entry is None:
+        return
+    text = "\n".join("%s=%s" % (k, str(v).replace("\n", " ")) for k, v in fields.items())
+    entry[1](text.encode("utf-8", "replace"))
+
+
+def _tell_fraction(torch, fraction, device):
+    """The memory fraction now in force on `device` and what it allows: PyTorch's own limit,
+    int(fraction * the device's total memory)."""
+    index = torch.cuda._utils._get_device_index(device, optional=True)
+    total = torch.cuda.mem_get_info(index)[1]
+    _tell_settings({"event": "memory_fraction", "device": index, "fraction": repr(float(fraction)),
+                    "allowed_bytes": int(float(fraction) * total), "device_total": total})
+
+
+def _watch_settings(torch):
+    """Records the settings a program changes while it runs: set_per_process_memory_fraction and
+    _set_allocator_settings, wrapped where the program finds them; the original runs first, its
+    result and exceptions unchanged, and a failure to record is never the program's."""
+    memory = torch.cuda.memory
+
+    def wrap(name, tell):
+        original = getattr(memory, name, None)
+        if original is None or getattr(original, "_cumemtrace", False):
+            return
+
+        def wrapper(*args, **kwargs):
+            result = original(*args, **kwargs)
+            try:
+                tell(*args, **kwargs)
+            except Exception:
+                pass
+            return result
+
+        wrapper._cumemtrace = True
+        wrapper.__doc__, wrapper.__name__ = original.__doc__, original.__name__
+        setattr(memory, name, wrapper)
+        if getattr(torch.cuda, name, None) is original:
+            setattr(torch.cuda, name, wrapper)
+
+    wrap("set_per_process_memory_fraction",
+         lambda fraction, device=None: _tell_fraction(torch, fraction, device))
+    wrap("_set_allocator_settings",
+         lambda env: _tell_settings({"event": "alloc_conf", "alloc_conf": env}))
+    # Private pools: what the allocator serves while a CUDA graph is captured or a MemPool is
+    # current is kept apart from its default pools (the replay says so rather than guess).
+    wrap("use_mem_pool", lambda *a, **k: _tell_settings({"event": "private_pool",
+                                                         "kind": "mempool"}))
+    graph = getattr(getattr(torch.cuda, "graphs", None), "CUDAGraph", None)
+    begin = getattr(graph, "capture_begin", None)
+    if begin is not None and not getattr(begin, "_cumemtrace", False):
+        def capture_begin(self, *args, **kwargs):
+            try:
+                _tell_settings({"event": "private_pool", "kind": "cuda_graph"})
+            except Exception:
+                pass
+            return begin(self, *args, **kwargs)
+
+        capture_begin._cumemtrace = True
+        graph.capture_begin = capture_begin
+
+
+def _fraction_in_force(torch):
+    """A memory fraction set before the capture attached (torch imported before cumemtrace could
+    watch it): read back where this torch can (get_per_process_memory_fraction)."""
+    get = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if get is None:
+        return
+    device = torch.cuda.current_device()
+    fraction = get(device)
+    if fraction < 1.0:
+        _tell_fraction(torch, fraction, device)
+
+
 def attach():
     """Runs after CUDA's lazy initialisation; never raises."""
     global _attached
@@ -386,7 +472,8 @@ def attach():
     _stop_walks_at_engine()  # whatever the backend: driver events on that thread walk too
     _autograd_node_frames()
     report = {"version": "", "backend": "native", "capture": "driver", "why": "",
-              "expandable_segments": "1" if _expandable_segments() else "0"}
+              "expandable_segments": "1" if _expandable_segments() else "0",
+              "alloc_conf": _alloc_conf()}
     warn = None
     try:
         import torch
@@ -430,6 +517,12 @@ def attach():
                          "driver level\n" % warn)
     text = "\n".join("%s=%s" % (k, str(v).replace("\n", " ")) for k, v in report.items())
     info_fn(text.encode("utf-8", "replace"))
+    try:
+        import torch
+
+        _fraction_in_force(torch)
+    except Exception:
+        pass
 
 
 # The CUMEMTRACE_* settings read here, by the one rule of the settings table
@@ -470,6 +563,10 @@ def _phases_wanted():
 def _on_torch_imported(torch):
     cumemtrace_ranks.install(torch)  # whatever else is on: file names carry the rank
     if _blocks_wanted():
+        try:
+            _watch_settings(torch)
+        except Exception:
+            pass
         try:
             torch.cuda._lazy_call(attach)
         except Exception as e:

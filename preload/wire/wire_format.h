@@ -138,7 +138,13 @@ inline constexpr uint64_t kPyModulePointerMask = (uint64_t{1} << kPyModuleLineSh
 inline constexpr uint64_t kNamesModules = 0;
 
 // kTorchOwners' aux: the role (snap::OwnerRole's numbers) and whether the record starts a walk.
-enum class OwnerRole : uint8_t { kParameter = 1, kGradient = 2, kOptimizerState = 3 };
+enum class OwnerRole : uint8_t {
+  kParameter = 1,
+  kGradient = 2,
+  kOptimizerState = 3,
+  kInput = 4,
+  kParameterUnsharded = 5,
+};
 inline constexpr uint64_t kOwnersFirst = 0x100;
 
 // PyTorch's TraceEntry::Action (c10/core/CachingDeviceAllocator.h, torch >= 2.1).

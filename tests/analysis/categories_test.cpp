@@ -41,7 +41,7 @@ Category cat(const snap::Snapshot& s, uint64_t addr) {
 
 }  // namespace
 
-TEST_CASE("phases: spans, steps and the step boundary cut an other stretch", "[phases]") {
+TEST_CASE("phases: spans, steps, and the stretches between intervals named", "[phases]") {
   TorchRunBuilder b;
   b.phase(100, 200, "auto:forward");
   b.phase(210, 300, "auto:backward");
@@ -54,19 +54,20 @@ TEST_CASE("phases: spans, steps and the step boundary cut an other stretch", "[p
   REQUIRE(p.automatic());
   REQUIRE(p.training());
   const auto& sp = p.spans();
-  REQUIRE(sp.size() == 10);
+  REQUIRE(sp.size() == 8);
   struct Want {
     Phase phase;
     int64_t begin, end;
     int step, micro;
     bool ended;
   };
+  // setup before the first interval; loss after a forward; the stretch between backward and the
+  // optimizer step joins the step; data before the next step's forward
   const std::vector<Want> want = {
-      {Phase::kOther, kMin, 100, 0, -1, true}, {Phase::kForward, 100, 201, 0, 0, true},
-      {Phase::kOther, 201, 210, 0, -1, true},  {Phase::kBackward, 210, 301, 0, 0, true},
-      {Phase::kOther, 301, 310, 0, -1, true},  {Phase::kOptimizer, 310, 401, 0, -1, true},
-      {Phase::kOther, 401, 500, 1, -1, true},  {Phase::kForward, 500, 601, 1, 0, true},
-      {Phase::kOther, 601, 610, 1, -1, true},
+      {Phase::kSetup, kMin, 100, 0, -1, true},    {Phase::kForward, 100, 201, 0, 0, true},
+      {Phase::kLoss, 201, 210, 0, 0, true},       {Phase::kBackward, 210, 301, 0, 0, true},
+      {Phase::kOptimizer, 301, 401, 0, -1, true}, {Phase::kData, 401, 500, 1, -1, true},
+      {Phase::kForward, 500, 601, 1, 0, true},    {Phase::kLoss, 601, 610, 1, 0, true},
   };
   for (size_t i = 0; i < want.size(); ++i) {
     INFO("span " << i);
@@ -77,12 +78,12 @@ TEST_CASE("phases: spans, steps and the step boundary cut an other stretch", "[p
     CHECK(sp[i].micro == want[i].micro);
     CHECK(sp[i].ended == want[i].ended);
   }
-  CHECK(sp[9].phase == Phase::kBackward);  // the unfinished one runs to the end
-  CHECK(sp[9].begin_us == 610);
-  CHECK(sp[9].end_us == kMax);
-  CHECK(sp[9].step == 1);
-  CHECK(sp[9].micro == 0);
-  CHECK_FALSE(sp[9].ended);
+  CHECK(sp[8].phase == Phase::kBackward);  // the unfinished one runs to the end
+  CHECK(sp[8].begin_us == 610);
+  CHECK(sp[8].end_us == kMax);
+  CHECK(sp[8].step == 1);
+  CHECK(sp[8].micro == 0);
+  CHECK_FALSE(sp[8].ended);
   const auto& steps = p.steps();
   REQUIRE(steps.size() == 2);
   CHECK(steps[0].begin_us == kMin);
@@ -96,6 +97,7 @@ TEST_CASE("phases: spans, steps and the step boundary cut an other stretch", "[p
   CHECK(p.step_at(401) == 1);
   CHECK(p.span_at(200) == 1);  // END's microsecond is inside the interval
   CHECK(p.span_at(201) == 2);
+  for (const auto& x : sp) CHECK(phase_name(x.phase) != "other");
 }
 
 TEST_CASE("phases: the unfinished interval runs to the end", "[phases]") {
@@ -132,12 +134,10 @@ TEST_CASE("phases: micro-steps of gradient accumulation are counted", "[phases]"
   CHECK(p.steps()[2].micro_steps == 0);
   std::vector<std::pair<Phase, int>> got;
   for (const auto& sp : p.spans())
-    if (sp.step == 1 && sp.phase != Phase::kOther) got.push_back({sp.phase, sp.micro});
-  const std::vector<std::pair<Phase, int>> want = {{Phase::kForward, 0},
-                                                   {Phase::kBackward, 0},
-                                                   {Phase::kForward, 1},
-                                                   {Phase::kBackward, 1},
-                                                   {Phase::kOptimizer, -1}};
+    if (sp.step == 1 && !gap_phase(sp.phase)) got.push_back({sp.phase, sp.micro});
+  const std::vector<std::pair<Phase, int>> want = {
+      {Phase::kForward, 0},  {Phase::kLoss, 0},     {Phase::kBackward, 0},  {Phase::kForward, 1},
+      {Phase::kLoss, 1},     {Phase::kBackward, 1}, {Phase::kOptimizer, -1}};
   CHECK(got == want);
 }
 
@@ -211,7 +211,7 @@ TEST_CASE("categories: one training step, every rule", "[categories]") {
   b.alloc(50, 0x100700000, 2 * MiB, ln);  // A: activation, freed by backward
   b.alloc(60, 0x100900000, 1 * MiB, ln);  // T: temporary
   b.free(70, 0x100900000);
-  b.alloc(75, 0x100a00000, 1 * MiB, ln);  // freed between forward and backward: unknown
+  b.alloc(75, 0x100a00000, 1 * MiB, ln);  // an output dropped before backward: activation
   b.alloc(78, 0x100b00000, 1 * MiB, ln);  // the loss: alive into backward, activation
   b.free(85, 0x100a00000);
   b.phase(90, 130, "auto:backward");
@@ -222,7 +222,7 @@ TEST_CASE("categories: one training step, every rule", "[categories]") {
   b.free(125, 0x100700000, TorchRunBuilder::kAutogradTid);
   b.free(126, 0x100b00000, TorchRunBuilder::kAutogradTid);
   b.alloc(132, 0x101200000, 1 * MiB, ln, TorchRunBuilder::kAutogradTid);  // after END, its thread
-  b.alloc(133, 0x101d00000, 1 * MiB, ln);  // other, freed in a later stretch, no forward: unknown
+  b.alloc(133, 0x101d00000, 1 * MiB, ln);  // before the step (clipping): optimizer's, unknown
   b.free(135, 0x100400000);
   b.phase(140, 160, "auto:optimizer");
   b.alloc(150, 0x101300000, 8 * MiB, ln);  // S: optimizer state
@@ -245,7 +245,7 @@ TEST_CASE("categories: one training step, every rule", "[categories]") {
   CHECK(cat(s, 0x101d00000) == Category::kUnknown);
   CHECK(cat(s, 0x100700000) == Category::kActivation);
   CHECK(cat(s, 0x100900000) == Category::kTemporary);
-  CHECK(cat(s, 0x100a00000) == Category::kUnknown);
+  CHECK(cat(s, 0x100a00000) == Category::kActivation);
   CHECK(cat(s, 0x100b00000) == Category::kActivation);
   CHECK(cat(s, 0x100c00000) == Category::kGradient);
   CHECK(cat(s, 0x101000000) == Category::kTemporary);
@@ -400,3 +400,108 @@ TEST_CASE("categories: a snapshot without phases or walks is left unlabelled", "
   label_categories(s);
   for (const auto& e : s.device_traces[0]) CHECK(e.category == Category::kNone);
 }
+
+TEST_CASE("phases: a closure's forward, backward and zero_grad nest in the optimizer step",
+          "[phases]") {
+  // LBFGS / Lightning: optimizer.step(closure) runs zero_grad, forward, the loss and backward
+  // (twice here, two evaluations), then updates.
+  TorchRunBuilder b;
+  b.start(100, "auto:optimizer");
+  for (int k = 0; k < 2; ++k) {
+    const int64_t t = 100 + 100 * k;
+    b.phase(t + 10, t + 20, "auto:zero_grad");
+    b.phase(t + 30, t + 40, "auto:forward");
+    b.phase(t + 60, t + 70, "auto:backward");
+  }
+  b.end(400, "auto:optimizer");
+  b.mark(400, "auto:step");
+  const Phases p(b.finish());
+  CHECK(p.training());
+  REQUIRE(p.steps().size() == 2);
+  CHECK(p.steps()[0].micro_steps == 2);
+  struct Want {
+    Phase phase;
+    int64_t begin, end;
+    int micro;
+  };
+  const std::vector<Want> want = {
+      {Phase::kSetup, kMin, 100, -1},   {Phase::kOptimizer, 100, 110, -1},
+      {Phase::kZeroGrad, 110, 121, -1}, {Phase::kOptimizer, 121, 130, -1},
+      {Phase::kForward, 130, 141, 0},   {Phase::kLoss, 141, 160, 0},
+      {Phase::kBackward, 160, 171, 0},  {Phase::kOptimizer, 171, 210, -1},
+      {Phase::kZeroGrad, 210, 221, -1}, {Phase::kOptimizer, 221, 230, -1},
+      {Phase::kForward, 230, 241, 1},   {Phase::kLoss, 241, 260, 1},
+      {Phase::kBackward, 260, 271, 1},  {Phase::kOptimizer, 271, 401, -1},
+  };
+  const auto& sp = p.spans();
+  REQUIRE(sp.size() == want.size() + 1);  // and the data stretch after the step
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("span " << i);
+    CHECK(sp[i].phase == want[i].phase);
+    CHECK(sp[i].begin_us == want[i].begin);
+    CHECK(sp[i].end_us == want[i].end);
+    CHECK(sp[i].micro == want[i].micro);
+    CHECK(sp[i].step == 0);
+  }
+  CHECK(sp.back().phase == Phase::kData);
+  CHECK(sp.back().step == 1);
+}
+
+TEST_CASE("phases: a loss module's call and the stretches around it are one loss span",
+          "[phases]") {
+  TorchRunBuilder b;
+  b.phase(100, 200, "auto:forward");
+  b.phase(210, 220, "auto:loss");
+  b.phase(230, 300, "auto:backward");
+  b.phase(310, 320, "auto:optimizer");
+  b.mark(320, "auto:step");
+  b.phase(330, 340, "auto:zero_grad");
+  const Phases p(b.finish());
+  std::vector<std::pair<Phase, int64_t>> got;
+  for (const auto& sp : p.spans()) got.push_back({sp.phase, sp.begin_us});
+  const std::vector<std::pair<Phase, int64_t>> want = {
+      {Phase::kSetup, kMin},    {Phase::kForward, 100},  {Phase::kLoss, 201},
+      {Phase::kBackward, 230},  {Phase::kOptimizer, 301}, {Phase::kData, 321},
+      {Phase::kZeroGrad, 330},  {Phase::kData, 341}};
+  CHECK(got == want);
+}
+
+TEST_CASE("categories: input walks tell the batch from the program's own tensors",
+          "[categories]") {
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 50);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.alloc(10, 0x100000000, 1 * MiB, ln);  // a fixed batch made in setup, used every step: input
+  b.alloc(20, 0x100100000, 8 * MiB, ln);  // a tensor kept at module level: the program's own
+  b.alloc(30, 0x100900000, 1 * MiB, ln);  // made and freed in setup: temporary
+  b.free(40, 0x100900000);
+  b.phase(100, 150, "auto:forward");
+  b.walk(100, snap::OwnerRole::kInput, {{0x100000000, 1 * MiB}});
+  b.alloc(110, 0x100a00000, 1 * MiB, ln);  // the model's output, fed to the loss module
+  b.phase(160, 170, "auto:loss");
+  b.alloc(165, 0x100b00000, 4, ln);  // the loss scalar: activation, every step alike
+  b.phase(200, 250, "auto:backward");
+  b.free(240, 0x100a00000, TorchRunBuilder::kAutogradTid);
+  b.phase(300, 350, "auto:optimizer");
+  b.mark(350, "auto:step");
+  b.free(360, 0x100b00000);
+  b.alloc(370, 0x100c00000, 1 * MiB, ln);  // step 2's batch, a new tensor: input
+  b.alloc(380, 0x100d00000, 2 * MiB, ln);  // step 2's own bookkeeping, kept: program's own
+  b.phase(400, 450, "auto:forward");
+  b.walk(400, snap::OwnerRole::kInput, {{0x100c00000, 1 * MiB}});
+  b.phase(460, 470, "auto:loss");
+  b.alloc(465, 0x100b00000, 4, ln);
+  b.phase(500, 550, "auto:backward");
+  auto s = b.finish();
+  label_categories(s);
+  CHECK(cat(s, 0x100000000) == Category::kInput);
+  CHECK(cat(s, 0x100100000) == Category::kProgram);
+  CHECK(cat(s, 0x100900000) == Category::kTemporary);
+  CHECK(cat(s, 0x100a00000) == Category::kActivation);
+  const auto loss = cats(s, 0x100b00000);
+  REQUIRE(loss.size() == 4);  // step 1's alloc and frees, step 2's alloc
+  for (auto c : loss) CHECK(c == Category::kActivation);
+  CHECK(cat(s, 0x100c00000) == Category::kInput);
+  CHECK(cat(s, 0x100d00000) == Category::kProgram);
+}
+

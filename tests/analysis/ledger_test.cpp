@@ -110,9 +110,9 @@ TEST_CASE("ledger: per phase of the first and the steady step, exact bytes", "[l
   REQUIRE(l->devices.size() == 1);
   const auto& d = l->devices[0];
 
-  REQUIRE(d.first.size() == 4);  // other (before the loop), forward, backward, optimizer
+  REQUIRE(d.first.size() == 4);  // setup (before the loop), forward, backward, optimizer
   const auto& setup = d.first[0];
-  CHECK(setup.phase == Phase::kOther);
+  CHECK(setup.phase == Phase::kSetup);
   CHECK(setup.allocated_before == 0);
   CHECK(setup.allocated_after == 7 * MiB);
   CHECK(setup.reserved_before == 0);
@@ -152,11 +152,12 @@ TEST_CASE("ledger: per phase of the first and the steady step, exact bytes", "[l
   CHECK(opt.added_by_site.size() == 1);
   CHECK(opt.added_by_site[0].site == sites.site(kAdam));
 
-  // The steady state: step 4 (index 3); its "other" holds the last input's free and the new one.
+  // The steady state: step 4 (index 3); its data stretch holds the last input's free and the new
+  // one.
   REQUIRE(d.steady_step);
   CHECK(*d.steady_step == 3);
   REQUIRE(d.steady.size() == 4);
-  CHECK(d.steady[0].phase == Phase::kOther);
+  CHECK(d.steady[0].phase == Phase::kData);
   CHECK(d.steady[0].allocated_before == 25 * MiB);  // X of step 3 still held
   CHECK(d.steady[0].allocated_after == 25 * MiB);
   CHECK(d.steady[0].added_by_category.empty());

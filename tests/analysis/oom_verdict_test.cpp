@@ -224,6 +224,40 @@ TEST_CASE("a memory fraction: PyTorch refused although the device had room", "[o
         "(train.py:41)");
 }
 
+TEST_CASE("a recorded memory fraction: the budget as the user set it", "[oom]") {
+  // 1 GiB free on the device; the capture recorded set_per_process_memory_fraction(0.0625) on a
+  // 1,120 MiB device: PyTorch may reserve 70 MiB. 60 MiB reserved + the 26 MiB segment > 70 MiB.
+  auto s = exhausted(1024 * MiB);
+  s.tool->pytorch->memory_fractions.push_back({1'500'000, 0, "0.0625", 70 * MiB, 1120 * MiB});
+  const auto v = verdicts(s);
+  REQUIRE(v.size() == 1);
+  CHECK(v[0].budget_below_device);
+  REQUIRE(v[0].fraction);
+  CHECK(v[0].budget == 70 * MiB);
+  CHECK(v[0].headroom == 10 * MiB);
+  // 25 MiB cached free + 10 MiB under the budget hold 26 MiB once compacted.
+  CHECK(v[0].verdict == "fragmentation");
+  CHECK(oom_verdict_line(v[0]) ==
+        "fragmentation: 26 MiB requested, 35 MiB free even compacted (cached free 25 MiB + "
+        "headroom 10 MiB under the 70.0 MiB allowed by the memory fraction 0.0625 of 1.09 GiB), "
+        "largest free block 21 MiB");
+  const auto facts = oom_facts(v[0]);
+  REQUIRE(facts.size() >= 2);
+  CHECK(facts[1] ==
+        "budget: 70.0 MiB allowed by the memory fraction 0.0625 of 1.09 GiB: PyTorch refused with "
+        "60 MiB reserved, 10 MiB left under it");
+  // Facts that add up: allocated + free blocks = reserved.
+  CHECK(v[0].allocated + v[0].cached_free == v[0].reserved);
+  CHECK(v[0].cached_free == v[0].releasable + v[0].unreleasable);
+  // A fraction set after the OOM is not the one in force.
+  auto later = exhausted(1024 * MiB);
+  later.tool->pytorch->memory_fractions.push_back({9'000'000, 0, "0.0625", 70 * MiB, 1120 * MiB});
+  const auto w = verdicts(later);
+  REQUIRE(w.size() == 1);
+  CHECK_FALSE(w[0].fraction);
+  CHECK(w[0].budget == 60 * MiB);
+}
+
 TEST_CASE("a driver OOM without PyTorch: the device's free bytes against the request", "[oom]") {
   testing::SnapshotBuilder b;
   const auto w = b.site("load_weights", "model.cpp", 88);
@@ -409,8 +443,8 @@ TEST_CASE("fragmentation: the replay says expandable segments would have served 
         "free block (the largest 14 MiB) holds 15 MiB; an expandable segment grows in place "
         "instead");
   CHECK(v[0].advice[1] ==
-        "under expandable_segments:True this request would have succeeded (reserved peak 60 MiB "
-        "instead of 60 MiB; replayed from this trace)");
+        "under expandable_segments:True this request would have succeeded (the same reserved "
+        "peak, 60 MiB; replayed from this trace)");
   CHECK(v[0].advice[2] ==
         "torch.cuda.empty_cache() cannot help: all 42 MiB free in the cache lies in segments that "
         "hold live tensors");
@@ -461,8 +495,8 @@ TEST_CASE("fragmentation the replay says expandable segments would not have serv
   // No advice to turn expandable segments on: the replay says they would not have helped.
   REQUIRE(v[0].advice.size() == 2);
   CHECK(v[0].advice[0] ==
-        "under expandable_segments:True this request would not have succeeded either (reserved "
-        "peak 60 MiB instead of 60 MiB; replayed from this trace)");
+        "under expandable_segments:True this request would not have succeeded either (the same "
+        "reserved peak, 60 MiB; replayed from this trace)");
   CHECK(v[0].advice[1].rfind("torch.cuda.empty_cache() cannot help", 0) == 0);
   const SiteTable sites(s);
   std::ostringstream js;

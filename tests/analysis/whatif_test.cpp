@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/frames.h"
+#include "analysis/model.h"
 #include "analysis/torch_allocator_model.h"
 #include "analysis/whatif.h"
 #include "snapshot/snapshot_input.h"
@@ -307,15 +308,98 @@ TEST_CASE("whatif: a fragmentation OOM that expandable segments avoid", "[whatif
   CHECK(j[1]["reserved_peak_bytes"] == 60 * MiB);
 }
 
-TEST_CASE("whatif: --budget, a smaller device runs out earlier", "[whatif]") {
+TEST_CASE("whatif: --budget below the recorded peak is a question, not a refusal", "[whatif]") {
   auto tr = fragmentation_oom();
   WhatIfOptions o;
   o.budget_bytes = 50 * MiB;  // the third 20 MiB segment does not fit
-  // The recorded run did not fail at t7, so the recorded configuration cannot be replayed under
-  // this budget: the replay says so instead of predicting.
-  CHECK_THROWS_WITH(replay_whatif(tr.s, o),
-                    Catch::Contains("the model runs out of memory at entry 9 (6.00 MiB) where the "
-                                    "recorded run did not, under a budget of 50.0 MiB"));
+  o.alloc_confs = {"expandable_segments:True"};
+  const auto r = replay_whatif(tr.s, o);
+  REQUIRE(r.size() == 1);
+  const auto& w = r[0];
+  // The recorded run replays under the budget the recording shows; the others under 50 MiB.
+  REQUIRE(w.recorded_budget);
+  CHECK(w.recorded_budget->bytes == 64 * MiB);
+  REQUIRE(w.budget);
+  CHECK(w.budget->bytes == 50 * MiB);
+  REQUIRE(w.results.size() == 3);
+  CHECK(w.results[0].recorded);
+  CHECK(w.results[0].reserved_peak_bytes == 60 * MiB);
+  // The recorded configuration under 50 MiB: the seventh tensor (entry 9) finds no room.
+  const auto& under = w.results[1];
+  CHECK(under.recorded_conf);
+  CHECK(under.alloc_conf == "");
+  REQUIRE(under.first_failing_request);
+  CHECK(under.first_failing_request->entry == 9);
+  CHECK_FALSE(under.first_failing_request->recorded_oom);
+  CHECK(under.reserved_peak_bytes == 40 * MiB);
+  // Expandable segments: 54 MiB of tensors need three 20 MiB pages; the third does not fit.
+  const auto& ex = w.results[2];
+  REQUIRE(ex.first_failing_request);
+  CHECK(ex.first_failing_request->entry == 9);
+  CHECK(ex.reserved_peak_bytes == 40 * MiB);
+  std::ostringstream out;
+  print_whatif_text(r, tr.s, SiteTable(tr.s), "t.json", out);
+  CHECK(out.str().find("  budget of the other rows: 50.0 MiB (--budget)\n") != std::string::npos);
+  CHECK(out.str().find("defaults (recorded, under --budget)") != std::string::npos);
+}
+
+TEST_CASE("whatif --sweep ranks the usual settings; --needs bisects the smallest budget",
+          "[whatif]") {
+  auto tr = fragmentation_oom();
+  WhatIfOptions o;
+  o.sweep = true;
+  o.needs = true;
+  const auto r = replay_whatif(tr.s, o);
+  REQUIRE(r.size() == 1);
+  const auto& res = r[0].results;
+  REQUIRE(res.size() == 1 + kSweep.size());
+  const WhatIfResult* ex = nullptr;
+  const WhatIfResult* noop = nullptr;
+  for (const auto& x : res) {
+    if (x.alloc_conf == "expandable_segments:True") ex = &x;
+    if (!x.recorded && x.alloc_conf.empty()) noop = &x;
+    CHECK(x.rank >= 1);
+    CHECK(x.rank <= res.size());
+  }
+  REQUIRE(ex);
+  REQUIRE(noop);
+  // The only one without an OOM ranks first; it needs its whole 60 MiB (three 20 MiB pages).
+  CHECK(ex->rank == 1);
+  CHECK_FALSE(ex->first_failing_request);
+  REQUIRE(ex->needs_budget_bytes);
+  CHECK(*ex->needs_budget_bytes == 60 * MiB);
+  // The recorded configuration needs the 16 MiB segment the 15 MiB request asks for on top of
+  // the 60 MiB it held: no cached block can be freed (every one is split).
+  const auto& rec = res[0];
+  REQUIRE(rec.needs_budget_bytes);
+  CHECK(*rec.needs_budget_bytes == 76 * MiB);
+  // A setting that changes nothing reproduces the recorded row exactly.
+  CHECK(noop->reserved_peak_bytes == rec.reserved_peak_bytes);
+  CHECK(noop->reserved_peak_time_us == rec.reserved_peak_time_us);
+  CHECK(noop->allocated_peak_bytes == rec.allocated_peak_bytes);
+  CHECK(noop->fragmentation_bytes == rec.fragmentation_bytes);
+  CHECK(noop->segment_events == rec.segment_events);
+  REQUIRE(noop->first_failing_request);
+  CHECK(noop->first_failing_request->entry == rec.first_failing_request->entry);
+  std::ostringstream out;
+  print_whatif_text(r, tr.s, SiteTable(tr.s), "t.json", out);
+  CHECK(out.str().find("rank  configuration") != std::string::npos);
+  CHECK(out.str().find("needs at least") != std::string::npos);
+}
+
+TEST_CASE("fragmentation is PyTorch's inactive_split_bytes: a wholly free segment is cache",
+          "[whatif]") {
+  CachingAllocatorModel m(conf(""), std::nullopt);
+  const int32_t big = m.malloc(30 * MiB, 0);   // a 30 MiB segment of its own
+  const int32_t small = m.malloc(6 * MiB, 0);  // 6 MiB of a 20 MiB segment
+  REQUIRE(big >= 0);
+  REQUIRE(small >= 0);
+  CHECK(m.inactive_split() == 14 * MiB);
+  m.free(big);  // wholly free: empty_cache() returns it, nothing is fragmented by it
+  CHECK(m.reserved() == 50 * MiB);
+  CHECK(m.inactive_split() == 14 * MiB);
+  m.free(small);  // merged back: the 20 MiB segment is one free block
+  CHECK(m.inactive_split() == 0);
 }
 
 TEST_CASE("whatif: empty_cache() calls are found in the recording and replayed", "[whatif]") {
@@ -349,6 +433,22 @@ TEST_CASE("whatif refuses a trace the model does not reproduce", "[whatif]") {
   CHECK_THROWS_WITH(replay_whatif(late.s, {}),
                     Catch::StartsWith("device 0: entry 1 frees a tensor at 0x7f0000000000 that the "
                                       "trace never allocated"));
+  // PyTorch's own file: a segment of a private pool (segment_pool_id other than (0, 0)).
+  TorchTrace graph;
+  graph.segment(0x7f0000000000, 2 * MiB);
+  graph.alloc(0x7f0000000000, 1000);
+  snap::Segment pooled;
+  pooled.address = 0x7f0000000000;
+  pooled.total_size = 2 * MiB;
+  pooled.segment_type = "small";
+  pooled.private_pool = true;
+  pooled.blocks = {{0x7f0000000000, 1024, 1000, "active_allocated", 0},
+                   {0x7f0000000000 + 1024, 2 * MiB - 1024, 0, "inactive", snap::kNoStack}};
+  graph.s.segments.push_back(pooled);
+  CHECK_THROWS_WITH(replay_whatif(graph.s, {}),
+                    "device 0: the segment at 0x7f0000000000 is a private pool's "
+                    "(segment_pool_id: a CUDA graph's capture or a MemPool): the replay models "
+                    "PyTorch's default pools only");
   TorchTrace bad;
   bad.alloc(0x7f0000000000, 1000);
   WhatIfOptions o;
@@ -375,7 +475,70 @@ TEST_CASE("whatif on PyTorch's own 2.11 snapshot reproduces its segment events a
   // segments the model's parameters held before _record_memory_history included.
   CHECK(rec.reserved_peak_bytes == facts["max_memory_reserved"].get<uint64_t>());
   CHECK_FALSE(rec.first_failing_request);
+  // The allocated peak is PyTorch's max_memory_allocated(): the model counts blocks.
+  CHECK(rec.allocated_peak_bytes == facts["max_memory_allocated"].get<uint64_t>());
   // The last 1,500 entries only: a trace that starts late is refused.
   const auto tail = snap::read_snapshot_any(testing::kTorchLast1500);
   CHECK_THROWS_AS(replay_whatif(tail, o), CannotReplay);
+  // A configuration that changes nothing (the defaults the run used, and a setting the caching
+  // allocator ignores) replays the recorded row exactly, to the microsecond of its peak.
+  WhatIfOptions same;
+  same.alloc_confs = {"", "release_lock_on_cudamalloc:True"};
+  const auto n = replay_whatif(s, same);
+  REQUIRE(n[0].results.size() == 3);
+  for (size_t i = 1; i < 3; ++i) {
+    const auto& x = n[0].results[i];
+    INFO(x.alloc_conf);
+    CHECK(x.reserved_peak_bytes == rec.reserved_peak_bytes);
+    CHECK(x.reserved_peak_time_us == rec.reserved_peak_time_us);
+    CHECK(x.allocated_peak_bytes == rec.allocated_peak_bytes);
+    CHECK(x.fragmentation_bytes == rec.fragmentation_bytes);
+    CHECK(x.segment_events == rec.segment_events);
+  }
+}
+
+TEST_CASE("block bytes: PyTorch's own 2.11 snapshot counts what memory_stats() counts",
+          "[whatif][torch][blocks]") {
+  const auto& facts = testing::torch_facts();
+  auto s = snap::read_snapshot_any(testing::kTorchPickle);
+  const uint64_t max_allocated = facts["max_memory_allocated"].get<uint64_t>();
+  const uint64_t allocated = facts["memory_allocated"].get<uint64_t>();
+  {
+    // Requested bytes (the trace's sizes) fall short of PyTorch's counter.
+    const DeviceReplay r(s, 0);
+    CHECK(r.timeline().allocated_peak_bytes < max_allocated);
+  }
+  std::vector<std::string> why;
+  REQUIRE(label_block_sizes(s, &why) == 1);
+  CHECK(why.empty());
+  const DeviceReplay r(s, 0);
+  const Timeline& tl = r.timeline();
+  CHECK(tl.allocated_peak_bytes == max_allocated);
+  CHECK(tl.reserved_peak_bytes == facts["max_memory_reserved"].get<uint64_t>());
+  const auto last = static_cast<std::ptrdiff_t>(s.device_traces[0].size()) - 1;
+  CHECK(r.allocated_after(last) == allocated);
+  CHECK(r.reserved_after(last) == facts["memory_reserved"].get<uint64_t>());
+  // The units of PyTorch's own file are its tensors: their bytes are blocks too, and the replay
+  // still lands exactly on the end state (the segments' active blocks).
+  CHECK(tl.end_bytes == allocated);
+  CHECK(tl.peak_bytes == max_allocated);
+  uint64_t at_exit = 0;
+  for (const auto& a : live_at_exit(s)) at_exit += a.size;
+  CHECK(at_exit == allocated);
+  // Every labelled entry is a block, at least what was asked for.
+  size_t labelled = 0;
+  for (const auto& e : s.device_traces[0]) {
+    if (!e.block_units) continue;
+    ++labelled;
+    CHECK(snap::block_size(e) >= e.size);
+  }
+  const auto& actions = facts["trace_actions"];
+  CHECK(labelled == actions["alloc"].get<size_t>() + actions["free_requested"].get<size_t>() +
+                        actions["free_completed"].get<size_t>());
+  // A trace that starts late cannot be replayed: requested sizes stay, and the reason is given.
+  auto tail = snap::read_snapshot_any(testing::kTorchLast1500);
+  why.clear();
+  CHECK(label_block_sizes(tail, &why) == 0);
+  REQUIRE(why.size() == 1);
+  CHECK(why[0].find("never allocated") != std::string::npos);
 }

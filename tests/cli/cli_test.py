@@ -359,6 +359,14 @@ def test_outputs_never_destroy_data():
     alias = os.path.join(ARGS.work, ".", "keep.json")
     expect_rc(["convert", src, "--to", "pickle", "-o", alias, "-f"], 2, ["is the input file"], stream="err")
     expect(open(src).read() == original, "the input survives -o onto itself")
+    # A job's page (html DIR) never lands on one of the directory's snapshots; a diff's (html A
+    # B) on neither input.
+    job = os.path.join(ARGS.work, "job_dir")
+    os.makedirs(job, exist_ok=True)
+    inside = write(os.path.join("job_dir", "rank0.json"), original)
+    expect_rc(["html", job, "-o", inside, "-f"], 2, ["is the input file"], stream="err")
+    expect_rc(["html", src, inside, "-o", inside, "-f"], 2, ["is the input file"], stream="err")
+    expect(open(inside).read() == original, "a job's snapshot survives -o onto itself")
     out = snap("keep.html")
     if os.path.exists(out):
         os.unlink(out)

@@ -146,9 +146,9 @@ def test_pytorch_layers_and_dashboard_names(tmp_path):
     assert sample(s, "cumemtrace_reserved_bytes", **lab) == 22 * MiB
     assert sample(s, "cumemtrace_cached_free_bytes", **lab) == 19 * MiB - 1024
     assert sample(s, "cumemtrace_largest_free_block_bytes", **lab) == 17 * MiB
-    # The peak is the trace's replay, whose alloc entries carry the requested sizes (report's
-    # "allocated peak"); the current value is the blocks' (rounded) sizes.
-    assert sample(s, "cumemtrace_allocated_peak_bytes", **lab) == 3 * MiB + 1000
+    # The peak is the trace's replay in PyTorch's block bytes (label_block_sizes: the 1000 B
+    # tensor's block is 1 KiB), as the current value and max_memory_allocated() are.
+    assert sample(s, "cumemtrace_allocated_peak_bytes", **lab) == 3 * MiB + 1024
     assert sample(s, "cumemtrace_reserved_peak_bytes", **lab) == 22 * MiB
     assert sample(s, "cumemtrace_tracked_bytes", **lab) == 22 * MiB
     assert sample(s, "cumemtrace_other_libraries_bytes", **lab) == 0

@@ -76,6 +76,9 @@ def test_default_allocator_blocks_one_to_one(tmp_path):
     assert refusals(p) == []
     snap = final(snaps)
     tool = snap["cumemtrace"]
+    # The configuration the program started with (none), from the capture's report on.
+    (conf,) = tool["pytorch"].pop("alloc_confs")
+    assert conf["alloc_conf"] == "" and conf["time_us"] >= tool["start_time_us"]
     assert tool["pytorch"] == {"version": "2.11.0", "backend": "native",
                                "expandable_segments": False, "capture": "blocks", "why": ""}
     got = entries(snap)
@@ -760,3 +763,54 @@ def test_whatif_budget_from_a_fraction_oom(tmp_path):
         assert r["reserved_peak_bytes"] == 20 * MiB
         f = r["first_failing_request"]
         assert (f["requested_bytes"], f["recorded_oom"]) == (30 * MiB, True)
+
+
+def test_recorded_memory_fraction_is_the_verdicts_and_whatifs_budget(tmp_path):
+    """set_per_process_memory_fraction(22/1024) on the fake's 1 GiB device: the capture records
+    the fraction and what it allows (22 MiB), and the configuration the program started with; the
+    OOM verdict states the budget as the user set it, with the 2 MiB left under it, and whatif
+    replays under that budget instead of inferring one."""
+    p, snaps = run(tmp_path, "fraction_oom", PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:512")
+    assert p.returncode == 0, p.stderr
+    (oom_name,) = [n for n in snaps if n.endswith(".oom.json")]
+    py = snaps[oom_name]["cumemtrace"]["pytorch"]
+    assert [c["alloc_conf"] for c in py["alloc_confs"]] == ["max_split_size_mb:512"]
+    (f,) = py["memory_fractions"]
+    assert (f["device"], f["fraction"], f["allowed_bytes"], f["device_total"]) == \
+        (0, "0.021484375", 22 * MiB, 1 << 30)
+    (line,) = [l for l in p.stderr.splitlines() if "out of memory on" in l]
+    assert line.endswith("exhaustion: 30 MiB requested, 19 MiB free even compacted (cached free "
+                         "17 MiB + headroom 2 MiB under the 22.0 MiB allowed by the memory "
+                         "fraction 0.021484375 of 1.00 GiB), largest free block 17 MiB"), line
+    w = whatif(tmp_path / "traces" / oom_name, "--format", "json")
+    assert w.returncode == 0, w.stderr
+    (rec,) = json.loads(w.stdout)
+    assert (rec["budget_bytes"], rec["budget_fraction"], rec["oom"]) == (22 * MiB, True, True)
+    assert rec["alloc_conf"] == "max_split_size_mb:512"
+
+
+def test_settings_changed_mid_run_are_recorded_and_named(tmp_path):
+    p, snaps = run(tmp_path, "settings_change")
+    assert p.returncode == 0, p.stderr
+    (name,) = snaps
+    py = snaps[name]["cumemtrace"]["pytorch"]
+    assert [c["alloc_conf"] for c in py["alloc_confs"]] == ["", "expandable_segments:False"]
+    w = whatif(tmp_path / "traces" / name)
+    assert w.returncode == 2
+    assert "the allocator's settings changed while the program ran (to " \
+           "'expandable_segments:False' at " in w.stderr, w.stderr
+
+
+def test_a_private_pool_is_recorded_and_the_replay_names_it(tmp_path):
+    """A CUDA graph's capture (CUDAGraph.capture_begin, wrapped by the capture): PyTorch serves it
+    from a private pool the replay does not model, so whatif refuses naming that reason, and the
+    views keep requested bytes (nothing is labelled)."""
+    p, snaps = run(tmp_path, "graph_capture")
+    assert p.returncode == 0, p.stderr
+    (name,) = snaps
+    (pool,) = snaps[name]["cumemtrace"]["pytorch"]["private_pools"]
+    assert pool["kind"] == "cuda_graph"
+    w = whatif(tmp_path / "traces" / name)
+    assert w.returncode == 2
+    assert "cannot replay: the run allocated from a private pool (a CUDA graph's capture at " \
+        in w.stderr, w.stderr

@@ -61,6 +61,27 @@ def request_after_3_mib():
         print("caught:", e, flush=True)
 
 
+def fraction_oom():
+    # PyTorch's own call: 22 MiB of the fake's 1 GiB device; then a settings change the capture
+    # records (the replay then refuses to pretend one configuration held throughout).
+    torch.cuda.set_per_process_memory_fraction(22 / 1024)
+    request_after_3_mib()
+
+
+def settings_change():
+    torch.cuda.alloc(3 * MiB)
+    torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+    torch.cuda.alloc(5 * MiB)
+
+
+def graph_capture():
+    torch.cuda.alloc(3 * MiB)
+    g = torch.cuda.graphs.CUDAGraph()
+    g.capture_begin()
+    torch.cuda.alloc(5 * MiB)
+    g.capture_end()
+
+
 def device_full():
     # Under FAKE_CUDA_MEM_LIMIT: the driver refuses the 30 MiB segment; the allocator frees its
     # cache (nothing is free) and retries, refused again, then records its own OOM.
@@ -127,6 +148,8 @@ def kill():
 if __name__ == "__main__":
     {"basic": basic, "expandable": expandable, "expandable_split": expandable_split,
      "async_backend": async_backend, "oom": oom, "device_full": device_full,
+     "fraction_oom": fraction_oom, "settings_change": settings_change,
+     "graph_capture": graph_capture,
      "retry_succeeds": retry_succeeds, "kill": kill, "engine_thread": engine_thread,
      "engine_thread_unknown_torch": engine_thread_unknown_torch,
      "engine_thread_unknown_nodes": engine_thread_unknown_nodes,

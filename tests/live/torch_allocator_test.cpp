@@ -119,12 +119,59 @@ TEST_CASE("torch: PyTorch's OOM is an entry with the device's free bytes and ask
 
 TEST_CASE("torch: info keeps known capture modes only") {
   Torch t;
-  t.torch.on_info("version=2.11.0\ncapture=blocks\nexpandable_segments=1\nnoise");
+  t.torch.on_info("version=2.11.0\ncapture=blocks\nexpandable_segments=1\nnoise", 0);
   REQUIRE(t.torch.info());
   CHECK(t.torch.info()->version == "2.11.0");
   CHECK(t.torch.block_capture());
   CHECK(t.torch.info()->expandable_segments);
-  t.torch.on_info("capture=everything");
+  t.torch.on_info("capture=everything", 0);
   CHECK(t.torch.info()->capture == "off");
   CHECK_FALSE(t.torch.block_capture());
+}
+
+TEST_CASE("torch: the allocator's settings are recorded with their times and tile the blocks") {
+  Torch t;
+  // A fraction set before the capture's report (kept), the report with the configuration the
+  // program started with, a change of settings, a private pool.
+  t.torch.on_info(
+      "event=memory_fraction\ndevice=0\nfraction=0.25\nallowed_bytes=2147483648\n"
+      "device_total=8589934592",
+      10);
+  t.torch.on_info(
+      "version=2.11.0\nbackend=native\ncapture=blocks\nexpandable_segments=0\n"
+      "alloc_conf=roundup_power2_divisions:4",
+      20);
+  t.torch.on_info("event=alloc_conf\nalloc_conf=max_split_size_mb:128", 30);
+  t.torch.on_info("event=private_pool\nkind=cuda_graph", 40);
+  t.torch.on_info("event=private_pool\nkind=anything", 50);  // unknown kinds are not kept
+  const auto& info = t.torch.info();
+  REQUIRE(info);
+  REQUIRE(info->alloc_confs.size() == 2);
+  CHECK(info->alloc_confs[0].time_us == 20);
+  CHECK(info->alloc_confs[0].alloc_conf == "roundup_power2_divisions:4");
+  CHECK(info->alloc_confs[1].time_us == 30);
+  CHECK(info->alloc_confs[1].alloc_conf == "max_split_size_mb:128");
+  REQUIRE(info->memory_fractions.size() == 1);
+  const auto& f = info->memory_fractions[0];
+  CHECK(f.time_us == 10);
+  CHECK(f.fraction == "0.25");
+  CHECK(f.allowed_bytes == 2147483648);
+  CHECK(f.device_total == 8589934592);
+  REQUIRE(info->private_pools.size() == 1);
+  CHECK(info->private_pools[0].kind == "cuda_graph");
+}
+
+TEST_CASE("torch: blocks are tiled by the recorded configuration's rounding") {
+  Torch t;
+  t.torch.on_info("version=2.11.0\ncapture=blocks\nalloc_conf=roundup_power2_divisions:4", 0);
+  t.block(TorchAction::kSegmentAlloc, 0x1000000, 20 * MiB, 5);
+  // 5 MiB + 100 B lies in [4, 8) MiB, cut in 4 divisions of 1 MiB: its block is 6 MiB (the
+  // default's would be 5 MiB + 512 B).
+  t.block(TorchAction::kAlloc, 0x1000000, 5 * MiB + 100, 6);
+  const auto s = t.snapshot();
+  REQUIRE(s.segments.size() == 1);
+  REQUIRE(s.segments[0].blocks.size() == 2);
+  CHECK(s.segments[0].blocks[0].size == 6 * MiB);
+  CHECK(s.segments[0].blocks[0].requested_size == 5 * MiB + 100);
+  CHECK(s.segments[0].blocks[1].size == 14 * MiB);
 }

@@ -89,8 +89,9 @@ def test_api_with_torch():
         notes = [(a["name"], a["stage"]) for a in json.load(f)["external_annotations"]]
     # No auto:forward: this test's model is a root first called after the session's first step
     # (test_trains_and_leaks'), which the phases miss (docs/pytorch.md, cumemtrace_phases.py).
-    step = [("auto:backward", "START"), ("auto:backward", "END"), ("auto:optimizer", "START"),
-            ("auto:optimizer", "END"), ("auto:step", "MARK")]
+    step = [("auto:zero_grad", "START"), ("auto:zero_grad", "END"), ("auto:backward", "START"),
+            ("auto:backward", "END"), ("auto:optimizer", "START"), ("auto:optimizer", "END"),
+            ("auto:step", "MARK")]
     # From the start of this test's range (the plugin's, named after its node id) on.
     (start,) = [n for n in notes if n[0].endswith("cases_torch.py::test_api_with_torch")]
     assert start[0].startswith("pytest:") and start[1] == "START", notes

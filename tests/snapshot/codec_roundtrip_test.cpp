@@ -22,13 +22,13 @@ using snap::Source;
 namespace {
 
 // A new field in the model changes these sizes: add it to every_field() and same() below.
-static_assert(sizeof(snap::TraceEntry) == 64);
+static_assert(sizeof(snap::TraceEntry) == 72);  // block_units: analysis only, never written
 static_assert(sizeof(snap::Segment) == 128);
 static_assert(sizeof(snap::Block) == 64);
 static_assert(sizeof(snap::Frame) == 104);
 static_assert(sizeof(snap::Annotation) == 80);
-static_assert(sizeof(snap::PytorchInfo) == 136);
-static_assert(sizeof(snap::ToolSection) == 800);
+static_assert(sizeof(snap::PytorchInfo) == 208);
+static_assert(sizeof(snap::ToolSection) == 872);
 static_assert(sizeof(snap::ContextMemory) == 72);
 
 snap::Snapshot every_field() {
@@ -47,6 +47,7 @@ snap::Snapshot every_field() {
   g.stream = 77;
   g.segment_type = "small";
   g.is_expandable = true;
+  g.private_pool = true;
   g.stack = 1;
   g.source = Source::kPytorch;
   g.blocks = {{g.address, 2 << 20, (2 << 20) - 100, "active_allocated", 0},
@@ -117,6 +118,9 @@ snap::Snapshot every_field() {
   t.contexts = {{1, 300 << 20, 960, 0, "cuDevicePrimaryCtxRetain", 0x5500},
                 {0, 64 << 20, 970, 1400, "cuCtxCreate", 0x5510}};
   t.pytorch = snap::PytorchInfo{"2.11.0+cu130", "native", "blocks", "torch imported", true};
+  t.pytorch->alloc_confs = {{900, "expandable_segments:True"}, {1200, "max_split_size_mb:128"}};
+  t.pytorch->memory_fractions = {{1000, 1, "0.25", 20 << 20, 80 << 20}};
+  t.pytorch->private_pools = {{1100, "cuda_graph"}, {1300, "mempool"}};
   // Pointers up to 2^53-1, the largest every JSON reader holds exactly; an empty walk (no
   // gradients now).
   t.ownership = {{1001,
@@ -150,6 +154,7 @@ void same(const snap::Snapshot& a, const snap::Snapshot& b) {
     CHECK(x.stream == y.stream);
     CHECK(x.segment_type == y.segment_type);
     CHECK(x.is_expandable == y.is_expandable);
+    CHECK(x.private_pool == y.private_pool);
     CHECK(x.source == y.source);
     same_stack(a, x.stack, b, y.stack);
     REQUIRE(x.blocks.size() == y.blocks.size());
@@ -300,6 +305,22 @@ void same(const snap::Snapshot& a, const snap::Snapshot& b) {
     CHECK(t.pytorch->capture == u.pytorch->capture);
     CHECK(t.pytorch->why == u.pytorch->why);
     CHECK(t.pytorch->expandable_segments == u.pytorch->expandable_segments);
+    REQUIRE(t.pytorch->alloc_confs.size() == u.pytorch->alloc_confs.size());
+    for (size_t i = 0; i < t.pytorch->alloc_confs.size(); ++i) {
+      CHECK(t.pytorch->alloc_confs[i].time_us == u.pytorch->alloc_confs[i].time_us);
+      CHECK(t.pytorch->alloc_confs[i].alloc_conf == u.pytorch->alloc_confs[i].alloc_conf);
+    }
+    REQUIRE(t.pytorch->memory_fractions.size() == u.pytorch->memory_fractions.size());
+    for (size_t i = 0; i < t.pytorch->memory_fractions.size(); ++i) {
+      const auto &a = t.pytorch->memory_fractions[i], &b = u.pytorch->memory_fractions[i];
+      CHECK(std::tie(a.time_us, a.device, a.fraction, a.allowed_bytes, a.device_total) ==
+            std::tie(b.time_us, b.device, b.fraction, b.allowed_bytes, b.device_total));
+    }
+    REQUIRE(t.pytorch->private_pools.size() == u.pytorch->private_pools.size());
+    for (size_t i = 0; i < t.pytorch->private_pools.size(); ++i) {
+      CHECK(t.pytorch->private_pools[i].time_us == u.pytorch->private_pools[i].time_us);
+      CHECK(t.pytorch->private_pools[i].kind == u.pytorch->private_pools[i].kind);
+    }
   }
 }
 

@@ -73,6 +73,14 @@ def fwd():
     return [("START", "auto:forward"), ("END", "auto:forward")]
 
 
+def loss():
+    return [("START", "auto:loss"), ("END", "auto:loss")]
+
+
+def zg():
+    return [("START", "auto:zero_grad"), ("END", "auto:zero_grad")]
+
+
 def bwd():
     return [("START", "auto:backward"), ("END", "auto:backward")]
 

@@ -12,10 +12,16 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 import cumemtrace_phases
-from conftest import ENGINE_RUN, MODULE, OPTIM, SOURCE, Recorder, bwd, fwd, hooks_left, opt_step
+from conftest import (ENGINE_RUN, MODULE, OPTIM, SOURCE, Recorder, bwd, fwd, hooks_left, loss,
+                      opt_step, zg)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PARAMETER, GRADIENT, OPTIMIZER_STATE = 1, 2, 3
+PARAMETER, GRADIENT, OPTIMIZER_STATE, INPUT = 1, 2, 3, 4
+
+
+def owner_walks(rec):
+    """The walks of parameters, gradients and optimizer state (input walks apart)."""
+    return [w for w in rec.walks() if w[0] != INPUT]
 
 
 def mlp():
@@ -38,8 +44,9 @@ def train(model, opt, steps, micro=1, set_to_none=True, loss_fn=None):
 
 
 def one_step_marks():
-    # the model and the loss module are both roots (called at depth 0 outside backward)
-    return fwd() + fwd() + bwd() + opt_step()
+    # the model and the loss module are both roots (called at depth 0 outside backward); the
+    # loss module's call is marked auto:loss
+    return zg() + fwd() + loss() + bwd() + opt_step()
 
 
 def tensor_bytes(tensors):
@@ -59,7 +66,7 @@ def test_walk_bytes_are_the_parameters_and_the_optimizer_state(phases):
     model = mlp()
     opt = torch.optim.Adam(model.parameters())
     train(model, opt, 1)
-    walks = rec.walks()
+    walks = owner_walks(rec)
     assert [role for role, _ in walks] == [PARAMETER, GRADIENT, OPTIMIZER_STATE]
     params = list(model.parameters())
     # before the first step: the root's parameters at its first forward
@@ -108,8 +115,9 @@ def test_walk_not_sent_again_when_nothing_changed(phases):
     model = mlp()
     train(model, torch.optim.Adam(model.parameters()), 3, set_to_none=False)
     # gradients zeroed in place and Adam's state updated in place: the same lists every step
-    assert [role for role, _ in rec.walks()] == [PARAMETER, GRADIENT, OPTIMIZER_STATE]
-    assert [e[0] for e in rec.events].count("OWNERS") == 3
+    # (the same batch each step: one input walk)
+    assert [role for role, _ in rec.walks()] == [PARAMETER, INPUT, GRADIENT, OPTIMIZER_STATE]
+    assert [e[0] for e in rec.events].count("OWNERS") == 4
     assert rec.events[-1] == ("MARK", "auto:step")
 
 
@@ -123,18 +131,18 @@ def test_gradients_sent_again_when_they_moved(phases):
     keep = [torch.empty(1 << 16) for _ in range(4)]  # so that the new gradients land elsewhere
     train(model, opt, 1, set_to_none=False)
     del keep
-    roles = [role for role, _ in rec.walks()]
+    roles = [role for role, _ in owner_walks(rec)]
     assert roles == [PARAMETER, GRADIENT, GRADIENT]  # SGD without momentum has no state
-    assert rec.walks()[-1][1] == [(p.grad.data_ptr(), 4 * p.numel()) for p in model.parameters()]
-    assert rec.walks()[-1][1] != first
+    assert owner_walks(rec)[-1][1] == [(p.grad.data_ptr(), 4 * p.numel()) for p in model.parameters()]
+    assert owner_walks(rec)[-1][1] != first
 
 
 def test_gradient_accumulation(phases):
     ph, rec, err = phases
     model = mlp()
     train(model, torch.optim.AdamW(model.parameters()), 2, micro=4)
-    micro = fwd() + fwd() + bwd()
-    assert rec.marks() == (micro * 4 + opt_step()) * 2
+    micro = fwd() + loss() + bwd()
+    assert rec.marks() == (zg() + micro * 4 + opt_step()) * 2
 
 
 @pytest.mark.parametrize("reentrant", [True, False])
@@ -152,7 +160,7 @@ def test_checkpoint_recompute_is_backward(phases, reentrant):
         nn.functional.mse_loss(out, y).backward()
         opt.step()
     assert len(calls) == 4  # it was recomputed in each backward
-    assert rec.marks() == (fwd() + bwd() + opt_step()) * 2
+    assert rec.marks() == (zg() + fwd() + bwd() + opt_step()) * 2
     assert err.getvalue() == ""
 
 
@@ -178,7 +186,7 @@ def test_checkpointed_block_inside_the_model(phases, reentrant):
         opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
-    assert rec.marks() == (fwd() + bwd() + opt_step()) * 3
+    assert rec.marks() == (zg() + fwd() + bwd() + opt_step()) * 3
 
 
 def test_autocast_bfloat16(phases):
@@ -194,7 +202,7 @@ def test_autocast_bfloat16(phases):
             loss = nn.functional.mse_loss(out.float(), y)
         loss.backward()
         opt.step()
-    assert rec.marks() == (fwd() + bwd() + opt_step()) * 2
+    assert rec.marks() == (zg() + fwd() + bwd() + opt_step()) * 2
     assert sum(b for _, b in dict(rec.walks())[PARAMETER]) == 848
 
 
@@ -206,7 +214,8 @@ def test_inference_forward_only(phases):
         for _ in range(3):
             model(x)
     assert rec.marks() == fwd() * 3
-    assert [role for role, _ in rec.walks()] == [PARAMETER]
+    assert rec.walks() == [(PARAMETER, [(p.data_ptr(), p.nbytes) for p in model.parameters()]),
+                           (INPUT, [(x.data_ptr(), 64)])]  # the same x each time: sent once
     # the second call of a known root ended discovery: only the root's own hooks are left
     assert len(MODULE._global_forward_pre_hooks) == len(MODULE._global_forward_hooks) == 0
     assert (len(model._forward_pre_hooks), len(model._forward_hooks)) == (1, 1)
@@ -244,7 +253,7 @@ def test_loss_inside_no_module_still_steps(phases):
         opt.zero_grad()
         torch.autograd.backward(nn.functional.mse_loss(model(x), y))
         opt.step()
-    assert rec.marks() == (fwd() + bwd() + opt_step()) * 2
+    assert rec.marks() == (zg() + fwd() + bwd() + opt_step()) * 2
 
 
 def test_autograd_grad_is_backward_but_not_inside_a_forward(phases):
@@ -302,7 +311,7 @@ def test_a_forward_hook_failing(phases):
     train(model, torch.optim.SGD(model.parameters(), lr=0.1), 2)
     assert err.getvalue() == ("cumemtrace: automatic phases off (forward pre-hook: "
                               "ValueError: bad walk)\n")
-    assert failing.events == [("START", "auto:forward")]  # the range the failure left open
+    assert failing.events == zg() + [("START", "auto:forward")]  # the failure left it open
     assert hooks_left() == 0
 
 
@@ -334,7 +343,7 @@ def test_no_optimizer_hooks_in_an_older_torch(monkeypatch):
         ph.uninstall()
     assert err.getvalue() == ("cumemtrace: torch %s has no global optimizer step hooks: no "
                               "auto:optimizer phases or ownership walks\n" % torch.__version__)
-    assert rec.marks() == (fwd() + fwd() + bwd()) * 2
+    assert rec.marks() == (zg() + fwd() + loss() + bwd()) * 2
     assert hooks_left() == 0
 
 
@@ -399,5 +408,35 @@ def test_sparse_gradients_are_not_walked(phases):
         assert emb.weight.grad.is_sparse
         opt.step()
     assert err.getvalue() == ""
-    assert rec.marks() == (fwd() + bwd() + opt_step()) * 2
-    assert rec.walks() == [(PARAMETER, [(emb.weight.data_ptr(), 240)])]
+    assert rec.marks() == (zg() + fwd() + bwd() + opt_step()) * 2
+    assert owner_walks(rec) == [(PARAMETER, [(emb.weight.data_ptr(), 240)])]
+
+
+def test_input_walk_is_what_enters_the_root_forward(phases):
+    """Positional and keyword tensors, one level into lists and dicts; a loss module's inputs
+    (the model's output) are not walked; a keyword argument is seen in the first step (the
+    global hook's caller) and after discovery (the root's own hook)."""
+    ph, rec, err = phases
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 4)
+
+        def forward(self, x, extra=None, batch=None):
+            return self.lin(x + extra[0] + batch["b"])
+
+    model, loss_fn = Net(), nn.MSELoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sent = []
+    for _ in range(2):
+        x, e, b, y = torch.randn(2, 8), torch.randn(2, 8), torch.randn(2, 8), torch.randn(2, 4)
+        opt.zero_grad()
+        loss_fn(model(x, [e], batch={"b": b, "n": 3}), y).backward()
+        opt.step()
+        sent.append(sorted((t.data_ptr(), 64) for t in (x, e, b)))
+        del x, e, b  # the next batch may land where this one was
+    inputs = [w for role, w in rec.walks() if role == INPUT]
+    assert [sorted(w) for w in inputs] == sent
+    assert err.getvalue() == ""

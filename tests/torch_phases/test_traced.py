@@ -13,8 +13,9 @@ CT = os.path.join(BUILD, "bin", "cumemtrace")
 PRELOAD = os.path.join(BUILD, "lib", "libcumemtrace.so")
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "traced_training.py")
 
-STEP = [("auto:forward", "START"), ("auto:forward", "END"),  # the model
-        ("auto:forward", "START"), ("auto:forward", "END"),  # the loss module
+STEP = [("auto:zero_grad", "START"), ("auto:zero_grad", "END"),
+        ("auto:forward", "START"), ("auto:forward", "END"),  # the model
+        ("auto:loss", "START"), ("auto:loss", "END"),  # the loss module
         ("auto:backward", "START"), ("auto:backward", "END"),
         ("auto:optimizer", "START"), ("auto:optimizer", "END"), ("auto:step", "MARK")]
 

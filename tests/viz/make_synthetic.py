@@ -51,7 +51,7 @@ def tool_section(start_us, end_us):
 MiB = 1 << 20
 
 
-def pytorch_run(steps, path):
+def pytorch_run(steps, path, leak_mib=0, idle_us=0, extra_mib=0, rank=None, world_size=None):
     """N steps of a small training loop on PyTorch's caching allocator, with categories and the
     automatic phases (auto:forward / auto:backward / auto:optimizer START/END, an auto:step MARK
     after each step) and a user range "epoch" around them all. Two PyTorch segments: 32 MiB of
@@ -59,7 +59,15 @@ def pytorch_run(steps, path):
     PyTorch's cache); cuBLAS's 8 MiB workspace at driver level. Per step: forward keeps 6 x 8 MiB
     of activations and frees 2 x 4 MiB temporaries; backward makes 4 x 8 MiB gradients and frees
     its 2 x 4 MiB autograd buffers and the activations; the first optimizer step makes 8 x 8 MiB
-    of optimizer state; zero_grad(set_to_none) frees the gradients."""
+    of optimizer state; zero_grad(set_to_none) frees the gradients.
+    `leak_mib`: forward also keeps LEAK_MiB of activation a step at train.py:79 forever (in the
+    pool's last 32 MiB: steps x leak_mib <= 32). `idle_us`: the program idles that long between
+    building the model and the first step (imports, data loading: the start-up that squeezes the
+    steps on a time axis). `extra_mib`: from step 2's forward on, one more tensor of that many
+    MiB (a segment of its own) at train.py:88, held to the end: a rank that holds more than the
+    others. `rank`, `world_size`: the launcher's variables (torchrun's), as the preload records
+    them."""
+    assert steps * leak_mib <= 32, "the leak must fit the pool's free tail"
     t = T0
     out, marks = [], []
     user = [{"filename": "/work/train.py", "line": 40, "name": "train"}]
@@ -81,7 +89,7 @@ def pytorch_run(steps, path):
     def mark(name, stage):
         marks.append({"name": name, "stage": stage, "device": 0, "time_us": t})
 
-    params, pool, cublas = 0x7F0000000000, 0x7F1000000000, 0x7E0000000000
+    params, pool, cublas, extra = 0x7F0000000000, 0x7F1000000000, 0x7E0000000000, 0x7D0000000000
     cublas_frames = [{"filename": "/venv/nvidia/lib/libcublasLt.so.13", "line": 0,
                       "name": "cublasLtMatmul"}] + fr("forward", 22)
     mark("epoch", "START")
@@ -89,6 +97,7 @@ def pytorch_run(steps, path):
     for i in range(4):
         entry("alloc", params + i * 8 * MiB, 8 * MiB, "parameter", fr("build", 12))
         t += 10
+    t += idle_us
     entry("segment_alloc", pool, 224 * MiB, "unknown", fr("forward", 22))
     for step in range(steps):
         t += 100
@@ -104,6 +113,12 @@ def pytorch_run(steps, path):
             t += 5
         for i in range(2):
             entry("free_completed", pool + 48 * MiB + i * 4 * MiB, 4 * MiB, "temporary")
+        if extra_mib and step == 1:
+            entry("segment_alloc", extra, extra_mib * MiB, "unknown", fr("forward", 88))
+            entry("alloc", extra, extra_mib * MiB, "activation", fr("forward", 88))
+        if leak_mib:
+            entry("alloc", pool + 192 * MiB + step * leak_mib * MiB, leak_mib * MiB, "activation",
+                  fr("forward", 79))
         t += 50
         mark("auto:forward", "END")
         mark("auto:backward", "START")
@@ -158,11 +173,23 @@ def pytorch_run(steps, path):
         segment(pool, 224 * MiB, [block(pool, 128 * MiB, "inactive", None)] +
                 [block(pool + 128 * MiB + i * 8 * MiB, 8 * MiB, "active_allocated",
                        fr("step", 31)) for i in range(8)] +
-                [block(pool + 192 * MiB, 32 * MiB, "inactive", None)]),
+                [block(pool + 192 * MiB + i * leak_mib * MiB, leak_mib * MiB, "active_allocated",
+                       fr("forward", 79)) for i in range(steps if leak_mib else 0)] +
+                ([block(pool + 192 * MiB + steps * leak_mib * MiB,
+                        (32 - steps * leak_mib) * MiB, "inactive", None)]
+                 if steps * leak_mib < 32 else [])),
         segment(cublas, 8 * MiB, [block(cublas, 8 * MiB, "active_allocated", cublas_frames)],
                 source=None),
     ]
+    if extra_mib and steps > 1:
+        segments.append(segment(extra, extra_mib * MiB, [block(extra, extra_mib * MiB,
+                                                               "active_allocated",
+                                                               fr("forward", 88))]))
     tool = tool_section(T0 - 1000000, t)
+    if rank is not None:
+        tool["rank"] = {"RANK": str(rank), "LOCAL_RANK": str(rank),
+                        "WORLD_SIZE": str(world_size or rank + 1)}
+        tool["pid"] = 4242 + rank
     tool["pytorch"] = {"version": "2.11.0", "backend": "native", "expandable_segments": False,
                        "capture": "blocks", "why": ""}
     with open(path, "w") as f:
@@ -178,13 +205,23 @@ def main():
     ap.add_argument("--events", type=int)
     ap.add_argument("--pytorch-steps", type=int,
                     help="write a PyTorch run with categories and automatic phases instead")
+    ap.add_argument("--leak-mib", type=int, default=0,
+                    help="with --pytorch-steps: forward keeps this many MiB a step forever")
+    ap.add_argument("--idle-us", type=int, default=0,
+                    help="with --pytorch-steps: idle this long before the first step")
+    ap.add_argument("--extra-mib", type=int, default=0,
+                    help="with --pytorch-steps: one more tensor of this many MiB from step 2 on")
+    ap.add_argument("--rank", type=int, default=None, help="with --pytorch-steps: torchrun's RANK")
+    ap.add_argument("--world-size", type=int, default=None,
+                    help="with --pytorch-steps: torchrun's WORLD_SIZE")
     ap.add_argument("--started-before-us", type=int, default=None,
                     help="add cumemtrace's section: the traced program started this long before "
                          "the first event (the origin of the times every view shows)")
     ap.add_argument("out")
     a = ap.parse_args()
     if a.pytorch_steps:
-        pytorch_run(a.pytorch_steps, a.out)
+        pytorch_run(a.pytorch_steps, a.out, a.leak_mib, a.idle_us, a.extra_mib, a.rank,
+                    a.world_size)
         return
     if a.events is None:
         ap.error("--events or --pytorch-steps is required")

@@ -26,9 +26,12 @@ TEST_CASE("report model of the leak snapshot") {
   REQUIRE(d.at_exit.groups.size() == 1);
   REQUIRE(d.at_exit.groups[0].site == "leaky_cache_grow(...) (cache.cpp:42)");
   REQUIRE(d.at_exit.groups[0].stacks.at(0).stack == 1);
-  // The leak holds the most byte-time, so it is the bottom series.
+  // The leak holds the most byte-time, so it is the bottom series; PyTorch's cache (what its
+  // segments reserve beyond its tensors) is a band of its own on top.
   REQUIRE(d.series.at(0) == "leaky_cache_grow(...) (cache.cpp:42)");
-  REQUIRE(d.series.size() == 3);
+  REQUIRE(d.series.size() == 4);
+  REQUIRE(d.cache_series);
+  REQUIRE(d.series.back() == "cache");
   REQUIRE(d.ooms.size() == 1);
   REQUIRE(d.ooms[0].requested == 64u << 20);
   REQUIRE(d.bands.size() == 1);
@@ -39,10 +42,12 @@ TEST_CASE("report model of the leak snapshot") {
   REQUIRE(d.sizes.size() == 3);
   REQUIRE(d.sizes[0].log2 == 20);
   REQUIRE(d.sizes[2].log2 == 22);
-  // Every point's series add up to its total, and the peak is one of the points.
+  // Every point's tensors add up to its total, the cache band to what is reserved beyond it, and
+  // the peak is one of the points.
   bool saw_peak = false;
   for (const auto& p : d.points) {
-    REQUIRE(std::accumulate(p.series.begin(), p.series.end(), uint64_t{0}) == p.total);
+    REQUIRE(std::accumulate(p.series.begin(), p.series.end() - 1, uint64_t{0}) == p.total);
+    REQUIRE(p.series.back() == (p.reserved > p.total ? p.reserved - p.total : 0));
     saw_peak |= p.total == d.peak_bytes && p.x == d.peak_x;
   }
   REQUIRE(saw_peak);

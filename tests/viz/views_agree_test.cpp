@@ -457,6 +457,34 @@ TEST_CASE("PyTorch's memory is blamed on its tensors, its cache is its own line,
   REQUIRE(peak["cached, free in PyTorch's cache"] == std::pair<uint64_t, uint64_t>{2 * kMiB, 0});
 }
 
+TEST_CASE(
+    "a chart by site stacks PyTorch's tensors at their lines, never a segment at its trigger's") {
+  // The same run without categories: the chart is stacked by site. A's 2 MiB tensor opened the
+  // 20 MiB segment; the segment's bytes are B's tensors, A's and the cache, never 20 MiB at A.
+  auto s = pytorch_segments_snapshot();
+  for (auto& e : s.device_traces[0]) e.category = snap::Category::kNone;
+  const std::string a = "a (train.py:10) via Linear.forward (linear.py:134)";
+  const std::string b = "b (train.py:20) via relu (functional.py:1723)";
+  const std::string c = "c (train.py:30)";
+  const auto m = viz::build_report_model(s);
+  const auto& d = m.devices.at(0);
+  REQUIRE_FALSE(d.by_category);
+  REQUIRE(d.cache_series);
+  // By byte-time: B 16 MiB from t=3 and 4, A 2 MiB from t=2, C 4 MiB from t=5; the cache last.
+  REQUIRE(d.series == std::vector<std::string>{b, a, c, "cache"});
+  for (const auto& p : d.points)
+    REQUIRE(std::accumulate(p.series.begin(), p.series.end(), uint64_t{0}) == p.total);
+  REQUIRE(d.points.back().series == std::vector<uint64_t>{16 * kMiB, 2 * kMiB, 4 * kMiB, 2 * kMiB});
+  // The segment before its first tensor: all cache, no line's.
+  REQUIRE(std::any_of(d.points.begin(), d.points.end(), [](const viz::TimelinePoint& p) {
+    return p.total == 20 * kMiB && p.series == std::vector<uint64_t>{0, 0, 0, 20 * kMiB};
+  }));
+  // The page's data says the last series is the cache.
+  const auto page = nlohmann::json::parse(viz::report_data_json(s, m, "pt.json"));
+  REQUIRE(page["devices"][0]["cache_series"] == true);
+  REQUIRE(page["devices"][0]["points"]["entry"].back() == s.device_traces[0].size());
+}
+
 TEST_CASE("an OOM: report's first section and the HTML's OOM card say the same") {
   snap::Snapshot s = testing::training_oom_snapshot();
   analysis::label_categories(s);
@@ -498,4 +526,48 @@ TEST_CASE("an OOM: report's first section and the HTML's OOM card say the same")
   REQUIRE(card["advice"].size() == 3);
   for (const auto& a : card["advice"])
     CHECK(t.find("\n  advice: " + a.get<std::string>() + "\n") != std::string::npos);
+}
+
+TEST_CASE("a downsampled chart keeps each bucket's highest tensors under a steady cache") {
+  // 1,000 steps in one 100 MiB PyTorch segment: each allocates four 8 MiB activations, then
+  // frees them. The segment (the live bytes) never moves; the chart must still show the tensors
+  // rise to 32 MiB in every bucket, not a bucket's first moment.
+  snap::Snapshot s;
+  s.stacks = {{{"/w/train.py", 10, "forward"}}};
+  auto& tr = s.device_traces.emplace_back();
+  int64_t t = 1'000'000;
+  auto add = [&](snap::Action a, uint64_t addr, uint64_t size, snap::Category c) {
+    snap::TraceEntry e;
+    e.action = a, e.addr = addr, e.size = size, e.time_us = ++t, e.stack = 0;
+    e.source = snap::Source::kPytorch, e.category = c;
+    tr.push_back(e);
+  };
+  const uint64_t seg = 0x7f0000000000;
+  add(snap::Action::kSegmentAlloc, seg, 100 * kMiB, snap::Category::kUnknown);
+  for (int step = 0; step < 1000; ++step) {
+    for (uint64_t i = 0; i < 4; ++i)
+      add(snap::Action::kAlloc, seg + i * 8 * kMiB, 8 * kMiB, snap::Category::kActivation);
+    for (uint64_t i = 0; i < 4; ++i)
+      add(snap::Action::kFreeCompleted, seg + i * 8 * kMiB, 8 * kMiB, snap::Category::kActivation);
+  }
+  snap::Segment g;
+  g.address = seg, g.total_size = 100 * kMiB, g.source = snap::Source::kPytorch, g.stack = 0;
+  g.blocks = {{seg, 100 * kMiB, 0, "inactive", -1}};
+  s.segments.push_back(g);
+  snap::ToolSection tool;
+  tool.pid = 1, tool.start_time_us = 1'000'000, tool.end_time_us = t, tool.ended.how = "exit";
+  s.tool = tool;
+  viz::ReportOptions opt;
+  opt.max_buckets = 10;
+  const auto d = viz::build_report_model(s, opt).devices.at(0);
+  REQUIRE(d.cache_series);
+  REQUIRE(d.series == std::vector<std::string>{"activation", "cache"});
+  REQUIRE(d.points.size() <= 2 * opt.max_buckets + 1);
+  size_t highest = 0;
+  for (const auto& p : d.points) {
+    REQUIRE((p.total == 100 * kMiB || &p == &d.points.front()));  // the first: before the trace
+    highest += p.series[0] == 32 * kMiB;
+  }
+  // Every bucket (five by entries, five by time: the same cuts here) shows the 32 MiB.
+  REQUIRE(highest == 5);
 }

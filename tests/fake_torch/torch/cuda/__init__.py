@@ -2,7 +2,7 @@
 import ctypes
 import os
 
-from . import memory  # noqa: F401
+from . import _utils, graphs, memory  # noqa: F401
 
 _lib = ctypes.CDLL(os.environ["FAKE_TORCH_LIB"])
 _lib.fake_torch_malloc.restype = ctypes.c_void_p
@@ -103,3 +103,27 @@ def set_memory_limit(nbytes):
 
 def memory_reserved():
     return _lib.fake_torch_reserved()
+
+
+TOTAL_MEMORY = 1 << 30  # the fake device's memory, as cudaMemGetInfo's total
+
+
+def current_device():
+    return 0
+
+
+def mem_get_info(device=None):
+    return TOTAL_MEMORY - memory_reserved(), TOTAL_MEMORY
+
+
+def set_per_process_memory_fraction(fraction, device=None):
+    """As PyTorch's: the allocator may reserve int(fraction x the device's total memory)."""
+    set_memory_limit(int(fraction * TOTAL_MEMORY))
+
+
+def _set_allocator_settings(env):
+    """As torch.cuda.memory._set_allocator_settings: recorded, changes nothing in the fake."""
+
+
+memory.set_per_process_memory_fraction = set_per_process_memory_fraction
+memory._set_allocator_settings = _set_allocator_settings

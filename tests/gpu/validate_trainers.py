@@ -1,0 +1,280 @@
+"""Real-GPU check of the automatic phases and categories on the trainers people use (issue 54):
+PyTorch Lightning (automatic optimization), torch.optim.LBFGS, transformers' Trainer (a tiny GPT-2
+built from a config, gradient accumulation 2) and FSDP2 (fully_shard, world size 1 on NCCL), each
+unmarked, run under `cumemtrace run`.
+
+Usage: python3 tests/gpu/validate_trainers.py [PREFIX with bin/cumemtrace (default build)] [OUT]
+       (needs torch with CUDA, pytorch-lightning, transformers; about a minute)
+
+Each scenario is this file run again under cumemtrace (`--scenario NAME TRUTH`): it trains for a
+few steps with no cumemtrace code, then writes the framework's own figures to TRUTH (the bytes of
+its parameters, gradients and optimizer state, each storage once, as the allocator's blocks:
+rounded up to 512 B; torch.cuda.max_memory_allocated()) and leaves one annotation,
+`validate:end`, the moment those figures describe (the only mark the script makes; the phases
+stay automatic). One table row per comparison, '| scenario | what | PASS/FAIL | ours / theirs |':
+- the steady step's phases (the ledger's last complete step) are named, include the scenario's
+  own (forward, backward, optimizer, and zero_grad / loss where the trainer runs them) and none
+  is "other";
+- the bytes of tensors labelled parameter, gradient and optimizer_state live at validate:end
+  equal the framework's own (within 1%: a large block may keep up to 1 MiB it did not split;
+  both sides printed);
+- the ledger's allocated peak against max_memory_allocated() (printed; PASS within 1%).
+Exit 1 on any FAIL or error.
+"""
+import json
+import os
+import subprocess
+import sys
+
+MIB = 1 << 20
+BLOCK = 512
+
+SCENARIOS = {
+    # name: phases the steady step must show
+    "lightning": {"forward", "loss", "zero_grad", "backward", "optimizer"},
+    "lbfgs": {"zero_grad", "forward", "backward", "optimizer"},
+    "trainer": {"zero_grad", "forward", "backward", "optimizer"},
+    "fsdp2": {"zero_grad", "forward", "backward", "optimizer"},
+}
+
+
+# ---- the scenarios (run under cumemtrace) -------------------------------------------------------
+
+def block_bytes(tensors):
+    """Each storage once, as the caching allocator's block (rounded up to 512 B)."""
+    import torch
+    seen = {}
+    for t in tensors:
+        if t is None:
+            continue
+        if hasattr(t, "to_local"):
+            t = t.to_local()
+        if not isinstance(t, torch.Tensor) or not t.is_cuda:
+            continue
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = (st.nbytes() + BLOCK - 1) // BLOCK * BLOCK
+    return sum(seen.values())
+
+
+def state_tensors(opt):
+    import torch
+    out = []
+    for s in opt.state.values():
+        for v in s.values():
+            if isinstance(v, torch.Tensor):
+                out.append(v)
+            elif isinstance(v, (list, tuple)):
+                out.extend(x for x in v if isinstance(x, torch.Tensor))
+    return out
+
+
+def mlp(torch, width=1024):
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width),
+                         nn.GELU(), nn.Linear(width, 16))
+
+
+def run_lightning(torch):
+    import pytorch_lightning as pl
+    nn = torch.nn
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp(torch)
+            self.loss_fn = nn.CrossEntropyLoss()
+
+        def training_step(self, batch, i):
+            x, y = batch
+            return self.loss_fn(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters())
+
+    data = torch.utils.data.TensorDataset(torch.randn(64, 1024), torch.randint(0, 16, (64,)))
+    module = Module()
+    trainer = pl.Trainer(max_steps=5, accelerator="gpu", devices=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=16))
+    params = list(module.parameters())
+    return params, [p.grad for p in params], state_tensors(trainer.optimizers[0]), module
+
+
+def run_lbfgs(torch):
+    nn = torch.nn
+    model = mlp(torch).cuda()
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=4, history_size=5)
+    x, y = torch.randn(256, 1024, device="cuda"), torch.randint(0, 16, (256,), device="cuda")
+    for _ in range(5):
+        def closure():
+            opt.zero_grad()
+            out = nn.functional.cross_entropy(model(x), y)
+            out.backward()
+            return out
+        opt.step(closure)
+    params = list(model.parameters())
+    return params, [p.grad for p in params], state_tensors(opt), model
+
+
+def run_trainer(torch):
+    import transformers
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=256, vocab_size=1024,
+                                     n_positions=128, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 1024, (64, 128))
+    data = [{"input_ids": r, "labels": r} for r in ids]
+    args = transformers.TrainingArguments(
+        output_dir=os.environ.get("TMPDIR", "/tmp") + "/validate_trainers_out",
+        per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=5, report_to=[],
+        save_strategy="no", logging_strategy="no", disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    opt = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    params = list(model.parameters())
+    # Trainer ends each update with model.zero_grad(): no gradient is held at the end
+    return params, [p.grad for p in params], state_tensors(opt), trainer
+
+
+def run_fsdp2(torch):
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29531")
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    torch.cuda.set_device(0)
+    model = mlp(torch).cuda()
+    for layer in (model[0], model[2], model[4]):
+        fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters())
+    x, y = torch.randn(64, 1024, device="cuda"), torch.randint(0, 16, (64,), device="cuda")
+    for _ in range(5):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    params = list(model.parameters())
+    return params, [p.grad for p in params], state_tensors(opt), (model, dist)
+
+
+def scenario(name, truth_path):
+    import ctypes
+    import torch
+    params, grads, state, keep = globals()["run_" + name](torch)
+    torch.cuda.synchronize()
+    truth = {"parameter": block_bytes(params), "gradient": block_bytes(grads),
+             "optimizer_state": block_bytes(state),
+             "max_memory_allocated": torch.cuda.max_memory_allocated()}
+    with open(truth_path, "w") as f:
+        json.dump(truth, f)
+    ctypes.PyDLL(None).cumemtrace_mark(b"validate:end")
+    if name == "fsdp2":
+        keep[1].destroy_process_group()
+    return keep
+
+
+# ---- the comparison -----------------------------------------------------------------------------
+
+rows, failed = [], []
+
+
+def row(scen, what, ok, detail):
+    rows.append("| %-9s | %-44s | %s | %s" % (scen, what, "PASS" if ok else "FAIL", detail))
+    if not ok:
+        failed.append((scen, what))
+
+
+def live_by_category(snap, t_end):
+    """Bytes of PyTorch's tensors live at t_end on device 0, by the category the collector wrote."""
+    live = {}
+    for e in snap["device_traces"][0]:
+        if e["time_us"] > t_end or e.get("source") != "pytorch":
+            continue
+        if e["action"] == "alloc":
+            live[e["addr"]] = (e["size"], e.get("category"))
+        elif e["action"] == "free_completed":
+            live.pop(e["addr"], None)
+    out = {}
+    for size, cat in live.values():
+        out[cat] = out.get(cat, 0) + size
+    return out
+
+
+def close(a, b):
+    return a == b or (b > 0 and abs(a - b) <= 0.01 * b)
+
+
+def check(name, ct, out):
+    truth_path = os.path.join(out, name + ".truth.json")
+    traces = os.path.join(out, "t_" + name)
+    p = subprocess.run([ct, "run", "-q", "-o", traces, "--", sys.executable,
+                        os.path.abspath(__file__), "--scenario", name, truth_path],
+                       capture_output=True, text=True, timeout=600)
+    with open(os.path.join(out, name + ".log"), "w") as f:
+        f.write(p.stdout + p.stderr)
+    snaps = sorted(x for x in os.listdir(traces) if x.endswith(".json") and ".oom." not in x) \
+        if os.path.isdir(traces) else []
+    if p.returncode != 0 or not snaps or not os.path.exists(truth_path):
+        row(name, "ran under cumemtrace", False,
+            "exit %d, %d snapshot(s); see %s.log" % (p.returncode, len(snaps), name))
+        return
+    path = os.path.join(traces, snaps[0])
+    with open(path) as f:
+        snap = json.load(f)
+    with open(truth_path) as f:
+        truth = json.load(f)
+    rep = json.loads(subprocess.run([ct, "report", "--format", "json", path],
+                                    capture_output=True, text=True).stdout or "{}")
+    led = (rep.get("pytorch_ledger") or {}).get("devices") or []
+    if not led:
+        row(name, "ledger (automatic phases)", False, "no PyTorch ledger in the report")
+        return
+    dev = led[0]
+    steady = dev.get("steady_step") or {}
+    names = [ph["phase"] for ph in steady.get("phases", [])]
+    want = SCENARIOS[name]
+    ok = bool(names) and want <= set(names) and "other" not in names
+    row(name, "steady step %s: phases named" % steady.get("step"), ok, " ".join(names))
+    ends = [a["time_us"] for a in snap.get("external_annotations", [])
+            if a["name"] == "validate:end"]
+    if not ends:
+        row(name, "validate:end mark", False, "not in the snapshot")
+        return
+    live = live_by_category(snap, ends[-1])
+    for cat in ("parameter", "gradient", "optimizer_state"):
+        ours, theirs = live.get(cat, 0), truth[cat]
+        row(name, cat + " bytes at the end = the framework's", close(ours, theirs),
+            "%d / %d B" % (ours, theirs))
+    others = {k: v for k, v in live.items() if k not in ("parameter", "gradient", "optimizer_state")}
+    row(name, "other tensors live at the end (shown)", True,
+        ", ".join("%s %s" % (k, "%.2f MiB" % (v / MIB)) for k, v in sorted(others.items(),
+                                                                          key=str)) or "none")
+    peak = (dev.get("allocated_peak") or {}).get("allocated_bytes", 0)
+    mma = truth["max_memory_allocated"]
+    row(name, "allocated peak vs max_memory_allocated()", close(peak, mma),
+        "%d / %d B (%+d)" % (peak, mma, peak - mma))
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "--scenario":
+        scenario(sys.argv[2], sys.argv[3])
+        return 0
+    prefix = sys.argv[1] if len(sys.argv) > 1 else "build"
+    out = sys.argv[2] if len(sys.argv) > 2 else "/tmp/cumemtrace-trainers"
+    ct = os.path.join(prefix, "bin", "cumemtrace")
+    os.makedirs(out, exist_ok=True)
+    for name in SCENARIOS:
+        try:
+            check(name, ct, out)
+        except Exception as e:  # one scenario's error is its FAIL row, the others still run
+            row(name, "validation", False, "%s: %s" % (type(e).__name__, e))
+    print("| %-9s | %-44s | verdict | ours / theirs" % ("scenario", "what"))
+    print("\n".join(rows))
+    print("%d rows, %d FAIL" % (len(rows), len(failed)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

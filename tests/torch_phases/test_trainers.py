@@ -1,0 +1,209 @@
+"""The automatic phases and ownership walks on the trainers people use, real frameworks from the
+test venv on the CPU (tiny models built here, nothing downloaded), through the recording sink:
+the exact mark sequences, and walk bytes equal to the framework's own parameters, gradients and
+optimizer state. Forward, backward and zero_grad inside optimizer.step(closure) (LBFGS, PyTorch
+Lightning's automatic optimization) are marked inside the optimizer's pair: the analysis takes
+the innermost (collector/analysis/phases.h)."""
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from conftest import bwd, fwd, loss, opt_step, zg
+
+PARAMETER, GRADIENT, OPTIMIZER_STATE, INPUT, UNSHARDED = 1, 2, 3, 4, 5
+OPT_START, OPT_END = [("START", "auto:optimizer")], [("END", "auto:optimizer"),
+                                                      ("MARK", "auto:step")]
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))  # 848 bytes
+
+
+def nbytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def last_walk(rec, role):
+    return [w for r, w in rec.walks() if r == role][-1]
+
+
+def test_lbfgs_closure_phases_nest_in_the_step(phases):
+    ph, rec, err = phases
+    model = mlp()
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=3, history_size=4)
+    x, y = torch.randn(2, 8), torch.randn(2, 4)
+    calls = []
+
+    def closure():
+        calls.append(1)
+        opt.zero_grad()
+        out = nn.functional.mse_loss(model(x), y)
+        out.backward()
+        return out
+
+    for _ in range(2):
+        opt.step(closure)
+    assert len(calls) == 6  # max_iter=3: 3 evaluations a step
+    evaluation = zg() + fwd() + bwd()
+    assert rec.marks() == (OPT_START + evaluation * 3 + OPT_END) * 2
+    assert err.getvalue() == ""
+    # the state's lists (old_dirs, old_stps, ro, al) are walked too, and again each step
+    state = opt.state[model[0].weight]
+    tensors = [v for v in state.values() if isinstance(v, torch.Tensor)]
+    tensors += [t for v in state.values() if isinstance(v, list) for t in v
+                if isinstance(t, torch.Tensor)]
+    walked = last_walk(rec, OPTIMIZER_STATE)
+    assert sorted(walked) == sorted({(t.data_ptr(), t.nbytes) for t in tensors})
+    assert sum(b for _, b in walked) == nbytes({t.data_ptr(): t for t in tensors}.values())
+    assert len(state["old_dirs"]) >= 2
+
+
+def test_grad_scaler_on_the_cpu(phases):
+    """torch.amp.GradScaler("cpu") (bf16 autocast): scaler.step calls optimizer.step."""
+    ph, rec, err = phases
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu")
+    assert scaler.is_enabled()
+    x, y = torch.randn(2, 8), torch.randn(2, 4)
+    for _ in range(3):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = nn.functional.mse_loss(model(x).float(), y)
+        scaler.scale(out).backward()
+        scaler.step(opt)
+        scaler.update()
+    assert rec.marks() == (zg() + fwd() + bwd() + opt_step()) * 3
+    assert sum(b for _, b in last_walk(rec, PARAMETER)) == 848
+    assert sum(b for _, b in last_walk(rec, OPTIMIZER_STATE)) == nbytes(
+        opt.state[p]["momentum_buffer"] for p in model.parameters())
+    assert err.getvalue() == ""
+
+
+def test_lightning_automatic_optimization(phases):
+    pl = pytest.importorskip("pytorch_lightning")
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+            self.loss_fn = nn.MSELoss()
+
+        def training_step(self, batch, i):
+            x, y = batch
+            return self.loss_fn(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters())
+
+    ph, rec, err = phases
+    torch.manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(6, 8), torch.randn(6, 4))
+    module = Module()
+    trainer = pl.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=2))
+    # Lightning zeroes the gradients once before the loop, then each step runs training_step
+    # (the net and the loss module are roots: LightningModule itself is never called),
+    # zero_grad and backward inside optimizer.step(closure)
+    closure = fwd() + loss() + zg() + bwd()
+    assert rec.marks() == zg() + (OPT_START + closure + OPT_END) * 3
+    opt = trainer.optimizers[0]
+    params = list(module.parameters())
+    assert sum(b for _, b in last_walk(rec, PARAMETER)) == nbytes(params) == 848
+    assert sum(b for _, b in last_walk(rec, GRADIENT)) == nbytes(p.grad for p in params)
+    assert sum(b for _, b in last_walk(rec, OPTIMIZER_STATE)) == nbytes(
+        v for s in opt.state.values() for v in s.values()) == 2 * 848 + 4 * 4
+    assert err.getvalue() == ""
+
+
+def test_transformers_trainer_gradient_accumulation(phases, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    ph, rec, err = phases
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64,
+                                     n_positions=16, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 64, (8, 8))
+    data = [{"input_ids": r, "labels": r} for r in ids]
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=2,
+        max_steps=2, report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
+        disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    # model.zero_grad() before the loop and after each update; two micro-steps per update
+    # (the loss is computed inside the model's forward: no loss module)
+    update = (fwd() + bwd()) * 2 + opt_step() + zg()
+    assert rec.marks() == zg() + update * 2
+    params = list(model.parameters())
+    assert sum(b for _, b in last_walk(rec, PARAMETER)) == nbytes(
+        {p.data_ptr(): p for p in params}.values())  # the tied embedding counts once
+    opt = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") \
+        else trainer.optimizer
+    assert sum(b for _, b in last_walk(rec, OPTIMIZER_STATE)) == nbytes(
+        v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))
+    # the batch enters the root's forward as keyword arguments
+    assert len(last_walk(rec, INPUT)) >= 2
+    assert err.getvalue() == ""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def process_group(request):
+    """world size 1 on gloo, or 2 on PyTorch's fake process group (no peers: shapes and local
+    shards are real, the collectives do nothing)."""
+    world = request.param
+    if world == 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    else:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    yield world
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("process_group", [1, 2], indirect=True)
+def test_fsdp2_walks_are_the_local_shards(phases, process_group):
+    from torch.distributed.fsdp import fully_shard
+    ph, rec, err = phases
+    world = process_group
+    model = mlp()
+    fully_shard(model[0])
+    fully_shard(model[2])
+    fully_shard(model)
+    params = list(model.parameters())
+    assert params[0].data_ptr() == 0  # a DTensor: its own pointer says nothing
+    opt = torch.optim.AdamW(model.parameters())
+    x, y = torch.randn(2, 8), torch.randn(2, 4)
+    for _ in range(2):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    assert rec.marks() == (zg() + fwd() + bwd() + opt_step()) * 2
+    local = [p.to_local() for p in params]
+    assert sorted(last_walk(rec, PARAMETER)) == sorted((t.data_ptr(), t.nbytes) for t in local)
+    assert sum(b for _, b in last_walk(rec, PARAMETER)) == nbytes(local)
+    if world == 2:
+        assert nbytes(local) < 848  # this rank's shards only
+    grads = [p.grad.to_local() for p in params]
+    assert sorted(last_walk(rec, GRADIENT)) == sorted((g.data_ptr(), g.nbytes) for g in grads)
+    state = [v.to_local() if hasattr(v, "to_local") else v
+             for s in opt.state.values() for v in s.values()]
+    assert sum(b for _, b in last_walk(rec, OPTIMIZER_STATE)) == nbytes(state)
+    # the all-gathered (full-size) parameters, walked each time a parameter group gathered
+    # them: in forward (layer 0, then 2) and again in backward (2, then 0), every step
+    unsharded = [[b for _, b in w] for r, w in rec.walks() if r == UNSHARDED]
+    assert unsharded == [[512, 64], [256, 16], [256, 16], [512, 64]] * 2
+    assert err.getvalue() == ""
