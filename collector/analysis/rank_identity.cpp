@@ -52,6 +52,14 @@ std::string RankIdentity::describe() const {
 RankIdentity rank_identity(const snap::ToolSection& t) {
   RankIdentity id;
   id.host = t.hostname;
+  for (const char* key : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"}) {
+    auto it = t.rank.find(key);
+    if (it != t.rank.end() && !it->second.empty()) {
+      id.job = it->second;
+      break;
+    }
+  }
+  id.node = number(t.rank, "GROUP_RANK").value_or(number(t.rank, "SLURM_NODEID").value_or(-1));
   for (const Source& src : kSources) {
     auto rank = number(t.rank, src.rank);
     if (!rank) continue;

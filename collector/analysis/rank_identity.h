@@ -5,6 +5,10 @@
 // (torch.multiprocessing.spawn), the keys `torch.distributed.rank` / `torch.distributed.world_size`
 // reported when the program's process group was created. The most specific source wins:
 // torch.distributed, then torchrun's variables, then SLURM's, then Open MPI's, then PMI's.
+// The job a rank belongs to (`job`: torchrun's TORCHELASTIC_RUN_ID, else SLURM_JOB_ID) and its
+// node's rank in the job (`node`: torchrun's GROUP_RANK, else SLURM_NODEID) come from the same
+// map, whichever source gave the rank: they tell two jobs writing into one folder apart and label
+// the per-node metrics.
 // Every view that names a rank (file names, `run`'s per-process summary, the rank table, diff,
 // Perfetto's process names) asks this function; none reads the variables itself.
 #pragma once
@@ -21,6 +25,8 @@ struct RankIdentity {
   int world_size = 0;    // 0 when unknown
   std::string launcher;  // "torchrun", "torch.distributed", "slurm", "mpirun", "pmi" or ""
   std::string host;      // the tool section's hostname
+  std::string job;       // TORCHELASTIC_RUN_ID, else SLURM_JOB_ID; "" when unknown
+  int node = -1;         // GROUP_RANK, else SLURM_NODEID; -1 when unknown
 
   bool known() const { return rank >= 0; }
   // "rank 1/2 (local 1) on host", or "" when not part of a job.

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -88,10 +89,10 @@ uint64_t measured(const DeviceReplay& rp, size_t column, std::ptrdiff_t index) {
   return rp.bytes_after(index);
 }
 
-std::optional<Divergence> find_divergence(const RankInput& a, int dev_a, const RankInput& b,
-                                          int dev_b, size_t column, bool above,
-                                          const RankThresholds& t) {
-  const DeviceReplay ra(*a.snapshot, dev_a), rb(*b.snapshot, dev_b);
+std::optional<Divergence> find_divergence(const snap::Snapshot& a, int dev_a,
+                                          const snap::Snapshot& b, int dev_b, size_t column,
+                                          bool above, const RankThresholds& t) {
+  const DeviceReplay ra(a, dev_a), rb(b, dev_b);
   // Only a difference the same way as the flagged one counts (a rank that holds more is not
   // "diverging" where it merely started later).
   auto apart = [&](uint64_t v, uint64_t median) {
@@ -99,7 +100,7 @@ std::optional<Divergence> find_divergence(const RankInput& a, int dev_a, const R
   };
   Divergence d;
   d.measure = kColumnNames[column];
-  const int64_t oa = time_origin(*a.snapshot), ob = time_origin(*b.snapshot);
+  const int64_t oa = time_origin(a), ob = time_origin(b);
   auto at = [&](int64_t since_start, std::optional<int> step) -> bool {
     const std::ptrdiff_t ia = ra.index_at_time(oa + since_start);
     const uint64_t va = measured(ra, column, ia);
@@ -113,7 +114,7 @@ std::optional<Divergence> find_divergence(const RankInput& a, int dev_a, const R
     return true;
   };
   // Automatic steps: compare the ends of the same step (its last microsecond, as check does).
-  const Phases pa(*a.snapshot), pb(*b.snapshot);
+  const Phases pa(a), pb(b);
   if (pa.training() && pb.training()) {
     const auto& sa = pa.steps();
     const auto& sb = pb.steps();
@@ -198,15 +199,32 @@ std::string process_name(const snap::Snapshot& s) {
 RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThresholds& t) {
   RankTable table;
   table.thresholds = t;
-  // Processes by rank, then pid (those without a rank after the ranks), then file name.
+  // Processes by job (those without a job id after the jobs), then rank, then pid (those without
+  // a rank after the ranks), then file name.
   std::vector<size_t> order(inputs.size());
   std::iota(order.begin(), order.end(), 0);
   auto key = [&](size_t i) {
     const RankIdentity id = rank_identity(*inputs[i].snapshot);
     const int pid = inputs[i].snapshot->tool ? inputs[i].snapshot->tool->pid : 0;
-    return std::make_tuple(!id.known(), id.rank, pid, inputs[i].file);
+    return std::make_tuple(id.job.empty(), id.job, !id.known(), id.rank, pid, inputs[i].file);
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  // Two jobs in one folder: their ids, and a rank claimed by two processes within one id (two
+  // runs of a job without an id, or with the same one). One process's images (exec) are one.
+  std::map<std::pair<std::string, int>, std::set<int>> claims;
+  for (size_t i : order) {
+    const RankIdentity id = rank_identity(*inputs[i].snapshot);
+    if (!id.job.empty() &&
+        std::find(table.jobs.begin(), table.jobs.end(), id.job) == table.jobs.end())
+      table.jobs.push_back(id.job);
+    const int pid = inputs[i].snapshot->tool ? inputs[i].snapshot->tool->pid : 0;
+    auto& pids = claims[{id.job, id.rank}];
+    if (id.known() && pids.insert(pid).second && pids.size() == 2)
+      table.repeated_ranks.push_back(id.rank);
+  }
+  std::sort(table.repeated_ranks.begin(), table.repeated_ranks.end());
+  table.repeated_ranks.erase(std::unique(table.repeated_ranks.begin(), table.repeated_ranks.end()),
+                             table.repeated_ranks.end());
 
   // Category columns: every category any process's ledger has at its allocated peak.
   std::vector<snap::Category> categories;
@@ -228,6 +246,7 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
     p.id = rank_identity(*in.snapshot);
     if (in.snapshot->tool) p.pid = in.snapshot->tool->pid, p.exe = in.snapshot->tool->exe;
     p.name = process_name(*in.snapshot);
+    if (table.jobs.size() > 1 && !p.id.job.empty()) p.name += fmt::format(" [job {}]", p.id.job);
     table.processes.push_back(std::move(p));
     // Slots in model.h's pairing_order: a rank's own device is its slot 0.
     std::vector<std::pair<int, uint64_t>> peaks;
@@ -242,14 +261,22 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
       row.device = d.timeline.device;
       row.slot = slot++;
       row.values = row_values(*in.report, d, categories);
+      row.live_at_exit = d.live_at_exit_bytes;
+      for (const auto& o : in.report->ooms) row.ooms += o.device == row.device;
       table.rows.push_back(std::move(row));
       sources.push_back({&in, &d});
     }
   }
 
+  std::vector<JobOomInput> ooms;
+  for (const auto& in : inputs) ooms.push_back({in.file, in.snapshot, &in.report->ooms, in.load});
+  table.first_oom = first_job_oom(ooms);
+
   size_t slots = 0;
   for (const auto& r : table.rows) slots = std::max(slots, r.slot + 1);
   table.medians.assign(slots, std::vector<std::optional<uint64_t>>(table.columns.size()));
+  std::shared_ptr<const snap::Snapshot> median_full;  // the median row's, while it is compared
+  size_t median_full_row = 0;
   for (size_t s = 0; s < slots; ++s) {
     std::vector<size_t> members;
     for (size_t i = 0; i < table.rows.size(); ++i)
@@ -287,7 +314,13 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
       const RowSource& a = sources[i];
       const RowSource& b = sources[median_row];
       const bool above = *row.values[measure] > *table.medians[s][measure];
-      row.divergence = find_divergence(*a.input, row.device, *b.input,
+      // The two full snapshots, read again where the inputs kept only their tool sections.
+      if (!median_full || median_full_row != median_row) {
+        median_full = full_snapshot(b.input->snapshot, b.input->load);
+        median_full_row = median_row;
+      }
+      const auto row_full = full_snapshot(a.input->snapshot, a.input->load);
+      row.divergence = find_divergence(*row_full, row.device, *median_full,
                                        table.rows[median_row].device, measure, above, t);
       row.lines = site_changes(*a.device, *b.device);
     }
@@ -306,12 +339,42 @@ void print_rank_table_text(const RankTable& t, size_t top, std::ostream& out) {
         shown.push_back(c);
         break;
       }
+  if (t.jobs.size() > 1) {
+    std::string ids;
+    for (const auto& j : t.jobs) ids += (ids.empty() ? "" : ", ") + j;
+    out << fmt::format("\nThis folder holds {} jobs ({}); each process is named with its job.\n",
+                       t.jobs.size(), ids);
+  }
+  if (!t.repeated_ranks.empty()) {
+    std::string ranks;
+    for (int r : t.repeated_ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    out << fmt::format(
+        "\n{} {} {} claimed by more than one process of one job: two runs share this folder "
+        "(give one run's files, or an output folder per run).\n",
+        t.repeated_ranks.size() > 1 ? "Ranks" : "Rank", ranks,
+        t.repeated_ranks.size() > 1 ? "are" : "is");
+  }
+  if (t.first_oom) {
+    out << '\n';
+    bool head = true;
+    for (std::string line : job_oom_lines(*t.first_oom, top)) {
+      if (head && !line.empty()) line[0] = 'F';  // "first OOM of the job" starts a paragraph
+      head = false;
+      out << line << '\n';
+    }
+  }
+  // Besides the compared columns: the OOMs on each device (when the job had any) and what was
+  // live at the end, neither with a median.
+  const bool any_oom =
+      std::any_of(t.rows.begin(), t.rows.end(), [](const RankRow& r) { return r.ooms > 0; });
   size_t name_w = std::string_view("process").size();
   for (const auto& p : t.processes) name_w = std::max(name_w, p.name.size());
   out << fmt::format("\nProcesses, each device at its own peak (* = {}):\n", rule);
   std::string head = fmt::format("  {:<{}}  {:<7}", "process", name_w, "device");
   for (size_t c : shown)
     head += fmt::format("  {:>{}}", t.columns[c], std::max<size_t>(t.columns[c].size(), 12));
+  if (any_oom) head += fmt::format("  {:>4}", "OOMs");
+  head += fmt::format("  {:>12}", "live at exit");
   out << head << '\n';
   auto cells = [&](const std::vector<std::optional<uint64_t>>& v,
                    const std::vector<size_t>& flags) {
@@ -326,7 +389,9 @@ void print_rank_table_text(const RankTable& t, size_t top, std::ostream& out) {
   for (const auto& r : t.rows) {
     const auto& p = t.processes[r.process];
     out << fmt::format("  {:<{}}  {:<7}", r.slot ? "" : p.name, name_w, device_name(r.device))
-        << cells(r.values, r.flagged) << '\n';
+        << cells(r.values, r.flagged);
+    if (any_oom) out << fmt::format("  {:>4}", r.ooms);
+    out << fmt::format("  {:>12}", format_bytes(r.live_at_exit)) << '\n';
   }
   for (size_t s = 0; s < t.medians.size(); ++s) {
     bool any = false;
@@ -403,7 +468,11 @@ nlohmann::json rank_table_json(const RankTable& t, size_t top) {
                 {"pid", p.pid},
                 {"device", r.device},
                 {"slot", r.slot},
-                {"values", values(r.values)}};
+                {"values", values(r.values)},
+                {"job", p.id.job.empty() ? json(nullptr) : json(p.id.job)},
+                {"node", p.id.node >= 0 ? json(p.id.node) : json(nullptr)},
+                {"ooms", r.ooms},
+                {"live_at_exit_bytes", r.live_at_exit}};
     json flagged = json::array();
     for (size_t c : r.flagged) flagged.push_back(t.columns[c]);
     row["flagged"] = std::move(flagged);
@@ -434,7 +503,10 @@ nlohmann::json rank_table_json(const RankTable& t, size_t top) {
   return {{"thresholds", {{"share", t.thresholds.share}, {"bytes", t.thresholds.bytes}}},
           {"columns", t.columns},
           {"rows", std::move(rows)},
-          {"medians", std::move(medians)}};
+          {"medians", std::move(medians)},
+          {"first_oom", t.first_oom ? job_oom_json(*t.first_oom) : json(nullptr)},
+          {"jobs", t.jobs},
+          {"repeated_ranks", t.repeated_ranks}};
 }
 
 }  // namespace cumemtrace::analysis

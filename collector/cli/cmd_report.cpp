@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -37,36 +38,84 @@ struct Opts {
   uint64_t skew_bytes = 64ull << 20;
 };
 
-// Reports many files: the rank table, then (--each) every file's report. Returns the exit code.
-int report_many(const Opts& o, SnapshotInputs& in) {
+// What the rank table needs of a process once its report is built: the tool section (its rank,
+// pid, start), without the per-sample lists that grow with the run. Nullopt where the table needs
+// the trace itself to place the process in time (no tool section, or no start time: PyTorch's own
+// files), which then stay whole in memory.
+std::optional<snap::Snapshot> tool_section_alone(const snap::Snapshot& s) {
+  if (!s.tool || s.tool->start_time_us <= 0) return std::nullopt;
+  snap::Snapshot light;
+  light.tool = s.tool;
+  auto& t = *light.tool;
+  t.driver_memory.clear();
+  t.pool_memory.clear();
+  t.ownership.clear();
+  t.host_allocations.clear();
+  t.vmm_handles.clear();
+  t.imported_mappings.clear();
+  t.anomalies.clear();
+  t.threads.clear();
+  return light;
+}
+
+// Reports many files: the rank table, then (--each) every file's report. Each file's report is
+// built as it is read; unless --each prints them all, only its tool section stays in memory and
+// the rank table reads the full snapshot again for the rows it shows in detail
+// (analysis/rank_table.h RankInput::load). Returns the exit code.
+int report_many(const Opts& o) {
   struct Built {
     std::string file;
-    std::unique_ptr<analysis::SiteTable> sites;
+    std::unique_ptr<analysis::SiteTable> sites;  // --each only
     analysis::Report report;
+    bool whole = true;  // the snapshot in memory is the full one
+    const analysis::LoadedSnapshot* loaded = nullptr;
   };
+  std::vector<std::optional<analysis::Report>> reports;  // by readable file, in order
+  std::vector<std::string> report_errors;
+  std::vector<bool> whole;
+  SnapshotInputs in = read_snapshot_inputs(o.files, [&](analysis::LoadedSnapshot& ls) {
+    const analysis::SiteTable sites(ls.snapshot, o.report.full_names);
+    try {
+      reports.push_back(analysis::build_report(ls.snapshot, sites, ls.path, o.report.range,
+                                               o.report.module_depth));
+      report_errors.emplace_back();
+    } catch (const analysis::RangeNotFound& e) {
+      reports.emplace_back();
+      report_errors.push_back(e.what());
+    }
+    auto light = o.each ? std::nullopt : tool_section_alone(ls.snapshot);
+    whole.push_back(!light);
+    if (light) ls.snapshot = std::move(*light);
+  });
   std::vector<Built> built;
   bool bad = false;
+  size_t k = 0;
   for (const auto& ls : in.files) {
     if (!ls.unreadable.empty()) {
       std::cerr << "cumemtrace report: " << ls.unreadable << '\n';
       bad = true;
       continue;
     }
-    Built b;
-    b.file = ls.path;
-    b.sites = std::make_unique<analysis::SiteTable>(ls.snapshot, o.report.full_names);
-    try {
-      b.report = analysis::build_report(ls.snapshot, *b.sites, ls.path, o.report.range,
-                                        o.report.module_depth);
-    } catch (const analysis::RangeNotFound& e) {
-      std::cerr << "cumemtrace report: " << ls.path << ": " << e.what() << '\n';
+    const size_t at = k++;
+    if (!reports[at]) {
+      std::cerr << "cumemtrace report: " << ls.path << ": " << report_errors[at] << '\n';
       bad = true;
       continue;
     }
+    Built b;
+    b.file = ls.path;
+    b.report = std::move(*reports[at]);
+    b.whole = whole[at];
+    b.loaded = &ls;
+    if (o.each) b.sites = std::make_unique<analysis::SiteTable>(ls.snapshot, o.report.full_names);
     built.push_back(std::move(b));
   }
   std::vector<analysis::RankInput> inputs;
-  for (auto& b : built) inputs.push_back({b.file, &b.sites->snapshot(), &b.report});
+  for (auto& b : built) {
+    analysis::SnapshotLoader load;
+    if (!b.whole) load = [path = b.file] { return snap::read_snapshot_any(path); };
+    inputs.push_back({b.file, &b.loaded->snapshot, &b.report, std::move(load)});
+  }
   const analysis::RankTable table =
       analysis::build_rank_table(inputs, {o.skew_percent / 100.0, o.skew_bytes});
   if (o.format == "json") {
@@ -207,8 +256,7 @@ void add_report_command(CLI::App& app, int& exit_code) {
         exit_code = report_one(*o);
         return;
       }
-      SnapshotInputs in = read_snapshot_inputs(o->files);
-      exit_code = report_many(*o, in);
+      exit_code = report_many(*o);
       // A bounded capture's directory: its interval summaries after the processes.
       for (const auto& f : o->files) {
         if (o->format != "text" || !std::filesystem::is_directory(f, ec)) continue;

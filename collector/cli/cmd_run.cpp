@@ -16,7 +16,9 @@
 //    reach this collector through its rendezvous socket (live/rendezvous.h), and `run` returns
 //    only when each of them has ended and its snapshot is written (or its collector said why
 //    not). A failing limit on a rank of a job is named with the rank (analysis/rank_identity.h);
-//    after the per-process summaries comes one line for the job;
+//    after the per-process summaries comes one line for the job, and, when any process ran out of
+//    memory, the job's first OOM and what the others held then (analysis/job_oom.h), also when
+//    the launcher killed the others;
 //  - a program the loader runs in secure mode (setuid: cli/secure_exec.h) is said to be one
 //    before it starts: it runs untraced, or with a limit does not run (exit 2).
 // It also makes the preload PROGRAM's NVTX injection library (NVTX_INJECTION64_PATH), unless the
@@ -45,6 +47,8 @@
 #include <spdlog/spdlog.h>
 
 #include "analysis/check.h"
+#include "analysis/frames.h"
+#include "analysis/job_oom.h"
 #include "analysis/limits.h"
 #include "analysis/rank_identity.h"
 #include "cli/check_options.h"
@@ -190,6 +194,30 @@ void print_job_summary(const std::vector<collect::WrittenSnapshot>& written) {
   fmt::print(stderr, "{}", collect::summarize_job(processes));
 }
 
+// A job whose processes ran out of memory: its first OOM, who and why, and what the others held
+// then (analysis/job_oom.h). Said under -q too, as each process's own OOM line is. Verdicts are
+// worked out only for the snapshots that hold an OOM.
+void print_job_oom(const std::vector<collect::WrittenSnapshot>& written) {
+  if (written.size() < 2) return;
+  std::vector<std::vector<analysis::OomVerdict>> verdicts(written.size());
+  std::vector<analysis::JobOomInput> in;
+  for (size_t i = 0; i < written.size(); ++i) {
+    const snap::Snapshot& s = written[i].snapshot;
+    bool any = false;
+    for (const auto& trace : s.device_traces)
+      for (const auto& e : trace) any = any || e.action == snap::Action::kOom;
+    if (any) {
+      const analysis::SiteTable sites(s);
+      verdicts[i] = analysis::oom_verdicts(s, sites);
+    }
+    in.push_back({written[i].path, &s, &verdicts[i], {}});
+  }
+  const auto first = analysis::first_job_oom(in);
+  if (!first) return;
+  for (const std::string& line : analysis::job_oom_lines(*first, 10))
+    fmt::print(stderr, "cumemtrace: {}\n", line);
+}
+
 // A limit that failed on a rank of a job, said with the rank, where the verdict went elsewhere
 // (--format json/github, --verdict-file): a user of a job asks which rank. An error line,
 // printed under -q too.
@@ -284,6 +312,7 @@ void print_outcome(const RunArgs& a, const collect::Collector& collector, bool t
                    const std::string& out_dir) {
   const auto& written = collector.written();
   if (!a.quiet) print_job_summary(written);
+  print_job_oom(written);
   std::string untraced;
   if (traced && written.empty()) {
     untraced = collector.refusals().empty()

@@ -32,13 +32,15 @@ analysis::LoadedSnapshot read_one(const std::string& path) {
 
 }  // namespace
 
-SnapshotInputs read_snapshot_inputs(const std::vector<std::string>& paths) {
+SnapshotInputs read_snapshot_inputs(const std::vector<std::string>& paths,
+                                    const std::function<void(analysis::LoadedSnapshot&)>& each) {
   SnapshotInputs in;
   in.many = paths.size() > 1;
   for (const auto& path : paths) {
     std::error_code ec;
     if (path == "-" || !std::filesystem::is_directory(path, ec)) {
       in.files.push_back(read_one(path));
+      if (each && in.files.back().unreadable.empty()) each(in.files.back());
       continue;
     }
     in.many = true;
@@ -66,6 +68,7 @@ SnapshotInputs read_snapshot_inputs(const std::vector<std::string>& paths) {
         ++in.skipped;
         continue;
       }
+      if (each && ls.unreadable.empty()) each(ls);
       in.files.push_back(std::move(ls));
     }
     if (in.files.size() == before) {

@@ -9,6 +9,7 @@
 // still fail (exit 2).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct SnapshotInputs {
   bool many = false;                            // several paths, or a directory
 };
 
-SnapshotInputs read_snapshot_inputs(const std::vector<std::string>& paths);
+// `each`, when given, is called with every readable file kept, as soon as it is read (and before
+// the next one is): `report DIR` builds each file's report there and keeps its tool section alone.
+SnapshotInputs read_snapshot_inputs(
+    const std::vector<std::string>& paths,
+    const std::function<void(analysis::LoadedSnapshot&)>& each = {});
 
 }  // namespace cumemtrace::cli

@@ -117,7 +117,11 @@ void add_process(const snap::Snapshot& s, Metrics& m) {
   const std::string exe = t.exe.substr(t.exe.rfind('/') + 1);
   std::string labels =
       fmt::format("host=\"{}\",pid=\"{}\",exe=\"{}\"", escape(t.hostname), t.pid, escape(exe));
+  // A job's ranks on one endpoint (run over a launcher): labels to aggregate them by.
   if (id.known()) labels += fmt::format(",rank=\"{}\"", id.rank);
+  if (id.known() && id.local_rank >= 0) labels += fmt::format(",local_rank=\"{}\"", id.local_rank);
+  if (id.known() && id.node >= 0) labels += fmt::format(",node=\"{}\"", id.node);
+  if (id.known() && !id.job.empty()) labels += fmt::format(",job_id=\"{}\"", escape(id.job));
   m.add(kEvents, labels, t.events_total);
   m.add(kDropped, labels, t.events_dropped);
 

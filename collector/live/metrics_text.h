@@ -5,7 +5,10 @@
 // analysis/categories.h; OOMs as analysis/oom_verdict.h counts them; the rank from
 // analysis/rank_identity.h), so a gauge equals the number `report` shows for the same file.
 // Every series has the labels host, pid, exe (the program's file name) and, for a rank of a job,
-// rank; per-device series add device. Names follow Prometheus' conventions (cumemtrace_ prefix,
+// rank, with local_rank, node (the node's rank in the job) and job_id (its id: Prometheus keeps
+// `job` for its own scrape job) where the launcher gave them (analysis/rank_identity.h): `run` over
+// a launcher serves every rank of its node on one endpoint, and a fleet's Prometheus sums or picks
+// by them. Per-device series add device. Names follow Prometheus' conventions (cumemtrace_ prefix,
 // _bytes for sizes, _total for counters); one name per layer, so that a sum over a label means
 // something (categories sum to the tensors and other libraries' allocations):
 //   cumemtrace_tracked_bytes             every segment the collector knows (PyTorch's included)

@@ -203,8 +203,9 @@ bool send_hello(int ctl, int memfd, int live_remote) {
   size_t argv_bytes = read_file("/proc/self/cmdline", p, room / 2);
   h->argv_bytes = static_cast<uint32_t>(argv_bytes);
   p += argv_bytes;
-  // Every variable collector/analysis/rank_identity.cpp reads (its kSources), plus the run id
-  // that tells a torchrun worker whose rank came from its process group.
+  // Every variable collector/analysis/rank_identity.cpp reads (its kSources, the job's id and the
+  // node's rank), plus the run id that tells a torchrun worker whose rank came from its process
+  // group.
   static const char* kRankVars[] = {"RANK",
                                     "LOCAL_RANK",
                                     "WORLD_SIZE",
@@ -214,6 +215,8 @@ bool send_hello(int ctl, int memfd, int live_remote) {
                                     "SLURM_PROCID",
                                     "SLURM_LOCALID",
                                     "SLURM_NTASKS",
+                                    "SLURM_JOB_ID",
+                                    "SLURM_NODEID",
                                     "OMPI_COMM_WORLD_RANK",
                                     "OMPI_COMM_WORLD_LOCAL_RANK",
                                     "OMPI_COMM_WORLD_SIZE",

@@ -76,3 +76,23 @@ TEST_CASE("rank identity: none, or values that are not ranks") {
   // An unusable RANK does not hide a usable SLURM_PROCID.
   CHECK(rank_identity(tool({{"RANK", "x"}, {"SLURM_PROCID", "4"}})).rank == 4);
 }
+
+TEST_CASE("rank identity: the job's id and the node's rank") {
+  // torchrun's run id and group rank come first; under srun, SLURM's are the fallback.
+  auto id = rank_identity(tool({{"RANK", "9"},
+                                {"GROUP_RANK", "1"},
+                                {"TORCHELASTIC_RUN_ID", "abc"},
+                                {"SLURM_JOB_ID", "4242"},
+                                {"SLURM_NODEID", "3"}}));
+  CHECK(id.job == "abc");
+  CHECK(id.node == 1);
+  id =
+      rank_identity(tool({{"SLURM_PROCID", "5"}, {"SLURM_JOB_ID", "4242"}, {"SLURM_NODEID", "2"}}));
+  CHECK(id.job == "4242");
+  CHECK(id.node == 2);
+  // Unknown, or not a number for the node.
+  id = rank_identity(tool({{"RANK", "0"}, {"GROUP_RANK", "x"}}));
+  CHECK(id.job.empty());
+  CHECK(id.node == -1);
+  CHECK(id.describe() == "rank 0 on node7");  // the name is unchanged by either
+}

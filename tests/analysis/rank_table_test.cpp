@@ -67,7 +67,30 @@ struct Job {
       sites.push_back(std::make_unique<SiteTable>(snaps[i]));
       reports.push_back(build_report(snaps[i], *sites[i], rank_file(i)));
     }
-    for (size_t i = 0; i < snaps.size(); ++i) in.push_back({rank_file(i), &snaps[i], &reports[i]});
+    for (size_t i = 0; i < snaps.size(); ++i)
+      in.push_back({rank_file(i), &snaps[i], &reports[i], {}});
+    table = build_rank_table(in, t);
+  }
+};
+
+// The same job as `report DIR` holds it: each input's tool section alone, the full snapshot read
+// again through `load` (counted) where the table needs it.
+struct LightJob {
+  std::vector<snap::Snapshot> tools;
+  size_t loads = 0;
+  RankTable table;
+  explicit LightJob(Job& full, RankThresholds t = {}) {
+    for (const auto& s : full.snaps) {
+      snap::Snapshot light;
+      light.tool = s.tool;
+      tools.push_back(std::move(light));
+    }
+    std::vector<RankInput> in;
+    for (size_t i = 0; i < tools.size(); ++i)
+      in.push_back({rank_file(i), &tools[i], &full.reports[i], [this, &full, i] {
+                      ++loads;
+                      return full.snaps[i];
+                    }});
     table = build_rank_table(in, t);
   }
 };
@@ -239,4 +262,189 @@ TEST_CASE("check over many files: one verdict each, one for the job, an unreadab
   write_junit(r, junit);
   CHECK(junit.str().find("name=\"readable\" file=\"bad.json\">\n      <failure "
                          "message=\"unreadable, not checked: cannot open\"") != std::string::npos);
+}
+
+TEST_CASE("rank table: flagged only when MORE than both thresholds apart", "[ranks]") {
+  // Off by one at either boundary flags a rank exactly 64 MiB (or exactly the share) apart.
+  auto one = [](int rank, uint64_t extra) {
+    testing::SnapshotBuilder b(2);
+    make_rank(b, rank, 2);
+    b.alloc(0x10000000, 1024 * MiB, b.site("load", "app.cpp", 3), rank);
+    if (extra) b.alloc(0x90000000, extra, b.site("extra", "app.cpp", 9), rank);
+    return b.finish();
+  };
+  auto flagged = [&](uint64_t extra, RankThresholds t) {
+    Job job({one(0, 0), one(1, extra)}, t);
+    CHECK(job.table.rows[0].flagged.empty());  // the (lower) median itself
+    return !job.table.rows[1].flagged.empty();
+  };
+  // The bytes threshold alone (no share): 64 MiB apart is not more than 64 MiB.
+  CHECK_FALSE(flagged(64 * MiB, {0.0, 64 * MiB}));
+  CHECK(flagged(64 * MiB + 1, {0.0, 64 * MiB}));
+  // The share alone: 1/16 of the 1 GiB median is 64 MiB.
+  CHECK_FALSE(flagged(64 * MiB, {1.0 / 16, 0}));
+  CHECK(flagged(64 * MiB + 1, {1.0 / 16, 0}));
+  // The defaults: 10% of 1 GiB is 102.4 MiB, the larger of the two.
+  CHECK_FALSE(flagged(102 * MiB, {}));
+  CHECK(flagged(103 * MiB, {}));
+}
+
+TEST_CASE("rank table: the job's first OOM, the OOMs and live at exit per row", "[ranks][oom]") {
+  // Both ranks run out of memory; rank 1 first (its clock: 20 µs after its start, rank 0's at
+  // 40 µs), while rank 0 held 150 MiB.
+  testing::SnapshotBuilder b0(1), b1(1);
+  make_rank(b0, 0, 2);
+  make_rank(b1, 1, 2);
+  const auto s0 = b0.site("grow", "train.py", 7);
+  b0.alloc(0x10000000, 100 * MiB, s0);
+  b0.alloc(0x20000000, 50 * MiB, s0);
+  b0.alloc(0x30000000, 30 * MiB, s0);
+  b0.oom(1024 * MiB, s0);
+  b1.alloc(0x10000000, 200 * MiB, b1.site("load", "train.py", 3));
+  b1.oom(1024 * MiB, b1.site("big", "train.py", 12));
+  Job job({b0.finish(), b1.finish()});
+  const RankTable& t = job.table;
+  REQUIRE(t.first_oom);
+  const JobOom& o = *t.first_oom;
+  CHECK(o.name == "rank 1/2 (local 1) on ci");
+  CHECK(o.file == "r1.json");
+  CHECK(o.since_start_us == 20);
+  CHECK(o.oom.verdict == "exhaustion");
+  CHECK(o.site == "big (train.py:12)");
+  CHECK(o.ooms == 2);
+  CHECK(o.processes_with_oom == 2);
+  REQUIRE(o.others.size() == 1);
+  CHECK(o.others[0].name == "rank 0/2 (local 0) on ci");
+  CHECK(o.others[0].bytes == 150 * MiB);  // not the 180 MiB it held at its own OOM
+  REQUIRE(t.rows.size() == 2);
+  CHECK(t.rows[0].ooms == 1);
+  CHECK(t.rows[0].live_at_exit == 180 * MiB);
+  CHECK(t.rows[1].ooms == 1);
+  CHECK(t.rows[1].live_at_exit == 200 * MiB);
+
+  std::ostringstream text;
+  print_rank_table_text(t, 10, text);
+  INFO(text.str());
+  CHECK(text.str().find("\nFirst OOM of the job (the first of 2 OOMs in 2 processes): rank 1/2 "
+                        "(local 1) on ci (pid 101) on cuda:0 at +0.000020 s since the job's "
+                        "start: exhaustion: 1 GiB requested,") != std::string::npos);
+  CHECK(text.str().find("\n  the request: 1.00 GiB at big (train.py:12)\n  the other processes "
+                        "then:\n    rank 0/2 (local 0) on ci cuda:0: held 150 MiB\n") !=
+        std::string::npos);
+  const auto j = rank_table_json(t, 10);
+  CHECK(j["first_oom"]["process"] == "rank 1/2 (local 1) on ci");
+  CHECK(j["first_oom"]["others"][0]["bytes"] == 150 * MiB);
+  CHECK(j["rows"][0]["ooms"] == 1);
+  CHECK(j["rows"][1]["live_at_exit_bytes"] == 200 * MiB);
+
+  // Without an OOM: none, and no OOMs column.
+  Job calm({ranked(0, 0), ranked(1, 0)});
+  CHECK_FALSE(calm.table.first_oom);
+  std::ostringstream calm_text;
+  print_rank_table_text(calm.table, 10, calm_text);
+  CHECK(calm_text.str().find("OOM") == std::string::npos);
+  CHECK(calm_text.str().find("live at exit") != std::string::npos);
+}
+
+TEST_CASE("rank table: two jobs in one folder are said and told apart", "[ranks]") {
+  auto one = [](int rank, const std::string& job) {
+    testing::SnapshotBuilder b(1);
+    make_rank(b, rank, 2);
+    b.tool().pid = 100 + rank + (job == "b" ? 50 : 0);
+    if (!job.empty()) b.tool().rank["TORCHELASTIC_RUN_ID"] = job;
+    b.alloc(0x10000000, 10 * MiB, b.site("load", "app.py", 3));
+    return b.finish();
+  };
+  // Two ids: each row is named with its job, the rows grouped by job, then rank.
+  Job two({one(1, "b"), one(0, "a"), one(0, "b"), one(1, "a")});
+  CHECK(two.table.jobs == std::vector<std::string>{"a", "b"});
+  CHECK(two.table.repeated_ranks.empty());
+  std::vector<std::string> names;
+  for (const auto& r : two.table.rows) names.push_back(two.table.processes[r.process].name);
+  CHECK(names == std::vector<std::string>{
+                     "rank 0/2 (local 0) on ci [job a]", "rank 1/2 (local 1) on ci [job a]",
+                     "rank 0/2 (local 0) on ci [job b]", "rank 1/2 (local 1) on ci [job b]"});
+  std::ostringstream text;
+  print_rank_table_text(two.table, 10, text);
+  CHECK(text.str().find("\nThis folder holds 2 jobs (a, b); each process is named with its "
+                        "job.\n") != std::string::npos);
+  // No ids, but rank 0 twice (two processes): two runs share the folder.
+  auto again = one(0, "");
+  again.tool->pid = 900;
+  Job runs({one(0, ""), one(1, ""), std::move(again)});
+  CHECK(runs.table.jobs.empty());
+  CHECK(runs.table.repeated_ranks == std::vector<int>{0});
+  std::ostringstream runs_text;
+  print_rank_table_text(runs.table, 10, runs_text);
+  CHECK(runs_text.str().find("\nRank 0 is claimed by more than one process of one job: two runs "
+                             "share this folder") != std::string::npos);
+  // One process's two images (it exec'd): one claim.
+  Job images({one(0, ""), one(0, ""), one(1, "")});
+  CHECK(images.table.repeated_ranks.empty());
+  // One job: nothing said, names unchanged.
+  Job single({one(0, "a"), one(1, "a")});
+  std::ostringstream single_text;
+  print_rank_table_text(single.table, 10, single_text);
+  CHECK(single_text.str().find("folder") == std::string::npos);
+  CHECK(single.table.processes[0].name == "rank 0/2 (local 0) on ci");
+}
+
+TEST_CASE("the job's first OOM in a large job: the processes that held most", "[ranks][oom]") {
+  // Rank 3 runs out of memory; the others hold 10, 30 and 20 MiB. With room for two lines: ranks
+  // 1 and 2, largest first, and the rest's total.
+  std::vector<snap::Snapshot> snaps;
+  const uint64_t held[] = {10, 30, 20};
+  for (int r = 0; r < 4; ++r) {
+    testing::SnapshotBuilder b(1);
+    make_rank(b, r, 4);
+    const auto s = b.site("step", "train.py", 9);
+    if (r < 3) b.alloc(0x10000000, held[r] * MiB, s);
+    if (r == 3) {
+      b.alloc(0x10000000, MiB, s);
+      b.alloc(0x20000000, MiB, s);  // after the others' allocations: its OOM is the last entry
+      b.oom(1024 * MiB, s);
+    }
+    snaps.push_back(b.finish());
+  }
+  Job job(std::move(snaps));
+  REQUIRE(job.table.first_oom);
+  const auto lines = job_oom_lines(*job.table.first_oom, 2);
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[2] ==
+        "  the other processes then (the 2 that held most of 3; the rest held "
+        "10.0 MiB in total):");
+  CHECK(lines[3] == "    rank 1/4 (local 1) on ci cuda:0: held 30.0 MiB");
+  CHECK(lines[4] == "    rank 2/4 (local 2) on ci cuda:0: held 20.0 MiB");
+  // Room for all: rank order.
+  const auto all = job_oom_lines(*job.table.first_oom, 10);
+  REQUIRE(all.size() == 6);
+  CHECK(all[2] == "  the other processes then:");
+  CHECK(all[3] == "    rank 0/4 (local 0) on ci cuda:0: held 10.0 MiB");
+}
+
+TEST_CASE("rank table: the same from tool sections, reading snapshots only where shown in detail",
+          "[ranks]") {
+  // The skewed rank: its snapshot and the median rank's, for where it diverges; no other.
+  Job skew({ranked(2, 0), ranked(1, 80 * MiB), ranked(0, 0)});
+  LightJob light(skew);
+  CHECK(rank_table_json(light.table, 10) == rank_table_json(skew.table, 10));
+  CHECK(light.loads == 2);
+  // Nothing flagged: none.
+  Job calm({ranked(0, 0), ranked(1, 0), ranked(2, 0)});
+  LightJob calm_light(calm);
+  CHECK(rank_table_json(calm_light.table, 10) == rank_table_json(calm.table, 10));
+  CHECK(calm_light.loads == 0);
+  // A job's OOM: the OOM's process (its line) and every other (what it held then).
+  testing::SnapshotBuilder b0(1), b1(1);
+  make_rank(b0, 0, 2);
+  make_rank(b1, 1, 2);
+  b0.alloc(0x10000000, 190 * MiB, b0.site("grow", "train.py", 7));  // not flagged: 10 MiB apart
+  b1.alloc(0x10000000, 200 * MiB, b1.site("load", "train.py", 3));
+  b1.oom(1024 * MiB, b1.site("big", "train.py", 12));
+  Job oom({b0.finish(), b1.finish()});
+  for (const auto& r : oom.table.rows) CHECK(r.flagged.empty());
+  LightJob oom_light(oom);
+  CHECK(rank_table_json(oom_light.table, 10) == rank_table_json(oom.table, 10));
+  CHECK(oom_light.table.first_oom->site == "big (train.py:12)");
+  CHECK(oom_light.loads == 2);
 }

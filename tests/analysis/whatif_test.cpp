@@ -477,6 +477,9 @@ TEST_CASE("whatif on PyTorch's own 2.11 snapshot reproduces its segment events a
   CHECK_FALSE(rec.first_failing_request);
   // The allocated peak is PyTorch's max_memory_allocated(): the model counts blocks.
   CHECK(rec.allocated_peak_bytes == facts["max_memory_allocated"].get<uint64_t>());
+  // Fragmentation at the reserved peak is PyTorch's inactive_split_bytes: 14 MiB of the 54 MiB
+  // cached then; the rest lies in wholly free segments, which empty_cache() would return.
+  CHECK(rec.fragmentation_bytes == 14'633'984);
   // The last 1,500 entries only: a trace that starts late is refused.
   const auto tail = snap::read_snapshot_any(testing::kTorchLast1500);
   CHECK_THROWS_AS(replay_whatif(tail, o), CannotReplay);
@@ -541,4 +544,43 @@ TEST_CASE("block bytes: PyTorch's own 2.11 snapshot counts what memory_stats() c
   CHECK(label_block_sizes(tail, &why) == 0);
   REQUIRE(why.size() == 1);
   CHECK(why[0].find("never allocated") != std::string::npos);
+}
+
+TEST_CASE("whatif: a setting that changes nothing breaks best-fit ties as the recorded run did",
+          "[whatif]") {
+  // Two 20 MiB segments, the second made at the LOWER address. Each holds two 8 MiB tensors; the
+  // second of each is freed, leaving two free 12 MiB blocks: a tie best fit breaks by address.
+  // The 12 MiB request takes the lower one (in the second segment); then the second segment's
+  // first tensor is freed and 20 MiB needs a new segment (reserved 60 MiB). Taken the other way
+  // (the model's own addresses grow in the order segments are made), the second segment would
+  // be wholly free and hold the 20 MiB: 40 MiB, one segment event fewer.
+  TorchTrace tr;
+  const uint64_t hi = 0x7f0010000000, lo = 0x7f0000000000, next = 0x7f0020000000;
+  tr.segment(hi, 20 * MiB);
+  tr.alloc(hi, 8 * MiB);
+  tr.alloc(hi + 8 * MiB, 8 * MiB);
+  tr.segment(lo, 20 * MiB);
+  tr.alloc(lo, 8 * MiB);
+  tr.alloc(lo + 8 * MiB, 8 * MiB);
+  tr.free(hi + 8 * MiB, 8 * MiB);
+  tr.free(lo + 8 * MiB, 8 * MiB);
+  tr.alloc(lo + 8 * MiB, 12 * MiB);
+  tr.free(lo, 8 * MiB);
+  tr.segment(next, 20 * MiB);
+  tr.alloc(next, 20 * MiB);
+  WhatIfOptions o;
+  o.alloc_confs = {"", "release_lock_on_cudamalloc:True"};
+  const auto r = replay_whatif(tr.s, o);
+  REQUIRE(r[0].results.size() == 3);
+  const auto& rec = r[0].results[0];
+  CHECK(rec.reserved_peak_bytes == 60 * MiB);
+  CHECK(rec.segment_events == 3);
+  for (size_t i = 1; i < 3; ++i) {
+    const auto& x = r[0].results[i];
+    INFO(x.alloc_conf);
+    CHECK(x.reserved_peak_bytes == rec.reserved_peak_bytes);
+    CHECK(x.reserved_peak_time_us == rec.reserved_peak_time_us);
+    CHECK(x.segment_events == rec.segment_events);
+    CHECK(x.fragmentation_bytes == rec.fragmentation_bytes);
+  }
 }

@@ -1,12 +1,15 @@
 """A real Prometheus (Debian's package) scrapes `run --metrics` of a running fake-driver program
-every 200 ms, and its query API returns the series with the program's exact bytes. The program
-holds its allocation until the test has seen them through Prometheus; every wait polls with a
-deadline (Prometheus' readiness endpoint, then its query API)."""
+every 200 ms, and its query API returns the series with the program's exact bytes; over a launcher
+(tests/e2e/ranks_job.py `hold 4`), the one endpoint serves every rank with its rank, local_rank,
+node and job_id labels. The program holds its allocations until the test has seen them through
+Prometheus; every wait polls with a deadline (Prometheus' readiness endpoint, then its query
+API)."""
 import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import urllib.parse
 import urllib.request
 
@@ -14,6 +17,7 @@ import pytest
 
 from conftest import MiB, snapshots
 from metrics_support import Traced, wait_for
+from test_ranks import JOB
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -99,3 +103,28 @@ def test_prometheus_query_api_returns_the_exact_bytes(tmp_path, prometheus):
     assert code == 0, err
     (snap,) = snapshots(t.out).values()
     assert snap["cumemtrace"]["events_total"] == 1 + 2 * 100 + 1
+
+
+def test_one_endpoint_per_node_serves_every_rank(tmp_path, prometheus):
+    """Four ranks of one job under one `run`: four series per gauge on one port, told apart and
+    aggregated by their labels (Prometheus' own `job` label is the scrape job's: ours is
+    job_id, so it is not renamed to exported_job)."""
+    t = Traced(tmp_path, program=[sys.executable, JOB, "hold", "4"])
+    try:
+        port = prometheus(f"{t.host}:{t.port}")
+        expr = 'cumemtrace_tracked_bytes{job="cumemtrace",device="0"}'
+        series = wait_for("four ranks in Prometheus",
+                          lambda: (lambda v: v if len(v) == 4 else None)(query(port, expr)), 60)
+        assert sorted((m["rank"], m["local_rank"], m["node"], m["job_id"], m["host"], v)
+                      for m, v in series) == [
+            (str(r), str(r), "0", "ranks-job", socket.gethostname(), str((2 + r) * MiB))
+            for r in range(4)]
+        assert len({m["pid"] for m, _ in series}) == 4
+        assert "exported_job" not in series[0][0]
+        (total,) = query(port, f'sum by (job_id, node) ({expr})')
+        assert total == ({"job_id": "ranks-job", "node": "0"}, str(14 * MiB))
+        code, err = t.finish()
+    finally:
+        t.kill()
+    assert code == 0, err
+    assert len(snapshots(t.out)) == 4

@@ -66,6 +66,12 @@ class SnapshotBuilder {
     live_.erase({device, addr});
     ++events_;
   }
+  // A driver allocation that failed (cumemtrace's own `oom` entry), the device `device_free`.
+  void oom(uint64_t size, int32_t stack, uint64_t device_free = 0, int device = 0) {
+    auto& tr = s_.device_traces[static_cast<size_t>(device)];
+    tr.push_back({snap::Action::kOom, 0, size, 0, next_time(), stack, device_free, 7});
+    ++events_;
+  }
   void mark(const std::string& name, int device = 0) { annotate(name, "MARK", device); }
   // stage START, END or MARK, timed after every entry so far.
   void annotate(const std::string& name, const std::string& stage, int device = 0) {

@@ -1,0 +1,85 @@
+"""End-to-end, issue 58: a job's first OOM on the fake driver. tests/e2e/ranks_job.py `oom 4`: four
+workers started as torchrun starts them (rank r holds 2 + r MiB); rank 2 runs out of memory first
+(FAKE_CUDA_MEM_LIMIT = 8 MiB), then rank 1, and the launcher SIGKILLs ranks 0 and 3. `run` names
+rank 2 first with its verdict and what each other rank held at that moment (rank 1 before its own
+OOM), and `report DIR` says the same over the files, its rank table with OOMs and live at exit.
+"""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+from conftest import CT, MiB, base_env, snapshots
+from test_processes_and_faults import run_guarded
+from test_ranks import JOB, by_rank
+
+HOST = socket.gethostname()
+VERDICT = "exhaustion: 1 MiB requested, 0 B free even compacted (device free 0 B)"
+HELD_AT_EXIT = {0: 2 * MiB, 1: 8 * MiB, 2: 8 * MiB, 3: 5 * MiB}
+
+
+def name(rank):
+    return f"rank {rank}/4 (local {rank}) on {HOST}"
+
+
+def test_first_oom_of_a_job_whose_launcher_killed_the_rest(tmp_path):
+    out = tmp_path / "traces"
+    p = run_guarded([CT, "run", "-o", str(out), "--", sys.executable, JOB, "oom", "4"],
+                    base_env())
+    assert p.returncode == 1, p.stderr  # the launcher's own status
+    finals = {n: s for n, s in snapshots(out).items() if not n.endswith(".oom.json")}
+    ranks = by_rank(finals)
+    assert sorted(ranks) == [0, 1, 2, 3], p.stderr
+    pid = {r: s["cumemtrace"]["pid"] for r, (_, s) in ranks.items()}
+    # The killed ranks' snapshots were written all the same (the signal is known when the
+    # collector, not the launcher, happened to reap the process).
+    for r in (0, 3):
+        assert re.search(re.escape(f"(pid {pid[r]}; {name(r)}) ") +
+                         r"(ended without exit\(\) \(killed or crashed\)|was killed by signal 9): ",
+                         p.stderr), p.stderr
+
+    path2 = os.path.join(out, ranks[2][0])
+    one = json.loads(subprocess.run([CT, "report", "--format", "json", path2], env=base_env(),
+                                    capture_output=True, text=True, timeout=60).stdout)
+    (oom2,) = one["ooms"]
+    origin = min(s["cumemtrace"]["start_time_us"] for _, s in ranks.values())
+    when = oom2["time_us"] - origin
+    since = f"+{when // 1000000}.{when % 1000000:06d} s"
+    expected = [
+        f"cumemtrace: first OOM of the job (the first of 2 OOMs in 2 processes): {name(2)} "
+        f"(pid {pid[2]}) on cuda:0 at {since} since the job's start: {VERDICT}",
+        f"cumemtrace:   the request: 1.00 MiB at {oom2['site']}",
+        "cumemtrace:   the other processes then:",
+        f"cumemtrace:     {name(0)} cuda:0: held 2.00 MiB",
+        f"cumemtrace:     {name(1)} cuda:0: held 3.00 MiB",  # before its own OOM
+        f"cumemtrace:     {name(3)} cuda:0: held 5.00 MiB",
+    ]
+    lines = p.stderr.splitlines()
+    start = lines.index(expected[0]) if expected[0] in lines else -1
+    assert lines[start:start + len(expected)] == expected, p.stderr
+
+    # report DIR: the same, from the files (the OOM snapshots are the same processes earlier).
+    r = subprocess.run([CT, "report", str(out)], env=base_env(), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    para = "\n".join(["F" + expected[0][len("cumemtrace: f"):]] +
+                     [e[len("cumemtrace: "):] for e in expected[1:]])
+    assert "\n" + para + "\n" in r.stdout, r.stdout
+    assert r.stdout.index(para) < r.stdout.index("\nProcesses, each device at its own peak")
+    j = json.loads(subprocess.run([CT, "report", "--format", "json", str(out)], env=base_env(),
+                                  capture_output=True, text=True, timeout=60).stdout)["ranks"]
+    rows = j["rows"]
+    assert [(row["rank"], row["ooms"], row["live_at_exit_bytes"]) for row in rows] == [
+        (r, 1 if r in (1, 2) else 0, HELD_AT_EXIT[r]) for r in range(4)]
+    assert [(row["job"], row["node"]) for row in rows] == [("ranks-job", 0)] * 4
+    first = j["first_oom"]
+    assert (first["process"], first["pid"], first["verdict"], first["time_us"], first["site"],
+            first["ooms"], first["processes_with_oom"]) == (
+        name(2), pid[2], "exhaustion", oom2["time_us"], oom2["site"], 2, 2)
+    assert [(o["process"], o["bytes"]) for o in first["others"]] == [
+        (name(0), 2 * MiB), (name(1), 3 * MiB), (name(3), 5 * MiB)]
+    assert (j["jobs"], j["repeated_ranks"]) == (["ranks-job"], [])
+    header = [line for line in r.stdout.splitlines() if line.startswith("  process ")][0]
+    assert header.split()[-4:] == ["OOMs", "live", "at", "exit"], header
