@@ -104,5 +104,9 @@ validate validate_whatif python3 tests/gpu/validate_whatif.py "$P" "$OUT/whatif"
 # refused naming its private pool.
 validate validate_allocator python3 tests/gpu/validate_allocator.py "$P" "$OUT/allocator"
 
+# 9. The HTML pages on real runs: the ledger, the OOM card's what-if table, the job and diff
+# pages held to the CLI's documents, drawn where Chromium is (issue 56).
+validate validate_html_pages python3 tests/gpu/validate_html_pages.py "$P" "$OUT/html-pages"
+
 nvidia-smi -L | head -2
 verdict

@@ -202,8 +202,7 @@ std::string category_label(Category c) {
 
 std::string phase_label(const LedgerPhase& p) {
   std::string s(phase_name(p.phase));
-  if (p.micro >= 0 && p.micro_steps > 1)
-    s += fmt::format(" {}", p.micro + 1);
+  if (p.micro >= 0 && p.micro_steps > 1) s += fmt::format(" {}", p.micro + 1);
   return s;
 }
 

@@ -123,10 +123,9 @@ Phases::Phases(const snap::Snapshot& s) {
       std::vector<Phase> rest = open;
       rest.erase(rest.begin() + (std::next(it).base() - open.begin()));
       const bool changes =
-          rest.empty() ||
-          (std::find(rest.begin(), rest.end(), Phase::kBackward) != rest.end()
-               ? Phase::kBackward
-               : rest.back()) != before;
+          rest.empty() || (std::find(rest.begin(), rest.end(), Phase::kBackward) != rest.end()
+                               ? Phase::kBackward
+                               : rest.back()) != before;
       if (changes) close_at(after(a->time_us));
       open = std::move(rest);
     }
@@ -165,8 +164,8 @@ Phases::Phases(const snap::Snapshot& s) {
     while (from < sg.end) {
       const int k = step_at(from);
       const int64_t stop = std::min(sg.end, steps_[static_cast<size_t>(k)].end_us);
-      cuts.push_back({{sg.phase, from, stop, k, -1, sg.ended || stop < sg.end},
-                      sg.phase == Phase::kOther});
+      cuts.push_back(
+          {{sg.phase, from, stop, k, -1, sg.ended || stop < sg.end}, sg.phase == Phase::kOther});
       from = stop;
     }
   }
@@ -183,10 +182,9 @@ Phases::Phases(const snap::Snapshot& s) {
     if (c.outside) {
       if (!any_interval)
         c.span.phase = Phase::kSetup;
-      else if (after_forward)
+      else if (after_forward && next)
         c.span.phase = Phase::kLoss;
-      else if (prev && prev->phase == Phase::kBackward && next &&
-               next->phase == Phase::kOptimizer)
+      else if (prev && prev->phase == Phase::kBackward && next && next->phase == Phase::kOptimizer)
         c.span.phase = Phase::kOptimizer;
       else
         c.span.phase = Phase::kData;

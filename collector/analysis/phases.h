@@ -13,8 +13,8 @@
 //    recompute). Stretches outside every interval, and the parts of an interval between the
 //    intervals nested in it, are named by where they are:
 //      setup  before the run's first interval;
-//      loss   right after a forward or loss (until the next interval): the loss and whatever
-//             the program does with the outputs before backward;
+//      loss   right after a forward or loss, until the next interval of the step: the loss
+//             and whatever the program does with the outputs before backward;
 //      optimizer  after a backward when an optimizer step comes next in the step (gradient
 //             clipping, GradScaler's unscale_), and inside an optimizer interval;
 //      data   any other stretch outside intervals: the loop's own work before a forward
@@ -61,7 +61,16 @@ inline constexpr std::string_view kAutogradThreadPrefix = "pt_autograd_";
 inline constexpr int64_t kTimeMin = std::numeric_limits<int64_t>::min();
 inline constexpr int64_t kTimeMax = std::numeric_limits<int64_t>::max();
 
-enum class Phase : uint8_t { kOther, kSetup, kData, kForward, kLoss, kBackward, kOptimizer, kZeroGrad };
+enum class Phase : uint8_t {
+  kOther,
+  kSetup,
+  kData,
+  kForward,
+  kLoss,
+  kBackward,
+  kOptimizer,
+  kZeroGrad
+};
 // "other" (no automatic phases), "setup", "data", "forward", "loss", "backward", "optimizer",
 // "zero_grad"
 std::string_view phase_name(Phase p);

@@ -421,9 +421,9 @@ nlohmann::json report_json(const Report& r, const snap::Snapshot& s, const SiteT
     j["time_resolution_ns"] = t.time_resolution_ns;  // 0: precise; else --clock coarse's tick
   }
   j["complete"] = !s.tool || (s.tool->events_dropped == 0 && s.tool->ring_error.empty());
-  j["pytorch_ledger"] =
-      r.ledger ? ledger_json(*r.ledger, o.top, o.small_lines ? 0 : kMinLedgerLineBytes)
-               : json(nullptr);
+  j["pytorch_ledger"] = r.ledger
+                            ? ledger_json(*r.ledger, o.top, o.small_lines ? 0 : kMinLedgerLineBytes)
+                            : json(nullptr);
   j["modules"] = r.modules ? module_view_json(*r.modules, o.top) : json(nullptr);
   json devs = json::array();
   for (const auto& d : r.devices) {

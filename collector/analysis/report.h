@@ -76,10 +76,10 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
                     const std::string& range = {}, int module_depth = 2);
 
 struct ReportOptions {
-  size_t top = 10;          // rows per table
-  size_t frames = 6;        // program frames shown per stack
-  bool full_names = false;  // C++ names as recorded instead of folded (frames.h)
-  std::string range;        // annotation pair to evaluate (range.h); empty = none
+  size_t top = 10;           // rows per table
+  size_t frames = 6;         // program frames shown per stack
+  bool full_names = false;   // C++ names as recorded instead of folded (frames.h)
+  std::string range;         // annotation pair to evaluate (range.h); empty = none
   bool small_lines = false;  // the ledger lists lines under 1 KiB too (ledger.h)
   int module_depth = 2;      // the by-module view's depth (modules.h)
 };

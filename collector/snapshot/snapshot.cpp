@@ -25,8 +25,8 @@ std::optional<Action> parse_action(std::string_view s) {
 
 namespace {
 constexpr std::array<std::string_view, 12> kCategoryNames = {
-    "",         "parameter", "gradient", "optimizer_state", "activation", "temporary",
-    "input",    "autograd",  "unknown",  "library",         "program",    "parameter_unsharded",
+    "",      "parameter", "gradient", "optimizer_state", "activation", "temporary",
+    "input", "autograd",  "unknown",  "library",         "program",    "parameter_unsharded",
 };
 constexpr std::array<std::string_view, 6> kOwnerRoleNames = {
     "", "parameter", "gradient", "optimizer_state", "input", "parameter_unsharded"};

@@ -267,7 +267,10 @@ std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
                {"modules", modules},
                {"tool", s.tool ? tool_json(*s.tool) : json(nullptr)}};
   // The OOM card's what-if table: the recorded configuration and the usual alternatives.
-  if (!m.ooms.empty()) root["whatif"] = oom_whatif_json(s);
+  // Only for PyTorch's memory: a program without its allocator has nothing to replay.
+  const bool pytorch =
+      analysis::flavor_of(s) == analysis::Flavor::kTorch || (s.tool && s.tool->pytorch);
+  if (!m.ooms.empty() && pytorch) root["whatif"] = oom_whatif_json(s);
   return script_json(root);
 }
 

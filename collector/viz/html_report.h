@@ -3,9 +3,9 @@
 // time). A page loads nothing at all (a Content-Security-Policy forbids any fetch), so it works
 // offline and from file://. `source_name` is shown as the title (typically the file's name).
 //  - a snapshot's report: the aggregated ReportModel, the OOM verdicts and the ledger as `report
-//    --format json` writes them (pytorch_ledger, at report's default --top), and at an OOM the
-//    what-if table (the recorded configuration and kOomWhatIfConfs) as `whatif --format json`
-//    writes it, or why the run cannot be replayed;
+//    --format json` writes them (pytorch_ledger, at report's default --top), and at an OOM of a
+//    PyTorch run the what-if table (the recorded configuration, expandable segments and
+//    max_split_size_mb:128) as `whatif --format json` writes it, or why it cannot be replayed;
 //  - a job: the rank table as `report DIR --format json` writes it (ranks) and each process's
 //    chart, a ReportModel of kJobBuckets buckets;
 //  - a diff: `diff --format json`'s document;

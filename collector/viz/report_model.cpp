@@ -94,9 +94,12 @@ LiveTable make_table(const analysis::Attributed& parts, const SiteIndex& sites,
 
 // The category series, in the order they stack (report_model.h): PyTorch's tensors by category,
 // then other libraries and PyTorch's cache.
-constexpr std::array<const char*, 12> kCategorySeries = {
-    "parameter", "parameter_unsharded", "gradient", "optimizer_state", "activation", "temporary",
-    "input",     "autograd",            "program",  "unknown",         "library",    "cache"};
+constexpr std::array<const char*, 12> kCategorySeries = {"parameter",  "parameter_unsharded",
+                                                         "gradient",   "optimizer_state",
+                                                         "activation", "temporary",
+                                                         "input",      "autograd",
+                                                         "program",    "unknown",
+                                                         "library",    "cache"};
 constexpr size_t kLibrarySeries = 10;
 constexpr size_t kCacheSeries = 11;
 
@@ -243,15 +246,14 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
   }
   // The phases as the analysis cuts them (one truth: the ledger's spans, nested phases
   // innermost); one still open at the end of the trace (a program killed mid-step) lasts to the
-  // end. A span's end is exclusive; the strip's is the last microsecond inside.
+  // end. The rectangles abut: each ends where the next span begins.
   const analysis::Phases ph(s);
   if (ph.automatic()) {
     for (const auto& sp : ph.spans()) {
       const auto name = analysis::phase_name(sp.phase);
-      if (std::find(kStripPhases.begin(), kStripPhases.end(), name) == kStripPhases.end())
-        continue;
-      const int64_t end = sp.end_us == analysis::kTimeMax ? std::max(sp.begin_us, d.x_end)
-                                                          : sp.end_us - 1;
+      if (std::find(kStripPhases.begin(), kStripPhases.end(), name) == kStripPhases.end()) continue;
+      const int64_t end =
+          sp.end_us == analysis::kTimeMax ? std::max(sp.begin_us, d.x_end) : sp.end_us;
       d.phases.push_back({std::string(name), sp.begin_us, end});
     }
   }

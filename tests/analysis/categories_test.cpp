@@ -54,7 +54,7 @@ TEST_CASE("phases: spans, steps, and the stretches between intervals named", "[p
   REQUIRE(p.automatic());
   REQUIRE(p.training());
   const auto& sp = p.spans();
-  REQUIRE(sp.size() == 8);
+  REQUIRE(sp.size() == 9);
   struct Want {
     Phase phase;
     int64_t begin, end;
@@ -136,8 +136,8 @@ TEST_CASE("phases: micro-steps of gradient accumulation are counted", "[phases]"
   for (const auto& sp : p.spans())
     if (sp.step == 1 && !gap_phase(sp.phase)) got.push_back({sp.phase, sp.micro});
   const std::vector<std::pair<Phase, int>> want = {
-      {Phase::kForward, 0},  {Phase::kLoss, 0},     {Phase::kBackward, 0},  {Phase::kForward, 1},
-      {Phase::kLoss, 1},     {Phase::kBackward, 1}, {Phase::kOptimizer, -1}};
+      {Phase::kForward, 0}, {Phase::kLoss, 0},     {Phase::kBackward, 0},  {Phase::kForward, 1},
+      {Phase::kLoss, 1},    {Phase::kBackward, 1}, {Phase::kOptimizer, -1}};
   CHECK(got == want);
 }
 
@@ -460,14 +460,13 @@ TEST_CASE("phases: a loss module's call and the stretches around it are one loss
   std::vector<std::pair<Phase, int64_t>> got;
   for (const auto& sp : p.spans()) got.push_back({sp.phase, sp.begin_us});
   const std::vector<std::pair<Phase, int64_t>> want = {
-      {Phase::kSetup, kMin},    {Phase::kForward, 100},  {Phase::kLoss, 201},
-      {Phase::kBackward, 230},  {Phase::kOptimizer, 301}, {Phase::kData, 321},
-      {Phase::kZeroGrad, 330},  {Phase::kData, 341}};
+      {Phase::kSetup, kMin},   {Phase::kForward, 100},   {Phase::kLoss, 201},
+      {Phase::kBackward, 230}, {Phase::kOptimizer, 301}, {Phase::kData, 321},
+      {Phase::kZeroGrad, 330}, {Phase::kData, 341}};
   CHECK(got == want);
 }
 
-TEST_CASE("categories: input walks tell the batch from the program's own tensors",
-          "[categories]") {
+TEST_CASE("categories: input walks tell the batch from the program's own tensors", "[categories]") {
   TorchRunBuilder b;
   const auto ln = b.line("train.py", 50);
   b.segment(1, 0x100000000, 64 * MiB);
@@ -504,4 +503,3 @@ TEST_CASE("categories: input walks tell the batch from the program's own tensors
   CHECK(cat(s, 0x100c00000) == Category::kInput);
   CHECK(cat(s, 0x100d00000) == Category::kProgram);
 }
-

@@ -36,7 +36,7 @@ rows = []
 
 
 def row(what, ok, detail=""):
-    rows.append((what, "PASS" if ok else "FAIL", str(detail)[:300]))
+    rows.append((what, "PASS" if ok else "FAIL", " ".join(str(detail).split())[-300:]))
 
 
 def page_data(page):
@@ -122,7 +122,8 @@ def main():
     job = os.path.join(out, "t_job")
     os.makedirs(os.path.join(out, "torch"))
     jenv = dict(env)
-    ngpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ")
+    smi = shutil.which("nvidia-smi")
+    ngpu = subprocess.run([smi, "-L"], capture_output=True, text=True).stdout.count("GPU ") if smi else 0
     if ngpu < 2:
         jenv["CUMEMTRACE_SHARED_GPU"] = "1"
     p = subprocess.run([ct, "run", "-q", "-o", job, "--", "torchrun", "--standalone",
@@ -197,8 +198,9 @@ def main():
             text = Tree(browse(browser, pages["diff"], "--dump-dom")).root.text()
             row("diff: the drawn page shows the planted line", "ddp_skew.py:37" in text, "")
     else:
-        row("Chromium present for the rendered checks and screenshots", False,
-            "none of chromium, chromium-browser, google-chrome on PATH")
+        rows.append(("the drawn pages and their screenshots", "SKIP",
+                     "no chromium, chromium-browser or google-chrome on PATH: the pages are in "
+                     + out + " to open elsewhere"))
     for what, verdict, detail in rows:
         print("| %-72s | %s | %s" % (what, verdict, detail))
     return 1 if any(v == "FAIL" for _, v, _ in rows) else 0

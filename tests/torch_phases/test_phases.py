@@ -391,7 +391,7 @@ def test_compile_adds_no_graph_breaks_or_frames(mode):
     assert on["frames"]["ok"] >= 1  # something was compiled
     assert off["marks"] == []
     assert on["marks"] == [m for step in [[
-        "START auto:forward", "END auto:forward", "START auto:backward", "END auto:backward",
+        "START auto:zero_grad", "END auto:zero_grad", "START auto:forward", "END auto:forward", "START auto:backward", "END auto:backward",
         "START auto:optimizer", "END auto:optimizer", "MARK auto:step"]] * 3 for m in step]
     assert on["errors"] == ""
     assert "global hooks" not in stderr  # torch.compile's warning about global hooks
