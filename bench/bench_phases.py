@@ -8,6 +8,8 @@ steps each (the first step of every round, discovery with its global hooks, is n
 sink does nothing, so this is the hooks' Python cost (the preload's record is one ring write per
 mark; see the recording rows). Also times one ownership walk of the 150 parameters with grads and
 Adam state (the tensors are CPU tensors: the walk is run with the "cpu" device filter).
+With the module names (cumemtrace_modules.py: the module table at discovery, a count of each root's
+modules and the names beside each walk sent, every step) on too, alternately: "modules on".
 Times are CPU times (time.process_time: this process, one torch thread), so that a loaded host
 changes them less than wall times. Prints medians in ms per step and the difference with its
 spread over rounds, and the hooks of one step called directly (the step's noise left out).
@@ -22,6 +24,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "preload",
                                 "python"))
+import cumemtrace_modules  # noqa: E402
 import cumemtrace_phases  # noqa: E402
 
 
@@ -36,6 +39,12 @@ class NullSink:
         pass
 
     def owners(self, role, flat):
+        pass
+
+    def module_code(self, address):
+        pass
+
+    def names(self, what, pairs):
         pass
 
 
@@ -79,9 +88,16 @@ def main():
     opt = torch.optim.Adam(net.parameters())
     x, y = torch.randn(16, 64), torch.randn(16, 64)
     steps(net, loss_fn, opt, x, y, 5)  # warm up: Adam's state exists from here on
-    on, off, hooks = [], [], []
+    on, off, hooks, named, named_hooks = [], [], [], [], []
     for _ in range(rounds):
         off.append(steps(net, loss_fn, opt, x, y, n))
+        ph = cumemtrace_phases.Phases(torch, NullSink(), "cpu",
+                                      modules=cumemtrace_modules.Modules(torch, NullSink()))
+        ph.install()
+        steps(net, loss_fn, opt, x, y, 1)
+        named.append(steps(net, loss_fn, opt, x, y, n))
+        named_hooks.append(hook_calls(ph, net, loss_fn, opt, 50))
+        ph.uninstall()
         ph = cumemtrace_phases.Phases(torch, NullSink(), "cpu")
         ph.install()
         steps(net, loss_fn, opt, x, y, 1)  # discovery (global hooks) ends in this step
@@ -103,6 +119,13 @@ def main():
         *statistics.quantiles(diffs, n=4)[0::2]))
     print("the hooks of one step called directly (2 roots' forwards, backward, the step with its "
           "walk): %.3f ms (median)" % statistics.median(hooks))
+    d_named = [a - b for a, b in zip(named, on)]
+    print("step, phases + module names on: %.3f ms; minus phases alone: median %+.3f ms (%+.2f%%), "
+          "quartiles %+.3f .. %+.3f ms" % (
+              statistics.median(named), statistics.median(d_named),
+              100 * statistics.median(d_named) / m_off, *statistics.quantiles(d_named, n=4)[0::2]))
+    print("the hooks of one step called directly, with module names: %.3f ms (median)"
+          % statistics.median(named_hooks))
     print("ownership walk, 150 parameters + grads + 300 Adam state tensors: %.3f ms (median)"
           % statistics.median(walk))
 

@@ -11,6 +11,7 @@
 #include "analysis/grouping.h"
 #include "analysis/ledger.h"
 #include "analysis/model.h"
+#include "analysis/modules.h"
 #include "analysis/rank_identity.h"
 #include "snapshot/size_format.h"
 
@@ -179,7 +180,7 @@ std::vector<ValueDiff> pair_values(
 }  // namespace
 
 Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
-                    const snap::Snapshot& now, const std::string& new_file) {
+                    const snap::Snapshot& now, const std::string& new_file, int module_depth) {
   Diff d;
   d.base_file = base_file;
   d.new_file = new_file;
@@ -239,6 +240,25 @@ Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
     d.ledger_note = fmt::format(
         "only {} is a PyTorch run with automatic phases: no comparison by phase or category",
         la ? base_file : new_file);
+  }
+  const auto ma = build_module_view(base, module_depth), mb = build_module_view(now, module_depth);
+  if (ma && mb) {
+    auto values = [](const ModuleView& v) {
+      std::vector<std::pair<std::pair<int, std::string>, int64_t>> out;
+      for (const auto& r : v.rows) {
+        for (const auto& [what, bytes] :
+             {std::pair<const char*, uint64_t>{"parameters", r.parameters},
+              {"gradients", r.gradients},
+              {"optimizer state", r.optimizer_state},
+              {"activations", r.activations},
+              {"forward peak", r.forward_peak},
+              {"backward peak", r.backward_peak}}) {
+          out.push_back({{-1, fmt::format("{}: {}", r.module, what)}, static_cast<int64_t>(bytes)});
+        }
+      }
+      return out;
+    };
+    d.modules = pair_values(values(*ma), values(*mb));
   }
   return d;
 }
@@ -311,6 +331,19 @@ void print_diff_text(const Diff& d, size_t top, std::ostream& out) {
   list("\nPyTorch peaks:\n", d.pytorch_peaks, false);
   list("\nPyTorch, added per phase of the steady step:\n", d.phases, true);
   list("\nPyTorch, by category at the peaks:\n", d.categories, false);
+  if (d.modules.empty()) return;
+  out << "\nPyTorch, by module (what changed):\n";
+  size_t changed = 0;
+  for (const auto& v : d.modules) {
+    if (v.base == v.now) continue;
+    if (changed++ == top) {
+      out << "  ... more (--top)\n";
+      break;
+    }
+    out << fmt::format("  {}: {}\n", v.name,
+                       change(static_cast<uint64_t>(v.base), static_cast<uint64_t>(v.now)));
+  }
+  if (changed == 0) out << "  none\n";
 }
 
 void print_diff_json(const Diff& d, std::ostream& out) {
@@ -361,6 +394,7 @@ void print_diff_json(const Diff& d, std::ostream& out) {
                                   {"categories", values(d.categories)}}
                            : json(nullptr);
   if (!d.ledger_note.empty()) j["pytorch_note"] = d.ledger_note;
+  j["modules"] = d.modules.empty() ? json(nullptr) : values(d.modules);
   out << j.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
 }
 

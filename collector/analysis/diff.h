@@ -5,7 +5,10 @@
 // PyTorch runs with automatic phases, also their ledgers (ledger.h) per device: PyTorch's
 // allocated and reserved peaks, what each phase of the steady step (the first step when a run
 // has no other complete one) added, matched by phase name in order ("other", "other 2"...), and
-// the bytes by category at the allocated and at the reserved peak.
+// the bytes by category at the allocated and at the reserved peak. When both carry module names,
+// also the by-module view (modules.h) at `module_depth`, matched by module name: each row's
+// parameters, gradients, optimizer state, activations and forward and backward peaks ("enc:
+// activations"; device -1: the view sums every device).
 // Devices are compared as each process used them when both snapshots are ranks of a job
 // (rank_identity.h), or each used exactly one device: the k-th device A used (report.h's devices:
 // those with memory or entries, most memory first: model.h's pairing_order) with the k-th device
@@ -56,6 +59,7 @@ struct Diff {
   std::vector<ValueDiff> pytorch_peaks;  // "allocated peak", "reserved peak"
   std::vector<ValueDiff> phases;         // added per phase of the steady (or first) step
   std::vector<ValueDiff> categories;     // "allocated peak: activation", ...
+  std::vector<ValueDiff> modules;        // "h.0: activations", ...; empty unless both have names
 };
 
 // True when nothing differs: every device's peak and live bytes, no site changed, and every
@@ -64,7 +68,7 @@ struct Diff {
 bool no_differences(const Diff& d);
 
 Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
-                    const snap::Snapshot& now, const std::string& new_file);
+                    const snap::Snapshot& now, const std::string& new_file, int module_depth = 2);
 
 void print_diff_text(const Diff& d, size_t top, std::ostream& out);
 void print_diff_json(const Diff& d, std::ostream& out);

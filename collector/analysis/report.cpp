@@ -182,7 +182,7 @@ std::string format_time(int64_t time_us, int64_t origin_us) {
 }
 
 Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file,
-                    const std::string& range) {
+                    const std::string& range, int module_depth) {
   Report r;
   r.file = file;
   if (!range.empty()) {
@@ -224,6 +224,7 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
   r.top_by_count = trace_alloc_sites(s, sites, true);
   r.histogram = size_histogram(s);
   r.ledger = build_ledger(s, sites);
+  r.modules = build_module_view(s, module_depth);
   r.ooms = oom_verdicts(s, sites);
   return r;
 }
@@ -387,6 +388,7 @@ void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable
   if (r.ledger)
     print_ledger_text(*r.ledger, r.time_origin_us, o.top, out,
                       o.small_lines ? 0 : kMinLedgerLineBytes);
+  if (r.modules) print_module_view_text(*r.modules, o.top, out);
   const std::string end = end_moment(s);
   for (const auto& d : r.devices) print_device_text(out, r, d, sites, o, end);
   print_totals_text(out, r, o);
@@ -422,6 +424,7 @@ nlohmann::json report_json(const Report& r, const snap::Snapshot& s, const SiteT
   j["pytorch_ledger"] = r.ledger
                             ? ledger_json(*r.ledger, o.top, o.small_lines ? 0 : kMinLedgerLineBytes)
                             : json(nullptr);
+  j["modules"] = r.modules ? module_view_json(*r.modules, o.top) : json(nullptr);
   json devs = json::array();
   for (const auto& d : r.devices) {
     const Timeline& tl = d.timeline;

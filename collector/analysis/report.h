@@ -28,6 +28,7 @@
 #include "analysis/grouping.h"
 #include "analysis/ledger.h"
 #include "analysis/model.h"
+#include "analysis/modules.h"
 #include "analysis/oom_verdict.h"
 #include "analysis/range.h"
 
@@ -59,8 +60,9 @@ struct Report {
   std::vector<SiteStat> top_by_count;
   std::vector<SizeBucket> histogram;
   std::optional<RangeWindow> range;
-  std::optional<Ledger> ledger;  // a PyTorch run with automatic phases (ledger.h); shown first
-  std::vector<OomVerdict> ooms;  // every OOM, by device and in trace order
+  std::optional<Ledger> ledger;       // a PyTorch run with automatic phases (ledger.h); shown first
+  std::vector<OomVerdict> ooms;       // every OOM, by device and in trace order
+  std::optional<ModuleView> modules;  // a PyTorch run with module names (modules.h): by module
 };
 
 struct RangeNotFound : std::runtime_error {
@@ -69,8 +71,9 @@ struct RangeNotFound : std::runtime_error {
 
 // `range`: the name of a START..END annotation pair (range.h) to evaluate too; RangeNotFound
 // when the snapshot has no completed pair of that name.
+// `module_depth`: the by-module view's depth (modules.h).
 Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file,
-                    const std::string& range = {});
+                    const std::string& range = {}, int module_depth = 2);
 
 struct ReportOptions {
   size_t top = 10;           // rows per table
@@ -78,6 +81,7 @@ struct ReportOptions {
   bool full_names = false;   // C++ names as recorded instead of folded (frames.h)
   std::string range;         // annotation pair to evaluate (range.h); empty = none
   bool small_lines = false;  // the ledger lists lines under 1 KiB too (ledger.h)
+  int module_depth = 2;      // the by-module view's depth (modules.h)
 };
 
 void print_report_text(const Report& r, const snap::Snapshot& s, const SiteTable& sites,

@@ -18,6 +18,7 @@ void add_diff_command(CLI::App& app, int& exit_code) {
     std::string base, now;
     std::string format = "text";
     size_t top = 20;
+    int module_depth = 2;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -30,6 +31,10 @@ void add_diff_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--top", o->top, "Changed sites shown")
       ->capture_default_str()
       ->check(between(1, 1000));
+  cmd->add_option("--module-depth", o->module_depth,
+                  "PyTorch runs with module names: the by-module comparison's depth")
+      ->capture_default_str()
+      ->check(between(1, 64));
   cmd->callback([o, &exit_code] {
     // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.
     try {
@@ -44,7 +49,7 @@ void add_diff_command(CLI::App& app, int& exit_code) {
         exit_code = 2;
         return;
       }
-      const auto d = analysis::diff_snapshots(a, o->base, b, o->now);
+      const auto d = analysis::diff_snapshots(a, o->base, b, o->now, o->module_depth);
       if (o->format == "json") {
         analysis::print_diff_json(d, std::cout);
       } else if (o->format == "html") {

@@ -76,7 +76,8 @@ int report_many(const Opts& o) {
   SnapshotInputs in = read_snapshot_inputs(o.files, [&](analysis::LoadedSnapshot& ls) {
     const analysis::SiteTable sites(ls.snapshot, o.report.full_names);
     try {
-      reports.push_back(analysis::build_report(ls.snapshot, sites, ls.path, o.report.range));
+      reports.push_back(analysis::build_report(ls.snapshot, sites, ls.path, o.report.range,
+                                               o.report.module_depth));
       report_errors.emplace_back();
     } catch (const analysis::RangeNotFound& e) {
       reports.emplace_back();
@@ -170,7 +171,7 @@ int report_one(const Opts& o) {
   const analysis::SiteTable sites(s, o.report.full_names);
   analysis::Report r;
   try {
-    r = analysis::build_report(s, sites, file, o.report.range);
+    r = analysis::build_report(s, sites, file, o.report.range, o.report.module_depth);
   } catch (const analysis::RangeNotFound& e) {
     std::cerr << "cumemtrace report: " << file << ": " << e.what() << '\n';
     return 2;
@@ -215,6 +216,11 @@ void add_report_command(CLI::App& app, int& exit_code) {
                   "Also evaluate the window of the START..END annotation pair NAME (its last "
                   "occurrence): peak and allocations still live at END")
       ->type_name("NAME");
+  cmd->add_option("--module-depth", o->report.module_depth,
+                  "PyTorch runs with module names: the by-module table's depth (1: the model's "
+                  "top-level modules; each row sums its submodules)")
+      ->capture_default_str()
+      ->check(between(1, 64));
   cmd->add_flag("--each", o->each,
                 "Many files: after the processes side by side, each file's own report");
   cmd->add_option("--skew-percent", o->skew_percent,

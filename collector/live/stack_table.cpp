@@ -1,5 +1,7 @@
 #include "live/stack_table.h"
 
+#include "live/ownership_walks.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -10,17 +12,39 @@ StackTable::StackId StackTable::intern(const Record& r) {
   if (r.frames.empty() && r.pyframes.empty()) return -1;
   // Python code addresses become the announcement that applies now.
   std::vector<uint64_t> python = r.pyframes;
+  std::vector<uint32_t> modules;  // left empty unless some frame is a module call
   for (size_t i = 0; i + 1 < python.size(); i += 2) {
     auto it = py_code_latest_.find(python[i]);
     python[i] = it != py_code_latest_.end() ? it->second : kNoPyCode;
+    const uint64_t w = python[i + 1];
+    if ((w & wire::kPyModuleTagMask) != wire::kPyModuleTag) continue;
+    // A module call's frame: its line, and the module its address names now (if any).
+    python[i + 1] = w >> wire::kPyModuleLineShift & wire::kPyModuleLineMax;
+    auto m = module_latest_.find(w & wire::kPyModulePointerMask);
+    if (m == module_latest_.end()) continue;
+    modules.resize(python.size() / 2);
+    modules[i / 2] = m->second + 1;
   }
   std::string key(reinterpret_cast<const char*>(r.frames.data()),
                   r.frames.size() * sizeof(uint64_t));
   key.push_back('|');
   key.append(reinterpret_cast<const char*>(python.data()), python.size() * sizeof(uint64_t));
+  key.push_back('|');
+  key.append(reinterpret_cast<const char*>(modules.data()), modules.size() * sizeof(uint32_t));
   auto [it, inserted] = index_.try_emplace(std::move(key), static_cast<StackId>(stacks_.size()));
-  if (inserted) stacks_.push_back(RawStack{r.frames, std::move(python)});
+  if (inserted) stacks_.push_back(RawStack{r.frames, std::move(python), std::move(modules)});
   return it->second;
+}
+
+void StackTable::announce_module_names(const std::string& text, bool first) {
+  if (first) module_latest_.clear();
+  for_each_name_line(text, [&](uint64_t address, std::string_view name) {
+    // A name announced before keeps its index, so that equal stacks stay one stack.
+    auto known = std::find(module_names_.begin(), module_names_.end(), name);
+    const auto index = static_cast<uint32_t>(known - module_names_.begin());
+    if (known == module_names_.end()) module_names_.emplace_back(name);
+    module_latest_[address] = index;
+  });
 }
 
 void StackTable::announce_code(uint64_t code, const std::string& text) {
@@ -84,6 +108,8 @@ snap::Stack StackTable::render(size_t id, Symbolizer* sym) const {
     f.filename = known ? py_code_[code].first : "<python>";
     f.name = known ? py_code_[code].second : "<unknown>";
     f.line = static_cast<int64_t>(raw.python[i + 1]);
+    const size_t k = i / 2;
+    if (k < raw.modules.size() && raw.modules[k]) f.module = module_names_[raw.modules[k] - 1];
     py.push_back(std::move(f));
   }
   auto at = std::find_if(native.begin(), native.end(), [](const snap::Frame& f) {

@@ -31,6 +31,10 @@ class StackTable {
   void announce_module(uint64_t base, const std::string& path) {
     modules_.emplace_back(base, path);
   }
+  // kTorchNames' module table (lines "<hex module address> <name>"): the names that module calls'
+  // frames (wire::kPyModuleTag) get from now on; `first` starts a new table (the Python side
+  // sends all of its names each time), whose names replace the earlier ones.
+  void announce_module_names(const std::string& text, bool first);
 
   snap::Stack render(size_t id, Symbolizer* sym) const;
   // Whether a native frame of stack id lies in a module whose file name (without its folder)
@@ -43,7 +47,8 @@ class StackTable {
  private:
   struct RawStack {
     std::vector<uint64_t> native;
-    std::vector<uint64_t> python;  // (index into py_code_ or kNoPyCode, line) pairs
+    std::vector<uint64_t> python;   // (index into py_code_ or kNoPyCode, line) pairs
+    std::vector<uint32_t> modules;  // per Python frame: index into module_names_ + 1, 0: none
   };
   static constexpr uint64_t kNoPyCode = ~uint64_t{0};
   std::vector<RawStack> stacks_;
@@ -53,6 +58,9 @@ class StackTable {
   std::vector<std::pair<std::string, std::string>> py_code_;
   std::unordered_map<uint64_t, uint64_t> py_code_latest_;
   std::vector<std::pair<uint64_t, std::string>> modules_;
+  // Module names as announced, and the latest name index of each module object address.
+  std::vector<std::string> module_names_;
+  std::unordered_map<uint64_t, uint32_t> module_latest_;
 };
 
 }  // namespace cumemtrace::collect

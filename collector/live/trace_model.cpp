@@ -85,6 +85,13 @@ void TraceModel::add(const Record& r) {
     case Kind::kTorchOwners:
       if (ownership_.on_owners(r, t)) last_time_us_ = std::max(last_time_us_, t);
       return;
+    case Kind::kTorchNames:
+      if ((r.ev.aux & ~wire::kOwnersFirst) == wire::kNamesModules) {
+        stacks_.announce_module_names(r.text, r.ev.aux & wire::kOwnersFirst);
+      } else {
+        ownership_.on_names(r, t);
+      }
+      return;
     case Kind::kContextCreated:
     case Kind::kContextDestroyed:
       last_time_us_ = std::max(last_time_us_, t);
@@ -209,6 +216,7 @@ snap::Snapshot TraceModel::build_with(const ProcessInfo& info, Symbolizer* sym) 
   tool.pytorch = torch_.info();
   pools_.write(tool);
   tool.ownership = ownership_.walks();
+  tool.tensor_names = ownership_.names();
   contexts_.write(tool);
   tool.threads = threads_;
   if (exited_) {

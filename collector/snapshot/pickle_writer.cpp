@@ -244,6 +244,7 @@ class SnapshotPickler {
               key_str("filename", st[i].filename);
               key_int("line", st[i].line);
               key_str("name", st[i].name);
+              if (!st[i].module.empty()) key_str("module", st[i].module);
             });
           },
           &memo);

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cumemtrace::snap {
@@ -24,9 +25,18 @@ inline constexpr int kSchemaVersion = 1;
 inline constexpr int32_t kNoStack = -1;
 
 struct Frame {
+  // A constructor, not an aggregate: frames are written {file, line, name} everywhere, and
+  // `module` is set on the few that have one.
+  Frame() = default;
+  Frame(std::string f, int64_t l, std::string n, std::string m = {})
+      : filename(std::move(f)), line(l), name(std::move(n)), module(std::move(m)) {}
   std::string filename;
   int64_t line = 0;
   std::string name;
+  // A Python frame of a module call (torch.nn.Module._wrapped_call_impl): the fully qualified name
+  // of the module it calls (the root: its class name), as cumemtrace_modules.py named it. Empty on
+  // every other frame; JSON key "module", only where set (PyTorch's viewer ignores it).
+  std::string module;
   bool operator==(const Frame&) const = default;
 };
 
@@ -281,6 +291,17 @@ struct OwnerWalk {
   std::vector<std::pair<uint64_t, uint64_t>> tensors;  // (data pointer, bytes)
 };
 
+// The names of the tensors an ownership walk listed (preload/python/cumemtrace_modules.py, wire
+// Kind::kTorchNames): by data pointer (decimal, the map's key), the fully qualified name of the
+// parameter a parameter, gradient or optimizer state tensor belongs to, as of `time_us`; a table of
+// a role replaces that role's previous one. The "by module" view (analysis/modules.h) joins them
+// with the walks by address.
+struct TensorNames {
+  int64_t time_us = 0;
+  OwnerRole role = OwnerRole::kParameter;
+  std::map<std::string, std::string> names;  // data pointer -> parameter name
+};
+
 // PyTorch's allocator configuration from `time_us` on: PYTORCH_ALLOC_CONF (else
 // PYTORCH_CUDA_ALLOC_CONF) as the program started with it, then each
 // torch.cuda.memory._set_allocator_settings() call (the text it was given applies on top).
@@ -355,6 +376,7 @@ struct ToolSection {  // the "cumemtrace" object; absent in PyTorch's own snapsh
   std::vector<ContextMemory> contexts;            // empty when none was measured
   std::optional<PytorchInfo> pytorch;             // present when the target imported torch
   std::vector<OwnerWalk> ownership;               // empty without the automatic phases
+  std::vector<TensorNames> tensor_names;          // empty without module names
 };
 
 struct Snapshot {

@@ -189,6 +189,12 @@ CT_DESCRIBE(OwnerWalk, w) {
   v(req("tensors", Kind::kPairs), w.tensors);
 }
 
+CT_DESCRIBE(TensorNames, w) {
+  v(req("time_us", Kind::kTime), w.time_us);
+  v(req("role", Kind::kRole), w.role);
+  v(req("names", Kind::kStringMap), w.names);
+}
+
 CT_DESCRIBE(AllocatorConfChange, a) {
   v(req("time_us", Kind::kTime), a.time_us);
   v(req("alloc_conf", Kind::kString), a.alloc_conf);
@@ -248,6 +254,7 @@ CT_DESCRIBE(ToolSection, t) {
   v(opt("pool_memory", Kind::kList, !t.pool_memory.empty()), t.pool_memory);
   v(opt("contexts", Kind::kList, !t.contexts.empty()), t.contexts);
   v(opt("ownership", Kind::kList, !t.ownership.empty()), t.ownership);
+  v(opt("tensor_names", Kind::kList, !t.tensor_names.empty()), t.tensor_names);
   v(opt("pytorch", Kind::kObject, t.pytorch.has_value()), t.pytorch);
 }
 

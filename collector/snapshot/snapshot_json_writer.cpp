@@ -107,6 +107,10 @@ std::vector<std::string> render_stacks(const Snapshot& s) {
       put_num(b, st[i].line);
       put(b, ",\"name\":");
       put_string(b, st[i].name);
+      if (!st[i].module.empty()) {
+        put(b, ",\"module\":");
+        put_string(b, st[i].module);
+      }
       b.push_back('}');
     }
     b.push_back(']');

@@ -58,7 +58,7 @@ enum class C : uint8_t {
   X(device) X(address) X(total_size) X(allocated_size) X(active_size) X(requested_size) \
   X(stream) X(segment_type) X(segment_pool_id) X(is_expandable) X(frames) X(blocks) X(source)
 #define BLOCK_KEYS(X) X(address) X(size) X(requested_size) X(state) X(frames)
-#define FRAME_KEYS(X) X(filename) X(line) X(name)
+#define FRAME_KEYS(X) X(filename) X(line) X(name) X(module)
 #define ENTRY_KEYS(X) \
   X(action) X(addr) X(size) X(stream) X(time_us) X(tid) X(frames) X(device_free) \
   X(stream_per_thread) X(source) X(async_pool) X(category)

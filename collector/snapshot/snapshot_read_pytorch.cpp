@@ -118,6 +118,10 @@ void Handler::frame_field(const Level& l, const Val& v) {
       if (v.kind != Val::kString) fail("expected a string");
       frames_[nframes_].name.assign(*v.s);
       return;
+    case FrameKey::module:
+      if (v.kind != Val::kString || v.s->empty()) fail("expected a non-empty string");
+      frames_[nframes_].module.assign(*v.s);
+      return;
   }
 }
 

@@ -81,7 +81,7 @@ uint32_t Handler::required_of(const Level& l) {
     case C::kEntry:
       return bits(EntryKey::action, EntryKey::size);
     case C::kFrame:
-      return all_bits(kFrameKeys);
+      return bits(FrameKey::filename, FrameKey::line, FrameKey::name);
     case C::kObject:
       return l.kind->required;
     default:
@@ -438,6 +438,7 @@ bool Handler::start_container(Level& l, bool object) {
       frames_[nframes_].filename.clear();
       frames_[nframes_].name.clear();
       frames_[nframes_].line = 0;
+      frames_[nframes_].module.clear();
       push(C::kFrame, {});
       return true;
     case C::kTraces:

@@ -24,6 +24,8 @@ constexpr size_t kOomLines = 10;
 // PyTorch's OOM message and its docs point at for fragmentation.
 const std::vector<std::string> kOomWhatIfConfs = {"expandable_segments:True",
                                                   "max_split_size_mb:128"};
+// Rows of each by-module table on the page (the largest; `report --top` shows fewer).
+constexpr size_t kModuleRows = 200;
 
 using nlohmann::json;
 
@@ -253,12 +255,16 @@ std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
   // report's by construction.
   const analysis::SiteTable sites(s);
   const auto ledger = analysis::build_ledger(s, sites);
+  // By module: each depth's table as `report --format json` writes it (its "modules").
+  json modules = json::array();
+  for (const auto& v : m.modules) modules.push_back(analysis::module_view_json(v, kModuleRows));
   json root = {{"page", "report"},
                {"source", source_name},
                {"stacks", stacks},
                {"devices", devices},
                {"ooms", ooms},
                {"ledger", ledger ? analysis::ledger_json(*ledger, kOomLines) : json(nullptr)},
+               {"modules", modules},
                {"tool", s.tool ? tool_json(*s.tool) : json(nullptr)}};
   // The OOM card's what-if table: the recorded configuration and the usual alternatives.
   // Only for PyTorch's memory: a program without its allocator has nothing to replay.

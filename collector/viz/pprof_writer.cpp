@@ -12,6 +12,7 @@
 
 #include "analysis/frames.h"
 #include "analysis/model.h"
+#include "analysis/modules.h"
 #include "viz/protobuf_encoder.h"
 
 namespace cumemtrace::viz {
@@ -217,6 +218,7 @@ std::string ProfileBuilder::finish() {
     p.message(profile_field::kSampleType, vt);
   }
   const int64_t device_key = str("device"), category_key = str("category");
+  const int64_t module_key = str("module");
   for (const auto& [k, values] : samples_) {
     ProtoMessage sm;
     sm.packed(1, stack_locations(k));
@@ -232,6 +234,14 @@ std::string ProfileBuilder::finish() {
       category.int64(1, category_key);
       category.int64(2, str(std::string(snap::category_name(k.category))));
       sm.message(3, category);
+    }
+    // The innermost module call on the stack (analysis/modules.h), as the by-module view places
+    // a tensor made in forward: `pprof -tagfocus=module=...` keeps one module's bytes.
+    if (const auto module = analysis::stack_module(s_, k.stack); !module.empty()) {
+      ProtoMessage m;
+      m.int64(1, module_key);
+      m.int64(2, str(std::string(module)));
+      sm.message(3, m);
     }
     p.message(profile_field::kSample, sm);
   }

@@ -19,7 +19,8 @@
 // is placed in a mapping of that module, and the first mapping is the traced program, so pprof
 // names it (PyTorch's own files have no modules: no mappings). A sample without a
 // stack is one location "(no stack recorded)" (or "(allocated before the trace window)").
-// Labels: "device" ("cuda:N") and, where known, "category" (snapshot.h Category).
+// Labels: "device" ("cuda:N") and, where known, "category" (snapshot.h Category) and "module" (the
+// innermost module call on the sample's stack: analysis/modules.h stack_module).
 #pragma once
 
 #include <ostream>

@@ -637,6 +637,9 @@ ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt
       rs.frames.push_back(*f);
     m.stacks.push_back(std::move(rs));
   }
+  for (int depth = 1; depth <= 3; ++depth) {
+    if (auto v = analysis::build_module_view(s, depth)) m.modules.push_back(std::move(*v));
+  }
   return m;
 }
 

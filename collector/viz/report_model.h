@@ -31,6 +31,8 @@
 // - a histogram of allocation sizes in power-of-two buckets (count and bytes).
 // - the OOM card: the verdict at every OOM (analysis/oom_verdict.h, the one `report` prints
 //   first): facts, who holds the memory, advice, the failing request's site and stack.
+// - by module (analysis/modules.h, the table `report` prints), at depths 1 to 3, for a PyTorch run
+//   whose snapshot carries module names; empty otherwise (the page helper draws it).
 // The x axis is µs since the Unix epoch, or the event index when the trace has no time span.
 // Stacks referenced by groups are listed in `stacks` (visible frames only), so the page can show
 // them and search them.
@@ -42,6 +44,7 @@
 #include <vector>
 
 #include "analysis/model.h"
+#include "analysis/modules.h"
 #include "analysis/oom_verdict.h"
 #include "snapshot/snapshot.h"
 
@@ -182,7 +185,8 @@ struct ReportStack {
 struct ReportModel {
   std::vector<ReportDevice> devices;
   std::vector<ReportStack> stacks;
-  std::vector<analysis::OomVerdict> ooms;  // every OOM, by device then in trace order
+  std::vector<analysis::OomVerdict> ooms;     // every OOM, by device then in trace order
+  std::vector<analysis::ModuleView> modules;  // depths 1..3; empty without module names
 };
 
 ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt = {});

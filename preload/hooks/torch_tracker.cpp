@@ -33,6 +33,7 @@
 #include "record/recorder.h"
 #include "stacks/autograd_node.h"
 #include "stacks/cfi_unwinder.h"
+#include "stacks/python_stack.h"
 #include "stacks/stack_capture.h"
 #include "stacks/torch_pool.h"
 #include "wire/wire_format.h"
@@ -211,4 +212,31 @@ CUMEMTRACE_EXPORT int cumemtrace_torch_owners(int role, const uint64_t* pairs,
     done += n;
   } while (done < npairs);
   return 0;
+}
+
+// torch.nn.Module._wrapped_call_impl's code object (id(Module._wrapped_call_impl.__code__), kept
+// alive by the class): from now on Python frames of it carry the module object they call
+// (python_stack.h: set_module_code), which the names below make a module's name. Returns 0 when
+// set, -1 for null, -2 when set before.
+CUMEMTRACE_EXPORT int cumemtrace_torch_module_code(const void* code) noexcept {
+  if (!code) return -1;
+  return cumemtrace::preload::set_module_code(reinterpret_cast<uint64_t>(code)) ? 0 : -2;
+}
+
+// Names the Python side gives (cumemtrace_modules.py, GIL held, never from an allocation hook):
+// `what` 0 = the module table (module object address -> fully qualified name), 1..3 = the tensors
+// of an ownership role (data pointer -> the name of their parameter); `text`: `len` bytes of whole
+// lines "<hex address> <name>\n", at most one record's worth; `first`: the record starts that
+// table (replacing its previous one). Returns 0 when recorded, -1 otherwise.
+CUMEMTRACE_EXPORT int cumemtrace_torch_names(int what, int first, const char* text,
+                                             uint64_t len) noexcept {
+  namespace wire = cumemtrace::wire;
+  if (what < 0 || what > static_cast<int>(wire::OwnerRole::kOptimizerState) || (len && !text) ||
+      len > wire::kMaxExtraSlots * wire::kPayloadBytes) {
+    return -1;
+  }
+  cumemtrace::preload::ReentryGuard guard;
+  if (!guard.outer || !cumemtrace::preload::tracing_possible()) return -1;
+  const uint64_t aux = static_cast<uint64_t>(what) | (first ? wire::kOwnersFirst : 0);
+  return cumemtrace::preload::record_bytes(wire::Kind::kTorchNames, aux, text, len) ? 0 : -1;
 }

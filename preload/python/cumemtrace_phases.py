@@ -124,8 +124,9 @@ class Phases:
     """The hooks. `sink` has push(name), pop(), mark(name) and owners(role, flat pairs);
     `device_type` is the tensors' device type that walks keep ("cuda" when traced)."""
 
-    def __init__(self, torch, sink, device_type="cuda", err=None):
+    def __init__(self, torch, sink, device_type="cuda", err=None, modules=None):
         self._torch = torch
+        self._modules = modules  # cumemtrace_modules.Modules: names for the "by module" view
         self._sink = sink
         self._device_type = device_type
         self._err = err or sys.stderr
@@ -287,6 +288,8 @@ class Phases:
                 new = module not in self._roots
                 if new:
                     self._roots[module] = None
+                    if self._modules:
+                        self._modules.on_root(module)
                 if self._discovering and (not new or self._compiled(module)):
                     self._end_discovery()  # before a compiled forward's guards see our hooks
                 elif not self._discovering and new:
@@ -492,6 +495,8 @@ class Phases:
             if not tls.optimizers:
                 self._sink.pop()
                 self._sink.mark(STEP)
+                if self._modules:
+                    self._modules.on_step()
                 self._walk((ROLE_PARAMETER, ROLE_GRADIENT, ROLE_OPTIMIZER_STATE))
         except Exception as e:
             self._fail("optimizer step post-hook", e)
@@ -584,6 +589,8 @@ class Phases:
             return
         self._sent[role] = pairs
         self._sink.owners(role, [x for pair in pairs for x in pair])
+        if self._modules:
+            self._modules.on_owners(role, found, self._params, list(self._optimizers))
 
     def _walk(self, roles):
         """Sends each role whose list changed. A step's walk (all three roles) costs one pass over
@@ -635,7 +642,9 @@ def install(torch, err=None):
         return _phases
     phases = None
     try:
-        phases = Phases(torch, PreloadSink(err), "cuda", err)
+        import cumemtrace_modules
+        phases = Phases(torch, PreloadSink(err), "cuda", err,
+                        cumemtrace_modules.make(torch, err))
         phases.install()
         _phases = phases
     except Exception as e:

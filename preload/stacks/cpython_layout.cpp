@@ -22,6 +22,7 @@ constexpr CpythonLayout k309{
     .frame_previous = 24,
     .frame_instr = 104,
     .frame_owner = kNoField,
+    .frame_localsplus = kNoField,
     .owner_not_python = -1,
     .max_owner = 0,
     .executable_tagged = false,
@@ -48,6 +49,7 @@ constexpr CpythonLayout k310{
     .frame_previous = 24,
     .frame_instr = 96,
     .frame_owner = kNoField,
+    .frame_localsplus = kNoField,
     .owner_not_python = -1,
     .max_owner = 0,
     .executable_tagged = false,
@@ -77,6 +79,7 @@ constexpr CpythonLayout k311{
     .frame_previous = 48,
     .frame_instr = 56,
     .frame_owner = 69,
+    .frame_localsplus = 72,
     .owner_not_python = -1,
     .max_owner = 2,
     .executable_tagged = false,
@@ -107,6 +110,7 @@ constexpr CpythonLayout k312{
     .frame_previous = 8,
     .frame_instr = 56,
     .frame_owner = 70,
+    .frame_localsplus = 72,
     .owner_not_python = 3,
     .max_owner = 3,
     .executable_tagged = false,
@@ -125,7 +129,8 @@ constexpr CpythonLayout k312{
 struct DebugOffsetPositions {
   unsigned free_threaded;
   unsigned tstate_current_frame;
-  unsigned frame_size, frame_previous, frame_executable, frame_instr_ptr, frame_owner;
+  unsigned frame_size, frame_previous, frame_executable, frame_instr_ptr, frame_localsplus,
+      frame_owner;
   unsigned code_size, code_filename, code_qualname, code_linetable, code_firstlineno;
   unsigned code_adaptive;
   unsigned unicode_ascii_size;  // 0: not published (3.13)
@@ -143,6 +148,7 @@ constexpr DebugOffsetPositions kDebug313{
     .frame_previous = 232,
     .frame_executable = 240,
     .frame_instr_ptr = 248,
+    .frame_localsplus = 256,
     .frame_owner = 264,
     .code_size = 272,
     .code_filename = 280,
@@ -164,6 +170,7 @@ constexpr DebugOffsetPositions kDebug314{
     .frame_previous = 256,
     .frame_executable = 264,
     .frame_instr_ptr = 272,
+    .frame_localsplus = 280,
     .frame_owner = 288,
     .code_size = 312,
     .code_filename = 320,
@@ -199,6 +206,7 @@ LayoutVerdict from_debug_offsets(unsigned minor, unsigned long version_hex, cons
   const uint64_t executable = word(runtime, P.frame_executable);
   const uint64_t instr = word(runtime, P.frame_instr_ptr);
   const uint64_t owner = word(runtime, P.frame_owner);
+  const uint64_t localsplus = word(runtime, P.frame_localsplus);
   const uint64_t filename = word(runtime, P.code_filename);
   const uint64_t qualname = word(runtime, P.code_qualname);
   const uint64_t linetable = word(runtime, P.code_linetable);
@@ -207,9 +215,10 @@ LayoutVerdict from_debug_offsets(unsigned minor, unsigned long version_hex, cons
   const uint64_t ascii = P.unicode_ascii_size ? word(runtime, P.unicode_ascii_size) : 40;
   if (ts_frame > 4096 || !inside(previous, frame_size, 8) || !inside(executable, frame_size, 8) ||
       !inside(instr, frame_size, 8) || !inside(owner, frame_size, 1) ||
-      !inside(filename, code_size, 8) || !inside(qualname, code_size, 8) ||
-      !inside(linetable, code_size, 8) || !inside(firstlineno, code_size, 4) ||
-      !inside(adaptive, code_size, kCodeUnitBytes) || ascii != 40) {
+      !inside(localsplus, frame_size, 8) || !inside(filename, code_size, 8) ||
+      !inside(qualname, code_size, 8) || !inside(linetable, code_size, 8) ||
+      !inside(firstlineno, code_size, 4) || !inside(adaptive, code_size, kCodeUnitBytes) ||
+      ascii != 40) {
     return LayoutVerdict::kBadDebugOffsets;
   }
   *out = CpythonLayout{
@@ -221,6 +230,7 @@ LayoutVerdict from_debug_offsets(unsigned minor, unsigned long version_hex, cons
       .frame_previous = static_cast<uint16_t>(previous),
       .frame_instr = static_cast<uint16_t>(instr),
       .frame_owner = static_cast<uint16_t>(owner),
+      .frame_localsplus = static_cast<uint16_t>(localsplus),
       // 3.13: FRAME_OWNED_BY_CSTACK = 3; 3.14: FRAME_OWNED_BY_INTERPRETER = 3, _CSTACK = 4.
       .owner_not_python = 3,
       .max_owner = minor == 13 ? 3 : 4,

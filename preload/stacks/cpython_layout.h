@@ -33,16 +33,18 @@ struct CpythonLayout {
   uint16_t tstate_frame;
   uint16_t cframe_current_frame;  // _PyCFrame.current_frame (3.11/3.12)
   // The frame (PyFrameObject or _PyInterpreterFrame).
-  uint16_t frame_code;      // f_code, or f_executable (3.13+; 3.14: a tagged _PyStackRef)
-  uint16_t frame_previous;  // f_back or previous: the caller's frame, across evaluation loops
-  uint16_t frame_instr;     // int f_lasti (3.9: bytes, 3.10: code units), _Py_CODEUNIT*
-                            // prev_instr (3.11/3.12: the unit before the next instruction) or
-                            // instr_ptr (3.13+: the current instruction)
-  uint16_t frame_owner;     // char owner (3.11+), kNoField before
-  int owner_not_python;     // owners >= this are no Python code (3.12: the C stack's entry
-                            // frame; 3.14 also the interpreter's), -1: none (3.11)
-  int max_owner;            // owners are 0..max_owner
-  bool executable_tagged;   // 3.14: the low two bits of f_executable are tags
+  uint16_t frame_code;        // f_code, or f_executable (3.13+; 3.14: a tagged _PyStackRef)
+  uint16_t frame_previous;    // f_back or previous: the caller's frame, across evaluation loops
+  uint16_t frame_instr;       // int f_lasti (3.9: bytes, 3.10: code units), _Py_CODEUNIT*
+                              // prev_instr (3.11/3.12: the unit before the next instruction) or
+                              // instr_ptr (3.13+: the current instruction)
+  uint16_t frame_owner;       // char owner (3.11+), kNoField before
+  uint16_t frame_localsplus;  // the first local (the first argument) of a _PyInterpreterFrame
+                              // (3.11+; 3.14: a tagged _PyStackRef), kNoField before
+  int owner_not_python;       // owners >= this are no Python code (3.12: the C stack's entry
+                              // frame; 3.14 also the interpreter's), -1: none (3.11)
+  int max_owner;              // owners are 0..max_owner
+  bool executable_tagged;     // 3.14: the low two bits of f_executable are tags
   // PyCodeObject
   uint16_t code_filename;        // str
   uint16_t code_name;            // str: co_qualname where the version has it (3.11+), else co_name

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <initializer_list>
@@ -192,6 +193,32 @@ struct PyMemoUse {
     return &m->entries[h >> (64 - kPyMemoBits)];
   }
 };
+
+// torch.nn.Module._wrapped_call_impl's code object (0: not told); a frame of it carries its module.
+std::atomic<uint64_t> g_module_code{0};
+
+// The line word of the frame at `frame` running `code` at `line`: a module call's carries the
+// module (`self`, its first local) when the layout says where locals are; other frames' is the
+// line. The local is read on its own (not with the frame's header): a frame of other code may
+// have no local slot to read.
+__attribute__((always_inline)) inline uint64_t line_word(uintptr_t frame, uintptr_t code,
+                                                         int64_t line, uint64_t module_code,
+                                                         bool checked) noexcept {
+  const CpythonLayout& L = g_raw.layout;
+  if (code != module_code || module_code == 0 || L.frame_localsplus == kNoField) {
+    return static_cast<uint64_t>(line);
+  }
+  uintptr_t self = 0;
+  if (!fetch(&self, frame + L.frame_localsplus, sizeof self, checked)) {
+    return static_cast<uint64_t>(line);
+  }
+  if (L.executable_tagged) self &= ~uintptr_t{3};  // 3.14: locals are tagged _PyStackRefs too
+  if (self == 0 || (self & ~wire::kPyModulePointerMask) != 0 || (self & 7) != 0) {
+    return static_cast<uint64_t>(line);
+  }
+  const uint64_t l = line < 0 ? 0 : std::min(static_cast<uint64_t>(line), wire::kPyModuleLineMax);
+  return wire::kPyModuleTag | l << wire::kPyModuleLineShift | self;
+}
 
 // The GIL-held path's signature: the code object is kept alive by our reference, so its
 // address is never reused. Raw signatures are odd, so they never equal it.
@@ -445,6 +472,7 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
                                  reinterpret_cast<uintptr_t>(g_raw.main_interp()))) {
     memo.code_gen = 0;
   }
+  const uint64_t module_code = g_module_code.load(std::memory_order_relaxed);
   int n = 0;
   for (unsigned hops = 0; frame && static_cast<unsigned>(n) < max && hops < kMaxHops; ++hops) {
     unsigned char frame_copy[kMaxFrameSpan];
@@ -476,7 +504,7 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
       instr = field<uintptr_t>(fb, L.frame_instr);
       if (answer->gen == memo.code_gen && answer->code == code && answer->instr == instr) {
         out[2 * n] = code;
-        out[2 * n + 1] = static_cast<uint64_t>(answer->line);
+        out[2 * n + 1] = line_word(here, code, answer->line, module_code, checked);
         ++n;
         ++t_py_memo_hits;
         ++t_py_watched_hits;
@@ -516,7 +544,7 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
     if (e && e->gen == memo.gen && e->code == code && e->addrq == addrq &&
         e->filename == filename && e->name == name && e->linetable == linetable &&
         e->units == units && e->firstlineno == firstlineno) {
-      out[2 * n + 1] = static_cast<uint64_t>(static_cast<int64_t>(e->line));
+      out[2 * n + 1] = line_word(here, code, e->line, module_code, checked);
       ++n;
       ++t_py_memo_hits;
       // The code object is this capture's frame's, alive, and was announced: the entry's gen
@@ -528,7 +556,7 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
     if (!announce_if_new(code, filename, name, checked, &sig)) return -1;
     const uint64_t key = line_key(code, sig, units, firstlineno, linetable, addrq);
     const int line = line_of(code, key, addrq);
-    out[2 * n + 1] = static_cast<uint64_t>(line);
+    out[2 * n + 1] = line_word(here, code, line, module_code, checked);
     ++n;
     // Kept under the generation read before this answer was checked: an announcement since
     // (this one included) leaves it stale, never wrong.
@@ -633,6 +661,11 @@ unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) no
     raw_off("a frame did not match the CPython layout");
   }
   return g_api_gc ? api_capture(out, max) : 0;
+}
+
+bool set_module_code(uint64_t code) noexcept {
+  uint64_t none = 0;
+  return code != 0 && g_module_code.compare_exchange_strong(none, code, std::memory_order_relaxed);
 }
 
 void note_code_event(int event) noexcept {

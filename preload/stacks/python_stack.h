@@ -56,6 +56,14 @@ uint64_t python_memo_hits() noexcept;
 // Of those, the frames answered without a read of their code object (code objects watched).
 uint64_t python_watched_hits() noexcept;
 
+// torch.nn.Module._wrapped_call_impl's code object, which every module call runs (told once by
+// the Python side, cumemtrace_torch_module_code): a frame of it gets the module it calls (its
+// first local, `self`) in its line word (wire::kPyModuleTag), for CPython 3.11+ whose frames keep
+// their locals in the frame (3.9 and 3.10: not read). False when told before or `code` is null.
+// Why frames and not a module hook: a global forward hook slows every module call (it turns off
+// Module._call_impl's fast path), while this costs one compare a frame and one load a module.
+bool set_module_code(uint64_t code) noexcept;
+
 // CPython's code watcher (3.12+, hooks/python_code.cpp): a code object was made (event 0) or is
 // being freed (1: answers memoized for frames stop being trusted), and the watcher's id once
 // registered (from then on the memos may trust the generation).

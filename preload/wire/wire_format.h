@@ -24,7 +24,7 @@
 namespace cumemtrace::wire {
 
 inline constexpr uint32_t kMagic = 0x52544d43;  // "CMTR" little-endian
-inline constexpr uint32_t kWireVersion = 10;
+inline constexpr uint32_t kWireVersion = 11;
 inline constexpr std::size_t kSlotBytes = 64;
 inline constexpr std::size_t kPayloadBytes = 56;
 inline constexpr std::size_t kFramesPerSlot = kPayloadBytes / sizeof(uint64_t);
@@ -114,7 +114,28 @@ enum class Kind : uint8_t {
                            // torch.multiprocessing.spawn worker has no launcher variables): extra
                            // slots = lines of "key=value", keys torch.distributed.rank,
                            // .world_size, .local_rank; they join the tool section's `rank` map
+  kTorchNames = 39,        // names the Python side gives (preload/python/cumemtrace_modules.py):
+                           // aux = kNamesModules or an OwnerRole, | kOwnersFirst on a table's first
+                           // record; extra slots = lines "<hex address> <name>\n" (modules: the
+                           // module object's address and its fully qualified name; a role: a
+                           // tensor's data pointer and its parameter's name), whole lines a record
 };
+
+// A Python frame of torch.nn.Module._wrapped_call_impl (the frame every module call makes, named
+// by cumemtrace_torch_module_code) carries the module it calls in its line word: the tag in the
+// top two bits (a plain line word is a non-negative line, or -1: top bits 00 or 11), the line in
+// the 15 bits below them (capped), the module object's address (its first local, `self`) in the
+// 47 bits below those (x86-64 user space). kTorchNames' modules table names the address.
+inline constexpr uint64_t kPyModuleTag = uint64_t{2} << 62;
+inline constexpr uint64_t kPyModuleTagMask = uint64_t{3} << 62;
+inline constexpr unsigned kPyModuleLineShift = 47;
+inline constexpr uint64_t kPyModuleLineMax = (uint64_t{1} << 15) - 1;
+inline constexpr uint64_t kPyModulePointerMask = (uint64_t{1} << kPyModuleLineShift) - 1;
+
+// kTorchNames' aux: what the table names (the module table, or the tensors of an ownership role:
+// OwnerRole's numbers) and whether the record starts a table (kOwnersFirst: it replaces that
+// role's previous table).
+inline constexpr uint64_t kNamesModules = 0;
 
 // kTorchOwners' aux: the role (snap::OwnerRole's numbers) and whether the record starts a walk.
 enum class OwnerRole : uint8_t {

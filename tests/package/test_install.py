@@ -35,6 +35,7 @@ def test_layout(moved):
         "bin/cumemtrace", "include/cumemtrace.h", "lib/cmake/cumemtrace/cumemtraceConfig.cmake",
         "lib/cmake/cumemtrace/cumemtraceConfigVersion.cmake",
         "lib/cumemtrace/fake/libcuda.so.1",
+        "lib/cumemtrace/python/cumemtrace_modules.py",
         "lib/cumemtrace/python/cumemtrace_phases.py",
         "lib/cumemtrace/python/cumemtrace_ranks.py",
         "lib/cumemtrace/python/cumemtrace_torch.py",

@@ -63,6 +63,8 @@ int main() {
          offsetof(_PyInterpreterFrame, prev_instr));
   expect("_PyInterpreterFrame.owner", L->frame_owner, offsetof(_PyInterpreterFrame, owner));
   expect("sizeof owner", 1, sizeof(_PyInterpreterFrame::owner));
+  expect("_PyInterpreterFrame.localsplus", L->frame_localsplus,
+         offsetof(_PyInterpreterFrame, localsplus));
 #if PY_VERSION_HEX >= 0x030C0000
   expect("FRAME_OWNED_BY_CSTACK", static_cast<size_t>(L->owner_not_python), FRAME_OWNED_BY_CSTACK);
   expect("max owner", static_cast<size_t>(L->max_owner), FRAME_OWNED_BY_CSTACK);

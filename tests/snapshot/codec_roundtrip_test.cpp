@@ -25,15 +25,17 @@ namespace {
 static_assert(sizeof(snap::TraceEntry) == 72);  // block_units: analysis only, never written
 static_assert(sizeof(snap::Segment) == 128);
 static_assert(sizeof(snap::Block) == 64);
-static_assert(sizeof(snap::Frame) == 72);
+static_assert(sizeof(snap::Frame) == 104);
 static_assert(sizeof(snap::Annotation) == 80);
 static_assert(sizeof(snap::PytorchInfo) == 208);
-static_assert(sizeof(snap::ToolSection) == 848);
+static_assert(sizeof(snap::ToolSection) == 872);
 static_assert(sizeof(snap::ContextMemory) == 72);
 
 snap::Snapshot every_field() {
   snap::Snapshot s;
-  s.stacks = {{{"train.py", 12, "step"}, {"caf\xc3\xa9.py", 3, "<module>"}},
+  s.stacks = {{{"train.py", 12, "step"},
+               {"module.py", 1775, "Module._wrapped_call_impl", "transformer.h.0.mlp"},
+               {"caf\xc3\xa9.py", 3, "<module>"}},
               {{"lib/x.so", 0, "ncclMemAlloc"}}};
   snap::Segment g;
   g.device = 1;
@@ -126,6 +128,8 @@ snap::Snapshot every_field() {
                   {{0x7f0000000000, 2 << 20}, {(uint64_t{1} << 53) - 1, 512}}},
                  {1002, snap::OwnerRole::kGradient, {}},
                  {1003, snap::OwnerRole::kOptimizerState, {{0x7f0000200000, 1 << 20}}}};
+  t.tensor_names = {{1001, snap::OwnerRole::kParameter, {{"139637976727552", "h.0.mlp.weight"}}},
+                    {1003, snap::OwnerRole::kOptimizerState, {}}};
   s.tool = t;
   return s;
 }
@@ -287,6 +291,12 @@ void same(const snap::Snapshot& a, const snap::Snapshot& b) {
     CHECK(t.ownership[i].time_us == u.ownership[i].time_us);
     CHECK(t.ownership[i].role == u.ownership[i].role);
     CHECK(t.ownership[i].tensors == u.ownership[i].tensors);
+  }
+  REQUIRE(t.tensor_names.size() == u.tensor_names.size());
+  for (size_t i = 0; i < t.tensor_names.size(); ++i) {
+    CHECK(t.tensor_names[i].time_us == u.tensor_names[i].time_us);
+    CHECK(t.tensor_names[i].role == u.tensor_names[i].role);
+    CHECK(t.tensor_names[i].names == u.tensor_names[i].names);
   }
   REQUIRE(t.pytorch.has_value() == u.pytorch.has_value());
   if (t.pytorch) {

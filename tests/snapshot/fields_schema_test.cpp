@@ -166,10 +166,10 @@ TEST_CASE("the tool section's field table matches schemas/snapshot.schema.json",
   const json schema = load_schema();
   check.object<snap::ToolSection>("cumemtrace", schema["properties"]["cumemtrace"]);
   // ToolSection, Ended, DeviceSummary, VmmHandle, ImportedMapping, HostAllocation, Anomaly,
-  // DriverMemorySample, PoolMemorySample, ContextMemory, OwnerWalk, PytorchInfo and its
-  // AllocatorConfChange, MemoryFractionChange, PrivatePoolUse.
-  CHECK(check.objects == 15);
-  CHECK(check.fields == 96);
+  // DriverMemorySample, PoolMemorySample, ContextMemory, OwnerWalk, TensorNames, PytorchInfo and
+  // its AllocatorConfChange, MemoryFractionChange, PrivatePoolUse.
+  CHECK(check.objects == 16);
+  CHECK(check.fields == 100);
 }
 
 TEST_CASE("the annotation field table matches schemas/snapshot.schema.json", "[snapshot][fields]") {

@@ -45,6 +45,13 @@ class TorchRunBuilder {
     s_.stacks.push_back(st);
     return static_cast<int32_t>(s_.stacks.size() - 1);
   }
+  // Any stack, innermost frame first (one equal to an earlier one is that one).
+  int32_t stack(const snap::Stack& st) {
+    for (size_t i = 0; i < s_.stacks.size(); ++i)
+      if (s_.stacks[i] == st) return static_cast<int32_t>(i);
+    s_.stacks.push_back(st);
+    return static_cast<int32_t>(s_.stacks.size() - 1);
+  }
   int32_t native(const std::string& lib, const std::string& fn) {
     s_.stacks.push_back({{"libcudart.so.12", 0, "cudaMalloc"}, {lib, 0, fn}});
     return static_cast<int32_t>(s_.stacks.size() - 1);
@@ -89,6 +96,12 @@ class TorchRunBuilder {
   }
   void walk(int64_t t, snap::OwnerRole role, std::vector<std::pair<uint64_t, uint64_t>> tensors) {
     s_.tool->ownership.push_back({t, role, std::move(tensors)});
+  }
+  // The names of a walk's tensors (cumemtrace_modules.py): data pointer -> parameter name.
+  void names(int64_t t, snap::OwnerRole role, std::vector<std::pair<uint64_t, std::string>> names) {
+    snap::TensorNames n{t, role, {}};
+    for (auto& [p, name] : names) n.names.emplace(std::to_string(p), std::move(name));
+    s_.tool->tensor_names.push_back(std::move(n));
   }
 
   snap::Snapshot finish() {

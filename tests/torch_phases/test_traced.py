@@ -20,13 +20,13 @@ STEP = [("auto:zero_grad", "START"), ("auto:zero_grad", "END"),
         ("auto:optimizer", "START"), ("auto:optimizer", "END"), ("auto:step", "MARK")]
 
 
-def run(tmp_path, **env):
+def run(tmp_path, script=SCRIPT, **env):
     out = tmp_path / "traces"
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("CUMEMTRACE_", "FAKE_CUDA_")) and k != "LD_PRELOAD"}
     e["LD_LIBRARY_PATH"] = os.path.join(BUILD, "fake") + ":" + os.path.join(BUILD, "lib")
     e.update(env)
-    p = subprocess.run([CT, "run", "-o", str(out), "--", sys.executable, SCRIPT], env=e,
+    p = subprocess.run([CT, "run", "-o", str(out), "--", sys.executable, script], env=e,
                        capture_output=True, text=True, timeout=300)
     files = sorted(glob.glob(os.path.join(str(out), "*.json")))
     assert p.returncode == 0, p.stderr

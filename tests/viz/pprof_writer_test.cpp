@@ -222,8 +222,11 @@ TEST_CASE("pprof: runtime frames inside the site left out, modules as mappings, 
        {"/opt/lib/libfoo.so", 0, "foo_alloc"},
        {"main.cpp", 3, "main"}},
       // A Python program's tensor: the library's frame the user's line called comes first, as
-      // report's row "step (train.py:76) via forward (linear.py:134)" names both.
+      // report's row "step (train.py:76) via forward (linear.py:134)" names both. Made inside a
+      // module call: its sample carries the module's name.
       {{"/usr/lib/python3.12/site-packages/torch/nn/modules/linear.py", 134, "forward"},
+       {"/usr/lib/python3.12/site-packages/torch/nn/modules/module.py", 1775,
+        "Module._wrapped_call_impl", "h.0.mlp"},
        {"/home/u/train.py", 76, "step"},
        {"/home/u/train.py", 90, "<module>"}},
   };
@@ -276,6 +279,8 @@ TEST_CASE("pprof: runtime frames inside the site left out, modules as mappings, 
   REQUIRE(py.stack[1].line == 76);
   REQUIRE(py.stack[2].name == "<module>");  // a Python name is never folded
   REQUIRE(py.values == std::vector<int64_t>{0, 0, 1, 300, 1, 300});
+  REQUIRE(py.labels.at("module") == "h.0.mlp");
+  REQUIRE(foo.labels.count("module") == 0);
   const Sample& none = *by.at(std::string(analysis::kNoStackSite) + "@cuda:0/");
   REQUIRE(none.stack.size() == 1);
   REQUIRE(none.values == std::vector<int64_t>{0, 0, 1, 100, 1, 100});

@@ -1,0 +1,182 @@
+"""Module names for the "by module" view, with no change to the script and no module hook.
+
+Each tensor made inside a module call carries that module: the preload reads the module object
+(`self`) of every torch.nn.Module._wrapped_call_impl frame it meets in the allocating thread's
+Python stack (preload/stacks/python_stack.h), once told that code object's address here
+(cumemtrace_torch_module_code). This file gives the collector the names to join by address
+(design.md §9): at most once per root and per step, always from the automatic phases' hooks
+(cumemtrace_phases.py), never from an allocation hook:
+  - the module table: every module of a root (named_modules()) by its object's address, with its
+    fully qualified name; the root itself by its class name; wrapper prefixes (DDP's `module.`,
+    torch.compile's `_orig_mod.`, FSDP1's `_fsdp_wrapped_module.`, checkpoint_wrapper's
+    `_checkpoint_wrapped_module.`) stripped, so names are the user's model's. Sent when a root is
+    found, and again at a step when a root's module count changed;
+  - beside each ownership walk the phases send (parameters, gradients, optimizer state), the name
+    of each tensor's parameter by its data pointer (a gradient and an optimizer state tensor are
+    named after their parameter), so that the collector puts them on the parameter's module.
+Why a global forward hook is not used instead: it turns off Module._call_impl's fast path for
+every module call (docs/pytorch.md); the frames already hold the module.
+What is missed, by design: modules called outside any root the phases found (no name: the tensor
+goes to its innermost named module, or none); CPython 3.9/3.10 (frames keep locals elsewhere: no
+module on frames); code compiled by torch.compile (no frames inside: the compiled root's name).
+Errors: the caller (Phases) turns everything off with one `cumemtrace:` line.
+"""
+import ctypes
+import sys
+import weakref
+
+NAMES_MODULES = 0  # wire kNamesModules; the ownership roles are 1..3 (cumemtrace_phases)
+
+# Prefixes wrappers put before the wrapped model's names (reference: pytorch-trainers.md §5).
+WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.",
+                    "_checkpoint_wrapped_module.")
+WRAPPER_NAMES = tuple(p[:-1] for p in WRAPPER_PREFIXES)
+
+# One record's text at most (wire kMaxExtraSlots * kPayloadBytes).
+RECORD_BYTES = 64 * 56
+
+
+def strip_wrappers(name):
+    """The wrapped model's name of a module or parameter: wrapper components dropped wherever
+    they occur (DDP(compile(model)) gives `module._orig_mod.h.0`)."""
+    parts = [p for p in name.split(".") if p not in WRAPPER_NAMES] if name else []
+    return ".".join(parts)
+
+
+def module_names(root):
+    """{id(module): name} for every module of `root`: the root by its class name (the wrapped
+    model's class when the root is a wrapper), the others by their stripped fully qualified
+    name. A module reachable by several names keeps the first (named_modules' own rule)."""
+    names = {}
+    inner = root
+    for name, m in root.named_modules():
+        fqn = strip_wrappers(name)
+        if not fqn:
+            inner = m  # the wrapped model (or the root itself)
+        names.setdefault(id(m), fqn)
+    label = type(getattr(inner, "_orig_mod", inner)).__name__
+    return {k: (v if v else label) for k, v in names.items()}
+
+
+def parameter_names(roots):
+    """{id(parameter): stripped fully qualified name} over the roots' named_parameters()."""
+    names = {}
+    for root in roots:
+        for name, p in root.named_parameters(remove_duplicate=True):
+            names.setdefault(id(p), strip_wrappers(name))
+    return names
+
+
+def lines_records(pairs):
+    """The (address, name) pairs as texts of whole "<hex> <name>\\n" lines, each at most one
+    record long (a longer line is cut: names are never that long)."""
+    out, cur, size = [], [], 0
+    for address, name in pairs:
+        line = ("%x %s\n" % (address, name)).encode("utf-8", "replace")[:RECORD_BYTES]
+        if size + len(line) > RECORD_BYTES and cur:
+            out.append(b"".join(cur))
+            cur, size = [], 0
+        cur.append(line)
+        size += len(line)
+    out.append(b"".join(cur))
+    return out
+
+
+class PreloadNames:
+    """Sends through libcumemtrace.so's exported functions (include/cumemtrace.h), GIL held."""
+
+    def __init__(self):
+        lib = ctypes.PyDLL(None)
+        self._code = lib.cumemtrace_torch_module_code
+        self._code.argtypes, self._code.restype = [ctypes.c_void_p], ctypes.c_int
+        self._names = lib.cumemtrace_torch_names
+        self._names.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint64]
+        self._names.restype = ctypes.c_int
+
+    def module_code(self, address):
+        self._code(address)
+
+    def names(self, what, pairs):
+        for i, text in enumerate(lines_records(pairs)):
+            self._names(what, 1 if i == 0 else 0, text, len(text))
+
+
+class Modules:
+    """The names side of the phases: `sink` has module_code(address) and names(what, pairs)."""
+
+    def __init__(self, torch, sink):
+        self._tensor = torch.Tensor
+        self._sink = sink
+        self._counts = {}  # id(root) -> its module count when its table was sent
+        self._table = {}  # id(module) -> name, over every root sent
+        self._roots = weakref.WeakSet()  # every root named, for parameter names
+        self._param_names = None  # id(parameter) -> name; None: to rebuild
+        self._sent_roles = {}  # role -> the pairs last sent
+        code = torch.nn.Module._wrapped_call_impl.__code__
+        # `self` must be the frame's first local and no cell (a cell would hold it indirectly).
+        if code.co_varnames[:1] != ("self",) or "self" in code.co_cellvars:
+            raise RuntimeError("Module._wrapped_call_impl's first local is not `self`")
+        self._sink.module_code(id(code))
+
+    def on_root(self, root):
+        """A root was found (its forward is starting): its modules' names."""
+        self._roots.add(root)
+        self._send_table(root, sum(1 for _ in root.modules()))
+
+    def on_step(self):
+        """At a step's end: a root whose module count changed is named again."""
+        for root in list(self._roots):
+            count = sum(1 for _ in root.modules())
+            if self._counts.get(id(root)) != count:
+                self._send_table(root, count)
+
+    def _send_table(self, root, count):
+        self._counts[id(root)] = count
+        self._table.update(module_names(root))
+        self._param_names = None
+        self._sink.names(NAMES_MODULES, sorted(self._table.items()))
+
+    def on_owners(self, role, found, params, optimizers):
+        """The phases sent `found` ({data pointer: bytes}) for `role` (1 parameters, 2 gradients,
+        3 optimizer state) over `params` and `optimizers`: each pointer gets the name of its
+        parameter (a pointer of no named parameter gets none). Other roles (inputs, unsharded
+        parameters) are not named."""
+        if role not in (1, 2, 3):
+            return
+        names = self._param_names
+        if names is None or any(id(p) not in names for p in params):
+            names = self._param_names = parameter_names(list(self._roots))
+        if role == 1:
+            owned = ((p, (p,)) for p in params)
+        elif role == 2:
+            owned = ((p, (p.grad,)) for p in params if p.grad is not None)
+        else:
+            tensor = self._tensor
+            owned = ((p, [v for v in st.values() if isinstance(v, tensor)])
+                     for opt in optimizers for p, st in opt.state.items())
+        pairs = {}
+        for p, tensors in owned:
+            name = names.get(id(p))
+            if name is None:
+                continue
+            for t in tensors:
+                try:
+                    ptr = t.data_ptr()
+                except RuntimeError:  # a layout without one block, as the walk skips it
+                    continue
+                if ptr in found and ptr not in pairs:
+                    pairs[ptr] = name
+        pairs = tuple(sorted(pairs.items()))
+        if self._sent_roles.get(role) == pairs:
+            return
+        self._sent_roles[role] = pairs
+        self._sink.names(role, pairs)
+
+
+def make(torch, err=None):
+    """Modules with the preload's sink, or None (one `cumemtrace:` line) when it cannot be."""
+    try:
+        return Modules(torch, PreloadNames())
+    except (AttributeError, RuntimeError, OSError) as e:
+        (err or sys.stderr).write("cumemtrace: no module names (%s: %s)\n" % (type(e).__name__, e))
+        return None

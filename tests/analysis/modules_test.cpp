@@ -1,0 +1,235 @@
+// The by-module view (modules.h) of a PyTorch run built by hand, with exact bytes: a model Net
+// with a root parameter `scale`, a child `enc` and a ModuleList `dec` of two children, trained
+// two steps (zero_grad(set_to_none) at each step's start); its module calls' frames carry module
+// names (Frame::module, the innermost first) and its walks carry tensor names. Rows at depth 1
+// and 2: parameters, gradients and optimizer state by their parameter's module, the activations
+// each module saved, and PyTorch's allocated bytes at the worst allocation of each in forward and
+// backward (worked out by hand below).
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/diff.h"
+#include "analysis/modules.h"
+#include "analysis/report.h"
+#include "support/torch_run_builder.h"
+
+using namespace cumemtrace;
+using namespace cumemtrace::analysis;
+using testing::TorchRunBuilder;
+
+namespace {
+
+constexpr uint64_t MiB = 1 << 20;
+
+// A frame of Module._wrapped_call_impl calling `module`.
+snap::Frame call(const std::string& module) {
+  return {"/venv/torch/nn/modules/module.py", 1775, "Module._wrapped_call_impl", module};
+}
+
+// The stack of an op at model.py:`line` inside `modules` (outermost first).
+snap::Stack in_modules(int64_t line, const std::vector<std::string>& modules) {
+  snap::Stack st = {{"model.py", line, "forward"}};
+  for (auto m = modules.rbegin(); m != modules.rend(); ++m) {
+    st.push_back(call(*m));
+    st.push_back({"model.py", line - 10, "forward"});
+  }
+  st.push_back({"train.py", 40, "<module>"});
+  return st;
+}
+
+// Parameters (MiB): scale 1 (Net's own), enc.weight 4, dec.0.weight 2, dec.1.weight 1; Adam state
+// twice each weight's (scale has none). Allocated (MiB) at the start of step 2: params 8 + state 14
+// = 22. Forward: enc saves 3 (25) and makes a 1 MiB temporary (26, then 25); dec.0 saves 2 (27),
+// dec.1 saves 1 (28). Backward (autograd's thread, no Python): dec.1's saved tensor freed (27),
+// its gradient 1 (28); dec.0's freed (26), its gradient 2 (28); an autograd buffer 1 (29, then
+// 28); enc's freed (25), its gradient 4 (29).
+snap::Snapshot net_run() {
+  TorchRunBuilder b;
+  const auto ag = TorchRunBuilder::kAutogradTid;
+  const auto setup = b.line("train.py", 10, "<module>");
+  const auto enc = b.stack(in_modules(20, {"Net", "enc"}));
+  const auto dec0 = b.stack(in_modules(30, {"Net", "dec.0"}));
+  const auto dec1 = b.stack(in_modules(30, {"Net", "dec.1"}));
+  const auto engine = b.native("libtorch_cpu.so", "torch::autograd::generated::MmBackward0::apply");
+  const auto adam = b.line("adam.py", 178, "_init_group");
+  const uint64_t scale = 0x100000000, w_enc = 0x100100000, w_dec0 = 0x100500000,
+                 w_dec1 = 0x100700000;
+  b.segment(1, 0x100000000, 256 * MiB);
+  b.alloc(10, scale, 1 * MiB, setup);
+  b.alloc(11, w_enc, 4 * MiB, setup);
+  b.alloc(12, w_dec0, 2 * MiB, setup);
+  b.alloc(13, w_dec1, 1 * MiB, setup);
+  b.walk(20, snap::OwnerRole::kParameter,
+         {{scale, 1 * MiB}, {w_enc, 4 * MiB}, {w_dec0, 2 * MiB}, {w_dec1, 1 * MiB}});
+  b.names(20, snap::OwnerRole::kParameter,
+          {{scale, "scale"},
+           {w_enc, "enc.weight"},
+           {w_dec0, "dec.0.weight"},
+           {w_dec1, "dec.1.weight"}});
+  const uint64_t g_enc = 0x101000000, g_dec0 = 0x101400000, g_dec1 = 0x101600000;
+  const uint64_t s_enc = 0x102000000, s_dec0 = 0x102800000, s_dec1 = 0x102c00000;
+  for (int k = 0; k < 2; ++k) {
+    const int64_t t = 1000 * (k + 1);
+    if (k > 0) {  // zero_grad(set_to_none=True)
+      b.free(t, g_enc);
+      b.free(t + 1, g_dec0);
+      b.free(t + 2, g_dec1);
+    }
+    b.phase(t + 10, t + 100, "auto:forward");
+    b.alloc(t + 20, 0x103000000, 3 * MiB, enc);
+    b.alloc(t + 21, 0x103300000, 1 * MiB, enc);
+    b.free(t + 22, 0x103300000);
+    b.alloc(t + 30, 0x103400000, 2 * MiB, dec0);
+    b.alloc(t + 40, 0x103600000, 1 * MiB, dec1);
+    b.phase(t + 110, t + 200, "auto:backward");
+    b.free(t + 120, 0x103600000, ag);
+    b.alloc(t + 121, g_dec1, 1 * MiB, engine, ag);
+    b.free(t + 130, 0x103400000, ag);
+    b.alloc(t + 131, g_dec0, 2 * MiB, engine, ag);
+    b.alloc(t + 140, 0x103700000, 1 * MiB, engine, ag);
+    b.free(t + 141, 0x103700000, ag);
+    b.free(t + 150, 0x103000000, ag);
+    b.alloc(t + 151, g_enc, 4 * MiB, engine, ag);
+    b.phase(t + 210, t + 300, "auto:optimizer");
+    if (k == 0) {
+      b.alloc(t + 220, s_enc, 8 * MiB, adam);
+      b.alloc(t + 221, s_dec0, 4 * MiB, adam);
+      b.alloc(t + 222, s_dec1, 2 * MiB, adam);
+      b.walk(t + 300, snap::OwnerRole::kOptimizerState,
+             {{s_enc, 8 * MiB}, {s_dec0, 4 * MiB}, {s_dec1, 2 * MiB}});
+      b.names(t + 300, snap::OwnerRole::kOptimizerState,
+              {{s_enc, "enc.weight"}, {s_dec0, "dec.0.weight"}, {s_dec1, "dec.1.weight"}});
+    }
+    b.walk(t + 300, snap::OwnerRole::kGradient,
+           {{g_enc, 4 * MiB}, {g_dec0, 2 * MiB}, {g_dec1, 1 * MiB}});
+    b.names(t + 300, snap::OwnerRole::kGradient,
+            {{g_enc, "enc.weight"}, {g_dec0, "dec.0.weight"}, {g_dec1, "dec.1.weight"}});
+    b.mark(t + 300, "auto:step");
+  }
+  return b.finish();
+}
+
+const ModuleRow* find(const ModuleView& v, const std::string& name) {
+  for (const auto& r : v.rows)
+    if (r.module == name) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("module_at_depth keeps the first components") {
+  REQUIRE(module_at_depth("transformer.h.0.mlp", 1) == "transformer");
+  REQUIRE(module_at_depth("transformer.h.0.mlp", 2) == "transformer.h");
+  REQUIRE(module_at_depth("transformer.h.0.mlp", 3) == "transformer.h.0");
+  REQUIRE(module_at_depth("transformer.h.0.mlp", 9) == "transformer.h.0.mlp");
+  REQUIRE(module_at_depth("GPT2LMHeadModel", 1) == "GPT2LMHeadModel");
+  REQUIRE(module_at_depth("(backward)", 1) == "(backward)");
+}
+
+TEST_CASE("by module at depth 1: each module's subtree, exact bytes") {
+  const auto s = net_run();
+  REQUIRE(stack_module(s, 1) == "enc");  // the innermost module call's
+  const auto v = build_module_view(s, 1);
+  REQUIRE(v);
+  REQUIRE(v->reference == "end of step 2");
+  std::vector<std::string> order;
+  for (const auto& r : v->rows) order.push_back(r.module);
+  // By parameters + gradients + state + activations: enc 4+4+8+3, dec 3+3+6+3, Net 1; the
+  // autograd buffers' row holds only its backward peak.
+  REQUIRE(order == std::vector<std::string>{"enc", "dec", "Net", "(backward)"});
+  const auto* enc = find(*v, "enc");
+  CHECK(enc->parameters == 4 * MiB);
+  CHECK(enc->gradients == 4 * MiB);
+  CHECK(enc->optimizer_state == 8 * MiB);
+  CHECK(enc->activations == 3 * MiB);
+  CHECK(enc->forward_peak == 26 * MiB);
+  CHECK(enc->backward_peak == 29 * MiB);
+  const auto* dec = find(*v, "dec");
+  CHECK(dec->parameters == 3 * MiB);
+  CHECK(dec->gradients == 3 * MiB);
+  CHECK(dec->optimizer_state == 6 * MiB);
+  CHECK(dec->activations == 3 * MiB);
+  CHECK(dec->forward_peak == 28 * MiB);
+  CHECK(dec->backward_peak == 28 * MiB);
+  const auto* net = find(*v, "Net");
+  CHECK(net->parameters == 1 * MiB);
+  CHECK(net->gradients == 0);
+  CHECK(net->forward_peak == 0);
+  const auto* bw = find(*v, "(backward)");
+  CHECK(bw->total() == 0);
+  CHECK(bw->backward_peak == 29 * MiB);
+}
+
+TEST_CASE("by module at depth 2: the ModuleList's children apart") {
+  const auto v = build_module_view(net_run(), 2);
+  REQUIRE(v);
+  const auto* d0 = find(*v, "dec.0");
+  const auto* d1 = find(*v, "dec.1");
+  REQUIRE(d0);
+  REQUIRE(d1);
+  REQUIRE(find(*v, "dec") == nullptr);
+  CHECK(d0->parameters == 2 * MiB);
+  CHECK(d0->gradients == 2 * MiB);
+  CHECK(d0->optimizer_state == 4 * MiB);
+  CHECK(d0->activations == 2 * MiB);
+  CHECK(d0->forward_peak == 27 * MiB);
+  CHECK(d0->backward_peak == 28 * MiB);
+  CHECK(d1->parameters == 1 * MiB);
+  CHECK(d1->optimizer_state == 2 * MiB);
+  CHECK(d1->activations == 1 * MiB);
+  CHECK(d1->forward_peak == 28 * MiB);
+  CHECK(d1->backward_peak == 28 * MiB);
+}
+
+TEST_CASE("the report carries the by-module view (text and json); none without names") {
+  const auto s = net_run();
+  const SiteTable sites(s);
+  const auto r = build_report(s, sites, "net.json", {}, 2);
+  REQUIRE(r.modules);
+  std::ostringstream text;
+  print_report_text(r, s, sites, ReportOptions{}, text);
+  CHECK(text.str().find("By module (depth 2; parameters, gradients, optimizer state at the end "
+                        "of step 2") != std::string::npos);
+  CHECK(text.str().find("  dec.0 ") != std::string::npos);
+  const auto j = report_json(r, s, sites, ReportOptions{});
+  CHECK(j["modules"]["depth"] == 2);
+  CHECK(j["modules"]["rows"][0]["module"] == "enc");
+  CHECK(j["modules"]["rows"][0]["optimizer_state"] == 8 * MiB);
+
+  auto plain = s;
+  plain.tool->tensor_names.clear();
+  for (auto& st : plain.stacks)
+    for (auto& f : st) f.module.clear();
+  std::string why;
+  CHECK_FALSE(build_module_view(plain, 1, &why));
+  CHECK(why.starts_with("no module names"));
+  CHECK(report_json(build_report(plain, sites, "p.json"), plain, sites, ReportOptions{})["modules"]
+            .is_null());
+}
+
+TEST_CASE("diff compares the by-module views row by row") {
+  const auto base = net_run();
+  auto now = net_run();
+  // The new run's enc saves 2 MiB more: its saved tensor grows from 3 to 5 MiB in every step.
+  auto& tr = now.device_traces[0];
+  for (auto& e : tr)
+    if (e.addr == 0x103000000) e.size = 5 * MiB;
+  const auto d = diff_snapshots(base, "a.json", now, "b.json", 1);
+  std::map<std::string, std::pair<int64_t, int64_t>> changed;
+  for (const auto& v : d.modules)
+    if (v.base != v.now) changed[v.name] = {v.base, v.now};
+  // enc's activations and its forward peak; every later allocation's allocated bytes in the step
+  // (dec's forward peak, every backward peak before enc's saved tensor is freed) shift too.
+  CHECK(changed.at("enc: activations") == std::pair<int64_t, int64_t>{3 * MiB, 5 * MiB});
+  CHECK(changed.at("enc: forward peak") == std::pair<int64_t, int64_t>{26 * MiB, 28 * MiB});
+  CHECK(changed.at("dec: forward peak") == std::pair<int64_t, int64_t>{28 * MiB, 30 * MiB});
+  CHECK(changed.at("dec: backward peak") == std::pair<int64_t, int64_t>{28 * MiB, 30 * MiB});
+  CHECK(changed.at("(backward): backward peak") == std::pair<int64_t, int64_t>{29 * MiB, 31 * MiB});
+  CHECK(changed.count("enc: parameters") == 0);
+  CHECK(changed.count("enc: backward peak") == 0);  // enc's gradient comes after its freed
+  CHECK(changed.size() == 5);
+}

@@ -1,0 +1,233 @@
+"""Real-GPU check of the by-module view (issue 54 item 3): a GPT-style model and transformers'
+GPT-2 (tiny config built here, no download), unmarked, trained under cumemtrace; the report's
+per-module table (depth 1 and 2) against the models' own named_parameters() sums and against
+PyTorch's MemTracker (torch.distributed._tools.mem_tracker) run on the same loop in its own
+process. Prints '| what | PASS/FAIL | ours / theirs |' rows; exit 1 on any FAIL or error.
+
+Usage: python3 tests/gpu/validate_modules.py [BUILD (default build)] [OUT (default
+/tmp/cumemtrace-modules)]. About a minute on an H100.
+
+What must agree, per module row that MemTracker also has (a called module at that depth):
+- parameters: exactly the sum of named_parameters() under the row (a tied weight counts under
+  its first name, as named_parameters() lists it);
+- activations (what the module's forward saved, alive when backward starts) with MemTracker's
+  activations the module's forward left (its Post-Forward minus Pre-Forward "Activation"),
+  within 1%;
+- the forward peak (PyTorch's allocated bytes at the row's worst allocation in forward) with
+  MemTracker's Peak-Forward total for the module, within 1%.
+The backward peak is printed for information (INFO): backward buffers carry no module yet
+(autograd's engine thread runs no Python), only gradients do, through their parameter.
+"""
+import json
+import os
+import subprocess
+import sys
+
+STEPS = 3
+MIB = 1 << 20
+
+
+def build(name):
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(0)
+    if name == "gpt":
+        class Block(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+                self.attn = nn.MultiheadAttention(d, 8, batch_first=True)
+                self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+            def forward(self, x):
+                h = self.ln1(x)
+                x = x + self.attn(h, h, h, need_weights=False)[0]
+                return x + self.mlp(self.ln2(x))
+
+        class GPT(nn.Module):
+            def __init__(self, vocab=4096, d=512, layers=4):
+                super().__init__()
+                self.wte = nn.Embedding(vocab, d)
+                self.h = nn.ModuleList([Block(d) for _ in range(layers)])
+                self.ln_f = nn.LayerNorm(d)
+                self.head = nn.Linear(d, vocab, bias=False)
+
+            def forward(self, idx):
+                x = self.wte(idx)
+                for b in self.h:
+                    x = b(x)
+                return self.head(self.ln_f(x))
+
+        model = GPT()
+        vocab = 4096
+    else:
+        import transformers
+        cfg = transformers.GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=4096,
+                                      n_positions=256)
+        model = transformers.GPT2LMHeadModel(cfg)
+        vocab = 4096
+    model = model.cuda()
+    idx = torch.randint(0, vocab, (8, 256), device="cuda")
+    return model, idx
+
+
+def logits_of(out):
+    return out.logits if hasattr(out, "logits") else out
+
+
+def train(name, truth_path, memtracker):
+    import torch
+    model, idx = build(name)
+    opt = torch.optim.Adam(model.parameters())
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits_of(model(idx)).float().pow(2).mean().backward()
+        opt.step()
+
+    result = {}
+    if memtracker:
+        from torch.distributed._tools.mem_tracker import MemTracker, _ModState
+        mt = MemTracker()
+        mt.track_external(model, opt)
+        with mt:
+            for i in range(STEPS):
+                if i:
+                    mt.reset_mod_stats()
+                step()
+            stats = {}
+            root = type(model).__name__
+            for mod, st in mt.memory_tracking.items():
+                fqn = st.mod_fqn
+                fqn = fqn[len(root) + 1:] if fqn.startswith(root + ".") else fqn
+
+                def total(state, kind):
+                    snaps = st.snapshots.get(state) or []
+                    if not snaps:
+                        return None
+                    for d, cats in snaps[-1].items():
+                        if str(d).startswith("cuda"):
+                            return cats.get(kind, 0)
+                    return 0
+                pre, post = total(_ModState.PRE_FW, "Activation"), total(_ModState.POST_FW,
+                                                                          "Activation")
+                stats[fqn] = {"parameter_mem": st.parameter_mem,
+                              "activations": None if pre is None or post is None else post - pre,
+                              "peak_forward": total(_ModState.PEAK_FW, "Total"),
+                              "peak_backward": total(_ModState.PEAK_BW, "Total")}
+        result["memtracker"] = stats
+    else:
+        for _ in range(STEPS):
+            step()
+        torch.cuda.synchronize()
+        params = {}
+        for n, p in model.named_parameters():
+            params[n] = p.numel() * p.element_size()
+        result["parameters"] = params
+        result["root"] = type(model).__name__
+    with open(truth_path, "w") as f:
+        json.dump(result, f)
+
+
+rows, failed = [], []
+
+
+def row(what, status, detail):
+    rows.append("| %-58s | %s | %s" % (what, status, detail))
+    if status == "FAIL":
+        failed.append(what)
+
+
+def within(ours, theirs, share=0.01):
+    return theirs is not None and abs(ours - theirs) <= share * max(abs(theirs), 1)
+
+
+def mib(b):
+    return "None" if b is None else "%.3f MiB" % (b / MIB)
+
+
+def compare(name, out, ct):
+    snaps = [os.path.join(out, "t_" + name, f) for f in os.listdir(os.path.join(out, "t_" + name))
+             if f.endswith(".json") and ".oom." not in f]
+    if len(snaps) != 1:
+        row("%s: one snapshot" % name, "FAIL", str(snaps))
+        return
+    truth = json.load(open(os.path.join(out, "truth_%s.json" % name)))
+    mt = json.load(open(os.path.join(out, "mt_%s.json" % name)))["memtracker"]
+    for depth in (1, 2):
+        rep = subprocess.run([ct, "report", "--format", "json", "--top", "1000", "--module-depth",
+                              str(depth), snaps[0]], capture_output=True, text=True)
+        if rep.returncode != 0:
+            row("%s: report at depth %d" % (name, depth), "FAIL", rep.stderr.strip()[:200])
+            continue
+        view = json.loads(rep.stdout).get("modules")
+        if not view:
+            row("%s: report has a by-module view" % name, "FAIL", "modules: null")
+            continue
+        ours = {r["module"]: r for r in view["rows"]}
+        want = {}
+        for n, b in truth["parameters"].items():
+            module = n.rsplit(".", 1)[0] if "." in n else truth["root"]
+            key = ".".join(module.split(".")[:depth]) if "." in n else module
+            want[key] = want.get(key, 0) + b
+        for key, b in sorted(want.items()):
+            got = ours.get(key, {}).get("parameters", 0)
+            row("%s d%d %s: parameters = named_parameters()" % (name, depth, key),
+                "PASS" if got == b else "FAIL", "%d / %d" % (got, b))
+        for key, r in sorted(ours.items()):
+            m = mt.get(key)
+            if m is None or key == truth["root"]:
+                # not a called module (a ModuleList), ours only ("(backward)"), or the root, whose
+                # row holds what the root's own code made (MemTracker's: its whole subtree)
+                continue
+            if m["activations"]:
+                ok = within(r["activations"], m["activations"])
+                row("%s d%d %s: activations ~ MemTracker (1%%)" % (name, depth, key),
+                    "PASS" if ok else "FAIL", "%s / %s" % (mib(r["activations"]),
+                                                         mib(m["activations"])))
+            if m["peak_forward"]:
+                ok = within(r["forward_peak"], m["peak_forward"])
+                row("%s d%d %s: forward peak ~ MemTracker Peak-Forward (1%%)" % (name, depth, key),
+                    "PASS" if ok else "FAIL", "%s / %s" % (mib(r["forward_peak"]),
+                                                         mib(m["peak_forward"])))
+            if m["peak_backward"]:
+                row("%s d%d %s: backward peak vs MemTracker Peak-Backward" % (name, depth, key),
+                    "INFO", "%s / %s" % (mib(r["backward_peak"]), mib(m["peak_backward"])))
+
+
+def main():
+    if len(sys.argv) >= 4 and sys.argv[1] in ("--train", "--memtracker"):
+        train(sys.argv[2], sys.argv[3], sys.argv[1] == "--memtracker")
+        return 0
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    build_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "build")
+    out = sys.argv[2] if len(sys.argv) > 2 else "/tmp/cumemtrace-modules"
+    ct = os.path.join(build_dir, "bin", "cumemtrace")
+    os.makedirs(out, exist_ok=True)
+    me = os.path.abspath(__file__)
+    for name in ("gpt", "gpt2"):
+        t_dir = os.path.join(out, "t_" + name)
+        subprocess.run(["rm", "-rf", t_dir])
+        p = subprocess.run([ct, "run", "-q", "-o", t_dir, "--", sys.executable, me, "--train",
+                            name, os.path.join(out, "truth_%s.json" % name)],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            row("%s: traced run" % name, "FAIL", p.stderr.strip()[-300:])
+            continue
+        p = subprocess.run([sys.executable, me, "--memtracker", name,
+                            os.path.join(out, "mt_%s.json" % name)], capture_output=True, text=True)
+        if p.returncode != 0:
+            row("%s: MemTracker run" % name, "FAIL", p.stderr.strip()[-300:])
+            continue
+        try:
+            compare(name, out, ct)
+        except Exception as e:  # a validator that could not judge fails
+            row("%s: comparison" % name, "FAIL", "%s: %s" % (type(e).__name__, e))
+    print("| %-58s | result | ours / theirs" % "check")
+    print("\n".join(rows))
+    print("%d checks, %d failed" % (len([r for r in rows if "| INFO |" not in r]), len(failed)))
+    return 1 if failed or not rows else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
