@@ -132,16 +132,16 @@ fi
 # predicts each setting's real re-run (OOM or not, reserved peak to the byte), a CUDA graph run is
 # refused naming its private pool.
 validate validate_allocator python3 tests/gpu/validate_allocator.py "$P" "$OUT/allocator"
-# 10. The HTML pages of real runs held to the CLI's documents; the trainers (Lightning,
+# 10. The HTML pages of real runs (ledger, step axis, OOM card what-if, job and diff pages) held
+# to the CLI's documents, drawn where Chromium is; the trainers (Lightning,
 # transformers, accelerate, FSDP2) in the user's terms.
 validate validate_html_pages python3 tests/gpu/validate_html_pages.py "$P" "$OUT/html-pages"
 validate validate_trainers python3 tests/gpu/validate_trainers.py "$P" "$OUT/trainers"
-# 11. A job's first OOM (issue 58): rank 1 out of memory, rank 0 killed by torchrun.
+# 11. By module (issue 54): per-module parameters, activations and forward peaks against
+# MemTracker on a GPT-style model and transformers' GPT-2.
+validate validate_modules python3 tests/gpu/validate_modules.py "$P" "$OUT/modules"
+# 12. A job's first OOM (issue 58): rank 1 out of memory, rank 0 killed by torchrun.
 validate validate_job_oom bash tests/gpu/validate_job_oom.sh "$P" "$OUT/job-oom"
-
-# 9. The HTML pages on real runs: the ledger, the OOM card's what-if table, the job and diff
-# pages held to the CLI's documents, drawn where Chromium is (issue 56).
-validate validate_html_pages python3 tests/gpu/validate_html_pages.py "$P" "$OUT/html-pages"
 
 nvidia-smi -L | head -2
 verdict

@@ -327,7 +327,7 @@ TEST_CASE("rank table: the job's first OOM, the OOMs and live at exit per row", 
   INFO(text.str());
   CHECK(text.str().find("\nFirst OOM of the job (the first of 2 OOMs in 2 processes): rank 1/2 "
                         "(local 1) on ci (pid 101) on cuda:0 at +0.000020 s since the job's "
-                        "start: exhaustion: 1 GiB requested,") != std::string::npos);
+                        "start: exhaustion: 1.00 GiB requested,") != std::string::npos);
   CHECK(text.str().find("\n  the request: 1.00 GiB at big (train.py:12)\n  the other processes "
                         "then:\n    rank 0/2 (local 0) on ci cuda:0: held 150 MiB\n") !=
         std::string::npos);

@@ -273,11 +273,12 @@ TEST_CASE("pprof: runtime frames inside the site left out, modules as mappings, 
   REQUIRE(foo.stack[1].mapping.empty());  // its module is not known (it has a source line)
   REQUIRE(foo.values == std::vector<int64_t>{0, 0, 1, 200, 1, 200});
   const Sample& py = *by.at("forward@cuda:0/");
-  REQUIRE(py.stack.size() == 3);
+  REQUIRE(py.stack.size() == 4);  // every library frame above the user's line is kept
   REQUIRE(py.stack[0].line == 134);
-  REQUIRE(py.stack[1].name == "step");
-  REQUIRE(py.stack[1].line == 76);
-  REQUIRE(py.stack[2].name == "<module>");  // a Python name is never folded
+  REQUIRE(py.stack[1].name == "Module._wrapped_call_impl");
+  REQUIRE(py.stack[2].name == "step");
+  REQUIRE(py.stack[2].line == 76);
+  REQUIRE(py.stack[3].name == "<module>");  // a Python name is never folded
   REQUIRE(py.values == std::vector<int64_t>{0, 0, 1, 300, 1, 300});
   REQUIRE(py.labels.at("module") == "h.0.mlp");
   REQUIRE(foo.labels.count("module") == 0);
