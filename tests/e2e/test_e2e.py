@@ -404,8 +404,9 @@ def test_preload_exports_only_its_hooks():
     assert {"dlsym", "cuGetProcAddress", "cuGetProcAddress_v2", "_exit", "_Exit",
             "cumemtrace_mark", "cumemtrace_range_push", "cumemtrace_range_pop",
             "cumemtrace_snapshot", "cumemtrace_torch_attach", "cumemtrace_rank_info",
-            "cumemtrace_python_code_event", "InitializeInjectionNvtx2"} <= set(names)
-    assert len(names) == 81
+            "cumemtrace_python_code_event", "cumemtrace_torch_module_code", "cumemtrace_torch_names",
+            "InitializeInjectionNvtx2"} <= set(names)
+    assert len(names) == 83
     # The benchmarks' library exports the same and its two pause switches, which the product
     # never does.
     out = subprocess.run(["nm", "-D", "--defined-only", BENCH_PRELOAD], capture_output=True,

@@ -16,7 +16,7 @@ from test_processes_and_faults import run_guarded
 from test_ranks import JOB, by_rank
 
 HOST = socket.gethostname()
-VERDICT = "exhaustion: 1 MiB requested, 0 B free even compacted (device free 0 B)"
+VERDICT = "exhaustion: 1.00 MiB requested, 0 B free even compacted (device free 0 B)"
 HELD_AT_EXIT = {0: 2 * MiB, 1: 8 * MiB, 2: 8 * MiB, 3: 5 * MiB}
 
 

@@ -101,6 +101,8 @@ def test_attach_ends_where_cuda_is_not_available(tmp_path):
     why = "CUDA is not available: PyTorch's allocator has no device"
     assert our_lines(p) == ["cumemtrace: PyTorch blocks not captured (%s); tracing continues at "
                             "driver level" % why], p.stderr
+    # The settings as the program started (issue 55: what-if replays the recorded settings).
+    assert [c["alloc_conf"] for c in info.pop("alloc_confs")] == ["expandable_segments:True"]
     assert info == {"version": "2.11.0+cu130", "backend": "native", "expandable_segments": True,
                     "capture": "driver", "why": why}
     assert seen["tracker_method"] == "found"
@@ -117,6 +119,9 @@ def test_allocators_without_blocks_are_the_driver_view_silently(tmp_path, var, v
     live allocator is not NativeCachingAllocator (the vtable check says so); no line."""
     p, info, seen = attach_run(tmp_path, **{var: value})
     assert our_lines(p) == [], p.stderr
+    confs = [c["alloc_conf"] for c in info.pop("alloc_confs", [])]
+    # No PYTORCH_CUDA_ALLOC_CONF: the empty setting, as PyTorch reads it.
+    assert confs == ([value] if var == "PYTORCH_CUDA_ALLOC_CONF" else [""]), confs
     assert info == {"version": "2.11.0+cu130", "backend": backend, "expandable_segments": False,
                     "capture": "driver", "why": why}
     assert seen["tracker_method"] == ("found" if backend == "native" else
