@@ -5,9 +5,9 @@
 #include <iostream>
 
 #include "analysis/diff.h"
-#include "analysis/whatif.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
+#include "cli/snapshot_inputs.h"
 #include "snapshot/snapshot_input.h"
 #include "viz/html_report.h"
 
@@ -40,10 +40,8 @@ void add_diff_command(CLI::App& app, int& exit_code) {
     try {
       snap::Snapshot a, b;
       try {
-        a = snap::read_snapshot_any(o->base);
-        b = snap::read_snapshot_any(o->now);
-        analysis::label_block_sizes(a);  // PyTorch's block bytes on both sides
-        analysis::label_block_sizes(b);
+        a = read_snapshot_for_views(o->base);
+        b = read_snapshot_for_views(o->now);
       } catch (const snap::ReadError& e) {
         std::cerr << "cumemtrace diff: " << e.what() << '\n';
         exit_code = 2;

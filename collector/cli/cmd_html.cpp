@@ -145,8 +145,9 @@ void add_html_command(CLI::App& app, int& exit_code) {
       } else if (diff) {
         snap::Snapshot a, b;
         try {
-          a = snap::read_snapshot_any(in[0]);
-          b = snap::read_snapshot_any(in[1]);
+          // The same reader as `diff`: the page's numbers are diff --format json's.
+          a = read_snapshot_for_views(in[0]);
+          b = read_snapshot_for_views(in[1]);
         } catch (const snap::ReadError& e) {
           std::fprintf(stderr, "cumemtrace html: %s\n", e.what());
           exit_code = 2;

@@ -22,8 +22,7 @@ analysis::LoadedSnapshot read_one(const std::string& path) {
   analysis::LoadedSnapshot ls;
   ls.path = path;
   try {
-    ls.snapshot = snap::read_snapshot_any(path);
-    analysis::label_block_sizes(ls.snapshot);  // PyTorch's block bytes in every view
+    ls.snapshot = read_snapshot_for_views(path);
   } catch (const snap::ReadError& e) {
     ls.unreadable = e.what();
   }
@@ -31,6 +30,12 @@ analysis::LoadedSnapshot read_one(const std::string& path) {
 }
 
 }  // namespace
+
+snap::Snapshot read_snapshot_for_views(const std::string& path) {
+  snap::Snapshot s = snap::read_snapshot_any(path);
+  analysis::label_block_sizes(s);  // PyTorch's block bytes in every view
+  return s;
+}
 
 SnapshotInputs read_snapshot_inputs(const std::vector<std::string>& paths,
                                     const std::function<void(analysis::LoadedSnapshot&)>& each) {

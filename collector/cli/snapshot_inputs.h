@@ -25,6 +25,10 @@ struct SnapshotInputs {
 
 // `each`, when given, is called with every readable file kept, as soon as it is read (and before
 // the next one is): `report DIR` builds each file's report there and keeps its tool section alone.
+// One file for a view of its own (diff's two sides, html's diff page): read as above, PyTorch's
+// block bytes labelled, so that every command shows the same bytes. Throws snap::ReadError.
+snap::Snapshot read_snapshot_for_views(const std::string& path);
+
 SnapshotInputs read_snapshot_inputs(
     const std::vector<std::string>& paths,
     const std::function<void(analysis::LoadedSnapshot&)>& each = {});

@@ -313,6 +313,19 @@ def test_torch_fixture():
     expect_rc(["check", "--max-growth", "16MiB", "--mark", "Optimizer.zero_grad#Adam.zero_grad", fixture], 0)
     expect_rc(["diff", fixture, fixture], 0, ["\nno differences: the same peak and bytes live at exit "
                                              "on 1 device, the same allocation sites\n"])
+    # The diff page (html A B) embeds diff --format json's document, PyTorch's block bytes
+    # included: on a real GPU job the page once read requested bytes while diff read blocks.
+    ranks = [os.path.join(ARGS.fixtures, "h100-ddp-skew", f"rank{r}.json") for r in (0, 1)]
+    page = snap("ddp-skew-diff.html")
+    expect_rc(["html", *ranks, "-o", page, "-f"], 0)
+    with open(page) as f:
+        m = re.search(r'<script type="application/json" id="cumemtrace-data">(.*?)</script>',
+                      f.read(), re.S)
+    out, _ = expect_rc(["diff", "--format", "json", *ranks], 0)
+    want = json.loads(out)
+    expect(want["pytorch"]["peaks"][0]["new_bytes"] % 512 == 0, "diff's PyTorch peak in blocks")
+    expect(m is not None and json.loads(m.group(1))["diff"] == want,
+           "the diff page's document is diff --format json's")
     # --range: the last START..END pair of that name; the JSON verdict format is check's own.
     zero_grad = "Optimizer.zero_grad#Adam.zero_grad"
     step = "Optimizer.step#Adam.step"
