@@ -17,7 +17,6 @@
 #include "analysis/breakdown_format.h"
 #include "analysis/rank_table.h"
 #include "analysis/report.h"
-#include "analysis/whatif.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/intervals_report.h"
@@ -113,7 +112,8 @@ int report_many(const Opts& o) {
   std::vector<analysis::RankInput> inputs;
   for (auto& b : built) {
     analysis::SnapshotLoader load;
-    if (!b.whole) load = [path = b.file] { return snap::read_snapshot_any(path); };
+    // Read again as the first pass read it: PyTorch's block bytes labelled.
+    if (!b.whole) load = [path = b.file] { return read_snapshot_for_views(path); };
     inputs.push_back({b.file, &b.loaded->snapshot, &b.report, std::move(load)});
   }
   const analysis::RankTable table =
@@ -161,8 +161,7 @@ int report_many(const Opts& o) {
 int report_one(const Opts& o) {
   snap::Snapshot s;
   try {
-    s = snap::read_snapshot_any(o.files.front());
-    analysis::label_block_sizes(s);  // PyTorch's block bytes in every view
+    s = read_snapshot_for_views(o.files.front());
   } catch (const snap::ReadError& e) {
     std::cerr << "cumemtrace report: " << e.what() << '\n';
     return 2;

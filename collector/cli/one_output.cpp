@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "analysis/whatif.h"
+#include "cli/snapshot_inputs.h"
 #include "snapshot/snapshot_input.h"
 
 namespace cumemtrace::cli {
@@ -15,9 +15,7 @@ std::optional<snap::Snapshot> read_for_output(std::string_view command, const st
     return std::nullopt;
   }
   try {
-    snap::Snapshot s = snap::read_snapshot_any(input);
-    analysis::label_block_sizes(s);  // PyTorch's block bytes in every view
-    return s;
+    return read_snapshot_for_views(input);
   } catch (const snap::ReadError& e) {
     fmt::print(stderr, "cumemtrace {}: {}\n", command, e.what());
     return std::nullopt;
