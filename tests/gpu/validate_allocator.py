@@ -77,12 +77,14 @@ def ct(build, *args):
                           text=True, timeout=900)
 
 
-def record(build, out, kind):
-    rec_dir = os.path.join(out, kind)
+def record(build, out, kind, conf=""):
+    rec_dir = os.path.join(out, kind + ("." + conf.replace(":", "_").replace(",", "+") if conf else ""))
     os.makedirs(rec_dir, exist_ok=True)
-    stats = os.path.join(out, kind + ".recorded.stats.json")
+    stats = rec_dir + ".recorded.stats.json"
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
+    if conf:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = conf
     p = subprocess.run([os.path.join(build, "bin", "cumemtrace"), "run", "-q", "-o", rec_dir,
                         "--", sys.executable, os.path.abspath(__file__), "--child", kind, stats],
                        env=env, capture_output=True, text=True, timeout=900)
@@ -172,6 +174,34 @@ def main():
             row("whatif %s: OOM or not, reserved peak to the byte" % (conf or "defaults"), ok,
                 "predicted %s/%d, real %s/%d" % (x["oom"], x["reserved_peak_bytes"],
                                                  a["oom"] is not None, a["max_reserved"]))
+
+    # A prediction that missed: was it the model (the run under that setting, recorded, does not
+    # replay to itself) or the requests (the two runs asked for different blocks)?
+    for name, verdict, detail in list(rows):
+        if verdict != "FAIL" or not name.startswith("whatif ") or "defaults" in name:
+            continue
+        conf = next((c for c in tried if name.startswith("whatif %s:" % c)), None)
+        if not conf:
+            continue
+        try:
+            csnap, crec = record(build, out, "gpt", conf)
+        except Exception as e:  # noqa: BLE001
+            row("%s: recorded run" % conf, False, str(e))
+            continue
+        w2 = ct(build, "whatif", csnap, "--format", "json")
+        ok = w2.returncode == 0 and json.loads(w2.stdout)[0]["reserved_peak_bytes"] == crec["max_reserved"]
+        row("%s run recorded: its own replay == its real reserved peak" % conf, ok,
+            "%s vs %d" % (json.loads(w2.stdout)[0]["reserved_peak_bytes"] if w2.returncode == 0
+                          else w2.stderr.strip()[-200:], crec["max_reserved"]))
+        def requests(path):
+            d = json.load(open(path))
+            return [(e["action"], e["size"]) for t in d["device_traces"] for e in t
+                    if e["action"] in ("alloc", "free_requested")]
+        a, b = requests(snap), requests(csnap)
+        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        print("| %-58s | info | %d vs %d requests, first difference at %s: %s vs %s" % (
+            "%s: requests against the default run" % conf, len(a), len(b), first,
+            a[first] if first is not None else "-", b[first] if first is not None else "-"))
 
     try:
         gsnap, _ = record(build, out, "graph")
