@@ -14,6 +14,8 @@ that the program sets itself with torch.cuda.set_per_process_memory_fraction.
     snapshot, under the recorded budget, must predict each real run: OOM or not, and the
     reserved peak to the byte.
  4. A run that captures a CUDA graph: whatif refuses it, naming the private pool.
+ 5. ResNet-18 (torchvision, SGD with momentum, batch 32 at 224x224, many odd-sized tensors): the
+    allocated and reserved peaks of `report` equal PyTorch's to the byte.
 Prints a table of PASS/FAIL rows; exit 1 on any FAIL or error.
 The same file is the child: `validate_allocator.py --child gpt|graph STATS_JSON`."""
 import json
@@ -40,7 +42,19 @@ def child(kind, stats_path):
     torch.cuda.set_per_process_memory_fraction(budget / total)
     oom = None
     try:
-        if kind == "graph":
+        if kind == "resnet":
+            import torchvision
+            model = torchvision.models.resnet18(num_classes=10).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            for _ in range(6):
+                x = torch.randn(32, 3, 224, 224, device="cuda")
+                y = torch.randint(0, 10, (32,), device="cuda")
+                loss = nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            torch.cuda.synchronize()
+        elif kind == "graph":
             model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).cuda()
             x = torch.randn(256, 1024, device="cuda")
             s = torch.cuda.Stream()
@@ -210,6 +224,19 @@ def main():
             g.returncode == 2 and "a CUDA graph's capture" in g.stderr, g.stderr.strip()[-200:])
     except Exception as e:  # noqa: BLE001
         row("CUDA graph: recorded run", False, str(e))
+
+    try:
+        rsnap, rrec = record(build, out, "resnet")
+        r = ct(build, "report", rsnap, "--format", "json")
+        d = json.loads(r.stdout)["devices"][0] if r.returncode == 0 else {}
+        row("resnet18: allocated peak == max_memory_allocated()",
+            d.get("allocated_peak_bytes") == rrec["max_allocated"],
+            "%s vs %d" % (d.get("allocated_peak_bytes"), rrec["max_allocated"]))
+        row("resnet18: reserved peak == max_memory_reserved()",
+            d.get("reserved_peak_bytes") == rrec["max_reserved"],
+            "%s vs %d" % (d.get("reserved_peak_bytes"), rrec["max_reserved"]))
+    except Exception as e:  # noqa: BLE001
+        row("resnet18: recorded run", False, str(e))
 
     for name, verdict, detail in rows:
         print("| %-58s | %s | %s" % (name, verdict, detail))
