@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "analysis/torch_allocator_rules.h"
 #include "live/key_value_text.h"
+#include "pytorch/torch_allocator_rules.h"
 
 namespace cumemtrace::collect {
 
