@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <set>
 
-#include "analysis/torch_allocator_rules.h"
 #include "live/key_value_text.h"
+#include "pytorch/torch_allocator_rules.h"
 
 namespace cumemtrace::collect {
 

@@ -25,10 +25,10 @@
 #include <optional>
 #include <vector>
 
-#include "analysis/torch_allocator_rules.h"
 #include "live/device_allocations.h"
 #include "live/ring_reader.h"
 #include "live/trace_log.h"
+#include "pytorch/torch_allocator_rules.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::collect {
