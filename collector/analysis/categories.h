@@ -48,7 +48,8 @@ namespace cumemtrace::analysis {
 
 struct TensorLife {
   uint64_t addr = 0;
-  uint64_t size = 0;  // the alloc entry's (the free's when allocated before the trace)
+  uint64_t size = 0;       // the alloc entry's block (held_bytes; the free's when allocated before)
+  uint64_t requested = 0;  // the bytes the tensor asked for (the entry's `size`)
   int32_t stack = snap::kNoStack;
   std::ptrdiff_t alloc = -1;  // entry indices in the device trace; -1: none
   std::ptrdiff_t free_requested = -1;
