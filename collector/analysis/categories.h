@@ -9,10 +9,12 @@
 //    without a free is alive to the end, one freed without an alloc in the trace was allocated
 //    before it. Rules, first match wins:
 //    1. parameter / gradient / optimizer_state / parameter_unsharded (FSDP2's all-gathered
-//       parameters): an ownership walk made while the tensor was alive (alloc time <= walk time
-//       <= free time) has a data pointer inside [addr, addr+size); the roles in that order when
-//       several match. (An input walk, snap::OwnerRole::kInput, joins
-//       the same way but counts only in rule 5.)
+//       parameters) / cublas_workspace (torch's cuBLAS workspaces: no tensor, kept from a
+//       thread's first cuBLAS call) / communication (FSDP2's flat all-gather and reduce-scatter
+//       buffers) / kv_cache (the cache a root's forward returned under no_grad): an ownership
+//       walk made while the tensor was alive (alloc time <= walk time <= free time) has a data
+//       pointer inside [addr, addr+size); the roles in that order when several match. (An input
+//       walk, snap::OwnerRole::kInput, joins the same way but counts only in rule 5.)
 //    2. allocated in forward or loss (phases.h: the entry's phase): freed within that span ->
 //       temporary; else activation (what the forward left behind: saved tensors, its outputs,
 //       a wrapper's fp32 copy of them, the loss).
