@@ -450,7 +450,13 @@ class Phases:
         """torch's cuBLAS workspaces (role 6); a busy map is read at the next walk."""
         if self._workspaces is None:
             return
-        pointers = self._workspaces.pointers()
+        try:
+            pointers = self._workspaces.pointers()
+        except Exception as e:  # a map of another shape: only this walk stops, the phases go on
+            self._workspaces = None
+            self._note("cuBLAS workspaces no longer read (%s: %s); they keep the label of the "
+                       "phase that made them" % (type(e).__name__, e))
+            return
         if pointers is not None:
             self._send(ROLE_CUBLAS_WORKSPACE, {p: 0 for p in pointers})
 

@@ -13,7 +13,7 @@ import torch.nn as nn
 
 import cumemtrace_phases
 import cumemtrace_workspaces
-from conftest import fwd, zg
+from conftest import bwd, fwd, opt_step, zg
 
 WORKSPACE = 6
 
@@ -118,3 +118,24 @@ def test_inference_walks_them_after_each_forward(phases):
     assert rec.events[3] == ("END", "auto:forward")
     assert rec.events[4] == ("OWNERS", WORKSPACE, [(0x2000, 0)])
     assert err.getvalue() == ""
+
+
+class BrokenWorkspaces:
+    def pointers(self):
+        raise cumemtrace_workspaces.LayoutError("a map of 9999 nodes with root 0x1")
+
+
+def test_a_map_gone_wrong_stops_only_its_walk(phases):
+    ph, rec, err = phases
+    ph.set_workspaces(BrokenWorkspaces())
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+    assert rec.marks() == (zg() + fwd() + bwd() + opt_step()) * 2  # the phases went on
+    assert walks_of(rec, WORKSPACE) == []
+    assert err.getvalue() == ("cumemtrace: cuBLAS workspaces no longer read (LayoutError: a map "
+                              "of 9999 nodes with root 0x1); they keep the label of the phase "
+                              "that made them\n")
