@@ -7,7 +7,7 @@ TORCH_CUBLASLT_UNIFIED_WORKSPACE=1 shares cuBLAS's). They are no tensor: labelle
 that first made them they read as 33 MiB of "activation" and 32 MiB of "autograd" on an H100 that
 never go away, and they raised every module's forward peak over MemTracker's (which does not see
 them). The Phases send these pointers as an ownership walk of their own role
-(collector/analysis/categories.h: "cuBLAS workspace").
+(collector/pytorch/categories.h: "cuBLAS workspace").
 
 How: at::cuda::cublas_handle_stream_to_workspace() and cublaslt_handle_stream_to_workspace()
 (exported by libtorch_cuda.so, torch 2.5-2.11 in this shape) return a struct holding a

@@ -3,7 +3,7 @@ test venv on the CPU (tiny models built here, nothing downloaded), through the r
 the exact mark sequences, and walk bytes equal to the framework's own parameters, gradients and
 optimizer state. Forward, backward and zero_grad inside optimizer.step(closure) (LBFGS, PyTorch
 Lightning's automatic optimization) are marked inside the optimizer's pair: the analysis takes
-the innermost (collector/analysis/phases.h)."""
+the innermost (collector/pytorch/phases.h)."""
 import json
 import os
 import socket
@@ -169,7 +169,7 @@ def test_activation_checkpointing_recomputes_inside_backward(phases, reentrant):
     """torch.utils.checkpoint: the checkpointed block's forward runs again inside backward to
     rebuild what it did not save. That recompute is no forward phase (the hooks see a module called
     inside backward): its tensors are made and freed within backward, "temporary"
-    (collector/analysis/categories.h, rule 3), never counted again as activations."""
+    (collector/pytorch/categories.h, rule 3), never counted again as activations."""
     from torch.utils.checkpoint import checkpoint
 
     calls = []
