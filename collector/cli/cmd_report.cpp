@@ -19,8 +19,8 @@
 #include "cli/commands.h"
 #include "cli/intervals_report.h"
 #include "cli/snapshot_inputs.h"
+#include "io/snapshot_input.h"
 #include "snapshot/size_format.h"
-#include "snapshot/snapshot_input.h"
 #include "verdicts/rank_table.h"
 #include "verdicts/report.h"
 

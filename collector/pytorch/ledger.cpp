@@ -10,7 +10,6 @@
 #include "analysis/breakdown_format.h"
 #include "pytorch/categories.h"
 #include "snapshot/size_format.h"
-#include "verdicts/report.h"
 
 namespace cumemtrace::analysis {
 

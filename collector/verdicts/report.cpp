@@ -175,12 +175,6 @@ nlohmann::json layers_json(const std::vector<Breakdown>& layers) {
 
 }  // namespace
 
-std::string format_time(int64_t time_us, int64_t origin_us) {
-  const int64_t d = time_us - origin_us;
-  const int64_t a = d < 0 ? -d : d;
-  return fmt::format("{}{}.{:06d} s", d < 0 ? "-" : "+", a / 1000000, a % 1000000);
-}
-
 Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file,
                     const std::string& range, int module_depth) {
   Report r;

@@ -92,7 +92,4 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
 nlohmann::json report_json(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
                            const ReportOptions& o);
 
-// Seconds since the origin, "+1.234567 s".
-std::string format_time(int64_t time_us, int64_t origin_us);
-
 }  // namespace cumemtrace::analysis
