@@ -104,7 +104,9 @@ bool has_module_names(const snap::Snapshot& s) {
   return false;
 }
 
-std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth, std::string* why) {
+std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth,
+                                            std::string* why) {
+  const snap::Snapshot& s = a.snapshot();
   if (!has_pytorch(s) || !has_module_names(s)) {
     if (why) {
       *why =
@@ -145,7 +147,7 @@ std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth, 
   for (int d = 0; d < n; ++d) {
     const auto dt = device_tensors(s, d, ph);
     if (dt.lives.empty()) continue;
-    const DeviceReplay rp(s, d);
+    const DeviceReplay& rp = a.replay(d);
     const auto& tr = rp.trace();
     for (const auto& t : dt.lives) {
       const Category c = t.category;
