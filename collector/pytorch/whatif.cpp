@@ -257,8 +257,11 @@ WhatIfResult replay(const Stream& st, const AllocatorConfig& c, const Plan& plan
                     std::optional<Budget> budget) {
   RecordedAddresses addresses{st, 0, {}, {}};
   CachingAllocatorModel::Hooks hooks;
+  uint64_t own_addresses = 0;
   hooks.segment_address = [&](uint64_t size, uint64_t, bool expandable) {
-    return addresses(size, expandable);
+    const uint64_t a = addresses(size, expandable);
+    if (!a && !expandable) ++own_addresses;  // an expandable range has no equal to tie with
+    return a;
   };
   CachingAllocatorModel m(c, budget, hooks);
   Replay rp{st, c, budget, {}, 0};
@@ -305,6 +308,7 @@ WhatIfResult replay(const Stream& st, const AllocatorConfig& c, const Plan& plan
     m.empty_cache();
     rp.r.segment_events += events();
   }
+  rp.r.own_address_segments = own_addresses;
   rp.r.fragmentation_share = rp.r.reserved_peak_bytes
                                  ? static_cast<double>(rp.r.fragmentation_bytes) /
                                        static_cast<double>(rp.r.reserved_peak_bytes)
@@ -951,6 +955,14 @@ void print_whatif_text(const std::vector<WhatIfDevice>& r, const snap::Snapshot&
                 : "",
           oom);
     }
+    for (const auto* xp : rows) {
+      if (!xp->own_address_segments || xp->recorded) continue;
+      out << fmt::format(
+          "  {}: {} segment{} made where the run made none take addresses of the model's own; "
+          "best fit breaks ties between equal free blocks by address, so a real run may differ "
+          "by a few segments\n",
+          conf_label(*xp), xp->own_address_segments, xp->own_address_segments == 1 ? "" : "s");
+    }
     out << '\n';
   }
 }
@@ -980,6 +992,7 @@ void print_whatif_json(const std::vector<WhatIfDevice>& r, const SiteTable& site
           x.needs_budget_bytes ? nlohmann::ordered_json(*x.needs_budget_bytes) : nullptr;
       j["rank"] = x.rank ? nlohmann::ordered_json(x.rank) : nullptr;
       j["segment_events"] = x.segment_events;
+      j["own_address_segments"] = x.own_address_segments;
       j["oom"] = x.first_failing_request.has_value();
       if (x.first_failing_request) {
         const auto& f = *x.first_failing_request;

@@ -66,6 +66,11 @@ struct WhatIfResult {
   double fragmentation_share = 0;        // of the reserved peak
   uint64_t oom_fragmentation_bytes = 0;  // the same at the first failing request
   uint64_t segment_events = 0;           // segment_alloc/free/map/unmap the model made
+  // Segments made where the recording made none of that kind and size: their addresses are the
+  // model's own (the driver's choice of an address is not modelled), and best fit breaks ties
+  // between equal free blocks by address, so the row may differ from a real run by a few
+  // segments (measured: garbage_collection_threshold, +0.63% of the reserved peak; docs/whatif.md).
+  uint64_t own_address_segments = 0;
   std::optional<FailingRequest> first_failing_request;
   bool recorded_conf = false;  // the recorded configuration replayed under --budget
   // --needs: the smallest budget (of the budget's kind) under which nothing fails in the window.

@@ -582,5 +582,13 @@ TEST_CASE("whatif: a setting that changes nothing breaks best-fit ties as the re
     CHECK(x.reserved_peak_time_us == rec.reserved_peak_time_us);
     CHECK(x.segment_events == rec.segment_events);
     CHECK(x.fragmentation_bytes == rec.fragmentation_bytes);
+    CHECK(x.own_address_segments == 0);  // every segment at its recorded address
   }
+  // 40 MiB segments: none is the recorded kind and size, so each takes an address of the
+  // model's own and the row says its ties may break otherwise.
+  WhatIfOptions big;
+  big.alloc_confs = {"large_segment_size_mb:40"};
+  const auto b = replay_whatif(tr.s, big);
+  CHECK(b[0].results[0].own_address_segments == 0);
+  CHECK(b[0].results[1].own_address_segments == 1);  // the one 40 MiB segment it makes
 }
