@@ -48,12 +48,14 @@
 
 #include <cstdint>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "analysis/findings.h"
+#include "analysis/process_summary.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
@@ -95,6 +97,9 @@ struct LoadedSnapshot {
   // a failed verdict of its own ("readable"), shown beside the others' and never stopping them,
   // and makes run_check return 2 (unreadable input).
   std::string unreadable;
+  // Read instead of the snapshot (a caller that asked for summaries, cli/snapshot_inputs.h):
+  // `snapshot` then holds the summary's tool section alone.
+  std::shared_ptr<const ProcessSummary> summary;
 };
 
 // Evaluates without printing; throws SuppressionError for a bad suppressions file and

@@ -16,6 +16,8 @@
 #include <spdlog/spdlog.h>
 
 #include "analysis/breakdown_format.h"
+#include "analysis/process_summary.h"
+#include "analysis/report.h"
 #include "control_protocol.h"
 #include "live/control_channel.h"
 #include "live/metrics_text.h"
@@ -200,19 +202,28 @@ void Collector::finish(ProcessSession& s) {
     fmt::print(stderr, "cumemtrace: {}\n", e.what());
   }
   if (snapshot) {
+    std::string path;
     try {
-      const std::string path = s.write(*snapshot);
+      path = s.write(*snapshot);
       if (opts_.summary) {
         fmt::print(stderr, "cumemtrace: wrote {}\n{}", path, summarize(*snapshot));
       }
-      written_.push_back(WrittenSnapshot{path, std::move(*snapshot)});
     } catch (const std::exception& e) {
       // A full disk: `run`'s limits still judge the snapshot, under a name that says why there
       // is no file, instead of a gate passing for want of one.
       fmt::print(stderr, "cumemtrace: {}\n", e.what());
-      written_.push_back(WrittenSnapshot{fmt::format("pid {} (snapshot not written)", s.info().pid),
-                                         std::move(*snapshot)});
     }
+    // Its summary beside it (analysis/process_summary.h): what `report DIR` reads of a process
+    // instead of the whole file. A summary that cannot be written costs only that speed.
+    analysis::ProcessSummary summary;
+    try {
+      summary = analysis::summarize_snapshot(*snapshot, path);
+      if (!path.empty()) analysis::write_summary_file(summary, path);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "cumemtrace: {}\n", e.what());
+    }
+    if (path.empty()) path = fmt::format("pid {} (snapshot not written)", s.info().pid);
+    written_.push_back(WrittenSnapshot{path, std::move(*snapshot), std::move(summary)});
   }
   s.finish_bounded();
   if (!s.error().empty()) fmt::print(stderr, "cumemtrace: {}\n", s.error());
