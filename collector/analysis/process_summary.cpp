@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/check_snapshot.h"
 #include "analysis/rank_identity.h"
 #include "io/file_output.h"
 
@@ -50,6 +51,16 @@ std::optional<uint64_t> opt_u64(const json& j, const char* key) {
   const auto& v = j.at(key);
   if (v.is_null()) return std::nullopt;
   return v.get<uint64_t>();
+}
+
+json layer_json(const std::optional<LayerPeakMeasure>& m) {
+  if (!m) return nullptr;
+  return {{"bytes", m->bytes}, {"time_us", m->time_us}};
+}
+
+std::optional<LayerPeakMeasure> layer_from(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  return LayerPeakMeasure{j.at("bytes").get<uint64_t>(), j.at("time_us").get<int64_t>()};
 }
 
 json growth_json(const Growth& g) {
@@ -131,6 +142,7 @@ ProcessSummary summarize_process(const snap::Snapshot& s, const Report& r, Summa
     p.anomalies = t.anomalies.size();
   }
   p.time_origin_us = time_origin(s);
+  p.device_count = device_count(s);
   p.used_cuda = !snap::never_used_cuda(s);
   if (r.ledger) {
     p.steps = r.ledger->steps;
@@ -161,6 +173,7 @@ ProcessSummary summarize_process(const snap::Snapshot& s, const Report& r, Summa
         if (ds.growth->by_site.size() > 1) ds.growth->by_site.resize(1);
       }
     }
+    ds.limits = measure_limits(s, tl.device, r.ledger);
     ds.live_at_exit_bytes = d.live_at_exit_bytes;
     ds.live_at_exit_count = d.live_at_exit_count;
     for (const auto& o : r.ooms) ds.ooms += o.device == tl.device;
@@ -252,7 +265,15 @@ json summary_json(const ProcessSummary& p) {
                        {"live_at_exit_bytes", d.live_at_exit_bytes},
                        {"live_at_exit_count", d.live_at_exit_count},
                        {"ooms", d.ooms},
-                       {"growth_per_step", d.growth ? growth_json(*d.growth) : json(nullptr)}});
+                       {"growth_per_step", d.growth ? growth_json(*d.growth) : json(nullptr)},
+                       {"check",
+                        {{"allocated_peak", layer_json(d.limits.allocated)},
+                         {"reserved_peak", layer_json(d.limits.reserved)},
+                         {"driver_peak", layer_json(d.limits.driver)},
+                         {"leaked_bytes", d.limits.leaked_bytes},
+                         {"leaked_count", d.limits.leaked_count},
+                         {"leaked_warmup", d.limits.leaked_warmup ? json(*d.limits.leaked_warmup)
+                                                                  : json(nullptr)}}}});
   }
   json first = nullptr;
   if (p.first_oom) {
@@ -308,6 +329,7 @@ ProcessSummary summary_from_json(const json& j) {
       p.tool = std::move(t);
     }
     p.time_origin_us = j.at("time_origin_us").get<int64_t>();
+    p.device_count = j.at("device_count").get<int>();
     p.anomalies = j.at("anomalies").get<size_t>();
     p.used_cuda = j.at("used_cuda").get<bool>();
     if (!j.at("steps").is_null()) p.steps = j.at("steps").get<size_t>();
@@ -332,6 +354,14 @@ ProcessSummary summary_from_json(const json& j) {
       ds.live_at_exit_count = d.at("live_at_exit_count").get<uint64_t>();
       ds.ooms = d.at("ooms").get<size_t>();
       if (const json& g = d.at("growth_per_step"); !g.is_null()) ds.growth = growth_from(g);
+      const json& c = d.at("check");
+      ds.limits.allocated = layer_from(c.at("allocated_peak"));
+      ds.limits.reserved = layer_from(c.at("reserved_peak"));
+      ds.limits.driver = layer_from(c.at("driver_peak"));
+      ds.limits.leaked_bytes = c.at("leaked_bytes").get<uint64_t>();
+      ds.limits.leaked_count = c.at("leaked_count").get<uint64_t>();
+      if (!c.at("leaked_warmup").is_null())
+        ds.limits.leaked_warmup = c.at("leaked_warmup").get<int>();
       p.devices.push_back(std::move(ds));
     }
     const json& o = j.at("ooms");

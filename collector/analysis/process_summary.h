@@ -14,6 +14,7 @@
 //    PyTorch's allocated and reserved peaks, driver-visible peak, CUDA context, other libraries,
 //    the ledger's categories at the allocated peak, live at exit (bytes, count), OOMs; and the
 //    ledger's growth per step (ledger.h Growth) where it has one;
+//  - per device, what `check`'s limits measure at the end (DeviceLimits);
 //  - the OOMs: their count and the first (by time, then trace order: job_oom.h's rule), with its
 //    index in oom_verdicts, verdict line, request and line.
 // Every number is the report's own, so a view reads the same bytes from a summary as from the
@@ -44,6 +45,20 @@ struct SummarizedFile {
   bool operator==(const SummarizedFile&) const = default;
 };
 
+// What `check` measures on a device at the process's end (check_snapshot.h measure_limits: the
+// same functions its limits use, without --range, --mark or suppressions), so that `check DIR`
+// judges a passing process from its summary with the same words.
+struct LayerPeakMeasure {
+  uint64_t bytes = 0;
+  int64_t time_us = 0;
+  bool operator==(const LayerPeakMeasure&) const = default;
+};
+struct DeviceLimits {
+  std::optional<LayerPeakMeasure> allocated, reserved, driver;  // absent: no such layer there
+  uint64_t leaked_bytes = 0, leaked_count = 0;                  // --max-leaked-bytes' measure
+  std::optional<int> leaked_warmup;  // the ledger's leak rule was used (its warm-up)
+};
+
 struct DeviceSummary {
   int device = 0;
   uint64_t peak_bytes = 0;  // Timeline::peak_bytes
@@ -59,6 +74,7 @@ struct DeviceSummary {
   uint64_t live_at_exit_bytes = 0, live_at_exit_count = 0;
   size_t ooms = 0;
   std::optional<Growth> growth;  // the ledger's growth per step (by_site: the largest only)
+  DeviceLimits limits;
 };
 
 struct FirstOom {
@@ -81,6 +97,7 @@ struct ProcessSummary {
   bool used_cuda = true;                        // !snap::never_used_cuda
   std::optional<size_t> steps, complete_steps;  // the ledger's, when the run has one
   std::vector<DeviceSummary> devices;           // report.h's devices, in its order
+  int device_count = 0;                         // model.h device_count (check's devices)
   size_t oom_count = 0;
   std::optional<FirstOom> first_oom;
 };
