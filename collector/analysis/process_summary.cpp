@@ -289,6 +289,7 @@ json summary_json(const ProcessSummary& p) {
       {"process", std::move(process)},
       {"identity", std::move(identity)},
       {"time_origin_us", p.time_origin_us},
+      {"device_count", p.device_count},
       {"anomalies", p.anomalies},
       {"used_cuda", p.used_cuda},
       {"steps", p.steps ? json(*p.steps) : json(nullptr)},

@@ -20,7 +20,8 @@ void add_summarize_command(CLI::App& app, int& exit_code) {
   auto files = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand(
       "summarize",
-      "write each final snapshot's summary beside it (NAME.summary beside NAME.json, as `run` does at a "
+      "write each final snapshot's summary beside it (NAME.summary beside NAME.json, as `run` does "
+      "at a "
       "process's end), so that report/check/html over a directory read a few KB per process");
   cmd->add_option("FILE", *files, "Snapshots (cumemtrace or PyTorch JSON), or directories of them")
       ->required();
