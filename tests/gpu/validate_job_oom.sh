@@ -73,10 +73,18 @@ rows = {r["rank"]: r for r in table.get("rows", []) if r["slot"] == 0}
 row("rank table: OOMs 0 on rank 0, 1 on rank 1",
     [rows.get(r, {}).get("ooms") for r in (0, 1)] == [0, 1],
     str([rows.get(r, {}).get("ooms") for r in (0, 1)]))
-live1 = rows.get(1, {}).get("live_at_exit_bytes")
-row("rank table: rank 1's live at exit >= its blocks (PyTorch's count)",
-    live1 is not None and t1 and live1 >= t1["blocks"] * t1["requested"],
-    f"{live1} vs {t1.get('blocks', 0) * t1.get('requested', 0) if t1 else None}")
+# Live at exit: what each rank still held when it ended (job_oom.py makes it explicit), PyTorch's
+# memory_allocated() then: rank 1 left by os._exit right after its counters, rank 0 was killed
+# holding its 512 MiB.
+for r, t in ((0, t0), (1, t1)):
+    live = rows.get(r, {}).get("live_at_exit_bytes")
+    row(f"rank table: rank {r}'s live at exit = its memory_allocated() when it ended",
+        live is not None and live == t.get("memory_allocated"),
+        f"{live} vs {t.get('memory_allocated')}")
+killed = re.search(r"\(pid \d+; rank 0/2 \(local \d+\) on [^)]*\) "
+                   r"(was killed by signal \d+|ended without exit)", err)
+row("rank 0 was killed by torchrun (not an exit of its own)", killed is not None,
+    killed.group(0) if killed else "")
 text = open(f"{out}/report.txt").read()
 row("report DIR text: the first OOM before the table",
     "First OOM of the job" in text and text.index("First OOM of the job")
