@@ -53,7 +53,7 @@ SnapshotInputs read_snapshot_inputs(const std::vector<std::string>& paths,
   for (const auto& path : paths) {
     std::error_code ec;
     if (path == "-" || !std::filesystem::is_directory(path, ec)) {
-      in.files.push_back(read_one(path, summaries));
+      in.files.push_back(read_one(path, false));  // a file named alone is read
       auto& ls = in.files.back();
       if (each && ls.unreadable.empty() && !ls.summary) each(ls);
       continue;

@@ -6,8 +6,8 @@
 // mid_run_snapshot: one written at an OOM, on request or periodically is the same process again,
 // earlier; PyTorch's own files have no reason and are kept). A file that cannot be read stays in
 // the list, in its place, with its one-line error, so that every command can show the others and
-// still fail (exit 2). A caller that asks for summaries gets, for a snapshot whose summary beside
-// it is current (`*.summary`, analysis/process_summary.h), the summary instead of the snapshot
+// still fail (exit 2). A caller that asks for summaries gets, for a directory's snapshot whose
+// summary beside it is current (`*.summary`, analysis/process_summary.h), the summary instead of the snapshot
 // (LoadedSnapshot::summary; the snapshot is not read); a stale or unreadable summary is ignored
 // and the snapshot read.
 #pragma once

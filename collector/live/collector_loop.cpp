@@ -218,7 +218,12 @@ void Collector::finish(ProcessSession& s) {
     analysis::ProcessSummary summary;
     try {
       summary = analysis::summarize_snapshot(*snapshot, path);
-      if (!path.empty()) analysis::write_summary_file(summary, path);
+      if (!path.empty()) {
+        analysis::write_summary_file(summary, path);
+        // A bounded capture counts it against --max-disk, never dropped (live/disk_budget.h).
+        if (budget_)
+          budget_->add(analysis::summary_path_for(path), WindowKind::kSummary, s.info().pid);
+      }
     } catch (const std::exception& e) {
       fmt::print(stderr, "cumemtrace: {}\n", e.what());
     }
