@@ -6,8 +6,8 @@
 # none is flagged and no snapshot is read again), writes each one's summary with the collector's
 # own writer (`cumemtrace summarize DIR`, timed apart: the collector pays it once per process, at
 # its end), then times `report DIR` under /usr/bin/time (wall seconds, peak RSS), from the
-# summaries and, with SNAPSHOTS_TOO=1, from the snapshots alone, and prints one row each with the
-# target beside it.
+# summaries and, with SNAPSHOTS_TOO=1, from the snapshots alone (the same output, checked), and
+# `check DIR` and `html DIR` from the summaries, and prints one row each with the target beside it.
 # Usage: bench/bench_report_dir.sh [BUILD] [N] [STEPS]   (default: build 64 13500, about 1.3 GB of
 # files; the target's size is N=1024, about 20 GB). Not run in CI.
 set -euo pipefail
@@ -45,6 +45,11 @@ timed "summarize DIR (the writer, once per process)" /dev/null \
 [ "$(ls "$work"/job/*.summary | wc -l)" -eq "$N" ] || { echo "not $N summaries"; exit 1; }
 timed "report DIR, from the summaries" "$work/out.txt" "$BUILD/bin/cumemtrace" report "$work/job"
 report_ok "$work/out.txt"
+timed "check DIR --max-peak-bytes 1TiB, from the summaries" "$work/check.txt" \
+  "$BUILD/bin/cumemtrace" check --max-peak-bytes 1TiB "$work/job"
+grep -q "^job: ok: all $N files passed" "$work/check.txt" || { tail -3 "$work/check.txt"; exit 1; }
+timed "html DIR, from the summaries" /dev/null "$BUILD/bin/cumemtrace" html "$work/job" \
+  -o "$work/job.html"
 if [ "${SNAPSHOTS_TOO:-0}" = 1 ]; then
   mkdir "$work/alone"
   ln "$work"/job/*.json "$work/alone/"

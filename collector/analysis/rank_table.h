@@ -1,6 +1,7 @@
 // Contract: `cumemtrace report` over many snapshots (a job's ranks, or any processes): one row per
-// process and device it used, every number taken from the single-file report (report.h's
-// DeviceReport, so the two always show the same bytes):
+// process and device it used, every number taken from the process's summary (process_summary.h),
+// which holds the single-file report's (report.h's DeviceReport, so the two always show the same
+// bytes):
 //  - peak = Timeline::peak_bytes (the report's headline peak); allocated / reserved peak =
 //    PyTorch's layers (Timeline, where the device has them); driver-visible peak (NVML, where
 //    sampled); CUDA context = the most the device's measured contexts held at once; other
