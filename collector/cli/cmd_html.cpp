@@ -11,16 +11,16 @@
 #include <memory>
 
 #include "analysis/breakdown_format.h"
-#include "analysis/diff.h"
-#include "analysis/process_summary.h"
-#include "analysis/rank_table.h"
-#include "analysis/report.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/one_output.h"
 #include "cli/snapshot_inputs.h"
 #include "io/output_file.h"
 #include "snapshot/snapshot_input.h"
+#include "verdicts/diff.h"
+#include "verdicts/process_summary.h"
+#include "verdicts/rank_table.h"
+#include "verdicts/report.h"
 #include "viz/html_report.h"
 
 namespace cumemtrace::cli {
@@ -158,7 +158,7 @@ void add_html_command(CLI::App& app, int& exit_code) {
                                      base_name(in[0]) + " vs " + base_name(in[1]));
         exit_code = 0;
       } else {
-        // Each process as its summary (analysis/process_summary.h), built here where none is
+        // Each process as its summary (verdicts/process_summary.h), built here where none is
         // current; its snapshot is read again only for its chart.
         SnapshotInputs inputs = read_snapshot_inputs(
             in,

@@ -1,7 +1,7 @@
-// `cumemtrace report FILE`: where a snapshot's memory went (see analysis/report.h); on a bounded
+// `cumemtrace report FILE`: where a snapshot's memory went (see verdicts/report.h); on a bounded
 // capture's EXE.PID.intervals.json, its intervals (cli/intervals_report.h).
 // `cumemtrace report FILE FILE...` or `report DIR`: the processes side by side first, a job's
-// ranks in rank order (analysis/rank_table.h), then each file's own report with --each. A file
+// ranks in rank order (verdicts/rank_table.h), then each file's own report with --each. A file
 // that cannot be read is one line on stderr; the others are shown and the exit status is 2.
 #include <CLI/CLI.hpp>
 
@@ -15,14 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
-#include "analysis/rank_table.h"
-#include "analysis/report.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/intervals_report.h"
 #include "cli/snapshot_inputs.h"
 #include "snapshot/size_format.h"
 #include "snapshot/snapshot_input.h"
+#include "verdicts/rank_table.h"
+#include "verdicts/report.h"
 
 namespace cumemtrace::cli {
 
@@ -38,10 +38,10 @@ struct Opts {
 };
 
 // Reports many files: the rank table, then (--each) every file's report. A process is read as
-// its summary (analysis/process_summary.h) where a current one lies beside its snapshot; else its
+// its summary (verdicts/process_summary.h) where a current one lies beside its snapshot; else its
 // snapshot is read, its report built and summarised, and (unless --each prints them all, or it
 // came from stdin) the snapshot dropped. The rank table reads a full snapshot again only for the
-// rows it shows in detail (analysis/rank_table.h RankInput). --each and --range need every
+// rows it shows in detail (verdicts/rank_table.h RankInput). --each and --range need every
 // snapshot, so they read no summary. Returns the exit code.
 int report_many(const Opts& o) {
   const bool summaries = !o.each && o.report.range.empty();

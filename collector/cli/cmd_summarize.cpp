@@ -1,5 +1,5 @@
 // `cumemtrace summarize FILE|DIR...`: writes each final snapshot's summary beside it
-// (analysis/process_summary.h: EXE.rankR.PID.json -> EXE.rankR.PID.summary), as the
+// (verdicts/process_summary.h: EXE.rankR.PID.json -> EXE.rankR.PID.summary), as the
 // collector does at a process's end, for files written without one (older runs, files copied
 // without their times, PyTorch's own JSON snapshots), so that `report DIR`, `check DIR` and
 // `html DIR` read a few KB per process instead of every snapshot. A directory stands for the
@@ -10,9 +10,9 @@
 
 #include <cstdio>
 
-#include "analysis/process_summary.h"
 #include "cli/commands.h"
 #include "cli/snapshot_inputs.h"
+#include "verdicts/process_summary.h"
 
 namespace cumemtrace::cli {
 

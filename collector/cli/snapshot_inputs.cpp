@@ -6,10 +6,10 @@
 
 #include <fmt/format.h>
 
-#include "analysis/limits.h"
-#include "analysis/process_summary.h"
-#include "analysis/whatif.h"
+#include "pytorch/whatif.h"
 #include "snapshot/snapshot_input.h"
+#include "verdicts/limits.h"
+#include "verdicts/process_summary.h"
 
 namespace cumemtrace::cli {
 

@@ -2,21 +2,21 @@
 // paths given on its command line: a file is read as it is (snapshot_input.h); a directory
 // stands for the processes whose snapshots it holds: every `*.json` and `*.pickle` directly
 // inside (not `*.perfetto.json`, convert's output, nor bounded capture's `*.intervals.json`), in
-// name order, of which only the snapshots written when a process ended are kept (analysis/limits.h
+// name order, of which only the snapshots written when a process ended are kept (verdicts/limits.h
 // mid_run_snapshot: one written at an OOM, on request or periodically is the same process again,
 // earlier; PyTorch's own files have no reason and are kept). A file that cannot be read stays in
 // the list, in its place, with its one-line error, so that every command can show the others and
 // still fail (exit 2). A caller that asks for summaries gets, for a directory's snapshot whose
-// summary beside it is current (`*.summary`, analysis/process_summary.h), the summary instead of the snapshot
-// (LoadedSnapshot::summary; the snapshot is not read); a stale or unreadable summary is ignored
-// and the snapshot read.
+// summary beside it is current (`*.summary`, verdicts/process_summary.h), the summary instead of
+// the snapshot (LoadedSnapshot::summary; the snapshot is not read); a stale or unreadable summary
+// is ignored and the snapshot read.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "analysis/check.h"
+#include "verdicts/check.h"
 
 namespace cumemtrace::cli {
 

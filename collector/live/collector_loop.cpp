@@ -16,13 +16,13 @@
 #include <spdlog/spdlog.h>
 
 #include "analysis/breakdown_format.h"
-#include "analysis/process_summary.h"
-#include "analysis/report.h"
 #include "control_protocol.h"
 #include "live/control_channel.h"
 #include "live/metrics_text.h"
 #include "live/summary.h"
 #include "snapshot/size_format.h"
+#include "verdicts/process_summary.h"
+#include "verdicts/report.h"
 
 namespace cumemtrace::collect {
 
@@ -213,7 +213,7 @@ void Collector::finish(ProcessSession& s) {
       // is no file, instead of a gate passing for want of one.
       fmt::print(stderr, "cumemtrace: {}\n", e.what());
     }
-    // Its summary beside it (analysis/process_summary.h): what `report DIR` reads of a process
+    // Its summary beside it (verdicts/process_summary.h): what `report DIR` reads of a process
     // instead of the whole file. A summary that cannot be written costs only that speed.
     analysis::ProcessSummary summary;
     try {

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/diff.h"
-#include "analysis/modules.h"
-#include "analysis/report.h"
+#include "pytorch/modules.h"
 #include "support/torch_run_builder.h"
+#include "verdicts/diff.h"
+#include "verdicts/report.h"
 
 using namespace cumemtrace;
 using namespace cumemtrace::analysis;

@@ -1,0 +1,41 @@
+// Contract: the findings of one snapshot under `check`'s limits (check.h says what each limit
+// means; limits.h lists them). check_snapshot appends to `r.findings`, in this order: an
+// unreadable file's one "readable" failure (and nothing else), the "complete" verdict of a
+// cumemtrace file, a "written-while-running" warning when the limits of a process's end are not
+// judged here, then each limit given, in limits.h's order (one finding per device, or one for the
+// snapshot when it could not be judged), then the anomalies as warnings. Suppressions that match
+// count their hits and bytes in `rules`. Throws RangeNotFound (report.h) when --range names no
+// completed pair of the snapshot. A readable snapshot of a process that never used CUDA gets one
+// "cuda-used" finding instead of all the others (check.h): an error, not judged, unless
+// `others_used_cuda` (another input of the same check did) or --allow-no-cuda make it a warning;
+// so does a --range in which no device memory event happened (unless --allow-no-cuda): whether a
+// window used CUDA is its own, like its numbers (range.h), whatever ran before it.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "pytorch/ledger.h"
+#include "verdicts/check.h"
+#include "verdicts/process_summary.h"
+#include "verdicts/suppressions.h"
+
+namespace cumemtrace::analysis {
+
+// Whether `ls`'s summary alone (LoadedSnapshot::summary) gives its findings under `o`: a final
+// snapshot of a process that used CUDA, recorded whole, without anomalies, every device of it
+// summarised, no --range, --mark/--max-growth or suppressions, and every limit given passes
+// (a failure shows the stacks, which are in the snapshot). Else the caller reads the snapshot:
+// a gate never passes what it did not see.
+bool summary_judges(const LoadedSnapshot& ls, const CheckOptions& o);
+
+// What the limits measure on `device` at the end, for the summary (process_summary.h).
+DeviceLimits measure_limits(const snap::Snapshot& s, int device,
+                            const std::optional<Ledger>& ledger);
+
+// With `ls.summary` set, summary_judges must hold.
+void check_snapshot(const LoadedSnapshot& ls, const CheckOptions& given,
+                    const std::vector<Suppression>& rules, CheckResult& r,
+                    bool others_used_cuda = false);
+
+}  // namespace cumemtrace::analysis
