@@ -235,39 +235,6 @@ void note_anomalies(const LoadedSnapshot& ls, const SiteTable& sites, const Chec
   }
 }
 
-struct LayerPeak {
-  uint64_t bytes = 0;
-  int64_t time_us = 0;
-  std::ptrdiff_t index = -1;  // the trace entry after which it held (PyTorch's layers only)
-};
-
-// The layer's highest value on device `d` and when, over the run or within `window`.
-LayerPeak layer_peak_of(const DeviceReplay& rp, const snap::Snapshot& s, int d, bool driver,
-                        bool allocated, const std::optional<RangeWindow>& window) {
-  int64_t t0 = std::numeric_limits<int64_t>::min(), t1 = std::numeric_limits<int64_t>::max();
-  if (window) t0 = window->start_us, t1 = window->end_us;
-  uint64_t peak = 0;
-  int64_t when = 0;
-  std::ptrdiff_t at = -1;
-  if (driver) {
-    // The sample in force at t0 counts too: it held when the window opened.
-    if (auto v = rp.driver_at(t0)) peak = *v, when = t0;
-    for (const auto& m : s.tool->driver_memory) {
-      if (m.device == d && m.time_us >= t0 && m.time_us <= t1 && m.used_bytes > peak)
-        peak = m.used_bytes, when = m.time_us;
-    }
-  } else {
-    const std::ptrdiff_t first = window ? rp.index_at_time(t0) : -1;
-    const std::ptrdiff_t last =
-        window ? rp.index_at_time(t1) : static_cast<std::ptrdiff_t>(rp.trace().size()) - 1;
-    for (std::ptrdiff_t i = first; i <= last; ++i) {
-      const uint64_t v = allocated ? rp.allocated_after(i) : rp.reserved_after(i);
-      if (v > peak || i == first) peak = v, when = rp.time_after(i), at = i;
-    }
-  }
-  return {peak, when, at};
-}
-
 // The verdicts' words, one function each, for a snapshot and for its summary alike.
 std::string peak_message(uint64_t value, int d, int64_t when, int64_t origin, uint64_t limit) {
   return fmt::format("peak {} on device {} at {} (limit {})", format_bytes(value), d,
@@ -566,7 +533,7 @@ void SnapshotJudge::layer_peak(uint64_t limit, const char* check, const char* wh
 
 // The layer's highest value on device `d` and when, over the run or within the range.
 LayerPeak SnapshotJudge::layer_peak_on(int d, bool driver, bool allocated) {
-  return layer_peak_of(replay(d), s_, d, driver, allocated, window_);
+  return analysis::layer_peak(replay(d), s_, d, driver, allocated, window_);
 }
 
 void SnapshotJudge::growth(uint64_t limit) {
@@ -824,31 +791,6 @@ void check_summary(const LoadedSnapshot& ls, const CheckOptions& given, CheckRes
 }
 
 }  // namespace
-
-DeviceLimits measure_limits(const snap::Snapshot& s, int device,
-                            const std::optional<Ledger>& ledger) {
-  DeviceLimits m;
-  const DeviceReplay rp(s, device);
-  const Timeline& tl = rp.timeline();
-  auto layer = [&](bool driver, bool allocated) {
-    const LayerPeak p = layer_peak_of(rp, s, device, driver, allocated, std::nullopt);
-    return LayerPeakMeasure{p.bytes, p.time_us};
-  };
-  if (tl.has_reserved) m.allocated = layer(false, true), m.reserved = layer(false, false);
-  if (tl.has_driver && s.tool) m.driver = layer(true, false);
-  const DeviceLedger* dl = nullptr;
-  if (ledger)
-    for (const auto& x : ledger->devices)
-      if (x.device == device) dl = &x;
-  const std::vector<Allocation> live = dl ? std::vector<Allocation>{} : live_at_exit(s);
-  for (const auto& a : dl ? dl->leaked : live) {
-    if (a.device != device) continue;
-    m.leaked_bytes += a.size;
-    ++m.leaked_count;
-  }
-  if (dl) m.leaked_warmup = dl->warmup;
-  return m;
-}
 
 bool summary_judges(const LoadedSnapshot& ls, const CheckOptions& o) {
   if (!ls.summary || !ls.summary->tool || !o.range.empty() || !o.suppressions.empty() ||

@@ -15,9 +15,7 @@
 #include <optional>
 #include <vector>
 
-#include "pytorch/ledger.h"
 #include "verdicts/check.h"
-#include "verdicts/process_summary.h"
 #include "verdicts/suppressions.h"
 
 namespace cumemtrace::analysis {
@@ -28,10 +26,6 @@ namespace cumemtrace::analysis {
 // (a failure shows the stacks, which are in the snapshot). Else the caller reads the snapshot:
 // a gate never passes what it did not see.
 bool summary_judges(const LoadedSnapshot& ls, const CheckOptions& o);
-
-// What the limits measure on `device` at the end, for the summary (process_summary.h).
-DeviceLimits measure_limits(const snap::Snapshot& s, int device,
-                            const std::optional<Ledger>& ledger);
 
 // With `ls.summary` set, summary_judges must hold.
 void check_snapshot(const LoadedSnapshot& ls, const CheckOptions& given,

@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/range.h"
 #include "analysis/rank_identity.h"
 #include "io/file_output.h"
-#include "verdicts/check_snapshot.h"
 
 namespace cumemtrace::analysis {
 
@@ -103,6 +103,33 @@ Growth growth_from(const json& j) {
     g.by_site.push_back(std::move(b));
   }
   return g;
+}
+
+// What check's limits measure on `device` at the end: the same functions check_snapshot.cpp uses
+// (range.h layer_peak; the ledger's leak rule, else every allocation live at exit).
+DeviceLimits measure_limits(const snap::Snapshot& s, int device,
+                            const std::optional<Ledger>& ledger) {
+  DeviceLimits m;
+  const DeviceReplay rp(s, device);
+  const Timeline& tl = rp.timeline();
+  auto layer = [&](bool driver, bool allocated) {
+    const LayerPeak p = layer_peak(rp, s, device, driver, allocated);
+    return LayerPeakMeasure{p.bytes, p.time_us};
+  };
+  if (tl.has_reserved) m.allocated = layer(false, true), m.reserved = layer(false, false);
+  if (tl.has_driver && s.tool) m.driver = layer(true, false);
+  const DeviceLedger* dl = nullptr;
+  if (ledger)
+    for (const auto& x : ledger->devices)
+      if (x.device == device) dl = &x;
+  const std::vector<Allocation> live = dl ? std::vector<Allocation>{} : live_at_exit(s);
+  for (const auto& a : dl ? dl->leaked : live) {
+    if (a.device != device) continue;
+    m.leaked_bytes += a.size;
+    ++m.leaked_count;
+  }
+  if (dl) m.leaked_warmup = dl->warmup;
+  return m;
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ struct SummarizedFile {
   bool operator==(const SummarizedFile&) const = default;
 };
 
-// What `check` measures on a device at the process's end (check_snapshot.h measure_limits: the
+// What `check` measures on a device at the process's end (process_summary.cpp measure_limits: the
 // same functions its limits use, without --range, --mark or suppressions), so that `check DIR`
 // judges a passing process from its summary with the same words.
 struct LayerPeakMeasure {
