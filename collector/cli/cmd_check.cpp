@@ -11,7 +11,7 @@
 #include "cli/check_options.h"
 #include "cli/commands.h"
 #include "cli/snapshot_inputs.h"
-#include "snapshot/snapshot_input.h"
+#include "snapshot/read_error.h"
 #include "verdicts/check.h"
 #include "verdicts/check_snapshot.h"
 #include "verdicts/limits.h"

@@ -36,6 +36,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "analysis/analysed_snapshot.h"
 #include "analysis/frames.h"
 #include "analysis/model.h"
 #include "pytorch/phases.h"
@@ -114,7 +115,7 @@ struct Ledger {
 };
 
 // nullopt unless the snapshot is a PyTorch run with automatic phases.
-std::optional<Ledger> build_ledger(const snap::Snapshot& s, const SiteTable& sites);
+std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& sites);
 
 // Growth per step (contract) over the complete steps that end within [t0, t1] (check --range:
 // a test's window); the whole run by default.

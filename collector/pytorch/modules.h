@@ -42,6 +42,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "analysis/analysed_snapshot.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
@@ -77,7 +78,7 @@ std::string_view stack_module(const snap::Snapshot& s, int32_t stack);
 bool has_module_names(const snap::Snapshot& s);
 
 // The view at `depth`; nullopt (with *why set when given) when the snapshot has no module names.
-std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth,
+std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth,
                                             std::string* why = nullptr);
 
 void print_module_view_text(const ModuleView& v, size_t top, std::ostream& out);

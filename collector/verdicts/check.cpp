@@ -15,6 +15,7 @@
 #include "verdicts/github.h"
 #include "verdicts/junit.h"
 #include "verdicts/limits.h"
+#include "verdicts/process_summary.h"
 #include "verdicts/report.h"
 #include "verdicts/suppressions.h"
 

@@ -15,7 +15,8 @@
 #include <optional>
 #include <vector>
 
-#include "verdicts/check.h"
+#include "verdicts/findings.h"
+#include "verdicts/limits.h"
 #include "verdicts/suppressions.h"
 
 namespace cumemtrace::analysis {

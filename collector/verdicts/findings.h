@@ -1,13 +1,35 @@
-// Contract: the outcome of `cumemtrace check`, independent of how it is printed. One Finding per
-// limit and device evaluated (passed or failed) and one per warning; text, json, github and JUnit
-// printers all render this same list, so the formats never disagree on what failed.
+// Contract: what `cumemtrace check` judges (LoadedSnapshot: a file, read or not) and its outcome,
+// independent of how it is printed. One Finding per limit and device evaluated (passed or failed)
+// and one per warning; text, json, github and JUnit printers all render this same list, so the
+// formats never disagree on what failed.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "snapshot/snapshot.h"
+
 namespace cumemtrace::analysis {
+
+struct ProcessSummary;  // process_summary.h
+
+struct LoadedSnapshot {
+  LoadedSnapshot() = default;
+  LoadedSnapshot(std::string p, snap::Snapshot s, std::string why = {})
+      : path(std::move(p)), snapshot(std::move(s)), unreadable(std::move(why)) {}
+  std::string path;
+  snap::Snapshot snapshot;
+  // Why the file could not be read (one line naming it); empty when it was. An unreadable file is
+  // a failed verdict of its own ("readable"), shown beside the others' and never stopping them,
+  // and makes run_check return 2 (unreadable input).
+  std::string unreadable;
+  // Read instead of the snapshot (a caller that asked for summaries, cli/snapshot_inputs.h):
+  // `snapshot` then holds the summary's tool section alone.
+  std::shared_ptr<const ProcessSummary> summary;
+};
 
 struct StackNote {                 // one stack shown under a finding
   std::string title;               // "2.00 MiB in 3 allocations"
