@@ -37,6 +37,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/preload/python/sitecustomize.py
   DESTINATION lib/cumemtrace/python COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/include/cumemtrace.h DESTINATION include COMPONENT devel)
 install(FILES ${PROJECT_SOURCE_DIR}/schemas/snapshot.schema.json
+  ${PROJECT_SOURCE_DIR}/schemas/summary.schema.json
   DESTINATION share/cumemtrace/schemas COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/share/grafana/cumemtrace.json
   DESTINATION share/cumemtrace/grafana COMPONENT runtime)

@@ -1,6 +1,7 @@
 #include "analysis/range.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <unordered_map>
 
@@ -121,6 +122,32 @@ RangeResult evaluate_range(const DeviceReplay& r, const RangeWindow& w) {
     out.own_at_peak = allocated_within(at, own);
   }
   return out;
+}
+
+LayerPeak layer_peak(const DeviceReplay& rp, const snap::Snapshot& s, int d, bool driver,
+                     bool allocated, const std::optional<RangeWindow>& window) {
+  int64_t t0 = std::numeric_limits<int64_t>::min(), t1 = std::numeric_limits<int64_t>::max();
+  if (window) t0 = window->start_us, t1 = window->end_us;
+  uint64_t peak = 0;
+  int64_t when = 0;
+  std::ptrdiff_t at = -1;
+  if (driver) {
+    // The sample in force at t0 counts too: it held when the window opened.
+    if (auto v = rp.driver_at(t0)) peak = *v, when = t0;
+    for (const auto& m : s.tool->driver_memory) {
+      if (m.device == d && m.time_us >= t0 && m.time_us <= t1 && m.used_bytes > peak)
+        peak = m.used_bytes, when = m.time_us;
+    }
+  } else {
+    const std::ptrdiff_t first = window ? rp.index_at_time(t0) : -1;
+    const std::ptrdiff_t last =
+        window ? rp.index_at_time(t1) : static_cast<std::ptrdiff_t>(rp.trace().size()) - 1;
+    for (std::ptrdiff_t i = first; i <= last; ++i) {
+      const uint64_t v = allocated ? rp.allocated_after(i) : rp.reserved_after(i);
+      if (v > peak || i == first) peak = v, when = rp.time_after(i), at = i;
+    }
+  }
+  return {peak, when, at};
 }
 
 }  // namespace cumemtrace::analysis

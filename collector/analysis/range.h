@@ -51,4 +51,17 @@ struct RangeResult {
 
 RangeResult evaluate_range(const DeviceReplay& r, const RangeWindow& w);
 
+// A memory layer's highest value on device `d` and when, over the run or within `window`:
+// PyTorch's allocated or reserved bytes (model.h's layers; `index` the trace entry after which it
+// held), or with `driver` the highest driver-visible (NVML) sample, the one in force when the
+// window opened included. `check`'s --max-allocated/reserved/driver-peak and the process
+// summary's measures of them.
+struct LayerPeak {
+  uint64_t bytes = 0;
+  int64_t time_us = 0;
+  std::ptrdiff_t index = -1;
+};
+LayerPeak layer_peak(const DeviceReplay& rp, const snap::Snapshot& s, int d, bool driver,
+                     bool allocated, const std::optional<RangeWindow>& window = std::nullopt);
+
 }  // namespace cumemtrace::analysis

@@ -1,6 +1,8 @@
 // `cumemtrace check FILE|DIR...`: the CI gate (see verdicts/check.h for the limits and exit codes).
 // Every file is checked, an unreadable one included (its own failed verdict, exit 2); a directory
-// stands for the processes whose final snapshots it holds (cli/snapshot_inputs.h).
+// stands for the processes whose final snapshots it holds (cli/snapshot_inputs.h). A process with a
+// current summary beside its snapshot that passes every limit given is judged from the summary
+// (verdicts/check_snapshot.h summary_judges), with the same words; the others are read.
 // `cumemtrace check --list-limits [--format json]` (hidden) prints verdicts/limits.h's table.
 #include <CLI/CLI.hpp>
 
@@ -9,7 +11,9 @@
 #include "cli/check_options.h"
 #include "cli/commands.h"
 #include "cli/snapshot_inputs.h"
+#include "snapshot/read_error.h"
 #include "verdicts/check.h"
+#include "verdicts/check_snapshot.h"
 #include "verdicts/limits.h"
 
 namespace cumemtrace::cli {
@@ -42,7 +46,22 @@ void add_check_command(CLI::App& app, int& exit_code) {
     if (o->files.empty()) throw CLI::RequiredError("FILE");
     // Nothing may escape main: whatever is left (out of memory...) is an unreadable input.
     try {
-      SnapshotInputs in = read_snapshot_inputs(o->files);
+      // A process whose summary (verdicts/process_summary.h) is current and passes every limit
+      // given is judged from it; any other is read whole (a failure's stacks, --range, --mark,
+      // suppressions, a stale summary...): a gate never passes what it did not see.
+      const bool summaries =
+          o->check.range.empty() && o->check.suppressions.empty() && !o->check.max_growth;
+      SnapshotInputs in = read_snapshot_inputs(o->files, {}, summaries);
+      for (auto& ls : in.files) {
+        if (!ls.summary || analysis::summary_judges(ls, o->check)) continue;
+        ls.summary.reset();
+        try {
+          ls.snapshot = read_snapshot_for_views(ls.path);
+        } catch (const snap::ReadError& e) {
+          ls.snapshot = {};
+          ls.unreadable = e.what();
+        }
+      }
       // Each unreadable file's one line on stderr too, where a lone file's has always been.
       for (const auto& ls : in.files)
         if (!ls.unreadable.empty()) std::cerr << "cumemtrace check: " << ls.unreadable << '\n';

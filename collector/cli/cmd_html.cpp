@@ -18,6 +18,7 @@
 #include "io/output_file.h"
 #include "io/snapshot_input.h"
 #include "verdicts/diff.h"
+#include "verdicts/process_summary.h"
 #include "verdicts/rank_table.h"
 #include "verdicts/report.h"
 #include "viz/html_report.h"
@@ -46,15 +47,12 @@ bool is_directory(const std::string& path) {
   return std::filesystem::is_directory(path, ec);
 }
 
-// The page of a job: the processes' snapshots, the rank table `report DIR` prints.
-std::string job_page(const Options& o, const SnapshotInputs& in, int& exit_code) {
-  struct Built {
-    std::unique_ptr<analysis::SiteTable> sites;
-    analysis::Report report;
-    std::string file;
-  };
-  std::vector<Built> built;
+// The page of a job: `report DIR`'s rank table from the processes' summaries (read where current,
+// else built as each snapshot is read, which is then dropped), each charted process's snapshot
+// read again (viz/html_report.h says which are charted).
+std::string job_page(const Options& o, SnapshotInputs& in, int& exit_code) {
   std::vector<std::pair<std::string, std::string>> unreadable;
+  std::vector<analysis::RankInput> inputs;
   for (const auto& ls : in.files) {
     if (!ls.unreadable.empty()) {
       // Shown on the page and said here; the page is still written, the exit says it is partial.
@@ -63,14 +61,16 @@ std::string job_page(const Options& o, const SnapshotInputs& in, int& exit_code)
       exit_code = 2;
       continue;
     }
-    Built b;
-    b.file = ls.path;
-    b.sites = std::make_unique<analysis::SiteTable>(ls.snapshot);
-    b.report = analysis::build_report(ls.snapshot, *b.sites, ls.path);
-    built.push_back(std::move(b));
+    analysis::SnapshotLoader load;
+    if (ls.path == "-") {
+      load = analysis::in_memory(ls.snapshot);
+    } else {
+      load = [path = ls.path] {
+        return std::make_shared<const snap::Snapshot>(read_snapshot_for_views(path));
+      };
+    }
+    inputs.push_back({ls.path, ls.summary.get(), std::move(load)});
   }
-  std::vector<analysis::RankInput> inputs;
-  for (auto& b : built) inputs.push_back({b.file, &b.sites->snapshot(), &b.report});
   const auto table = analysis::build_rank_table(inputs, {});
   std::string name = base_name(o.inputs.front());
   if (o.inputs.size() > 1) name += " and " + analysis::plural(o.inputs.size() - 1, "other");
@@ -158,7 +158,16 @@ void add_html_command(CLI::App& app, int& exit_code) {
                                      base_name(in[0]) + " vs " + base_name(in[1]));
         exit_code = 0;
       } else {
-        SnapshotInputs inputs = read_snapshot_inputs(in);
+        // Each process as its summary (verdicts/process_summary.h), built here where none is
+        // current; its snapshot is read again only for its chart.
+        SnapshotInputs inputs = read_snapshot_inputs(
+            in,
+            [](analysis::LoadedSnapshot& ls) {
+              ls.summary = std::make_shared<const analysis::ProcessSummary>(
+                  analysis::summarize_snapshot(ls.snapshot, ls.path));
+              if (ls.path != "-") ls.snapshot = {};
+            },
+            true);
         // A directory's snapshots are inputs too: the page never lands on one of them.
         for (const auto& ls : inputs.files) policy.inputs.push_back(ls.path);
         loaded = std::chrono::steady_clock::now();

@@ -38,87 +38,82 @@ struct Opts {
   uint64_t skew_bytes = 64ull << 20;
 };
 
-// What the rank table needs of a process once its report is built: the tool section (its rank,
-// pid, start), without the per-sample lists that grow with the run. Nullopt where the table needs
-// the trace itself to place the process in time (no tool section, or no start time: PyTorch's own
-// files), which then stay whole in memory.
-std::optional<snap::Snapshot> tool_section_alone(const snap::Snapshot& s) {
-  if (!s.tool || s.tool->start_time_us <= 0) return std::nullopt;
-  snap::Snapshot light;
-  light.tool = s.tool;
-  auto& t = *light.tool;
-  t.driver_memory.clear();
-  t.pool_memory.clear();
-  t.ownership.clear();
-  t.host_allocations.clear();
-  t.vmm_handles.clear();
-  t.imported_mappings.clear();
-  t.anomalies.clear();
-  t.threads.clear();
-  return light;
-}
-
-// Reports many files: the rank table, then (--each) every file's report. Each file's report is
-// built as it is read; unless --each prints them all, only its tool section stays in memory and
-// the rank table reads the full snapshot again for the rows it shows in detail
-// (verdicts/rank_table.h RankInput::load). Returns the exit code.
+// Reports many files: the rank table, then (--each) every file's report. A process is read as
+// its summary (verdicts/process_summary.h) where a current one lies beside its snapshot; else its
+// snapshot is read, its report built and summarised, and (unless --each prints them all, or it
+// came from stdin) the snapshot dropped. The rank table reads a full snapshot again only for the
+// rows it shows in detail (verdicts/rank_table.h RankInput). --each and --range need every
+// snapshot, so they read no summary. Returns the exit code.
 int report_many(const Opts& o) {
+  const bool summaries = !o.each && o.report.range.empty();
   struct Built {
     std::string file;
     std::unique_ptr<analysis::SiteTable> sites;  // --each only
-    analysis::Report report;
-    bool whole = true;  // the snapshot in memory is the full one
-    const analysis::LoadedSnapshot* loaded = nullptr;
+    std::optional<analysis::Report> report;      // --each only
+    std::shared_ptr<const analysis::ProcessSummary> summary;
+    const snap::Snapshot* whole = nullptr;  // the full snapshot, when it stayed in memory
   };
-  std::vector<std::optional<analysis::Report>> reports;  // by readable file, in order
+  std::vector<std::optional<analysis::Report>> reports;  // by file read, in order (--each)
   std::vector<std::string> report_errors;
-  std::vector<bool> whole;
-  SnapshotInputs in = read_snapshot_inputs(o.files, [&](analysis::LoadedSnapshot& ls) {
-    const analysis::SiteTable sites(ls.snapshot, o.report.full_names);
-    try {
-      reports.push_back(analysis::build_report(ls.snapshot, sites, ls.path, o.report.range,
-                                               o.report.module_depth));
-      report_errors.emplace_back();
-    } catch (const analysis::RangeNotFound& e) {
-      reports.emplace_back();
-      report_errors.push_back(e.what());
-    }
-    auto light = o.each ? std::nullopt : tool_section_alone(ls.snapshot);
-    whole.push_back(!light);
-    if (light) ls.snapshot = std::move(*light);
-  });
+  SnapshotInputs in = read_snapshot_inputs(
+      o.files,
+      [&](analysis::LoadedSnapshot& ls) {
+        const analysis::SiteTable sites(ls.snapshot, o.report.full_names);
+        try {
+          analysis::Report r = analysis::build_report(ls.snapshot, sites, ls.path, o.report.range,
+                                                      o.report.module_depth);
+          analysis::SummarizedFile file;
+          if (auto f = analysis::summarized_file(ls.path)) file = std::move(*f);
+          ls.summary = std::make_shared<const analysis::ProcessSummary>(
+              analysis::summarize_process(ls.snapshot, r, std::move(file)));
+          reports.push_back(o.each ? std::optional(std::move(r)) : std::nullopt);
+          report_errors.emplace_back();
+        } catch (const analysis::RangeNotFound& e) {
+          reports.emplace_back();
+          report_errors.push_back(e.what());
+        }
+        // Its summary is all the table needs; the snapshot is read again where it is shown.
+        if (!o.each && ls.path != "-") ls.snapshot = {};
+      },
+      summaries);
   std::vector<Built> built;
   bool bad = false;
-  size_t k = 0;
-  for (const auto& ls : in.files) {
+  size_t k = 0;  // without summaries, every readable file was read through the callback above
+  for (auto& ls : in.files) {
     if (!ls.unreadable.empty()) {
       std::cerr << "cumemtrace report: " << ls.unreadable << '\n';
       bad = true;
       continue;
     }
-    const size_t at = k++;
-    if (!reports[at]) {
+    const size_t at = summaries ? 0 : k++;
+    if (!summaries && !reports[at] && !report_errors[at].empty()) {
       std::cerr << "cumemtrace report: " << ls.path << ": " << report_errors[at] << '\n';
       bad = true;
       continue;
     }
     Built b;
     b.file = ls.path;
-    b.report = std::move(*reports[at]);
-    b.whole = whole[at];
-    b.loaded = &ls;
+    b.summary = ls.summary;
+    if (!summaries) b.report = std::move(reports[at]);
+    if (o.each || ls.path == "-") b.whole = &ls.snapshot;
     if (o.each) b.sites = std::make_unique<analysis::SiteTable>(ls.snapshot, o.report.full_names);
     built.push_back(std::move(b));
   }
   std::vector<analysis::RankInput> inputs;
   for (auto& b : built) {
     analysis::SnapshotLoader load;
-    // Read again as the first pass read it: PyTorch's block bytes labelled.
-    if (!b.whole) load = [path = b.file] { return read_snapshot_for_views(path); };
-    inputs.push_back({b.file, &b.loaded->snapshot, &b.report, std::move(load)});
+    if (b.whole) {
+      load = analysis::in_memory(*b.whole);
+    } else {
+      // Read again as the first pass read it: PyTorch's block bytes labelled.
+      load = [path = b.file] {
+        return std::make_shared<const snap::Snapshot>(read_snapshot_for_views(path));
+      };
+    }
+    inputs.push_back({b.file, b.summary.get(), std::move(load), b.report ? &*b.report : nullptr});
   }
-  const analysis::RankTable table =
-      analysis::build_rank_table(inputs, {o.skew_percent / 100.0, o.skew_bytes});
+  const analysis::RankTable table = analysis::build_rank_table(
+      inputs, {o.skew_percent / 100.0, o.skew_bytes}, {o.report.full_names});
   if (o.format == "json") {
     nlohmann::json j;
     j["ranks"] = analysis::rank_table_json(table, o.report.top);
@@ -131,7 +126,8 @@ int report_many(const Opts& o) {
     if (o.each) {
       nlohmann::json reports = nlohmann::json::array();
       for (const auto& b : built)
-        reports.push_back(analysis::report_json(b.report, b.sites->snapshot(), *b.sites, o.report));
+        reports.push_back(
+            analysis::report_json(*b.report, b.sites->snapshot(), *b.sites, o.report));
       j["reports"] = std::move(reports);
     }
     std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
@@ -151,7 +147,7 @@ int report_many(const Opts& o) {
     for (const auto& b : built) {
       if (!o.each) break;
       std::cout << '\n';
-      analysis::print_report_text(b.report, b.sites->snapshot(), *b.sites, o.report, std::cout);
+      analysis::print_report_text(*b.report, b.sites->snapshot(), *b.sites, o.report, std::cout);
     }
   }
   std::cout.flush();

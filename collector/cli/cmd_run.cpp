@@ -197,23 +197,12 @@ void print_job_summary(const std::vector<collect::WrittenSnapshot>& written) {
 }
 
 // A job whose processes ran out of memory: its first OOM, who and why, and what the others held
-// then (verdicts/job_oom.h). Said under -q too, as each process's own OOM line is. Verdicts are
-// worked out only for the snapshots that hold an OOM.
+// then (verdicts/job_oom.h), from the processes' summaries the collector wrote. Said under -q too,
+// as each process's own OOM line is.
 void print_job_oom(const std::vector<collect::WrittenSnapshot>& written) {
   if (written.size() < 2) return;
-  std::vector<std::vector<analysis::OomVerdict>> verdicts(written.size());
   std::vector<analysis::JobOomInput> in;
-  for (size_t i = 0; i < written.size(); ++i) {
-    const snap::Snapshot& s = written[i].snapshot;
-    bool any = false;
-    for (const auto& trace : s.device_traces)
-      for (const auto& e : trace) any = any || e.action == snap::Action::kOom;
-    if (any) {
-      const analysis::SiteTable sites(s);
-      verdicts[i] = analysis::oom_verdicts(s, sites);
-    }
-    in.push_back({written[i].path, &s, &verdicts[i], {}});
-  }
+  for (const auto& w : written) in.push_back({w.path, &w.summary, analysis::in_memory(w.snapshot)});
   const auto first = analysis::first_job_oom(in);
   if (!first) return;
   for (const std::string& line : analysis::job_oom_lines(*first, 10))

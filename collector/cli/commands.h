@@ -18,5 +18,6 @@ void add_snapshot_command(CLI::App& app, int& exit_code);
 void add_html_command(CLI::App& app, int& exit_code);
 void add_convert_command(CLI::App& app, int& exit_code);
 void add_whatif_command(CLI::App& app, int& exit_code);
+void add_summarize_command(CLI::App& app, int& exit_code);
 
 }  // namespace cumemtrace::cli

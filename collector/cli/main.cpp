@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
   cumemtrace::cli::add_html_command(app, exit_code);
   cumemtrace::cli::add_convert_command(app, exit_code);
   cumemtrace::cli::add_whatif_command(app, exit_code);
+  cumemtrace::cli::add_summarize_command(app, exit_code);
   cumemtrace::cli::add_settings_command(app);
 
   // The offline commands' own diagnostics (what was read, in which format, how long it took):

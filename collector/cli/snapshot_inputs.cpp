@@ -9,6 +9,7 @@
 #include "io/snapshot_input.h"
 #include "pytorch/whatif.h"
 #include "verdicts/limits.h"
+#include "verdicts/process_summary.h"
 
 namespace cumemtrace::cli {
 
@@ -18,9 +19,16 @@ bool ends_with(const std::string& s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-analysis::LoadedSnapshot read_one(const std::string& path) {
+analysis::LoadedSnapshot read_one(const std::string& path, bool summaries) {
   analysis::LoadedSnapshot ls;
   ls.path = path;
+  if (summaries && path != "-") {
+    if (auto p = analysis::read_current_summary(path)) {
+      ls.snapshot.tool = p->tool;
+      ls.summary = std::make_shared<const analysis::ProcessSummary>(std::move(*p));
+      return ls;
+    }
+  }
   try {
     ls.snapshot = read_snapshot_for_views(path);
   } catch (const snap::ReadError& e) {
@@ -38,14 +46,16 @@ snap::Snapshot read_snapshot_for_views(const std::string& path) {
 }
 
 SnapshotInputs read_snapshot_inputs(const std::vector<std::string>& paths,
-                                    const std::function<void(analysis::LoadedSnapshot&)>& each) {
+                                    const std::function<void(analysis::LoadedSnapshot&)>& each,
+                                    bool summaries) {
   SnapshotInputs in;
   in.many = paths.size() > 1;
   for (const auto& path : paths) {
     std::error_code ec;
     if (path == "-" || !std::filesystem::is_directory(path, ec)) {
-      in.files.push_back(read_one(path));
-      if (each && in.files.back().unreadable.empty()) each(in.files.back());
+      in.files.push_back(read_one(path, false));  // a file named alone is read
+      auto& ls = in.files.back();
+      if (each && ls.unreadable.empty() && !ls.summary) each(ls);
       continue;
     }
     in.many = true;
@@ -68,12 +78,12 @@ SnapshotInputs read_snapshot_inputs(const std::vector<std::string>& paths,
     std::sort(names.begin(), names.end());
     const size_t before = in.files.size();
     for (const auto& name : names) {
-      auto ls = read_one((std::filesystem::path(path) / name).string());
+      auto ls = read_one((std::filesystem::path(path) / name).string(), summaries);
       if (ls.unreadable.empty() && analysis::mid_run_snapshot(ls.snapshot)) {
         ++in.skipped;
         continue;
       }
-      if (each && ls.unreadable.empty()) each(ls);
+      if (each && ls.unreadable.empty() && !ls.summary) each(ls);
       in.files.push_back(std::move(ls));
     }
     if (in.files.size() == before) {

@@ -6,7 +6,10 @@
 // mid_run_snapshot: one written at an OOM, on request or periodically is the same process again,
 // earlier; PyTorch's own files have no reason and are kept). A file that cannot be read stays in
 // the list, in its place, with its one-line error, so that every command can show the others and
-// still fail (exit 2).
+// still fail (exit 2). A caller that asks for summaries gets, for a directory's snapshot whose
+// summary beside it is current (`*.summary`, verdicts/process_summary.h), the summary instead of
+// the snapshot (LoadedSnapshot::summary; the snapshot is not read); a stale or unreadable summary
+// is ignored and the snapshot read.
 #pragma once
 
 #include <functional>
@@ -29,8 +32,9 @@ struct SnapshotInputs {
 // block bytes labelled, so that every command shows the same bytes. Throws snap::ReadError.
 snap::Snapshot read_snapshot_for_views(const std::string& path);
 
-SnapshotInputs read_snapshot_inputs(
-    const std::vector<std::string>& paths,
-    const std::function<void(analysis::LoadedSnapshot&)>& each = {});
+// `each` is called for the snapshots read, not for those given by their summaries.
+SnapshotInputs read_snapshot_inputs(const std::vector<std::string>& paths,
+                                    const std::function<void(analysis::LoadedSnapshot&)>& each = {},
+                                    bool summaries = false);
 
 }  // namespace cumemtrace::cli

@@ -21,6 +21,8 @@
 #include "live/metrics_text.h"
 #include "live/summary.h"
 #include "snapshot/size_format.h"
+#include "verdicts/process_summary.h"
+#include "verdicts/report.h"
 
 namespace cumemtrace::collect {
 
@@ -200,19 +202,33 @@ void Collector::finish(ProcessSession& s) {
     fmt::print(stderr, "cumemtrace: {}\n", e.what());
   }
   if (snapshot) {
+    std::string path;
     try {
-      const std::string path = s.write(*snapshot);
+      path = s.write(*snapshot);
       if (opts_.summary) {
         fmt::print(stderr, "cumemtrace: wrote {}\n{}", path, summarize(*snapshot));
       }
-      written_.push_back(WrittenSnapshot{path, std::move(*snapshot)});
     } catch (const std::exception& e) {
       // A full disk: `run`'s limits still judge the snapshot, under a name that says why there
       // is no file, instead of a gate passing for want of one.
       fmt::print(stderr, "cumemtrace: {}\n", e.what());
-      written_.push_back(WrittenSnapshot{fmt::format("pid {} (snapshot not written)", s.info().pid),
-                                         std::move(*snapshot)});
     }
+    // Its summary beside it (verdicts/process_summary.h): what `report DIR` reads of a process
+    // instead of the whole file. A summary that cannot be written costs only that speed.
+    analysis::ProcessSummary summary;
+    try {
+      summary = analysis::summarize_snapshot(*snapshot, path);
+      if (!path.empty()) {
+        analysis::write_summary_file(summary, path);
+        // A bounded capture counts it against --max-disk, never dropped (live/disk_budget.h).
+        if (budget_)
+          budget_->add(analysis::summary_path_for(path), WindowKind::kSummary, s.info().pid);
+      }
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "cumemtrace: {}\n", e.what());
+    }
+    if (path.empty()) path = fmt::format("pid {} (snapshot not written)", s.info().pid);
+    written_.push_back(WrittenSnapshot{path, std::move(*snapshot), std::move(summary)});
   }
   s.finish_bounded();
   if (!s.error().empty()) fmt::print(stderr, "cumemtrace: {}\n", s.error());

@@ -23,12 +23,16 @@
 #include "live/metrics_server.h"
 #include "live/process_session.h"
 #include "snapshot/snapshot.h"
+#include "verdicts/process_summary.h"
 
 namespace cumemtrace::collect {
 
 struct WrittenSnapshot {
   std::string path;
   snap::Snapshot snapshot;
+  // Its summary (verdicts/process_summary.h), also written beside the file; the file's name, size
+  // and mtime are empty when the snapshot could not be written.
+  analysis::ProcessSummary summary;
 };
 
 struct CollectorOptions {

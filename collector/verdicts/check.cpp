@@ -15,6 +15,7 @@
 #include "verdicts/github.h"
 #include "verdicts/junit.h"
 #include "verdicts/limits.h"
+#include "verdicts/process_summary.h"
 #include "verdicts/report.h"
 #include "verdicts/suppressions.h"
 
@@ -24,6 +25,10 @@ using snap::format_bytes;
 
 namespace {
 
+bool used_cuda(const LoadedSnapshot& ls) {
+  return ls.summary ? ls.summary->used_cuda : !snap::never_used_cuda(ls.snapshot);
+}
+
 // A limit of a process's end that no input judged (each that used CUDA was written while its
 // process ran) fails: a gate that could not judge never passes.
 void fail_end_limits_nobody_judged(const std::vector<LoadedSnapshot>& snaps, const CheckOptions& o,
@@ -32,7 +37,7 @@ void fail_end_limits_nobody_judged(const std::vector<LoadedSnapshot>& snaps, con
   // Inputs that never used CUDA judge nothing either way (their own verdict says so).
   bool any_cuda = false;
   for (const auto& ls : snaps) {
-    if (snap::never_used_cuda(ls.snapshot)) continue;
+    if (!used_cuda(ls)) continue;
     if (!mid_run_snapshot(ls.snapshot)) return;
     any_cuda = true;
   }
@@ -78,7 +83,7 @@ CheckResult evaluate_check(const std::vector<LoadedSnapshot>& snaps, const Check
   // A job's launcher or helper that never used CUDA beside ranks that did is no failure: the gate
   // judged the ranks.
   const bool any_cuda = std::any_of(snaps.begin(), snaps.end(), [](const LoadedSnapshot& ls) {
-    return ls.unreadable.empty() && !snap::never_used_cuda(ls.snapshot);
+    return ls.unreadable.empty() && used_cuda(ls);
   });
   for (const auto& ls : snaps) {
     r.snapshots.push_back(ls.path);

@@ -19,6 +19,7 @@
 #include "pytorch/phases.h"
 #include "snapshot/size_format.h"
 #include "verdicts/limits.h"
+#include "verdicts/process_summary.h"
 #include "verdicts/report.h"
 
 namespace cumemtrace::analysis {
@@ -236,6 +237,49 @@ void note_anomalies(const LoadedSnapshot& ls, const SiteTable& sites, const Chec
   }
 }
 
+// The verdicts' words, one function each, for a snapshot and for its summary alike.
+std::string peak_message(uint64_t value, int d, int64_t when, int64_t origin, uint64_t limit) {
+  return fmt::format("peak {} on device {} at {} (limit {})", format_bytes(value), d,
+                     format_time(when, origin), format_bytes(limit));
+}
+
+std::string layer_message(const char* what, uint64_t bytes, int d, const std::string& in_range,
+                          int64_t when, int64_t origin, uint64_t limit) {
+  return fmt::format("peak {} {} on device {}{} at {} (limit {})", what, format_bytes(bytes), d,
+                     in_range, format_time(when, origin), format_bytes(limit));
+}
+
+std::string no_layer_message(bool driver, int d) {
+  return fmt::format("no {} data on device {}: limit not evaluated",
+                     driver ? "driver-visible (NVML)" : "PyTorch", d);
+}
+
+std::string leaked_message(uint64_t value, int d, const std::string& in_range, uint64_t count,
+                           std::optional<int> ledger_warmup, uint64_t limit) {
+  if (ledger_warmup)
+    return fmt::format(
+        "{} leaked on device {} by {}: tensors allocated after a warm-up of {} that are not "
+        "parameters, gradients or optimizer state, and other libraries' memory allocated "
+        "after it, still held at the end (limit {})",
+        format_bytes(value), d, plural(count, "allocation"),
+        plural(static_cast<uint64_t>(*ledger_warmup), "step"), format_bytes(limit));
+  return fmt::format("{} leaked on device {}{} by {} (limit {})", format_bytes(value), d, in_range,
+                     plural(count, "allocation"), format_bytes(limit));
+}
+
+std::string growth_per_step_message(int d, const std::string& in_range, const Growth& g,
+                                    uint64_t limit) {
+  std::string where;
+  if (!g.by_site.empty())
+    where = fmt::format(", most at {} ({})", g.by_site.front().site,
+                        category_label(g.by_site.front().category));
+  return fmt::format(
+      "device {}{} grows {} a step{} (tensors of steps {}..{} still live at the end of step "
+      "{}, after a warm-up of {}; limit {})",
+      d, in_range, format_bytes(g.per_step), where, g.first_counted + 1, g.last_counted + 1,
+      g.end_step + 1, plural(static_cast<uint64_t>(g.warmup), "step"), format_bytes(limit));
+}
+
 // The moments --max-growth measures between: the user's mark, else the ends of the automatic
 // steps; `skip` of them before the first measured one.
 struct GrowthMoments {
@@ -344,11 +388,6 @@ class SnapshotJudge {
   void reserved_peak(uint64_t limit) { layer_peak(limit, "reserved-peak", "PyTorch reserved"); }
   void driver_peak(uint64_t limit) { layer_peak(limit, "driver-peak", "driver-visible"); }
   void layer_peak(uint64_t limit, const char* check, const char* what);
-  struct LayerPeak {
-    uint64_t bytes = 0;
-    int64_t time_us = 0;
-    std::ptrdiff_t index = -1;  // the trace entry after which it held (PyTorch's layers only)
-  };
   LayerPeak layer_peak_on(int d, bool driver, bool allocated);
   void growth(uint64_t limit);
   void growth_on(int d, const GrowthMoments& m, uint64_t limit);
@@ -388,16 +427,8 @@ void SnapshotJudge::leaked_bytes(uint64_t limit) {
     Finding f = base("leaked-bytes", d);
     f.value = total_bytes(leaked);
     f.limit = limit;
-    f.message = fmt::format("{} leaked on device {}{} by {} (limit {})", format_bytes(f.value), d,
-                            in_range_, plural(leaked.size(), "allocation"), format_bytes(f.limit));
-    if (dl) {
-      f.message = fmt::format(
-          "{} leaked on device {} by {}: tensors allocated after a warm-up of {} that are not "
-          "parameters, gradients or optimizer state, and other libraries' memory allocated "
-          "after it, still held at the end (limit {})",
-          format_bytes(f.value), d, plural(leaked.size(), "allocation"),
-          plural(static_cast<uint64_t>(dl->warmup), "step"), format_bytes(f.limit));
-    }
+    f.message = leaked_message(f.value, d, in_range_, leaked.size(),
+                               dl ? std::optional<int>(dl->warmup) : std::nullopt, f.limit);
     if (f.value > f.limit) {
       f.severity = Severity::kError;
       attach_groups(f, by_stack(leaked), sites_, o_);
@@ -430,8 +461,7 @@ void SnapshotJudge::peak_bytes(uint64_t limit) {
       continue;
     }
     f.value = tl.peak_bytes;
-    f.message = fmt::format("peak {} on device {} at {} (limit {})", format_bytes(f.value), d,
-                            format_time(tl.peak_time_us, time_origin(s_)), format_bytes(f.limit));
+    f.message = peak_message(f.value, d, tl.peak_time_us, time_origin(s_), f.limit);
     if (f.value > f.limit) {
       f.severity = Severity::kError;
       // PyTorch's memory by its tensors; its cache is no site's (model.h Attributed).
@@ -475,16 +505,14 @@ void SnapshotJudge::layer_peak(uint64_t limit, const char* check, const char* wh
     f.limit = limit;
     if (!has_layer(d)) {
       f.severity = Severity::kWarning;
-      f.message = fmt::format("no {} data on device {}: limit not evaluated",
-                              driver ? "driver-visible (NVML)" : "PyTorch", d);
+      f.message = no_layer_message(driver, d);
       r_.findings.push_back(std::move(f));
       continue;
     }
     const LayerPeak peak = layer_peak_on(d, driver, allocated);
     f.value = peak.bytes;
     f.message =
-        fmt::format("peak {} {} on device {}{} at {} (limit {})", what, format_bytes(peak.bytes), d,
-                    in_range_, format_time(peak.time_us, time_origin(s_)), format_bytes(f.limit));
+        layer_message(what, peak.bytes, d, in_range_, peak.time_us, time_origin(s_), f.limit);
     if (peak.bytes > f.limit) {
       f.severity = Severity::kError;
       // The same breakdown as --max-peak-bytes: the tensors live at that moment by site, and for
@@ -503,30 +531,8 @@ void SnapshotJudge::layer_peak(uint64_t limit, const char* check, const char* wh
 }
 
 // The layer's highest value on device `d` and when, over the run or within the range.
-SnapshotJudge::LayerPeak SnapshotJudge::layer_peak_on(int d, bool driver, bool allocated) {
-  const auto& rp = replay(d);
-  int64_t t0 = std::numeric_limits<int64_t>::min(), t1 = std::numeric_limits<int64_t>::max();
-  if (window_) t0 = window_->start_us, t1 = window_->end_us;
-  uint64_t peak = 0;
-  int64_t when = 0;
-  std::ptrdiff_t at = -1;
-  if (driver) {
-    // The sample in force at t0 counts too: it held when the window opened.
-    if (auto v = rp.driver_at(t0)) peak = *v, when = t0;
-    for (const auto& m : s_.tool->driver_memory) {
-      if (m.device == d && m.time_us >= t0 && m.time_us <= t1 && m.used_bytes > peak)
-        peak = m.used_bytes, when = m.time_us;
-    }
-  } else {
-    const std::ptrdiff_t first = window_ ? rp.index_at_time(t0) : -1;
-    const std::ptrdiff_t last =
-        window_ ? rp.index_at_time(t1) : static_cast<std::ptrdiff_t>(rp.trace().size()) - 1;
-    for (std::ptrdiff_t i = first; i <= last; ++i) {
-      const uint64_t v = allocated ? rp.allocated_after(i) : rp.reserved_after(i);
-      if (v > peak || i == first) peak = v, when = rp.time_after(i), at = i;
-    }
-  }
-  return {peak, when, at};
+LayerPeak SnapshotJudge::layer_peak_on(int d, bool driver, bool allocated) {
+  return analysis::layer_peak(replay(d), s_, d, driver, allocated, window_);
 }
 
 void SnapshotJudge::growth(uint64_t limit) {
@@ -681,16 +687,7 @@ void SnapshotJudge::growth_per_step(uint64_t limit) {
       continue;
     }
     f.value = g.per_step;
-    std::string where;
-    if (!g.by_site.empty())
-      where = fmt::format(", most at {} ({})", g.by_site.front().site,
-                          category_label(g.by_site.front().category));
-    f.message = fmt::format(
-        "device {}{} grows {} a step{} (tensors of steps {}..{} still live at the end of step "
-        "{}, after a warm-up of {}; limit {})",
-        dl.device, in_range_, format_bytes(g.per_step), where, g.first_counted + 1,
-        g.last_counted + 1, g.end_step + 1, plural(static_cast<uint64_t>(g.warmup), "step"),
-        format_bytes(f.limit));
+    f.message = growth_per_step_message(dl.device, in_range_, g, f.limit);
     if (g.per_step > f.limit) {
       f.severity = Severity::kError;
       for (size_t i = 0; i < g.by_site.size() && i < o_.stacks; ++i) {
@@ -709,9 +706,144 @@ void SnapshotJudge::growth_per_step(uint64_t limit) {
 
 }  // namespace
 
+namespace {
+
+const char* layer_what(std::string_view check) {
+  return check == "allocated-peak"  ? "PyTorch allocated"
+         : check == "reserved-peak" ? "PyTorch reserved"
+                                    : "driver-visible";
+}
+
+const std::optional<LayerPeakMeasure>& layer_of(const DeviceLimits& l, std::string_view check) {
+  return check == "allocated-peak" ? l.allocated : check == "reserved-peak" ? l.reserved : l.driver;
+}
+
+// Check's devices (0..device_count-1), each the summary's; empty when one is missing.
+std::vector<const DeviceSummary*> summary_devices(const ProcessSummary& p) {
+  std::vector<const DeviceSummary*> out;
+  for (int d = 0; d < std::max(1, p.device_count); ++d) {
+    const auto it = std::find_if(p.devices.begin(), p.devices.end(),
+                                 [&](const DeviceSummary& x) { return x.device == d; });
+    if (it == p.devices.end()) return {};
+    out.push_back(&*it);
+  }
+  return out;
+}
+
+// The findings of a process judged from its summary (summary_judges said it can be): the same as
+// check_snapshot gives its snapshot, each limit through the same words.
+void check_summary(const LoadedSnapshot& ls, const CheckOptions& given, CheckResult& r) {
+  const ProcessSummary& p = *ls.summary;
+  judge_complete(ls, given, r);
+  const CheckOptions o = limits_judged_in(ls, given, r);
+  const auto devices = summary_devices(p);
+  for (const auto& spec : limit_specs()) {
+    const auto& limit = o.*spec.member;
+    if (!limit) continue;
+    const std::string_view check = spec.check;
+    auto base = [&](int d) {
+      Finding f = finding(ls, std::string(check), d);
+      f.limit = *limit;
+      return f;
+    };
+    if (check == "peak-bytes") {
+      for (const DeviceSummary* d : devices) {
+        Finding f = base(d->device);
+        f.value = d->peak_bytes;
+        f.message = peak_message(f.value, d->device, d->peak_time_us, p.time_origin_us, f.limit);
+        r.findings.push_back(std::move(f));
+      }
+    } else if (check == "allocated-peak" || check == "reserved-peak" || check == "driver-peak") {
+      for (const DeviceSummary* d : devices) {
+        Finding f = base(d->device);
+        const auto& m = layer_of(d->limits, check);
+        if (!m) {
+          f.severity = Severity::kWarning;
+          f.message = no_layer_message(check == "driver-peak", d->device);
+        } else {
+          f.value = m->bytes;
+          f.message = layer_message(layer_what(check), m->bytes, d->device, "", m->time_us,
+                                    p.time_origin_us, f.limit);
+        }
+        r.findings.push_back(std::move(f));
+      }
+    } else if (check == "leaked-bytes") {
+      for (const DeviceSummary* d : devices) {
+        Finding f = base(d->device);
+        f.value = d->limits.leaked_bytes;
+        f.message = leaked_message(f.value, d->device, "", d->limits.leaked_count,
+                                   d->limits.leaked_warmup, f.limit);
+        r.findings.push_back(std::move(f));
+      }
+    } else if (check == "growth-per-step") {
+      for (const DeviceSummary& d : p.devices) {
+        if (!d.growth) continue;
+        Finding f = base(d.device);
+        f.value = d.growth->per_step;
+        f.message = growth_per_step_message(d.device, "", *d.growth, f.limit);
+        r.findings.push_back(std::move(f));
+      }
+    } else {
+      throw std::logic_error(fmt::format("{} is not judged from a summary", spec.flag));
+    }
+  }
+}
+
+}  // namespace
+
+bool summary_judges(const LoadedSnapshot& ls, const CheckOptions& o) {
+  if (!ls.summary || !ls.summary->tool || !o.range.empty() || !o.suppressions.empty() ||
+      o.max_growth)
+    return false;
+  const ProcessSummary& p = *ls.summary;
+  const snap::ToolSection& t = *p.tool;
+  if (!p.used_cuda || p.anomalies || mid_run_snapshot(ls.snapshot) || !t.ring_error.empty() ||
+      (t.events_dropped && !o.allow_drops))
+    return false;
+  const auto devices = summary_devices(p);
+  if (devices.empty()) return false;
+  for (const auto& spec : limit_specs()) {
+    const auto& limit = o.*spec.member;
+    if (!limit) continue;
+    const std::string_view check = spec.check;
+    if (check == "peak-bytes") {
+      for (const DeviceSummary* d : devices)
+        if (d->peak_bytes > *limit) return false;
+    } else if (check == "allocated-peak" || check == "reserved-peak" || check == "driver-peak") {
+      bool any = false;
+      for (const DeviceSummary* d : devices) {
+        const auto& m = layer_of(d->limits, check);
+        if (!m) continue;
+        any = true;
+        if (m->bytes > *limit) return false;
+      }
+      if (!any) return false;  // not judged: said from the snapshot
+    } else if (check == "leaked-bytes") {
+      for (const DeviceSummary* d : devices)
+        if (d->limits.leaked_bytes > *limit) return false;
+    } else if (check == "growth-per-step") {
+      bool any = false;
+      for (const DeviceSummary& d : p.devices) {
+        if (!d.growth) continue;
+        any = true;
+        if (!d.growth->judged || d.growth->per_step > *limit) return false;
+      }
+      if (!any) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
 void check_snapshot(const LoadedSnapshot& ls, const CheckOptions& given,
                     const std::vector<Suppression>& rules, CheckResult& r, bool others_used_cuda) {
   if (!ls.unreadable.empty()) return note_unreadable(ls, r);
+  if (ls.summary) {
+    if (!summary_judges(ls, given))
+      throw std::logic_error(ls.path + ": a summary given where its snapshot is needed");
+    return check_summary(ls, given, r);
+  }
   // The range's verdict first: the same words whether or not the process used CUDA before it.
   if (!given.range.empty() && range_used_no_cuda(ls.snapshot, given.range))
     return note_no_cuda_in_range(ls, given, r);

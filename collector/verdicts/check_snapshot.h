@@ -12,6 +12,7 @@
 // window used CUDA is its own, like its numbers (range.h), whatever ran before it.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "verdicts/findings.h"
@@ -20,6 +21,14 @@
 
 namespace cumemtrace::analysis {
 
+// Whether `ls`'s summary alone (LoadedSnapshot::summary) gives its findings under `o`: a final
+// snapshot of a process that used CUDA, recorded whole, without anomalies, every device of it
+// summarised, no --range, --mark/--max-growth or suppressions, and every limit given passes
+// (a failure shows the stacks, which are in the snapshot). Else the caller reads the snapshot:
+// a gate never passes what it did not see.
+bool summary_judges(const LoadedSnapshot& ls, const CheckOptions& o);
+
+// With `ls.summary` set, summary_judges must hold.
 void check_snapshot(const LoadedSnapshot& ls, const CheckOptions& given,
                     const std::vector<Suppression>& rules, CheckResult& r,
                     bool others_used_cuda = false);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
+
+struct ProcessSummary;  // process_summary.h
 
 struct LoadedSnapshot {
   LoadedSnapshot() = default;
@@ -23,6 +26,9 @@ struct LoadedSnapshot {
   // a failed verdict of its own ("readable"), shown beside the others' and never stopping them,
   // and makes run_check return 2 (unreadable input).
   std::string unreadable;
+  // Read instead of the snapshot (a caller that asked for summaries, cli/snapshot_inputs.h):
+  // `snapshot` then holds the summary's tool section alone.
+  std::shared_ptr<const ProcessSummary> summary;
 };
 
 struct StackNote {                 // one stack shown under a finding

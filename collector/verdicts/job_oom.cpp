@@ -20,56 +20,48 @@ namespace {
 
 // Rank order, as the rank table's rows: ranks first, then pid, then file.
 std::tuple<bool, int, int, std::string> order_key(const JobOomInput& in) {
-  const RankIdentity id = rank_identity(*in.snapshot);
-  return {!id.known(), id.rank, in.snapshot->tool ? in.snapshot->tool->pid : 0, in.file};
+  const RankIdentity id = summary_identity(*in.summary);
+  return {!id.known(), id.rank, in.summary->tool ? in.summary->tool->pid : 0, in.file};
 }
 
 }  // namespace
 
-std::shared_ptr<const snap::Snapshot> full_snapshot(const snap::Snapshot* s,
-                                                    const SnapshotLoader& load) {
-  if (!load) return std::shared_ptr<const snap::Snapshot>(s, [](const snap::Snapshot*) {});
-  return std::make_shared<const snap::Snapshot>(load());
+SnapshotLoader in_memory(const snap::Snapshot& s) {
+  return [&s] { return std::shared_ptr<const snap::Snapshot>(&s, [](const snap::Snapshot*) {}); };
 }
 
 std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
   std::optional<size_t> first_input;
-  const OomVerdict* first = nullptr;
   JobOom j;
   int64_t job_start = std::numeric_limits<int64_t>::max();
   for (size_t i = 0; i < in.size(); ++i) {
-    job_start = std::min(job_start, time_origin(*in[i].snapshot));
-    if (!in[i].ooms || in[i].ooms->empty()) continue;
-    j.ooms += in[i].ooms->size();
+    const ProcessSummary& p = *in[i].summary;
+    job_start = std::min(job_start, p.time_origin_us);
+    if (!p.oom_count) continue;
+    j.ooms += p.oom_count;
     ++j.processes_with_oom;
-    for (const OomVerdict& v : *in[i].ooms) {
-      const bool earlier =
-          !first || v.time_us < first->time_us ||
-          (v.time_us == first->time_us && order_key(in[i]) < order_key(in[*first_input]));
-      if (earlier) first = &v, first_input = i;
-    }
+    const FirstOom& v = *p.first_oom;
+    const bool earlier =
+        !first_input || v.time_us < j.oom.time_us ||
+        (v.time_us == j.oom.time_us && order_key(in[i]) < order_key(in[*first_input]));
+    if (earlier) j.oom = v, first_input = i;
   }
-  if (!first) return std::nullopt;
+  if (!first_input) return std::nullopt;
   j.input = *first_input;
-  const snap::Snapshot& s = *in[j.input].snapshot;
+  const ProcessSummary& p = *in[j.input].summary;
   j.file = in[j.input].file;
-  j.name = process_name(s);
-  j.pid = s.tool ? s.tool->pid : 0;
-  j.oom = *first;
-  {
-    const auto full = full_snapshot(&s, in[j.input].load);
-    j.site = SiteTable(*full).site(first->stack);
-  }
-  j.since_start_us = first->time_us - job_start;
+  j.name = process_name(p);
+  j.pid = p.tool ? p.tool->pid : 0;
+  j.since_start_us = j.oom.time_us - job_start;
 
   std::vector<size_t> order;
   for (size_t i = 0; i < in.size(); ++i)
     if (i != j.input) order.push_back(i);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return order_key(in[a]) < order_key(in[b]); });
-  const int64_t t = first->time_us;
+  const int64_t t = j.oom.time_us;
   for (size_t i : order) {
-    const auto full = full_snapshot(in[i].snapshot, in[i].load);
+    const auto full = in[i].load();
     const snap::Snapshot& o = *full;
     const bool started = time_origin(o) <= t;
     const int n = device_count(o);
@@ -80,7 +72,7 @@ std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
       HeldAtOom h;
       h.input = i;
       h.file = in[i].file;
-      h.name = process_name(o);
+      h.name = process_name(*in[i].summary);
       h.device = d;
       h.started = started;
       if (started) {
@@ -106,10 +98,9 @@ std::vector<std::string> job_oom_lines(const JobOom& j, size_t top) {
   out.push_back(
       fmt::format("first OOM of the job{}: {} (pid {}) on cuda:{} at {} since the job's "
                   "start: {}",
-                  more, j.name, j.pid, j.oom.device, format_time(j.since_start_us, 0),
-                  oom_verdict_line(j.oom)));
+                  more, j.name, j.pid, j.oom.device, format_time(j.since_start_us, 0), j.oom.line));
   out.push_back(
-      fmt::format("  the request: {} at {}", snap::format_bytes(j.oom.requested), j.site));
+      fmt::format("  the request: {} at {}", snap::format_bytes(j.oom.requested), j.oom.site));
   // A large job: the `top` rows that held most, largest first; every one is in the JSON.
   std::vector<const HeldAtOom*> shown;
   for (const HeldAtOom& h : j.others) shown.push_back(&h);
@@ -159,9 +150,9 @@ nlohmann::json job_oom_json(const JobOom& j) {
           {"time_us", j.oom.time_us},
           {"since_start_us", j.since_start_us},
           {"verdict", j.oom.verdict},
-          {"line", oom_verdict_line(j.oom)},
+          {"line", j.oom.line},
           {"requested_bytes", j.oom.requested},
-          {"site", j.site},
+          {"site", j.oom.site},
           {"ooms", j.ooms},
           {"processes_with_oom", j.processes_with_oom},
           {"others", std::move(others)}};

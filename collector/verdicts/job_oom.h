@@ -5,12 +5,12 @@
 // agree), with its verdict (oom_verdict.h), the failing request's line, and what every other
 // process held at that moment on each device it used: the tracked bytes live then (model.h
 // DeviceReplay::bytes_after, the report's peak measure) and PyTorch's allocated and reserved where
-// the device has them. A snapshot does not say when its process ended beyond its last event, so
-// what a process held last counts until the OOM; one that started after the OOM says so. Ties
-// (the same microsecond) go to the lower rank, then the file name. The full snapshots it needs
-// (the OOM's process for its line, every other one for what it held) are read one at a time. `run`
-// prints it after the job's line; `report DIR` before its rank table (rank_table.h holds it for
-// every view).
+// the device has them. The OOM itself comes from the processes' summaries (process_summary.h:
+// each one's first OOM, its verdict line and the request's line); what the others held then from
+// their full snapshots, read one at a time. A snapshot does not say when its process ended beyond
+// its last event, so what a process held last counts until the OOM; one that started after the OOM
+// says so. Ties (the same microsecond) go to the lower rank, then the file name. `run` prints it
+// after the job's line; `report DIR` before its rank table (rank_table.h holds it for every view).
 #pragma once
 
 #include <cstddef>
@@ -25,23 +25,23 @@
 
 #include "pytorch/oom_verdict.h"
 #include "snapshot/snapshot.h"
+#include "verdicts/process_summary.h"
 
 namespace cumemtrace::analysis {
 
-// Reads a process's full snapshot again, for a view over many processes that kept only each one's
-// tool section in memory (`report DIR`: a job of 1,024 ranks is 20 GB of snapshots). Throws
-// snap::ReadError when the file cannot be read any more.
-using SnapshotLoader = std::function<snap::Snapshot()>;
+// Reads a process's full snapshot, for a view over many processes that holds only each one's
+// summary (process_summary.h; `report DIR`: a job of 1,024 ranks is 20 GB of snapshots); one that
+// holds the snapshot returns it without a copy. Throws snap::ReadError when the file cannot be
+// read any more.
+using SnapshotLoader = std::function<std::shared_ptr<const snap::Snapshot>()>;
 
-// `s` itself when `load` is empty, else the snapshot `load` reads (owned by the pointer).
-std::shared_ptr<const snap::Snapshot> full_snapshot(const snap::Snapshot* s,
-                                                    const SnapshotLoader& load);
+// A loader of a snapshot held in memory (no copy; `s` must outlive it).
+SnapshotLoader in_memory(const snap::Snapshot& s);
 
 struct JobOomInput {
   std::string file;
-  const snap::Snapshot* snapshot = nullptr;       // full, or with `load` its tool section alone
-  const std::vector<OomVerdict>* ooms = nullptr;  // oom_verdicts(snapshot); null: none
-  SnapshotLoader load = {};                       // empty: `snapshot` is the full one
+  const ProcessSummary* summary = nullptr;  // its OOMs, identity and start
+  SnapshotLoader load;                      // its full snapshot (what it held at another's OOM)
 };
 
 struct HeldAtOom {
@@ -59,8 +59,7 @@ struct JobOom {
   std::string file;
   std::string name;  // its rank_identity.h process_name
   int pid = 0;
-  OomVerdict oom;
-  std::string site;            // the failing request's line (frames.h site)
+  FirstOom oom;                // the OOM, its verdict line and the request's line
   int64_t since_start_us = 0;  // since the earliest start among the processes
   size_t ooms = 0;             // OOMs in the whole job
   size_t processes_with_oom = 0;

@@ -36,47 +36,20 @@ bool differs(uint64_t v, uint64_t median, const RankThresholds& t) {
   return d > t.bytes && static_cast<double>(d) > t.share * static_cast<double>(median);
 }
 
-// The most the device's measured contexts held at once (a context counts from its creation to
-// its destruction; report.h lists each).
-std::optional<uint64_t> context_bytes(const std::vector<snap::ContextMemory>& contexts) {
-  if (contexts.empty()) return std::nullopt;
-  uint64_t most = 0;
-  for (const auto& c : contexts) {
-    uint64_t at = 0;
-    for (const auto& o : contexts)
-      if (o.live_at(c.time_us)) at += o.bytes;
-    most = std::max(most, at);
-  }
-  return most;
-}
-
-struct RowSource {
-  const RankInput* input = nullptr;
-  const DeviceReport* device = nullptr;
-};
-
-std::vector<std::optional<uint64_t>> row_values(const Report& r, const DeviceReport& d,
+std::vector<std::optional<uint64_t>> row_values(const DeviceSummary& d,
                                                 const std::vector<snap::Category>& categories) {
-  const Timeline& tl = d.timeline;
   std::vector<std::optional<uint64_t>> v(kFixed + categories.size());
-  v[kPeak] = tl.peak_bytes;
-  if (tl.has_reserved) {
-    v[kAllocated] = tl.allocated_peak_bytes;
-    v[kReserved] = tl.reserved_peak_bytes;
-  }
-  if (tl.has_driver) v[kDriver] = tl.driver_peak_bytes;
-  v[kContext] = context_bytes(d.contexts);
-  for (const auto& b : d.layers)
-    if (b.moment == "peak" && b.has_pytorch) v[kOther] = b.other_libraries;
-  if (r.ledger) {
-    for (const auto& dl : r.ledger->devices) {
-      if (dl.device != tl.device) continue;
-      for (size_t k = 0; k < categories.size(); ++k) {
-        v[kFixed + k] = 0;
-        for (const auto& c : dl.allocated_peak.by_category)
-          if (c.category == categories[k] && c.bytes > 0)
-            v[kFixed + k] = static_cast<uint64_t>(c.bytes);
-      }
+  v[kPeak] = d.peak_bytes;
+  v[kAllocated] = d.allocated_peak_bytes;
+  v[kReserved] = d.reserved_peak_bytes;
+  v[kDriver] = d.driver_peak_bytes;
+  v[kContext] = d.context_bytes;
+  v[kOther] = d.other_libraries;
+  if (d.has_ledger) {
+    for (size_t k = 0; k < categories.size(); ++k) {
+      v[kFixed + k] = 0;
+      for (const auto& [name, bytes] : d.categories)
+        if (snap::parse_category(name) == categories[k] && bytes > 0) v[kFixed + k] = bytes;
     }
   }
   return v;
@@ -186,30 +159,32 @@ std::string device_name(int device) {
 
 }  // namespace
 
-RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThresholds& t) {
+RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThresholds& t,
+                           const RankOptions& opts) {
   RankTable table;
   table.thresholds = t;
+  auto pid_of = [&](size_t i) {
+    return inputs[i].summary->tool ? inputs[i].summary->tool->pid : 0;
+  };
   // Processes by job (those without a job id after the jobs), then rank, then pid (those without
   // a rank after the ranks), then file name.
   std::vector<size_t> order(inputs.size());
   std::iota(order.begin(), order.end(), 0);
   auto key = [&](size_t i) {
-    const RankIdentity id = rank_identity(*inputs[i].snapshot);
-    const int pid = inputs[i].snapshot->tool ? inputs[i].snapshot->tool->pid : 0;
-    return std::make_tuple(id.job.empty(), id.job, !id.known(), id.rank, pid, inputs[i].file);
+    const RankIdentity id = summary_identity(*inputs[i].summary);
+    return std::make_tuple(id.job.empty(), id.job, !id.known(), id.rank, pid_of(i), inputs[i].file);
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
   // Two jobs in one folder: their ids, and a rank claimed by two processes within one id (two
   // runs of a job without an id, or with the same one). One process's images (exec) are one.
   std::map<std::pair<std::string, int>, std::set<int>> claims;
   for (size_t i : order) {
-    const RankIdentity id = rank_identity(*inputs[i].snapshot);
+    const RankIdentity id = summary_identity(*inputs[i].summary);
     if (!id.job.empty() &&
         std::find(table.jobs.begin(), table.jobs.end(), id.job) == table.jobs.end())
       table.jobs.push_back(id.job);
-    const int pid = inputs[i].snapshot->tool ? inputs[i].snapshot->tool->pid : 0;
     auto& pids = claims[{id.job, id.rank}];
-    if (id.known() && pids.insert(pid).second && pids.size() == 2)
+    if (id.known() && pids.insert(pid_of(i)).second && pids.size() == 2)
       table.repeated_ranks.push_back(id.rank);
   }
   std::sort(table.repeated_ranks.begin(), table.repeated_ranks.end());
@@ -219,53 +194,75 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
   // Category columns: every category any process's ledger has at its allocated peak.
   std::vector<snap::Category> categories;
   for (const auto& in : inputs)
-    if (in.report->ledger)
-      for (const auto& dl : in.report->ledger->devices)
-        for (const auto& c : dl.allocated_peak.by_category)
-          if (std::find(categories.begin(), categories.end(), c.category) == categories.end())
-            categories.push_back(c.category);
+    for (const auto& d : in.summary->devices)
+      for (const auto& [name, bytes] : d.categories)
+        if (const auto c = snap::parse_category(name);
+            c && std::find(categories.begin(), categories.end(), *c) == categories.end())
+          categories.push_back(*c);
   std::sort(categories.begin(), categories.end());
   table.columns.assign(std::begin(kColumnNames), std::end(kColumnNames));
   for (auto c : categories) table.columns.push_back(category_label(c));
 
-  std::vector<RowSource> sources;
+  std::vector<size_t> row_input;  // by row: its input
   for (size_t i : order) {
     const RankInput& in = inputs[i];
+    const ProcessSummary& ps = *in.summary;
     RankProcess p;
     p.file = in.file;
-    p.id = rank_identity(*in.snapshot);
-    if (in.snapshot->tool) p.pid = in.snapshot->tool->pid, p.exe = in.snapshot->tool->exe;
-    p.name = process_name(*in.snapshot);
+    p.id = summary_identity(ps);
+    if (ps.tool) p.pid = ps.tool->pid, p.exe = ps.tool->exe;
+    p.name = process_name(ps);
     if (table.jobs.size() > 1 && !p.id.job.empty()) p.name += fmt::format(" [job {}]", p.id.job);
     table.processes.push_back(std::move(p));
     // Slots in model.h's pairing_order: a rank's own device is its slot 0.
     std::vector<std::pair<int, uint64_t>> peaks;
-    for (const auto& d : in.report->devices)
-      peaks.emplace_back(d.timeline.device, d.timeline.peak_bytes);
+    for (const auto& d : ps.devices) peaks.emplace_back(d.device, d.peak_bytes);
     size_t slot = 0;
     for (int device : pairing_order(std::move(peaks))) {
-      const auto& d = *std::find_if(in.report->devices.begin(), in.report->devices.end(),
-                                    [&](const auto& x) { return x.timeline.device == device; });
+      const auto& d = *std::find_if(ps.devices.begin(), ps.devices.end(),
+                                    [&](const auto& x) { return x.device == device; });
       RankRow row;
       row.process = table.processes.size() - 1;
-      row.device = d.timeline.device;
+      row.device = d.device;
       row.slot = slot++;
-      row.values = row_values(*in.report, d, categories);
+      row.values = row_values(d, categories);
       row.live_at_exit = d.live_at_exit_bytes;
-      for (const auto& o : in.report->ooms) row.ooms += o.device == row.device;
+      row.ooms = d.ooms;
       table.rows.push_back(std::move(row));
-      sources.push_back({&in, &d});
+      row_input.push_back(i);
     }
   }
 
   std::vector<JobOomInput> ooms;
-  for (const auto& in : inputs) ooms.push_back({in.file, in.snapshot, &in.report->ooms, in.load});
+  for (const auto& in : inputs) ooms.push_back({in.file, in.summary, in.load});
   table.first_oom = first_job_oom(ooms);
+
+  // A row shown in detail: its full snapshot and the report of it (the lines live at its peak).
+  struct Detail {
+    std::shared_ptr<const snap::Snapshot> snapshot;
+    std::shared_ptr<const Report> report;
+  };
+  auto detail = [&](size_t input) {
+    const RankInput& in = inputs[input];
+    Detail d;
+    d.snapshot = in.load();
+    if (in.report) {
+      d.report = std::shared_ptr<const Report>(in.report, [](const Report*) {});
+    } else {
+      const SiteTable sites(*d.snapshot, opts.full_names);
+      d.report = std::make_shared<const Report>(build_report(*d.snapshot, sites, in.file));
+    }
+    return d;
+  };
+  auto device_of = [](const Report& r, int device) -> const DeviceReport& {
+    return *std::find_if(r.devices.begin(), r.devices.end(),
+                         [&](const DeviceReport& x) { return x.timeline.device == device; });
+  };
 
   size_t slots = 0;
   for (const auto& r : table.rows) slots = std::max(slots, r.slot + 1);
   table.medians.assign(slots, std::vector<std::optional<uint64_t>>(table.columns.size()));
-  std::shared_ptr<const snap::Snapshot> median_full;  // the median row's, while it is compared
+  std::optional<Detail> median_full;  // the median row's, while it is compared
   size_t median_full_row = 0;
   for (size_t s = 0; s < slots; ++s) {
     std::vector<size_t> members;
@@ -301,18 +298,18 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
           measure = c;
           break;
         }
-      const RowSource& a = sources[i];
-      const RowSource& b = sources[median_row];
       const bool above = *row.values[measure] > *table.medians[s][measure];
-      // The two full snapshots, read again where the inputs kept only their tool sections.
+      // The two full snapshots, read where the inputs hold only their summaries.
       if (!median_full || median_full_row != median_row) {
-        median_full = full_snapshot(b.input->snapshot, b.input->load);
+        median_full = detail(row_input[median_row]);
         median_full_row = median_row;
       }
-      const auto row_full = full_snapshot(a.input->snapshot, a.input->load);
-      row.divergence = find_divergence(*row_full, row.device, *median_full,
-                                       table.rows[median_row].device, measure, above, t);
-      row.lines = site_changes(*a.device, *b.device);
+      const Detail row_full = detail(row_input[i]);
+      const int median_device = table.rows[median_row].device;
+      row.divergence = find_divergence(*row_full.snapshot, row.device, *median_full->snapshot,
+                                       median_device, measure, above, t);
+      row.lines = site_changes(device_of(*row_full.report, row.device),
+                               device_of(*median_full->report, median_device));
     }
   }
   return table;

@@ -1,6 +1,7 @@
 // Contract: `cumemtrace report` over many snapshots (a job's ranks, or any processes): one row per
-// process and device it used, every number taken from the single-file report (report.h's
-// DeviceReport, so the two always show the same bytes):
+// process and device it used, every number taken from the process's summary (process_summary.h),
+// which holds the single-file report's (report.h's DeviceReport, so the two always show the same
+// bytes):
 //  - peak = Timeline::peak_bytes (the report's headline peak); allocated / reserved peak =
 //    PyTorch's layers (Timeline, where the device has them); driver-visible peak (NVML, where
 //    sampled); CUDA context = the most the device's measured contexts held at once; other
@@ -8,8 +9,9 @@
 //    the program's own); per category = the ledger's tensors at the allocated peak (ledger.h,
 //    a PyTorch run with automatic phases).
 //  - each row also says, without a median or a flag, the OOMs on its device (report.h's ooms) and
-//    the bytes live at exit there (the report's live_at_exit_bytes: at the process's end, also
-//    when it was killed); the table holds the job's first OOM (job_oom.h) when any process had one.
+//    the bytes live at exit there (the report's live_at_exit_bytes: what the process's final
+//    snapshot holds at its end; for a process killed without a chance to free, what it held when
+//    it was killed); the table holds the job's first OOM (job_oom.h) when any process had one.
 //  - rows are named by rank_identity.h (rank, else pid) and sorted by job (rank_identity.h's job
 //    id), then rank, then pid. Processes of several jobs in one folder (two jobs' id, or one rank
 //    claimed by two pids) are said: `jobs` lists the job ids, `repeated_ranks` the ranks seen more
@@ -43,6 +45,7 @@
 
 #include "analysis/rank_identity.h"
 #include "verdicts/job_oom.h"
+#include "verdicts/process_summary.h"
 #include "verdicts/report.h"
 
 namespace cumemtrace::analysis {
@@ -52,15 +55,23 @@ struct RankThresholds {
   uint64_t bytes = 64ull << 20;  // and more than this many bytes
 };
 
-// One snapshot with its single-file report (build_report). With `load`, `snapshot` may hold the
-// tool section alone: the table is built from the reports, and the full snapshot is read again
-// only for a flagged row and its median row (where it diverges) and for the job's first OOM
-// (job_oom.h), so that many processes need not all be in memory; the table is the same.
+// One process: its summary (process_summary.h: every number of its rows, its identity, its OOMs),
+// and how to read its full snapshot, which the table does only for the rows it shows in detail (a
+// flagged row and its median row: where it diverges, the lines) and, for the job's first OOM,
+// what every other process held then (job_oom.h), so that many processes need not all be in
+// memory nor all be read. The same table whether the summaries were read from their files or
+// built from the snapshots in memory.
 struct RankInput {
   std::string file;
-  const snap::Snapshot* snapshot = nullptr;
+  const ProcessSummary* summary = nullptr;
+  SnapshotLoader load;
+  // Its report (site names as the caller's options give them) when the caller holds it; else the
+  // table builds it from `load` where it needs the lines live at the peak.
   const Report* report = nullptr;
-  SnapshotLoader load = {};  // empty: `snapshot` is the full one
+};
+
+struct RankOptions {
+  bool full_names = false;  // the lines' names (frames.h), for reports the table builds itself
 };
 
 struct SiteChange {
@@ -110,7 +121,8 @@ struct RankTable {
   std::vector<int> repeated_ranks;  // ranks that more than one process of one job id claims
 };
 
-RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThresholds& t);
+RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThresholds& t,
+                           const RankOptions& o = {});
 
 void print_rank_table_text(const RankTable& t, size_t top, std::ostream& out);
 nlohmann::json rank_table_json(const RankTable& t, size_t top);

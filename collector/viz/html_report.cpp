@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "analysis/breakdown_format.h"
@@ -281,6 +282,24 @@ std::string render_html_report(const analysis::AnalysedSnapshot& view,
   return page_html(source_name, report_data_json(view, model, source_name));
 }
 
+std::vector<size_t> charted_processes(const analysis::RankTable& table) {
+  std::vector<size_t> out;
+  if (table.processes.size() <= kJobChartsAll) {
+    for (size_t k = 0; k < table.processes.size(); ++k) out.push_back(k);
+    return out;
+  }
+  std::set<size_t> detail;
+  for (const auto& r : table.rows) {
+    if (r.flagged.empty()) continue;
+    detail.insert(r.process);
+    if (r.median_row) detail.insert(table.rows[*r.median_row].process);
+  }
+  if (table.first_oom)
+    for (size_t k = 0; k < table.processes.size(); ++k)
+      if (table.processes[k].file == table.first_oom->file) detail.insert(k);
+  return {detail.begin(), detail.end()};
+}
+
 std::string render_job_html(const analysis::RankTable& table,
                             const std::vector<analysis::RankInput>& inputs,
                             const std::string& source_name, size_t skipped,
@@ -291,13 +310,16 @@ std::string render_job_html(const analysis::RankTable& table,
   small.top_sites = 5;
   small.max_groups = 0;
   small.max_bands = kJobBuckets;
-  // Each process's chart, in the table's order (rank order).
+  // Each charted process's chart, in the table's order (rank order), from its full snapshot.
+  const std::vector<size_t> shown = charted_processes(table);
   json charts = json::array();
-  for (const auto& p : table.processes) {
+  for (size_t k : shown) {
+    const auto& p = table.processes[k];
     const auto in = std::find_if(inputs.begin(), inputs.end(),
                                  [&](const analysis::RankInput& x) { return x.file == p.file; });
     if (in == inputs.end()) continue;
-    const ReportModel m = build_report_model(*in->snapshot, small);
+    const auto full = in->load();
+    const ReportModel m = build_report_model(*full, small);
     json devices = json::array();
     for (const auto& d : m.devices) devices.push_back(device_json(d, true));
     charts.push_back({{"file", p.file}, {"process", p.name}, {"devices", std::move(devices)}});
@@ -308,6 +330,7 @@ std::string render_job_html(const analysis::RankTable& table,
                      {"source", source_name},
                      {"ranks", analysis::rank_table_json(table, top)},
                      {"charts", std::move(charts)},
+                     {"charts_all_up_to", kJobChartsAll},
                      {"skipped_snapshots", skipped},
                      {"unreadable", std::move(bad)}};
   return page_html(source_name, script_json(root));

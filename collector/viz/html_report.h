@@ -36,7 +36,16 @@ std::string render_html_report(const analysis::AnalysedSnapshot& view,
 // Time buckets of each process's chart on the job page (small multiples).
 inline constexpr size_t kJobBuckets = 300;
 
-// `inputs`: the table's (build_rank_table's); `unreadable`: (file, why) of files left out.
+// A job of at most this many processes charts each; a larger one only those it shows in detail
+// (flagged rows, their median rows, the job's first OOM's process), so that `html DIR` over 1,024
+// ranks reads a few snapshots, not all (the table comes from their summaries).
+inline constexpr size_t kJobChartsAll = 16;
+
+// The processes (RankTable::processes indices, in order) whose charts the job page draws.
+std::vector<size_t> charted_processes(const analysis::RankTable& table);
+
+// `inputs`: the table's (build_rank_table's), each charted one's snapshot read through its
+// loader; `unreadable`: (file, why) of files left out.
 std::string render_job_html(const analysis::RankTable& table,
                             const std::vector<analysis::RankInput>& inputs,
                             const std::string& source_name, size_t skipped,

@@ -15,6 +15,7 @@
 #include "support/torch_run_builder.h"
 #include "verdicts/check.h"
 #include "verdicts/diff.h"
+#include "verdicts/process_summary.h"
 #include "verdicts/report.h"
 
 using namespace cumemtrace;
@@ -578,4 +579,38 @@ TEST_CASE("check --range charges a window with its own tensors, never PyTorch's 
   CHECK(judged("pytest:a") == V{{"leaked-bytes", 0}, {"peak-bytes", 4 * MiB}});
   CHECK(judged("pytest:b") == V{{"leaked-bytes", 2 * MiB}, {"peak-bytes", 2 * MiB}});
   CHECK(judged("pytest:c") == V{{"leaked-bytes", 0}, {"peak-bytes", 1 * MiB}});
+}
+
+TEST_CASE("process summary: the ledger's numbers, written as JSON and read back unchanged",
+          "[ledger][summary]") {
+  // What the writer writes the reader reads (process_summary.h): every field of a PyTorch run's
+  // summary survives summary_json -> summary_from_json, and holds the report's and check's numbers.
+  const uint64_t kept = 36 * MiB + 4096;
+  const auto s = training(6, kept);
+  const SiteTable sites(s);
+  const Report r = build_report(s, sites, "train.json");
+  const ProcessSummary p = summarize_process(s, r, {"train.json", 123, 456});
+  REQUIRE(p.devices.size() == 1);
+  const DeviceSummary& d = p.devices[0];
+  CHECK(d.peak_bytes == r.devices[0].timeline.peak_bytes);
+  CHECK(d.allocated_peak_bytes == r.devices[0].timeline.allocated_peak_bytes);
+  REQUIRE(d.has_ledger);
+  REQUIRE(d.growth);
+  CHECK(d.growth->per_step == r.ledger->devices[0].growth.per_step);
+  CHECK(d.growth->by_site.size() == 1);
+  CHECK(d.limits.leaked_warmup == r.ledger->devices[0].warmup);
+  CHECK(d.limits.leaked_bytes == r.ledger->devices[0].leaked_bytes);
+  CHECK(d.limits.allocated);
+  CHECK(p.steps == r.ledger->steps);
+  const nlohmann::json j = summary_json(p);
+  const ProcessSummary back = summary_from_json(nlohmann::json::parse(j.dump()));
+  CHECK(summary_json(back) == j);
+  CHECK(back.file == p.file);
+  CHECK(back.devices[0].categories == d.categories);
+  CHECK(back.devices[0].limits.allocated == d.limits.allocated);
+  // Not a summary, or another version: refused with one line (readers then read the snapshot).
+  CHECK_THROWS_WITH(summary_from_json(nlohmann::json::object()), "not a cumemtrace summary");
+  nlohmann::json v2 = j;
+  v2["cumemtrace_summary"] = 2;
+  CHECK_THROWS_WITH(summary_from_json(v2), "a summary of version 2, not 1");
 }

@@ -11,6 +11,7 @@
 #include "verdicts/check.h"
 #include "verdicts/diff.h"
 #include "verdicts/junit.h"
+#include "verdicts/process_summary.h"
 #include "verdicts/rank_table.h"
 #include "verdicts/report.h"
 
@@ -60,36 +61,35 @@ struct Job {
   std::vector<snap::Snapshot> snaps;
   std::vector<std::unique_ptr<SiteTable>> sites;
   std::vector<Report> reports;
+  std::vector<ProcessSummary> summaries;
   RankTable table;
   Job(std::vector<snap::Snapshot> s, RankThresholds t = {}) : snaps(std::move(s)) {
     std::vector<RankInput> in;
     for (size_t i = 0; i < snaps.size(); ++i) {
       sites.push_back(std::make_unique<SiteTable>(snaps[i]));
       reports.push_back(build_report(snaps[i], *sites[i], rank_file(i)));
+      summaries.push_back(summarize_process(snaps[i], reports[i], {}));
     }
     for (size_t i = 0; i < snaps.size(); ++i)
-      in.push_back({rank_file(i), &snaps[i], &reports[i], {}});
+      in.push_back({rank_file(i), &summaries[i], in_memory(snaps[i]), &reports[i]});
     table = build_rank_table(in, t);
   }
 };
 
-// The same job as `report DIR` holds it: each input's tool section alone, the full snapshot read
-// again through `load` (counted) where the table needs it.
+// The same job as `report DIR` holds it from the summaries' files: each summary written as JSON
+// and read back, the full snapshot read again through `load` (counted) where the table needs it.
 struct LightJob {
-  std::vector<snap::Snapshot> tools;
+  std::vector<ProcessSummary> summaries;
   size_t loads = 0;
   RankTable table;
   explicit LightJob(Job& full, RankThresholds t = {}) {
-    for (const auto& s : full.snaps) {
-      snap::Snapshot light;
-      light.tool = s.tool;
-      tools.push_back(std::move(light));
-    }
+    for (const auto& p : full.summaries)
+      summaries.push_back(summary_from_json(nlohmann::json::parse(summary_json(p).dump())));
     std::vector<RankInput> in;
-    for (size_t i = 0; i < tools.size(); ++i)
-      in.push_back({rank_file(i), &tools[i], &full.reports[i], [this, &full, i] {
+    for (size_t i = 0; i < summaries.size(); ++i)
+      in.push_back({rank_file(i), &summaries[i], [this, &full, i] {
                       ++loads;
-                      return full.snaps[i];
+                      return std::make_shared<const snap::Snapshot>(full.snaps[i]);
                     }});
     table = build_rank_table(in, t);
   }
@@ -310,7 +310,7 @@ TEST_CASE("rank table: the job's first OOM, the OOMs and live at exit per row", 
   CHECK(o.file == "r1.json");
   CHECK(o.since_start_us == 20);
   CHECK(o.oom.verdict == "exhaustion");
-  CHECK(o.site == "big (train.py:12)");
+  CHECK(o.oom.site == "big (train.py:12)");
   CHECK(o.ooms == 2);
   CHECK(o.processes_with_oom == 2);
   REQUIRE(o.others.size() == 1);
@@ -434,7 +434,7 @@ TEST_CASE("rank table: the same from tool sections, reading snapshots only where
   LightJob calm_light(calm);
   CHECK(rank_table_json(calm_light.table, 10) == rank_table_json(calm.table, 10));
   CHECK(calm_light.loads == 0);
-  // A job's OOM: the OOM's process (its line) and every other (what it held then).
+  // A job's OOM: every other process (what it held then); the OOM's own line is in its summary.
   testing::SnapshotBuilder b0(1), b1(1);
   make_rank(b0, 0, 2);
   make_rank(b1, 1, 2);
@@ -445,6 +445,6 @@ TEST_CASE("rank table: the same from tool sections, reading snapshots only where
   for (const auto& r : oom.table.rows) CHECK(r.flagged.empty());
   LightJob oom_light(oom);
   CHECK(rank_table_json(oom_light.table, 10) == rank_table_json(oom.table, 10));
-  CHECK(oom_light.table.first_oom->site == "big (train.py:12)");
-  CHECK(oom_light.loads == 2);
+  CHECK(oom_light.table.first_oom->oom.site == "big (train.py:12)");
+  CHECK(oom_light.loads == 1);
 }

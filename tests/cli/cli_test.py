@@ -375,6 +375,72 @@ def test_torch_fixture():
     expect(max(len(l) for l in out.splitlines()) <= 200, "report lines stay short")
 
 
+def test_summaries_of_a_real_job():
+    """Issue 58 item 2 on the real H100 two-rank job (PyTorch's blocks, the ledger, rank 1 keeping
+    1 GiB more): `summarize` writes each rank's summary (valid against schemas/summary.schema.json,
+    its numbers the single-file report's); `report DIR`, `check DIR` and `html DIR` give the same
+    bytes from the summaries as from the snapshots alone. `report DIR` reads both snapshots again
+    (rank 1 is flagged, rank 0 its median); `check` with limits both pass reads neither: both
+    spoiled (size and mtime kept), its verdict is the same; a failing rank is read."""
+    import jsonschema
+    with open(os.path.join(os.path.dirname(ARGS.schema), "summary.schema.json")) as f:
+        schema = json.load(f)
+    job, alone = snap("h100-job"), snap("h100-alone")
+    for d in (job, alone):
+        os.makedirs(d)
+    for r in (0, 1):
+        src = os.path.join(ARGS.fixtures, "h100-ddp-skew", f"rank{r}.json")
+        shutil.copy(src, os.path.join(job, f"rank{r}.json"))
+        os.link(os.path.join(job, f"rank{r}.json"), os.path.join(alone, f"rank{r}.json"))
+    _, err = expect_rc(["summarize", job], 0, ["wrote 2 summaries"], stream="err")
+    for r in (0, 1):
+        with open(os.path.join(job, f"rank{r}.summary")) as f:
+            s = json.load(f)
+        try:
+            jsonschema.validate(s, schema)
+        except jsonschema.ValidationError as e:
+            expect(False, f"rank{r}.summary against the schema: {e.message}")
+        one = json.loads(run("report", "--format", "json", os.path.join(job, f"rank{r}.json"))[1])
+        dev = one["devices"][0]
+        expect((s["identity"]["rank"], s["devices"][0]["peak_bytes"],
+                s["devices"][0]["allocated_peak_bytes"], s["devices"][0]["live_at_exit_bytes"]) ==
+               (r, dev["peak_bytes"], dev["allocated_peak_bytes"], dev["live_at_exit_bytes"]),
+               f"rank{r}.summary holds the report's numbers")
+        expect(s["devices"][0]["categories_at_allocated_peak"], f"rank{r}.summary: the ledger's categories")
+
+    def same(args, what):
+        a, b = run(*args, job), run(*args, alone)
+        expect(a[0] == b[0] and a[1] == b[1].replace(alone, job),
+               f"{what}: the same from summaries as from the snapshots ({a[0]} vs {b[0]})")
+        return a
+    for fmt in ("text", "json"):
+        rc, out, _ = same(["report", "--format", fmt], f"report DIR --format {fmt}")
+        expect(rc == 0 and ("+1.00 GiB" in out or '"flagged": [' in out), f"report DIR {fmt}")
+        for limits in (["--max-peak-bytes", "100GiB", "--max-allocated-peak", "100GiB",
+                        "--max-leaked-bytes", "100GiB", "--max-growth-per-step", "1GiB"],
+                       ["--max-peak-bytes", "1GiB"]):
+            same(["check", "--format", fmt, *limits], f"check DIR {' '.join(limits)} {fmt}")
+    page_a, page_b = snap("h100-job.html"), snap("h100-alone.html")
+    run("html", job, "-o", page_a)
+    run("html", alone, "-o", page_b)
+    with open(page_a) as fa, open(page_b) as fb:
+        expect(fa.read() == fb.read().replace(alone, job).replace("h100-alone", "h100-job"),
+               "html DIR: the same page from summaries")
+    passing = ["check", "--max-peak-bytes", "100GiB", "--max-leaked-bytes", "100GiB", job]
+    before = run(*passing)
+    for r in (0, 1):  # spoiled, size and mtime kept: the summaries still read as current
+        path = os.path.join(job, f"rank{r}.json")
+        st = os.stat(path)
+        with open(path, "r+b") as f:
+            f.write(b"#" * st.st_size)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    expect(run(*passing) == before and before[0] == 0, "check DIR: passing ranks judged from summaries")
+    # Rank 1's peak (1.24 GiB) breaks 1 GiB: it is read for its stacks, and, spoiled, fails to be.
+    rc, _, err = run("check", "--max-peak-bytes", "1GiB", job)
+    expect(rc == 2 and "rank1.json" in err and "rank0.json" not in err,
+           f"check DIR: the failing rank alone is read ({rc})")
+
+
 def test_real_collector_output():
     """The collector's own files, from a test program run on the fake driver, gate correctly."""
     if not os.path.exists(ARGS.traced_program):
@@ -391,8 +457,12 @@ def test_real_collector_output():
     p = subprocess.run([ARGS.cumemtrace, "run", "-o", out, "--", ARGS.traced_program, "basic"],
                        env=env, capture_output=True, text=True, timeout=120)
     expect(p.returncode == 0, "traced run: " + p.stderr)
-    files = sorted(os.path.join(out, f) for f in os.listdir(out)) if os.path.isdir(out) else []
-    expect(len(files) == 1, f"one snapshot from the traced run, got {files}")
+    names = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    files = [os.path.join(out, f) for f in names if f.endswith(".json")]
+    expect(len(files) == 1, f"one snapshot from the traced run, got {names}")
+    expect([f for f in names if f.endswith(".summary")] ==
+           [os.path.basename(f)[:-len(".json")] + ".summary" for f in files],
+           f"its summary beside it, got {names}")
     if len(files) != 1:
         return
     # The basic scenario keeps 2 MiB on device 0 (allocate_weights) and 4.5 MiB on device 1,
@@ -515,7 +585,7 @@ def main():
               test_run_usage_and_refusals_leave_nothing, test_convert_to_a_full_stdout,
               test_drops,
               test_growth_and_suppressions, test_formats, test_diff, test_torch_fixture,
-              test_real_collector_output, test_schema, test_outputs_never_destroy_data,
+              test_summaries_of_a_real_job, test_real_collector_output, test_schema, test_outputs_never_destroy_data,
               test_inputs_are_bounded_and_never_hang, test_usage_messages):
         t()
     if FAILURES:

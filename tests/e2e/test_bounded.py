@@ -42,7 +42,10 @@ def test_bounded_run_windows_summary_and_cap(tmp_path):
     total = sum(os.path.getsize(os.path.join(out, f)) for f in files)
     assert total <= CAP, (total, files)
     windows = {w["file"]: w for w in doc["windows"]}
-    assert sorted([*windows, os.path.basename(path)]) == files
+    # Beside them, the final snapshot's summary (counted against the cap, never dropped).
+    exits = [f for f, w in windows.items() if w["kind"] == "exit"]
+    summaries = [f[:-len(".json")] + ".summary" for f in exits]
+    assert sorted([*windows, os.path.basename(path), *summaries]) == files
 
     # The peak window: exactly the 10 growth blocks and the 64 peak blocks live (74 MiB).
     peak_files = [f for f, w in windows.items() if w["kind"] == "peak"]

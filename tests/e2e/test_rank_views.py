@@ -25,7 +25,7 @@ def traced_rank(tmp_path, rank, leak_per_step):
                         str(leak_per_step)], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     files = sorted(os.listdir(out))
-    assert len(files) == 1, files
+    assert files == [files[0], files[0][:-len(".json")] + ".summary"], files  # and its summary
     return out / files[0]
 
 

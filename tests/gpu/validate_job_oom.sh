@@ -5,7 +5,9 @@
 # that `run` prints the job's first OOM naming rank 1 with its verdict and the failing line, and
 # what rank 0 held then (= its memory_allocated()), that both ranks' snapshots exist (the killed
 # one's too), and that `report DIR` says the same before its rank table, with OOMs and live at
-# exit per rank. Prints a table of PASS/FAIL rows; exits non-zero on any FAIL.
+# exit per rank (each rank's = its memory_allocated() when it ended); that each final snapshot has
+# its summary beside it, and `report DIR` (text, JSON) and `check DIR` print the same from the
+# summaries as from the snapshots alone. Prints a table of PASS/FAIL rows; exits non-zero on any FAIL.
 # Usage: tests/gpu/validate_job_oom.sh PREFIX OUT   (PREFIX has bin/cumemtrace and lib/)
 set -u
 P=$1
@@ -23,6 +25,14 @@ timeout 300 "$CT" run -o "$OUT/traces" -- \
 rc=$?
 "$CT" report "$OUT/traces" > "$OUT/report.txt" 2> "$OUT/report.err"; rrc=$?
 "$CT" report "$OUT/traces" --format json > "$OUT/report.json" 2>/dev/null
+# The same views from the snapshots alone (no summary beside them: each is read whole).
+mkdir -p "$OUT/alone/traces"; ln "$OUT"/traces/*.json "$OUT/alone/traces/" 2>/dev/null
+for v in "report" "report --format json" "check --max-peak-bytes 100GiB --max-leaked-bytes 100GiB"; do
+  f=$(echo "$v" | tr ' ' '_')
+  "$CT" $v "$OUT/traces" > "$OUT/sum.$f.txt" 2>&1; echo "rc $?" >> "$OUT/sum.$f.txt"
+  "$CT" $v "$OUT/alone/traces" 2>&1 | sed "s|$OUT/alone/traces|$OUT/traces|g" > "$OUT/alone.$f.txt"
+  echo "rc ${PIPESTATUS[0]}" >> "$OUT/alone.$f.txt"
+done
 python3 - "$OUT" "$rc" "$rrc" "$(grep -n 'THE OOM' tests/gpu/job_oom.py | cut -d: -f1)" >> "$ROWS" <<'PY'
 import glob, json, re, sys
 out, rc, rrc, line = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -73,10 +83,27 @@ rows = {r["rank"]: r for r in table.get("rows", []) if r["slot"] == 0}
 row("rank table: OOMs 0 on rank 0, 1 on rank 1",
     [rows.get(r, {}).get("ooms") for r in (0, 1)] == [0, 1],
     str([rows.get(r, {}).get("ooms") for r in (0, 1)]))
-live1 = rows.get(1, {}).get("live_at_exit_bytes")
-row("rank table: rank 1's live at exit >= its blocks (PyTorch's count)",
-    live1 is not None and t1 and live1 >= t1["blocks"] * t1["requested"],
-    f"{live1} vs {t1.get('blocks', 0) * t1.get('requested', 0) if t1 else None}")
+# Live at exit: what each rank still held when it ended (job_oom.py makes it explicit), PyTorch's
+# memory_allocated() then: rank 1 left by os._exit right after its counters, rank 0 was killed
+# holding its 512 MiB.
+for r, t in ((0, t0), (1, t1)):
+    live = rows.get(r, {}).get("live_at_exit_bytes")
+    row(f"rank table: rank {r}'s live at exit = its memory_allocated() when it ended",
+        live is not None and live == t.get("memory_allocated"),
+        f"{live} vs {t.get('memory_allocated')}")
+killed = re.search(r"\(pid \d+; rank 0/2 \(local \d+\) on [^)]*\) "
+                   r"(was killed by signal \d+|ended without exit)", err)
+row("rank 0 was killed by torchrun (not an exit of its own)", killed is not None,
+    killed.group(0) if killed else "")
+# Issue 58 item 2: each final snapshot's summary beside it, and the views the same from them.
+sums = sorted(glob.glob(f"{out}/traces/*.summary"))
+row("a summary beside each final snapshot",
+    sorted(f[:-len(".summary")] + ".json" for f in sums) == sorted(finals), " ".join(sums))
+for v in ("report", "report_--format_json",
+          "check_--max-peak-bytes_100GiB_--max-leaked-bytes_100GiB"):
+    a, b = open(f"{out}/sum.{v}.txt").read(), open(f"{out}/alone.{v}.txt").read()
+    row(f"{v.replace('_', ' ')[:40]}: summaries = snapshots alone", a == b,
+        a.splitlines()[-1] + " / " + b.splitlines()[-1])
 text = open(f"{out}/report.txt").read()
 row("report DIR text: the first OOM before the table",
     "First OOM of the job" in text and text.index("First OOM of the job")

@@ -13,9 +13,10 @@ a person reads on them against the CLI's own JSON:
    equally wide, labelled "step N"; on the time axis the same steps are squeezed into a sliver.
 2. Hovering the real torch 2.11 fixture's chart (by line) names the band under the pointer and
    shows its line's largest stack.
-3. A job of two ranks, one holding 256 MiB more (html DIR): the rank table's rows and values are
-   `report DIR --format json`'s, rank 1 is flagged with its divergence step and line, and each
-   rank has its small chart.
+3. A job of two ranks, one holding 256 MiB more, the other refused 512 MiB once (html DIR): the
+   rank table's rows, values, OOMs and live at exit are `report DIR --format json`'s, rank 1 is
+   flagged with its divergence step and line, the job's first OOM is rank 0's with what rank 1
+   held then, and each rank has its small chart.
 4. Two runs (html A B): the diff page's rows are `diff --format json`'s, row for row.
 5. `whatif --format html` on the real torch 2.11 fixture: its table is `whatif --format json`'s;
    with an OOM appended to the fixture, the OOM card carries the same table.
@@ -246,7 +247,7 @@ def check_job(cumemtrace, browser, out):
     job = out / "job"
     job.mkdir()
     run(sys.executable, HERE / "make_synthetic.py", "--pytorch-steps", "10", "--rank", "0",
-        "--world-size", "2", job / "rank0.json")
+        "--world-size", "2", "--oom-mib", "512", job / "rank0.json")
     run(sys.executable, HERE / "make_synthetic.py", "--pytorch-steps", "10", "--rank", "1",
         "--world-size", "2", "--extra-mib", "256", job / "rank1.json")
     want = json.loads(run(cumemtrace, "report", "--format", "json", job))["ranks"]
@@ -257,11 +258,24 @@ def check_job(cumemtrace, browser, out):
     assert [r.attrs["data-process"] for r in rows] == [r["process"] for r in want["rows"]], rows
     for r, w in zip(rows, want["rows"]):
         cells = {c.attrs["data-column"]: c for c in r.find(lambda n: "data-column" in n.attrs)}
-        assert list(cells) == want["columns"], list(cells)
+        # The compared columns, then (no median) the OOMs and what was live at exit.
+        assert list(cells) == want["columns"] + ["OOMs", "live at exit"], list(cells)
         for col, v in w["values"].items():
             shown = cells[col].text()
             assert shown == (fmt_bytes(v) if v is not None else "\u2013"), (col, shown, v)
             assert ("flag" in cells[col].classes()) == (col in w["flagged"]), (w["process"], col)
+        assert cells["OOMs"].text() == str(w["ooms"]), (w["process"], cells["OOMs"].text())
+        assert cells["live at exit"].text() == fmt_bytes(w["live_at_exit_bytes"]), w["process"]
+    assert [w["ooms"] for w in want["rows"]] == [1, 0], want["rows"]
+    # The job's first OOM, as report DIR says it: rank 0's, and what rank 1 held then.
+    first = want["first_oom"]
+    (oom,) = tree.root.find(lambda n: "first-oom" in n.classes())
+    text = oom.text()
+    assert first["process"] in text and first["line"] in text, text
+    assert f"the request: 512 MiB at {first['site']}" in text and "train.py:95" in text, text
+    others = oom.find(lambda n: n.tag == "tr" and "oom-other" in n.classes())
+    assert [(o.attrs["data-process"], o.find(lambda n: "data-bytes" in n.attrs)[0].text())
+            for o in others] == [(o["process"], fmt_bytes(o["bytes"])) for o in first["others"]]
     (flagged,) = [w for w in want["rows"] if w["flagged"]]
     assert flagged["rank"] == 1, flagged
     (sec,) = tree.root.find(lambda n: "flagged-rank" in n.classes())

@@ -69,3 +69,31 @@ TEST_CASE("the report carries the tool section when there is one") {
   REQUIRE(d["tool"]["anomalies"] == 1);
   REQUIRE(d["devices"].size() == 2);
 }
+
+TEST_CASE("the job page charts every process of a small job, a large one's shown in detail") {
+  // html_report.h kJobChartsAll: html DIR over 1,024 ranks reads the snapshots of the processes
+  // it shows in detail (a flagged row, its median row, the first OOM's process), not every one.
+  auto table_of = [](size_t n) {
+    cumemtrace::analysis::RankTable t;
+    for (size_t k = 0; k < n; ++k) {
+      cumemtrace::analysis::RankProcess p;
+      p.file = "r" + std::to_string(k) + ".json";
+      t.processes.push_back(p);
+      cumemtrace::analysis::RankRow row;
+      row.process = k;
+      t.rows.push_back(row);
+    }
+    return t;
+  };
+  auto small = table_of(cumemtrace::viz::kJobChartsAll);
+  small.rows[3].flagged = {0};
+  CHECK(cumemtrace::viz::charted_processes(small).size() == cumemtrace::viz::kJobChartsAll);
+  auto large = table_of(cumemtrace::viz::kJobChartsAll + 1);
+  CHECK(cumemtrace::viz::charted_processes(large).empty());
+  large.rows[5].flagged = {0};
+  large.rows[5].median_row = 2;
+  cumemtrace::analysis::JobOom oom;
+  oom.file = "r12.json";
+  large.first_oom = oom;
+  CHECK(cumemtrace::viz::charted_processes(large) == std::vector<size_t>{2, 5, 12});
+}

@@ -51,7 +51,8 @@ def tool_section(start_us, end_us):
 MiB = 1 << 20
 
 
-def pytorch_run(steps, path, leak_mib=0, idle_us=0, extra_mib=0, rank=None, world_size=None):
+def pytorch_run(steps, path, leak_mib=0, idle_us=0, extra_mib=0, rank=None, world_size=None,
+                oom_mib=0):
     """N steps of a small training loop on PyTorch's caching allocator, with categories and the
     automatic phases (auto:forward / auto:backward / auto:optimizer START/END, an auto:step MARK
     after each step) and a user range "epoch" around them all. Two PyTorch segments: 32 MiB of
@@ -66,7 +67,8 @@ def pytorch_run(steps, path, leak_mib=0, idle_us=0, extra_mib=0, rank=None, worl
     steps on a time axis). `extra_mib`: from step 2's forward on, one more tensor of that many
     MiB (a segment of its own) at train.py:88, held to the end: a rank that holds more than the
     others. `rank`, `world_size`: the launcher's variables (torchrun's), as the preload records
-    them."""
+    them. `oom_mib`: after the last step, PyTorch's allocator refuses a request of that many MiB
+    at train.py:95."""
     assert steps * leak_mib <= 32, "the leak must fit the pool's free tail"
     t = T0
     out, marks = [], []
@@ -147,6 +149,12 @@ def pytorch_run(steps, path, leak_mib=0, idle_us=0, extra_mib=0, rank=None, worl
         for i in range(4):
             entry("free_completed", pool + 64 * MiB + i * 8 * MiB, 8 * MiB, "gradient")
         t += 10
+    if oom_mib:
+        # PyTorch's allocator refused a request at train.py:95 (the run went on: a caught OOM).
+        out.append(json.dumps({"action": "oom", "addr": 0, "size": oom_mib * MiB, "stream": 0,
+                               "time_us": t, "device_free": 0, "source": "pytorch",
+                               "frames": fr("forward", 95)}, separators=(",", ":")))
+        t += 10
     mark("epoch", "END")
 
     def block(addr, size, state, frames):
@@ -214,6 +222,8 @@ def main():
     ap.add_argument("--rank", type=int, default=None, help="with --pytorch-steps: torchrun's RANK")
     ap.add_argument("--world-size", type=int, default=None,
                     help="with --pytorch-steps: torchrun's WORLD_SIZE")
+    ap.add_argument("--oom-mib", type=int, default=0,
+                    help="with --pytorch-steps: an OOM of a request this large after the steps")
     ap.add_argument("--started-before-us", type=int, default=None,
                     help="add cumemtrace's section: the traced program started this long before "
                          "the first event (the origin of the times every view shows)")
@@ -221,7 +231,7 @@ def main():
     a = ap.parse_args()
     if a.pytorch_steps:
         pytorch_run(a.pytorch_steps, a.out, a.leak_mib, a.idle_us, a.extra_mib, a.rank,
-                    a.world_size)
+                    a.world_size, a.oom_mib)
         return
     if a.events is None:
         ap.error("--events or --pytorch-steps is required")

@@ -922,17 +922,43 @@
     for (const u of data.unreadable) app.append(el('div', { class: 'warn', text: 'unreadable: ' + u.error }));
     const flaggedRows = R.rows.filter((r) => r.flagged.length);
     app.append(el('div', { class: flaggedRows.length ? 'verdict warn' : 'verdict', text: flaggedRows.length ? plural(flaggedRows.length, 'rank') + ' off the median: ' + flaggedRows.map((r) => r.process + ' (' + r.flagged.join(', ') + ')').join('; ') : 'No rank is off the median.' }));
+    // The job's first OOM (job_oom.h), as `report DIR` says it: who, when, why, the request's
+    // line and what every other process held at that moment.
+    const F = R.first_oom;
+    if (F) {
+      const sec = el('section', { class: 'first-oom' });
+      sec.append(el('h2', { text: 'First OOM of the job' + (F.ooms > 1 ? ' (the first of ' + plural(F.ooms, 'OOM') + ' in ' + plural(F.processes_with_oom, 'process') + ')' : '') }));
+      sec.append(el('div', { class: 'verdict warn', text: F.process + ' (pid ' + F.pid + ') on cuda:' + F.device + ' at +' + (F.since_start_us / 1e6).toFixed(6) + ' s since the job\'s start: ' + F.line }));
+      sec.append(el('div', { class: 'sub', text: 'the request: ' + fmtBytes(F.requested_bytes) + ' at ' + F.site }));
+      if (F.others.length) {
+        const ot = el('table', { class: 'oom-others' });
+        ot.append(el('thead', {}, el('tr', {}, ...['the other processes then', 'device', 'held', 'PyTorch allocated', 'PyTorch reserved'].map((h) => el('th', { text: h })))));
+        const otb = el('tbody');
+        for (const o of F.others) otb.append(el('tr', { class: 'oom-other', 'data-process': o.process }, el('td', { text: o.process }), el('td', { text: 'cuda:' + o.device }),
+          el('td', { class: 'num', 'data-bytes': o.started ? o.bytes : '', text: o.started ? fmtBytes(o.bytes) : 'not started yet' }),
+          el('td', { class: 'num', text: o.allocated_bytes == null ? '\u2013' : fmtBytes(o.allocated_bytes) }),
+          el('td', { class: 'num', text: o.reserved_bytes == null ? '\u2013' : fmtBytes(o.reserved_bytes) })));
+        ot.append(otb);
+        sec.append(ot);
+      }
+      app.append(sec);
+    }
     app.append(el('h2', { text: 'Ranks side by side' }));
+    // Besides the compared columns, without a median: the OOMs on each device (when the job had
+    // any) and what its final snapshot held at the end (rank_table.h).
+    const anyOom = R.rows.some((r) => r.ooms > 0);
     const t = el('table', { class: 'ranks' });
-    t.append(el('thead', {}, el('tr', {}, el('th', { text: 'process' }), el('th', { text: 'device' }), ...R.columns.map((c) => el('th', { text: c })))));
+    t.append(el('thead', {}, el('tr', {}, el('th', { text: 'process' }), el('th', { text: 'device' }), ...R.columns.map((c) => el('th', { text: c })), ...(anyOom ? [el('th', { text: 'OOMs' })] : []), el('th', { text: 'live at exit' }))));
     const tb = el('tbody');
     for (const r of R.rows) {
       tb.append(el('tr', { class: 'rank-row' + (r.flagged.length ? ' flagged' : ''), 'data-process': r.process, 'data-device': r.device },
         el('td', { text: r.process }), el('td', { text: 'cuda:' + r.device + (r.slot ? ' (slot ' + r.slot + ')' : '') }),
-        ...R.columns.map((c) => el('td', { class: 'num' + (r.flagged.includes(c) ? ' flag' : ''), 'data-column': c, 'data-bytes': r.values[c] == null ? '' : r.values[c], text: r.values[c] == null ? '\u2013' : fmtBytes(r.values[c]) }))));
+        ...R.columns.map((c) => el('td', { class: 'num' + (r.flagged.includes(c) ? ' flag' : ''), 'data-column': c, 'data-bytes': r.values[c] == null ? '' : r.values[c], text: r.values[c] == null ? '\u2013' : fmtBytes(r.values[c]) })),
+        ...(anyOom ? [el('td', { class: 'num' + (r.ooms ? ' flag' : ''), 'data-column': 'OOMs', text: String(r.ooms) })] : []),
+        el('td', { class: 'num', 'data-column': 'live at exit', 'data-bytes': r.live_at_exit_bytes, text: fmtBytes(r.live_at_exit_bytes) })));
     }
     R.medians.forEach((m, slot) => {
-      tb.append(el('tr', { class: 'median-row' }, el('td', { text: 'median' }), el('td', { text: 'slot ' + slot }), ...R.columns.map((c) => el('td', { class: 'num', text: m[c] == null ? '\u2013' : fmtBytes(m[c]) }))));
+      tb.append(el('tr', { class: 'median-row' }, el('td', { text: 'median' }), el('td', { text: 'slot ' + slot }), ...R.columns.map((c) => el('td', { class: 'num', text: m[c] == null ? '\u2013' : fmtBytes(m[c]) })), ...(anyOom ? [el('td')] : []), el('td')));
     });
     t.append(tb);
     app.append(t);
@@ -952,7 +978,8 @@
       }
       app.append(sec);
     }
-    app.append(el('h2', { text: 'Each process, on one scale' }));
+    // A large job charts only the processes it shows in detail (html_report.h kJobChartsAll).
+    app.append(el('h2', { text: data.charts.length < procs.size ? 'The processes shown in detail, on one scale (' + data.charts.length + ' of ' + procs.size + '; a job of at most ' + data.charts_all_up_to + ' charts each)' : 'Each process, on one scale' }));
     let ymax = 1;
     for (const c of data.charts) for (const d of c.devices) for (let i = 0; i < d.points.total.length; i++) ymax = Math.max(ymax, d.points.total[i], d.points.reserved[i]);
     const grid = el('div', { class: 'multiples' });
