@@ -228,8 +228,8 @@ Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
   });
 
   const SiteTable base_sites(base), new_sites(now);
-  const auto la = build_ledger(base, base_sites);
-  const auto lb = build_ledger(now, new_sites);
+  const auto la = build_ledger(base, base_sites, module_depth);
+  const auto lb = build_ledger(now, new_sites, module_depth);
   if (la && lb) {
     d.ledgers = true;
     const auto va = ledger_values(*la, pairing.base, np), vb = ledger_values(*lb, pairing.now, np);

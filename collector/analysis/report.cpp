@@ -223,7 +223,7 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
   r.top_by_bytes = trace_alloc_sites(s, sites, false);
   r.top_by_count = trace_alloc_sites(s, sites, true);
   r.histogram = size_histogram(s);
-  r.ledger = build_ledger(s, sites);
+  r.ledger = build_ledger(s, sites, module_depth);
   r.modules = build_module_view(s, module_depth);
   r.ooms = oom_verdicts(s, sites);
   return r;
