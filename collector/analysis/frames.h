@@ -19,7 +19,7 @@
 //     of where memory goes: then the innermost frame of the model's code (a library Python
 //     frame whose path has a part of set_model_code, by default "/models/": transformers'
 //     modeling_gpt2.py) stands as the site, with its own "via": "GPT2MLP.forward
-//     (modeling_gpt2.py:NNN) via Conv1D.forward (pytorch_utils.py:NN)". When no such frame lies
+//     (modeling_gpt2.py:NNN) via Linear.forward (linear.py:134)". When no such frame lies
 //     inside the entry, the user's line stays;
 //  2. else, when every Python frame is library code, the innermost Python frame;
 //  3. else (no Python frame) the innermost frame that is not machinery, else (all machinery) the
