@@ -13,10 +13,10 @@
 #include <streambuf>
 #include <string_view>
 
-#include "analysis/check.h"
-#include "analysis/report.h"
 #include "snapshot/snapshot_input.h"
 #include "snapshot/snapshot_json_writer.h"
+#include "verdicts/check.h"
+#include "verdicts/report.h"
 
 using namespace cumemtrace;
 

@@ -1,18 +1,18 @@
-// label_categories (analysis/categories.h) on a synthetic PyTorch training run of about
+// label_categories (pytorch/categories.h) on a synthetic PyTorch training run of about
 // CUMEMTRACE_BENCH_ENTRIES trace entries (default 1,000,000), as the collector calls it before
 // every snapshot write: per step a forward (100 activations kept until backward, 50 temporaries),
 // a backward (50 temporaries on the autograd thread), an optimizer step (10 temporaries) and the
 // ownership walks of 150 parameters, 150 gradients and 300 optimizer state tensors sent every
 // step (the worst case: the Python side sends a walk only when it changed). The target: well
-// under a second for 1 M entries. Also the ledger (analysis/ledger.h) of the same run, as report
+// under a second for 1 M entries. Also the ledger (pytorch/ledger.h) of the same run, as report
 // builds it.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
 
-#include "analysis/categories.h"
 #include "analysis/frames.h"
-#include "analysis/ledger.h"
+#include "pytorch/categories.h"
+#include "pytorch/ledger.h"
 #include "support/torch_run_builder.h"
 
 using namespace cumemtrace;

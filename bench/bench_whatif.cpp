@@ -16,8 +16,8 @@
 #include <streambuf>
 
 #include "analysis/frames.h"
-#include "analysis/torch_allocator_model.h"
-#include "analysis/whatif.h"
+#include "pytorch/torch_allocator_model.h"
+#include "pytorch/whatif.h"
 #include "snapshot/snapshot_input.h"
 #include "snapshot/snapshot_json_writer.h"
 

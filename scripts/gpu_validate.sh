@@ -5,7 +5,9 @@
 # GPUs) a 2-rank torchrun job, and every validator of tests/gpu (each `validate_*` file is run
 # here or by a validator run here: tests/cli/gpu_validate_rows_test.sh checks that none is left
 # out); prints one verdict table. Exit 1 if any row fails, a validator exits non-zero or prints
-# no row.
+# no row. The validators run GPU_VALIDATE_JOBS at a time (default 4; 1: one by one), except those
+# that need the device to themselves (they fill its memory or measure its free bytes), which run
+# alone; the table lists rows in the script's order either way.
 # Usage: scripts/gpu_validate.sh [PREFIX with bin/ and lib/ (default build)] [OUT]
 set -u
 cd "$(dirname "$0")/.."
@@ -16,6 +18,7 @@ export PATH="$PATH:/usr/local/cuda/bin"
 rm -rf "$OUT"; mkdir -p "$OUT/traces" "$OUT/sanitizer" "$OUT/logs"
 ROWS="$OUT/rows.txt"; : > "$ROWS"
 LOGS="$OUT/logs"
+JOBS=${GPU_VALIDATE_JOBS:-4}
 # row, validate (a validator that exits non-zero or prints no row is a FAIL row), verdict.
 . scripts/gpu_validate_rows.sh
 
@@ -91,7 +94,7 @@ fi
 
 # 5. Graph memory, stream-captured async allocations, IPC between two processes, arrays and
 # external memory against compute-sanitizer, and CUDA graphs in PyTorch (issue 18).
-validate validate_driver_memory bash tests/gpu/validate_driver_memory.sh "$P" "$OUT/driver-memory"
+alone validate_driver_memory bash tests/gpu/validate_driver_memory.sh "$P" "$OUT/driver-memory"
 
 # 6. PyTorch's allocator merged in: block events and layouts against PyTorch's own history, the
 # TraceEntry header, cudaMallocAsync pool layers, SIGKILL, allocator OOM (issue 15).
@@ -105,7 +108,7 @@ validate validate_whatif python3 tests/gpu/validate_whatif.py "$P" "$OUT/whatif"
 # categories against PyTorch's own counters), Python frames, bounded capture, live gauges, the
 # CUDA context, ranks (torchrun, mp.spawn), the pytest plugin's steps, and the wheel built from
 # this tree.
-validate validate_oom python3 tests/gpu/validate_oom.py "$P" "$OUT/oom"
+alone validate_oom python3 tests/gpu/validate_oom.py "$P" "$OUT/oom"
 validate validate_user_terms bash tests/gpu/validate_user_terms.sh "$P" "$OUT/user-terms"
 validate validate_python_frames python3 tests/gpu/validate_python_frames.py "$P"
 validate validate_bounded bash tests/gpu/validate_bounded.sh "$P" "$OUT/bounded"

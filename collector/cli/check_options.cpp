@@ -1,8 +1,8 @@
 #include "cli/check_options.h"
 
-#include "analysis/limits.h"
 #include "cli/cli_checks.h"
 #include "snapshot/size_format.h"
+#include "verdicts/limits.h"
 
 namespace cumemtrace::cli {
 

@@ -1,5 +1,5 @@
 // Contract: the limit flags `cumemtrace check` and `cumemtrace run` share, registered on a CLI11
-// command into an analysis::CheckOptions, one size flag per row of analysis/limits.h (check.h
+// command into an analysis::CheckOptions, one size flag per row of verdicts/limits.h (check.h
 // says what each limit means). Sizes
 // are parsed with snap::parse_bytes ("0", "4096", "12MiB", "1.5GB"); a bad one is a usage error
 // naming the flag and the value.
@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "analysis/check.h"
+#include "verdicts/check.h"
 
 namespace cumemtrace::cli {
 

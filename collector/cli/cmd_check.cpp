@@ -1,16 +1,16 @@
-// `cumemtrace check FILE|DIR...`: the CI gate (see analysis/check.h for the limits and exit codes).
+// `cumemtrace check FILE|DIR...`: the CI gate (see verdicts/check.h for the limits and exit codes).
 // Every file is checked, an unreadable one included (its own failed verdict, exit 2); a directory
 // stands for the processes whose final snapshots it holds (cli/snapshot_inputs.h).
-// `cumemtrace check --list-limits [--format json]` (hidden) prints analysis/limits.h's table.
+// `cumemtrace check --list-limits [--format json]` (hidden) prints verdicts/limits.h's table.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
-#include "analysis/check.h"
-#include "analysis/limits.h"
 #include "cli/check_options.h"
 #include "cli/commands.h"
 #include "cli/snapshot_inputs.h"
+#include "verdicts/check.h"
+#include "verdicts/limits.h"
 
 namespace cumemtrace::cli {
 
@@ -28,7 +28,7 @@ void add_check_command(CLI::App& app, int& exit_code) {
   cmd->add_option("FILE", o->files,
                   "Snapshots to check, or directories of them (each process's final snapshot)");
   add_check_options(cmd, o->check);
-  // Hidden: the limits' table (analysis/limits.h) for the Python API and the pytest plugin.
+  // Hidden: the limits' table (verdicts/limits.h) for the Python API and the pytest plugin.
   cmd->add_flag("--list-limits", o->list_limits, "")->group("");
   cmd->callback([o, &exit_code] {
     if (o->list_limits) {

@@ -4,11 +4,11 @@
 
 #include <iostream>
 
-#include "analysis/diff.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/snapshot_inputs.h"
 #include "snapshot/snapshot_input.h"
+#include "verdicts/diff.h"
 #include "viz/html_report.h"
 
 namespace cumemtrace::cli {

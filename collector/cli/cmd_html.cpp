@@ -11,15 +11,15 @@
 #include <memory>
 
 #include "analysis/breakdown_format.h"
-#include "analysis/diff.h"
-#include "analysis/rank_table.h"
-#include "analysis/report.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/one_output.h"
 #include "cli/snapshot_inputs.h"
 #include "io/output_file.h"
 #include "snapshot/snapshot_input.h"
+#include "verdicts/diff.h"
+#include "verdicts/rank_table.h"
+#include "verdicts/report.h"
 #include "viz/html_report.h"
 
 namespace cumemtrace::cli {

@@ -1,7 +1,7 @@
-// `cumemtrace report FILE`: where a snapshot's memory went (see analysis/report.h); on a bounded
+// `cumemtrace report FILE`: where a snapshot's memory went (see verdicts/report.h); on a bounded
 // capture's EXE.PID.intervals.json, its intervals (cli/intervals_report.h).
 // `cumemtrace report FILE FILE...` or `report DIR`: the processes side by side first, a job's
-// ranks in rank order (analysis/rank_table.h), then each file's own report with --each. A file
+// ranks in rank order (verdicts/rank_table.h), then each file's own report with --each. A file
 // that cannot be read is one line on stderr; the others are shown and the exit status is 2.
 #include <CLI/CLI.hpp>
 
@@ -15,14 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
-#include "analysis/rank_table.h"
-#include "analysis/report.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/intervals_report.h"
 #include "cli/snapshot_inputs.h"
 #include "snapshot/size_format.h"
 #include "snapshot/snapshot_input.h"
+#include "verdicts/rank_table.h"
+#include "verdicts/report.h"
 
 namespace cumemtrace::cli {
 
@@ -60,7 +60,7 @@ std::optional<snap::Snapshot> tool_section_alone(const snap::Snapshot& s) {
 // Reports many files: the rank table, then (--each) every file's report. Each file's report is
 // built as it is read; unless --each prints them all, only its tool section stays in memory and
 // the rank table reads the full snapshot again for the rows it shows in detail
-// (analysis/rank_table.h RankInput::load). Returns the exit code.
+// (verdicts/rank_table.h RankInput::load). Returns the exit code.
 int report_many(const Opts& o) {
   struct Built {
     std::string file;

@@ -17,7 +17,7 @@
 //    only when each of them has ended and its snapshot is written (or its collector said why
 //    not). A failing limit on a rank of a job is named with the rank (analysis/rank_identity.h);
 //    after the per-process summaries comes one line for the job, and, when any process ran out of
-//    memory, the job's first OOM and what the others held then (analysis/job_oom.h), also when
+//    memory, the job's first OOM and what the others held then (verdicts/job_oom.h), also when
 //    the launcher killed the others;
 //  - a program the loader runs in secure mode (setuid: cli/secure_exec.h) is said to be one
 //    before it starts: it runs untraced, or with a limit does not run (exit 2).
@@ -47,10 +47,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "analysis/check.h"
 #include "analysis/frames.h"
-#include "analysis/job_oom.h"
-#include "analysis/limits.h"
 #include "analysis/rank_identity.h"
 #include "cli/check_options.h"
 #include "cli/cli_checks.h"
@@ -66,6 +63,9 @@
 #include "live/rendezvous.h"
 #include "live/summary.h"
 #include "snapshot/snapshot.h"
+#include "verdicts/check.h"
+#include "verdicts/job_oom.h"
+#include "verdicts/limits.h"
 
 namespace cumemtrace::cli {
 
@@ -197,7 +197,7 @@ void print_job_summary(const std::vector<collect::WrittenSnapshot>& written) {
 }
 
 // A job whose processes ran out of memory: its first OOM, who and why, and what the others held
-// then (analysis/job_oom.h). Said under -q too, as each process's own OOM line is. Verdicts are
+// then (verdicts/job_oom.h). Said under -q too, as each process's own OOM line is. Verdicts are
 // worked out only for the snapshots that hold an OOM.
 void print_job_oom(const std::vector<collect::WrittenSnapshot>& written) {
   if (written.size() < 2) return;

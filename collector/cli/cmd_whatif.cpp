@@ -1,16 +1,16 @@
 // `cumemtrace whatif SNAPSHOT [--alloc-conf CONF]... [--budget SIZE] [--sweep] [--needs]`:
 // PyTorch's caching allocator
 // replayed from the recorded requests under the run's configuration and others
-// (analysis/whatif.h); --format html: the table as a self-contained page on stdout. Exit 0 with
+// (pytorch/whatif.h); --format html: the table as a self-contained page on stdout. Exit 0 with
 // the table; 2 for an unreadable file, a configuration PyTorch would refuse, or a trace the model
 // cannot replay (one line saying why: no prediction is made).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
-#include "analysis/whatif.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
+#include "pytorch/whatif.h"
 #include "snapshot/size_format.h"
 #include "snapshot/snapshot_input.h"
 #include "viz/html_report.h"

@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "analysis/limits.h"
-#include "analysis/whatif.h"
+#include "pytorch/whatif.h"
 #include "snapshot/snapshot_input.h"
+#include "verdicts/limits.h"
 
 namespace cumemtrace::cli {
 

@@ -2,7 +2,7 @@
 // paths given on its command line: a file is read as it is (snapshot_input.h); a directory
 // stands for the processes whose snapshots it holds: every `*.json` and `*.pickle` directly
 // inside (not `*.perfetto.json`, convert's output, nor bounded capture's `*.intervals.json`), in
-// name order, of which only the snapshots written when a process ended are kept (analysis/limits.h
+// name order, of which only the snapshots written when a process ended are kept (verdicts/limits.h
 // mid_run_snapshot: one written at an OOM, on request or periodically is the same process again,
 // earlier; PyTorch's own files have no reason and are kept). A file that cannot be read stays in
 // the list, in its place, with its one-line error, so that every command can show the others and
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "analysis/check.h"
+#include "verdicts/check.h"
 
 namespace cumemtrace::cli {
 

@@ -1,7 +1,7 @@
 #include "live/annotations.h"
 
-#include "analysis/phases.h"
 #include "live/device_ledger.h"
+#include "pytorch/phases.h"
 
 namespace cumemtrace::collect {
 

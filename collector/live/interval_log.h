@@ -2,7 +2,7 @@
 // EXE.PID.intervals.json, see docs/report.md "Bounded capture"), O(intervals) in memory and on
 // disk. An interval starts at the first record after the previous one closed and closes after
 // the record that ends it: in a program whose automatic phases mark iterations (an `auto:step`
-// MARK, analysis/phases.h), the first iteration boundary at least `interval_s` after its start
+// MARK, pytorch/phases.h), the first iteration boundary at least `interval_s` after its start
 // (so an interval is whole iterations; interval_s 0: one interval per iteration); in any other
 // program, the first record at least `interval_s` (program time; 10 s when 0) after its start,
 // or, while the program records nothing, the collector's clock passing that mark (tick(): an idle

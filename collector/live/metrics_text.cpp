@@ -7,8 +7,8 @@
 
 #include "analysis/frames.h"
 #include "analysis/model.h"
-#include "analysis/oom_verdict.h"
 #include "analysis/rank_identity.h"
+#include "pytorch/oom_verdict.h"
 
 namespace cumemtrace::collect {
 

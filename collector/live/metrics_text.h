@@ -2,7 +2,7 @@
 // exposition format 0.0.4 or OpenMetrics 1.0 text, written from snapshots of the running processes
 // (ProcessSession::snapshot) by the analysis engine every view uses (analysis/model.h's
 // DeviceReplay: the layers at snapshot time, the peaks; its attributed tensors' categories,
-// analysis/categories.h; OOMs as analysis/oom_verdict.h counts them; the rank from
+// pytorch/categories.h; OOMs as pytorch/oom_verdict.h counts them; the rank from
 // analysis/rank_identity.h), so a gauge equals the number `report` shows for the same file.
 // Every series has the labels host, pid, exe (the program's file name) and, for a rank of a job,
 // rank, with local_rank, node (the node's rank in the job) and job_id (its id: Prometheus keeps

@@ -17,11 +17,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "analysis/categories.h"
 #include "analysis/frames.h"
-#include "analysis/oom_verdict.h"
 #include "analysis/rank_identity.h"
-#include "analysis/whatif.h"
+#include "pytorch/categories.h"
+#include "pytorch/oom_verdict.h"
+#include "pytorch/whatif.h"
 #include "snapshot/snapshot_json_writer.h"
 
 namespace cumemtrace::collect {
@@ -490,7 +490,7 @@ snap::Snapshot ProcessSession::snapshot(const std::string& reason,
   s.tool->driver_memory = driver_samples_;
   if (ended) s.tool->ended = *ended;
   // What each byte is for, decided once here so that every reader of the file (memory_viz's
-  // legend, report, check, diff) reads the same answer (analysis/categories.h).
+  // legend, report, check, diff) reads the same answer (pytorch/categories.h).
   analysis::label_categories(s);
   // PyTorch's block bytes for what the collector itself reads of it (never written: the file
   // keeps PyTorch's requested sizes, and every reader labels its own), and the segments' blocks

@@ -8,7 +8,7 @@
 // CUDA ordinals), when a context is created (which measures the context: TraceModel) or
 // destroyed, at exit() and OOM, and by the owner. Snapshots of a running process are written
 // on the way (EXE.rankN.PID... for a rank of a job): at an OOM (EXE.PID.oom.json, with that OOM's
-// verdict, analysis/oom_verdict.h, for the collector's line), at a cumemtrace_snapshot(tag) record
+// verdict, pytorch/oom_verdict.h, for the collector's line), at a cumemtrace_snapshot(tag) record
 // (EXE.PID.TAG.json), when the process's SIGUSR2 counter in the ring header changed
 // (EXE.PID.request-N.json; several signals between two drains make one file) and every
 // `snapshot_every_s` seconds (EXE.PID.periodic-N.json). A driver sample is kept only when a
@@ -97,7 +97,7 @@ class ProcessSession {
   // Snapshots written while the process ran (OOM, tagged, requested, periodic), in order.
   const std::vector<std::string>& extra_files() const { return extra_files_; }
   // Those written since the last call; an OOM snapshot's with the verdict of the OOM that asked
-  // for it (analysis/oom_verdict.h: oom_verdict_line), for the collector's one line.
+  // for it (pytorch/oom_verdict.h: oom_verdict_line), for the collector's one line.
   struct NewFile {
     std::string path;
     std::string oom_verdict;  // "device 0: exhaustion: 1 MiB requested, ..."; empty: no OOM

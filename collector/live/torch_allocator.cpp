@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 
-#include "analysis/torch_allocator_rules.h"
 #include "live/key_value_text.h"
+#include "pytorch/torch_allocator_rules.h"
 
 namespace cumemtrace::collect {
 
@@ -163,9 +164,21 @@ void TorchAllocator::on_info(const std::string& text, int64_t t) {
 }
 
 uint64_t TorchAllocator::allocated() const {
+  // The blocks as the written segments tile them (PyTorch's block bytes, what
+  // memory_allocated() counts), not the requests.
   uint64_t n = 0;
-  for (const auto& [addr, b] : blocks_) {
-    if (!b.pending_free) n += b.requested;
+  std::set<uint64_t> tiled;
+  for_each_segment([&](uint64_t addr, const Segment& g, uint64_t total, bool expandable) {
+    tile(addr, g, total, expandable, [&](uint64_t a, uint64_t size, const Block& k) {
+      tiled.insert(a);
+      if (!k.pending_free) n += size;
+    });
+  });
+  // A block no written segment holds (its segment not seen) counts its rounded size.
+  if (tiled.size() < blocks_.size()) {
+    for (const auto& [a, k] : blocks_) {
+      if (!k.pending_free && !tiled.count(a)) n += rules::round_size(config_, k.requested);
+    }
   }
   return n;
 }
@@ -176,6 +189,44 @@ void TorchAllocator::add_reserved(std::vector<uint64_t>& reserved) const {
       const auto d = static_cast<size_t>(seg.device);
       if (d < reserved.size()) reserved[d] += seg.size;
     }
+  }
+}
+
+template <typename F>
+void TorchAllocator::tile(uint64_t addr, const Segment& g, uint64_t total, bool expandable,
+                          F&& block) const {
+  const uint64_t seg_end = addr + total;
+  const bool split_any = g.small || expandable || (info_ && info_->expandable_segments);
+  uint64_t cursor = addr;
+  for (auto it = blocks_.lower_bound(addr); it != blocks_.end() && it->first < seg_end; ++it) {
+    const uint64_t a = it->first;
+    if (a < cursor) continue;  // overlaps the previous block: inconsistent input, skip it
+    const auto next_it = std::next(it);
+    const uint64_t next =
+        next_it != blocks_.end() && next_it->first < seg_end ? next_it->first : seg_end;
+    const uint64_t rounded = rules::round_size(config_, it->second.requested);
+    uint64_t end = std::min(a + rounded, next);
+    // PyTorch's should_split() (the rules): a remainder it does not split off stays in the block.
+    if (!rules::should_split(config_, split_any, next - a, end - a)) end = next;
+    block(a, end - a, it->second);
+    cursor = end;
+  }
+}
+
+template <typename F>
+void TorchAllocator::for_each_segment(F&& segment) const {
+  for (const auto& [addr, g] : segments_) segment(addr, g, g.size, false);
+  // Maximal runs of mapped pieces are the segments of expandable segments.
+  for (auto it = mapped_.begin(); it != mapped_.end();) {
+    const uint64_t start = it->first;
+    const Segment& first = it->second;
+    uint64_t end = start + first.size;
+    for (++it; it != mapped_.end() && it->first == end && it->second.device == first.device &&
+               it->second.small == first.small;
+         ++it) {
+      end += it->second.size;
+    }
+    segment(start, first, end - start, true);
   }
 }
 
@@ -190,52 +241,30 @@ void TorchAllocator::write_segment(snap::Snapshot& s, uint64_t addr, const Segme
   seg.segment_type = g.small ? "small" : "large";
   seg.is_expandable = expandable;
   seg.stack = g.stack;
-  const uint64_t seg_end = addr + total;
-  const bool split_any = g.small || expandable || (info_ && info_->expandable_segments);
   uint64_t cursor = addr;
   auto inactive = [&](uint64_t from, uint64_t to) {
     if (to > from) seg.blocks.push_back(snap::Block{from, to - from, 0, "inactive", -1});
   };
-  for (auto it = blocks_.lower_bound(addr); it != blocks_.end() && it->first < seg_end; ++it) {
-    const uint64_t a = it->first;
-    if (a < cursor) continue;  // overlaps the previous block: inconsistent input, skip it
+  tile(addr, g, total, expandable, [&](uint64_t a, uint64_t size, const Block& k) {
     inactive(cursor, a);
-    const auto next_it = std::next(it);
-    const uint64_t next =
-        next_it != blocks_.end() && next_it->first < seg_end ? next_it->first : seg_end;
-    const uint64_t rounded = rules::round_size(config_, it->second.requested);
-    uint64_t end = std::min(a + rounded, next);
-    // PyTorch's should_split() (the rules): a remainder it does not split off stays in the block.
-    if (!rules::should_split(config_, split_any, next - a, end - a)) end = next;
-    const Block& k = it->second;
-    seg.blocks.push_back(snap::Block{a, end - a, k.requested,
+    seg.blocks.push_back(snap::Block{a, size, k.requested,
                                      k.pending_free ? "active_pending_free" : "active_allocated",
                                      k.stack});
-    seg.active_size += end - a;
+    seg.active_size += size;
     if (!k.pending_free) {
-      seg.allocated_size += end - a;
+      seg.allocated_size += size;
       seg.requested_size += k.requested;
     }
-    cursor = end;
-  }
-  inactive(cursor, seg_end);
+    cursor = a + size;
+  });
+  inactive(cursor, addr + total);
   s.segments.push_back(std::move(seg));
 }
 
 void TorchAllocator::write_segments(snap::Snapshot& s) const {
-  for (const auto& [addr, g] : segments_) write_segment(s, addr, g, g.size, false);
-  // Maximal runs of mapped pieces are the segments of expandable segments.
-  for (auto it = mapped_.begin(); it != mapped_.end();) {
-    const uint64_t start = it->first;
-    const Segment& first = it->second;
-    uint64_t end = start + first.size;
-    for (++it; it != mapped_.end() && it->first == end && it->second.device == first.device &&
-               it->second.small == first.small;
-         ++it) {
-      end += it->second.size;
-    }
-    write_segment(s, start, first, end - start, true);
-  }
+  for_each_segment([&](uint64_t addr, const Segment& g, uint64_t total, bool expandable) {
+    write_segment(s, addr, g, total, expandable);
+  });
 }
 
 }  // namespace cumemtrace::collect

@@ -25,10 +25,10 @@
 #include <optional>
 #include <vector>
 
-#include "analysis/torch_allocator_rules.h"
 #include "live/device_allocations.h"
 #include "live/ring_reader.h"
 #include "live/trace_log.h"
+#include "pytorch/torch_allocator_rules.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::collect {
@@ -46,7 +46,8 @@ class TorchAllocator {
   // A driver OOM (already in the trace) of PyTorch's own allocation attempt on device.
   void on_own_driver_oom(int device) { ++driver_ooms_[device]; }
 
-  // Bytes allocated now (live blocks not pending free, all devices).
+  // Bytes allocated now (live blocks not pending free, all devices), in PyTorch's block bytes:
+  // the blocks as write_segments tiles them.
   uint64_t allocated() const;
   // Bytes of PyTorch's segments now on each device, added into reserved[device] where it exists.
   void add_reserved(std::vector<uint64_t>& reserved) const;
@@ -75,6 +76,13 @@ class TorchAllocator {
   void settle_driver_ooms(int device);
   void write_segment(snap::Snapshot& s, uint64_t addr, const Segment& g, uint64_t total,
                      bool expandable) const;
+  // Each segment (cudaMalloc'd, or a maximal run of mapped pieces): segment(addr, g, total,
+  // expandable).
+  template <typename F>
+  void for_each_segment(F&& segment) const;
+  // The live blocks of one segment with their block bytes: block(addr, size, Block).
+  template <typename F>
+  void tile(uint64_t addr, const Segment& g, uint64_t total, bool expandable, F&& block) const;
 
   TraceLog& trace_;
   DeviceAllocations& memory_;

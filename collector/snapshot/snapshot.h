@@ -270,7 +270,7 @@ struct ContextMemory {
 // moment (preload/python/cumemtrace_phases.py, wire Kind::kTorchOwners): the data pointers and byte
 // sizes of every parameter, gradient (`.grad`) or optimizer state tensor. A walk of a role replaces
 // that role's previous walk. The collector joins them by address with the PyTorch blocks live at
-// `time_us` (analysis/categories.h).
+// `time_us` (pytorch/categories.h).
 // kInput: the tensors passed to a root module's forward (positional and keyword arguments, one
 // level into lists, tuples and dicts), walked at its start. kParameterUnsharded: FSDP2's
 // all-gathered (unsharded) parameters, walked when a parameter group has gathered them.
@@ -294,7 +294,7 @@ struct OwnerWalk {
 // The names of the tensors an ownership walk listed (preload/python/cumemtrace_modules.py, wire
 // Kind::kTorchNames): by data pointer (decimal, the map's key), the fully qualified name of the
 // parameter a parameter, gradient or optimizer state tensor belongs to, as of `time_us`; a table of
-// a role replaces that role's previous one. The "by module" view (analysis/modules.h) joins them
+// a role replaces that role's previous one. The "by module" view (pytorch/modules.h) joins them
 // with the walks by address.
 struct TensorNames {
   int64_t time_us = 0;

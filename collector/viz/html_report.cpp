@@ -7,9 +7,9 @@
 
 #include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
-#include "analysis/ledger.h"
-#include "analysis/oom_verdict.h"
-#include "analysis/whatif.h"
+#include "pytorch/ledger.h"
+#include "pytorch/oom_verdict.h"
+#include "pytorch/whatif.h"
 #include "snapshot/utf8.h"
 #include "viz/report_assets.h"
 

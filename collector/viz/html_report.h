@@ -17,10 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "analysis/diff.h"
-#include "analysis/rank_table.h"
-#include "analysis/whatif.h"
+#include "pytorch/whatif.h"
 #include "snapshot/snapshot.h"
+#include "verdicts/diff.h"
+#include "verdicts/rank_table.h"
 #include "viz/report_model.h"
 
 namespace cumemtrace::viz {

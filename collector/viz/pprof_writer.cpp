@@ -12,7 +12,7 @@
 
 #include "analysis/frames.h"
 #include "analysis/model.h"
-#include "analysis/modules.h"
+#include "pytorch/modules.h"
 #include "viz/protobuf_encoder.h"
 
 namespace cumemtrace::viz {
@@ -236,7 +236,7 @@ std::string ProfileBuilder::finish() {
       category.int64(2, str(std::string(snap::category_name(k.category))));
       sm.message(3, category);
     }
-    // The innermost module call on the stack (analysis/modules.h), as the by-module view places
+    // The innermost module call on the stack (pytorch/modules.h), as the by-module view places
     // a tensor made in forward: `pprof -tagfocus=module=...` keeps one module's bytes.
     if (const auto module = analysis::stack_module(s_, k.stack); !module.empty()) {
       ProtoMessage m;

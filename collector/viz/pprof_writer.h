@@ -20,7 +20,7 @@
 // names it (PyTorch's own files have no modules: no mappings). A sample without a
 // stack is one location "(no stack recorded)" (or "(allocated before the trace window)").
 // Labels: "device" ("cuda:N") and, where known, "category" (snapshot.h Category) and "module" (the
-// innermost module call on the sample's stack: analysis/modules.h stack_module).
+// innermost module call on the sample's stack: pytorch/modules.h stack_module).
 #pragma once
 
 #include <ostream>

@@ -10,7 +10,7 @@
 
 #include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
-#include "analysis/phases.h"
+#include "pytorch/phases.h"
 
 namespace cumemtrace::viz {
 
@@ -149,7 +149,7 @@ void drop_empty_series(ReportDevice& d) {
 }
 
 constexpr std::string_view kAutoPrefix = "auto:";
-// The phases the strip above the plot shows (analysis/phases.h's spans; setup and data are the
+// The phases the strip above the plot shows (pytorch/phases.h's spans; setup and data are the
 // loop's own stretches and stay blank).
 constexpr std::array<std::string_view, 5> kStripPhases = {"forward", "loss", "backward",
                                                           "optimizer", "zero_grad"};

@@ -29,9 +29,9 @@
 //   `max_groups`), each with its largest `max_stacks` stacks; PyTorch's memory by its tensors,
 //   its cache one row of its own (model.h Attributed).
 // - a histogram of allocation sizes in power-of-two buckets (count and bytes).
-// - the OOM card: the verdict at every OOM (analysis/oom_verdict.h, the one `report` prints
+// - the OOM card: the verdict at every OOM (pytorch/oom_verdict.h, the one `report` prints
 //   first): facts, who holds the memory, advice, the failing request's site and stack.
-// - by module (analysis/modules.h, the table `report` prints), at depths 1 to 3, for a PyTorch run
+// - by module (pytorch/modules.h, the table `report` prints), at depths 1 to 3, for a PyTorch run
 //   whose snapshot carries module names; empty otherwise (the page helper draws it).
 // The x axis is µs since the Unix epoch, or the event index when the trace has no time span.
 // Stacks referenced by groups are listed in `stacks` (visible frames only), so the page can show
@@ -44,8 +44,8 @@
 #include <vector>
 
 #include "analysis/model.h"
-#include "analysis/modules.h"
-#include "analysis/oom_verdict.h"
+#include "pytorch/modules.h"
+#include "pytorch/oom_verdict.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::viz {

@@ -18,7 +18,7 @@ the annotation contract that the analysis reads (docs/pytorch.md):
                               and backward.
 These nest: a forward, loss, backward or zero_grad run inside optimizer.step(closure) (LBFGS,
 PyTorch Lightning's automatic optimization) is marked inside the auto:optimizer pair, and the
-analysis takes the innermost (collector/analysis/phases.h), so "optimizer" is what remains.
+analysis takes the innermost (collector/pytorch/phases.h), so "optimizer" is what remains.
 and ownership walks (cumemtrace_torch_owners): at each optimizer post-hook the parameters of every
 optimizer seen and of every root, their .grad, and the tensors in the optimizers' state; before the
 first step the roots' parameters at their first forward. Only tensors on the traced device type,
@@ -332,7 +332,7 @@ class Phases:
     def _send_inputs(self, args, kwargs):
         """The input walk: the tensors passed to a root's forward, one level into lists, tuples
         and dicts (a batch dict, transformers' BatchEncoding), so that the analysis can tell
-        them from the program's own tensors (collector/analysis/categories.h, rule 5)."""
+        them from the program's own tensors (collector/pytorch/categories.h, rule 5)."""
         tensor = self._tensor
         values = list(args)
         if kwargs:

@@ -43,7 +43,7 @@ _NO_LIMIT = str(1 << 62)
 _PEAK = "peak-bytes"
 _LEAK = "leaked-bytes"
 # The markers, each with the limit it sets (by its name in `check`'s one table of limits,
-# collector/analysis/limits.h, which gives its flag) and what it means for a test; the one place
+# collector/verdicts/limits.h, which gives its flag) and what it means for a test; the one place
 # the plugin names them (a marker absent from a test: no limit, or for growth, not judged).
 _LIMITS = {
     "limit_gpu_memory": ("max_peak_bytes", "fail the test when its own peak (the most device "

@@ -39,7 +39,7 @@ def _size(v):
 
 
 def limits():
-    """The limits `check` takes, by name, in the CLI's order (collector/analysis/limits.h, the one
+    """The limits `check` takes, by name, in the CLI's order (collector/verdicts/limits.h, the one
     list): {"max_leaked_bytes": {"name": "max_leaked_bytes", "flag": "--max-leaked-bytes",
     "check", "help", "needs", "at_end"}, ...}. A new dict each call."""
     global _limits

@@ -10,17 +10,17 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
-#include "analysis/check.h"
-#include "analysis/diff.h"
 #include "analysis/frames.h"
-#include "analysis/github.h"
-#include "analysis/junit.h"
 #include "analysis/model.h"
-#include "analysis/report.h"
-#include "analysis/suppressions.h"
 #include "snapshot/snapshot_input.h"
 #include "support/snapshot_builder.h"
 #include "support/torch_fixture.h"
+#include "verdicts/check.h"
+#include "verdicts/diff.h"
+#include "verdicts/github.h"
+#include "verdicts/junit.h"
+#include "verdicts/report.h"
+#include "verdicts/suppressions.h"
 
 using namespace cumemtrace;
 using namespace cumemtrace::analysis;

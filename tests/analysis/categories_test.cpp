@@ -6,8 +6,8 @@
 
 #include <limits>
 
-#include "analysis/categories.h"
-#include "analysis/phases.h"
+#include "pytorch/categories.h"
+#include "pytorch/phases.h"
 #include "support/torch_run_builder.h"
 
 using namespace cumemtrace;

@@ -10,12 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/categories.h"
-#include "analysis/check.h"
-#include "analysis/diff.h"
-#include "analysis/ledger.h"
-#include "analysis/report.h"
+#include "pytorch/categories.h"
+#include "pytorch/ledger.h"
 #include "support/torch_run_builder.h"
+#include "verdicts/check.h"
+#include "verdicts/diff.h"
+#include "verdicts/report.h"
 
 using namespace cumemtrace;
 using namespace cumemtrace::analysis;

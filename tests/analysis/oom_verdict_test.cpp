@@ -1,4 +1,4 @@
-// The OOM verdict (analysis/oom_verdict.h) on snapshots built by hand with exact bytes: PyTorch's
+// The OOM verdict (pytorch/oom_verdict.h) on snapshots built by hand with exact bytes: PyTorch's
 // fragmentation and exhaustion (the two runs: 960 MiB cached free under a 200 MiB request,
 // and a 26 MiB request with 25 MiB cached free whose largest block is 21 MiB), a memory fraction,
 // a driver OOM without PyTorch, PyTorch's own retry path, and how `report` shows them.
@@ -8,12 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/categories.h"
 #include "analysis/frames.h"
-#include "analysis/oom_verdict.h"
-#include "analysis/report.h"
+#include "pytorch/categories.h"
+#include "pytorch/oom_verdict.h"
 #include "support/snapshot_builder.h"
 #include "support/torch_oom_snapshot.h"
+#include "verdicts/report.h"
 
 using namespace cumemtrace;
 using namespace cumemtrace::analysis;

@@ -7,12 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/check.h"
-#include "analysis/diff.h"
-#include "analysis/junit.h"
-#include "analysis/rank_table.h"
-#include "analysis/report.h"
 #include "support/snapshot_builder.h"
+#include "verdicts/check.h"
+#include "verdicts/diff.h"
+#include "verdicts/junit.h"
+#include "verdicts/rank_table.h"
+#include "verdicts/report.h"
 
 using namespace cumemtrace;
 using namespace cumemtrace::analysis;

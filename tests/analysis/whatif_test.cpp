@@ -10,8 +10,8 @@
 
 #include "analysis/frames.h"
 #include "analysis/model.h"
-#include "analysis/torch_allocator_model.h"
-#include "analysis/whatif.h"
+#include "pytorch/torch_allocator_model.h"
+#include "pytorch/whatif.h"
 #include "snapshot/snapshot_input.h"
 #include "support/torch_fixture.h"
 

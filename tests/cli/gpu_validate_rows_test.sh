@@ -51,6 +51,26 @@ quiet_fail() { echo "| planted failure                                          
 validate quiet_fail quiet_fail
 if verdict > "$WORK/verdict-quiet-fail.txt"; then echo "FAIL: a FAIL row exited 0 and passed"; fail=1; fi
 
+# JOBS=2: validators run at once, and their rows join the table in the order validate was called.
+# `first` cannot finish before `second` has started (it reads what `second` writes into a FIFO),
+# so one at a time it would time out and fail; `second` finishes first, its rows come second.
+ROWS="$WORK/parallel.txt"; : > "$ROWS"
+mkfifo "$WORK/fifo"
+first() { timeout 10 cat "$WORK/fifo" > /dev/null && echo "| first                                                      | PASS | ran beside second"; }
+second() { timeout 10 bash -c 'echo go > "$1"' _ "$WORK/fifo" && echo "| second                                                     | PASS | 2"; }
+JOBS=2
+validate first first
+validate second second
+alone quiet_fail quiet_fail
+unset JOBS
+{
+  printf '| %-58s | %s | %s\n' first PASS "ran beside second"
+  printf '| %-58s | %s | %s\n' second PASS "2"
+  printf '| %-58s | %s | %s\n' "planted failure" FAIL "1 != 2"
+} > "$WORK/want-parallel.txt"
+expect_table parallel "$WORK/want-parallel.txt"
+if verdict > "$WORK/verdict-parallel.txt"; then echo "FAIL: a FAIL row run alone passed"; fail=1; fi
+
 # Every validator of tests/gpu runs: named by gpu_validate.sh itself, or by a validator it runs.
 for v in "$SRC"/tests/gpu/validate_*; do
   name=$(basename "$v")

@@ -1,4 +1,4 @@
-"""Every gate judges what it says (issue 45): the one list of limits (collector/analysis/limits.h)
+"""Every gate judges what it says (issue 45): the one list of limits (collector/verdicts/limits.h)
 drives `run` and `check` alike; --max-growth on a capped trace; snapshots written while a process
 ran are not judged as its end; a file is refused from its first bytes."""
 import glob

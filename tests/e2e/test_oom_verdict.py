@@ -1,4 +1,4 @@
-"""End-to-end: the OOM verdict on the fake driver (analysis/oom_verdict.h). The `oom` scenario
+"""End-to-end: the OOM verdict on the fake driver (pytorch/oom_verdict.h). The `oom` scenario
 (tests/programs/scenarios.h) allocates 1 MiB blocks until the driver refuses one: with
 FAKE_CUDA_MEM_LIMIT = 8 MiB that is the ninth, with 0 B free on the device. The collector says so in
 one line at the moment of the OOM, the program's exit status is unchanged, and `report` starts

@@ -443,7 +443,7 @@ def test_allocator_oom_writes_oom_snapshot_with_python_line(tmp_path):
     (seg,) = oom["segments"]
     assert blocks(seg) == [(0, 3 * MiB, "active_allocated", 3 * MiB),
                            (3 * MiB, 17 * MiB, "inactive", 0)]
-    # The verdict (analysis/oom_verdict.h): the fake's limit (22 MiB) refused although the device
+    # The verdict (pytorch/oom_verdict.h): the fake's limit (22 MiB) refused although the device
     # had room, a budget below the device; 17 MiB free in the cache cannot hold 30 MiB.
     (line,) = [l for l in p.stderr.splitlines() if "out of memory on" in l]
     assert line.endswith(f"{oom_name}: out of memory on device 0: exhaustion: 30.0 MiB requested, "

@@ -10,11 +10,11 @@
 #include <streambuf>
 #include <string_view>
 
-#include "analysis/check.h"
-#include "analysis/diff.h"
-#include "analysis/report.h"
 #include "snapshot/snapshot_json_writer.h"
 #include "snapshot/snapshot_reader.h"
+#include "verdicts/check.h"
+#include "verdicts/diff.h"
+#include "verdicts/report.h"
 
 using namespace cumemtrace;
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "analysis/suppressions.h"
+#include "verdicts/suppressions.h"
 
 using namespace cumemtrace::analysis;
 

@@ -69,7 +69,20 @@ TEST_CASE("torch: the large pool keeps a remainder of at most 1 MiB in the block
   REQUIRE(s.segments[0].blocks.size() == 1);
   CHECK(s.segments[0].blocks[0].size == 4 * MiB);
   CHECK(s.segments[0].blocks[0].requested_size == 3 * MiB + 100);
-  CHECK(t.torch.allocated() == 3 * MiB + 100);
+  // memory_allocated() counts the block, remainder included (the interval log's allocated bytes).
+  CHECK(t.torch.allocated() == 4 * MiB);
+}
+
+TEST_CASE("torch: allocated bytes are blocks: split, unsplit, small and without a segment") {
+  Torch t;
+  t.block(TorchAction::kSegmentAlloc, 0x1000000, 20 * MiB);
+  t.block(TorchAction::kAlloc, 0x1000000, 3 * MiB + 1);  // split: 3 MiB + 512 B
+  t.block(TorchAction::kSegmentAlloc, 0x4000000, 2 * MiB);
+  t.block(TorchAction::kAlloc, 0x4000000, 100);   // small pool: 512 B
+  t.block(TorchAction::kAlloc, 0x9000000, 1000);  // no segment seen: rounded, 1024 B
+  CHECK(t.torch.allocated() == 3 * MiB + 512 + 512 + 1024);
+  t.block(TorchAction::kFreeRequested, 0x1000000, 3 * MiB + 1);
+  CHECK(t.torch.allocated() == 512 + 1024);
 }
 
 TEST_CASE("torch: a completed free without a stack takes its request's") {

@@ -8,7 +8,7 @@
 //     ADDR" for each of the 64 (hex, flushed), then free the 64: the run's peak, 74 MiB live;
 //   - s == 29: alloc 1 TiB must fail with CUDA_ERROR_OUT_OF_MEMORY (else exit 3): the OOM;
 //   - s == 2, 5, 8: cumemtrace_snapshot("request-at-S") (include/cumemtrace.h);
-//   - cumemtrace_mark("auto:step"): the automatic phases' iteration boundary (analysis/phases.h).
+//   - cumemtrace_mark("auto:step"): the automatic phases' iteration boundary (pytorch/phases.h).
 // Then frees the growth blocks and exits 0 (live 0). With STEPS < 25 there is no peak block and
 // with STEPS < 30 no OOM. Device 0 totals (STEPS = 40): STEPS*CHURN + 74 allocations and as many
 // frees; STEPS*CHURN*4096 + 74 MiB allocated and freed.

@@ -3,7 +3,7 @@ test venv on the CPU (tiny models built here, nothing downloaded), through the r
 the exact mark sequences, and walk bytes equal to the framework's own parameters, gradients and
 optimizer state. Forward, backward and zero_grad inside optimizer.step(closure) (LBFGS, PyTorch
 Lightning's automatic optimization) are marked inside the optimizer's pair: the analysis takes
-the innermost (collector/analysis/phases.h)."""
+the innermost (collector/pytorch/phases.h)."""
 import os
 import socket
 

@@ -13,10 +13,10 @@
 
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
-#include "analysis/report.h"
 #include "snapshot/snapshot_input.h"
 #include "support/sample_snapshots.h"
 #include "support/torch_fixture.h"
+#include "verdicts/report.h"
 #include "viz/pprof_writer.h"
 #include "viz/protobuf_encoder.h"
 

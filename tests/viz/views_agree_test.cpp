@@ -12,13 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/breakdown_format.h"
-#include "analysis/categories.h"
-#include "analysis/check.h"
-#include "analysis/diff.h"
 #include "analysis/frames.h"
-#include "analysis/report.h"
 #include "live/summary.h"
+#include "pytorch/categories.h"
 #include "support/torch_oom_snapshot.h"
+#include "verdicts/check.h"
+#include "verdicts/diff.h"
+#include "verdicts/report.h"
 #include "viz/collapsed_writer.h"
 #include "viz/html_report.h"
 #include "viz/perfetto_writer.h"

@@ -649,7 +649,7 @@
   }
 
   // ---------- OOM card ----------
-  // Each OOM's verdict as `report` prints it first (analysis/oom_verdict.h): the verdict line and
+  // Each OOM's verdict as `report` prints it first (pytorch/oom_verdict.h): the verdict line and
   // facts as the engine wrote them, who holds the memory, the advice, the failing request.
   function oomCards() {
     data.ooms.forEach((o, k) => {

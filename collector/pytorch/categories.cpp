@@ -1,0 +1,264 @@
+#include "pytorch/categories.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <unordered_map>
+
+namespace cumemtrace::analysis {
+
+namespace {
+
+using snap::Action;
+using snap::Category;
+
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
+
+Category category_of_role(snap::OwnerRole r) {
+  switch (r) {
+    case snap::OwnerRole::kParameter:
+      return Category::kParameter;
+    case snap::OwnerRole::kGradient:
+      return Category::kGradient;
+    case snap::OwnerRole::kOptimizerState:
+      return Category::kOptimizerState;
+    case snap::OwnerRole::kInput:
+      return Category::kInput;
+    case snap::OwnerRole::kParameterUnsharded:
+      return Category::kParameterUnsharded;
+  }
+  return Category::kUnknown;
+}
+
+// The entry where a tensor stops being alive (contract: its free_requested, else free_completed).
+std::ptrdiff_t end_index(const TensorLife& l) {
+  return l.free_requested >= 0 ? l.free_requested : l.free_completed;
+}
+
+// Pass 1: the tensors and which entries belong to which.
+void find_lives(const std::vector<snap::TraceEntry>& tr, bool all_pytorch, DeviceTensors& out) {
+  out.life_of.assign(tr.size(), -1);
+  std::unordered_map<uint64_t, int32_t> open;
+  open.reserve(1024);
+  auto start = [&](const snap::TraceEntry& e, std::ptrdiff_t alloc) {
+    TensorLife l;
+    l.addr = e.addr;
+    l.size = snap::held_bytes(e);  // PyTorch's block where known
+    l.stack = e.stack;
+    l.alloc = alloc;
+    l.alloc_us = alloc >= 0 ? e.time_us : kTimeMin;
+    l.free_us = kTimeMax;
+    out.lives.push_back(l);
+    return static_cast<int32_t>(out.lives.size() - 1);
+  };
+  for (size_t i = 0; i < tr.size(); ++i) {
+    const auto& e = tr[i];
+    if (!all_pytorch && e.source != snap::Source::kPytorch) continue;
+    const auto idx = static_cast<std::ptrdiff_t>(i);
+    if (e.action == Action::kAlloc) {
+      if (auto it = open.find(e.addr); it != open.end()) {
+        auto& prev = out.lives[static_cast<size_t>(it->second)];  // re-used without a free
+        if (prev.free_us == kTimeMax) prev.free_us = e.time_us;
+      }
+      const int32_t id = start(e, idx);
+      open[e.addr] = id;
+      out.life_of[i] = id;
+    } else if (e.action == Action::kFreeRequested || e.action == Action::kFreeCompleted) {
+      auto it = open.find(e.addr);
+      int32_t id;
+      if (it == open.end()) {
+        id = start(e, -1);  // allocated before the trace
+        it = open.emplace(e.addr, id).first;
+      } else {
+        id = it->second;
+      }
+      auto& l = out.lives[static_cast<size_t>(id)];
+      if (l.free_us == kTimeMax) l.free_us = e.time_us;
+      if (e.action == Action::kFreeRequested) {
+        l.free_requested = idx;
+      } else {
+        l.free_completed = idx;
+        open.erase(it);
+      }
+      out.life_of[i] = id;
+    }
+  }
+}
+
+// Pass 2: the ownership walks joined with the tensors alive at their moments; returns each
+// tensor's role (0 = none), the lowest role winning.
+std::vector<uint8_t> join_walks(const std::vector<snap::TraceEntry>& tr,
+                                const std::vector<snap::OwnerWalk>& walks,
+                                const DeviceTensors& dt) {
+  std::vector<uint8_t> role(dt.lives.size(), 0);
+  if (walks.empty() || dt.lives.empty()) return role;
+  std::vector<size_t> order(walks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return walks[a].time_us < walks[b].time_us; });
+
+  std::map<uint64_t, int32_t> live;
+  for (size_t k = 0; k < dt.lives.size(); ++k)
+    if (dt.lives[k].alloc < 0) live[dt.lives[k].addr] = static_cast<int32_t>(k);
+  // Tensors that stopped being alive at `recent_time`: a walk at that very microsecond still
+  // saw them (contract: alive until the free time, inclusive).
+  std::vector<int32_t> recent;
+  int64_t recent_time = kTimeMin;
+  auto mark = [&](int32_t id, uint8_t r) {
+    auto& cur = role[static_cast<size_t>(id)];
+    if (cur == 0 || r < cur) cur = r;
+  };
+  auto inside = [&](int32_t id, uint64_t p) {
+    const auto& l = dt.lives[static_cast<size_t>(id)];
+    return p >= l.addr && p - l.addr < l.size;
+  };
+  auto apply = [&](const snap::OwnerWalk& w) {
+    const auto r = static_cast<uint8_t>(w.role);
+    for (const auto& [p, bytes] : w.tensors) {
+      (void)bytes;
+      auto it = live.upper_bound(p);
+      if (it != live.begin() && inside(std::prev(it)->second, p)) {
+        mark(std::prev(it)->second, r);
+        continue;
+      }
+      if (recent_time != w.time_us) continue;
+      for (int32_t id : recent) {
+        if (inside(id, p)) {
+          mark(id, r);
+          break;
+        }
+      }
+    }
+  };
+  size_t wi = 0;
+  for (size_t i = 0; i < tr.size(); ++i) {
+    const int64_t t = tr[i].time_us;
+    while (wi < order.size() && walks[order[wi]].time_us < t) apply(walks[order[wi++]]);
+    const int32_t id = dt.life_of[i];
+    if (id < 0) continue;
+    const auto& l = dt.lives[static_cast<size_t>(id)];
+    const auto idx = static_cast<std::ptrdiff_t>(i);
+    if (idx == l.alloc) live[l.addr] = id;
+    if (idx == end_index(l)) {
+      if (auto it = live.find(l.addr); it != live.end() && it->second == id) live.erase(it);
+      if (t != recent_time) {
+        recent.clear();
+        recent_time = t;
+      }
+      recent.push_back(id);
+    }
+  }
+  while (wi < order.size()) apply(walks[order[wi++]]);
+  return role;
+}
+
+}  // namespace
+
+bool labels_categories(const snap::Snapshot& s, const Phases& phases) {
+  return phases.automatic() || (s.tool && !s.tool->ownership.empty());
+}
+
+DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& phases) {
+  DeviceTensors dt;
+  if (device < 0 || static_cast<size_t>(device) >= s.device_traces.size()) return dt;
+  const auto& tr = s.device_traces[static_cast<size_t>(device)];
+  find_lives(tr, !s.tool, dt);
+  static const std::vector<snap::OwnerWalk> kNoWalks;
+  const auto role = join_walks(tr, s.tool ? s.tool->ownership : kNoWalks, dt);
+
+  // For each span: the next forward in any step (rule 5 without input walks).
+  const auto& spans = phases.spans();
+  std::vector<size_t> next_forward(spans.size(), kNone);
+  for (size_t j = spans.size(); j-- > 1;)
+    next_forward[j - 1] = spans[j].phase == Phase::kForward ? j : next_forward[j];
+
+  // A gradient made again where the current gradient walk saw one (rule 3's exception, contract):
+  // the walks are sent only when the gradients' pointers moved, so with zero_grad(set_to_none)
+  // each step's new gradients usually land where the last walk's were and no new walk comes.
+  std::vector<const snap::OwnerWalk*> grad_walks;  // by time
+  if (s.tool)
+    for (const auto& w : s.tool->ownership)
+      if (w.role == snap::OwnerRole::kGradient) grad_walks.push_back(&w);
+  std::stable_sort(grad_walks.begin(), grad_walks.end(),
+                   [](const auto* a, const auto* b) { return a->time_us < b->time_us; });
+  std::vector<size_t> next_optimizer(spans.size(), kNone);
+  for (size_t j = spans.size(); j-- > 1;)
+    next_optimizer[j - 1] = spans[j].phase == Phase::kOptimizer ? j : next_optimizer[j];
+  auto regrown_gradient = [&](const TensorLife& l, size_t span) {
+    const size_t o = next_optimizer[span];
+    if (o == kNone || l.free_us < spans[o].begin_us) return false;  // not alive into the step
+    auto it = std::upper_bound(grad_walks.begin(), grad_walks.end(), l.alloc_us,
+                               [](int64_t t, const auto* w) { return t < w->time_us; });
+    if (it == grad_walks.begin()) return false;  // no walk yet: nothing to carry over
+    for (const auto& [p, bytes] : (*std::prev(it))->tensors)
+      if (p == l.addr && bytes <= l.size) return true;
+    return false;
+  };
+  bool input_walks = false;
+  if (s.tool)
+    for (const auto& w : s.tool->ownership) input_walks |= w.role == snap::OwnerRole::kInput;
+  for (size_t k = 0; k < dt.lives.size(); ++k) {
+    auto& l = dt.lives[k];
+    if (role[k] && role[k] != static_cast<uint8_t>(snap::OwnerRole::kInput)) {
+      l.category = category_of_role(static_cast<snap::OwnerRole>(role[k]));
+      continue;
+    }
+    l.category = Category::kUnknown;
+    if (!phases.automatic() || l.alloc < 0) continue;
+    const auto w = phases.of(tr[static_cast<size_t>(l.alloc)]);
+    const bool freed_within = l.free_us != kTimeMax && phases.span_at(l.free_us) == w.span;
+    switch (w.phase) {
+      case Phase::kForward:
+      case Phase::kLoss:
+        l.category = freed_within ? Category::kTemporary : Category::kActivation;
+        break;
+      case Phase::kBackward:
+        if (freed_within)
+          l.category = Category::kTemporary;
+        else if (regrown_gradient(l, w.span))
+          l.category = Category::kGradient;
+        else
+          l.category = Category::kAutograd;
+        break;
+      case Phase::kOptimizer:
+      case Phase::kZeroGrad:
+        if (freed_within) l.category = Category::kTemporary;
+        break;
+      case Phase::kSetup:
+      case Phase::kData:
+      case Phase::kOther: {
+        const size_t f = next_forward[w.span];
+        const bool walked_input = role[k] == static_cast<uint8_t>(snap::OwnerRole::kInput);
+        if (input_walks ? walked_input : f != kNone && l.free_us >= spans[f].begin_us)
+          l.category = Category::kInput;
+        else if (freed_within)
+          l.category = Category::kTemporary;
+        else if (input_walks)
+          l.category = Category::kProgram;
+        break;
+      }
+    }
+  }
+  return dt;
+}
+
+void label_categories(snap::Snapshot& s) {
+  const Phases phases(s);
+  if (!labels_categories(s, phases)) return;
+  for (size_t d = 0; d < s.device_traces.size(); ++d) {
+    const auto dt = device_tensors(s, static_cast<int>(d), phases);
+    auto& tr = s.device_traces[d];
+    for (size_t i = 0; i < tr.size(); ++i) {
+      auto& e = tr[i];
+      if (s.tool && e.source != snap::Source::kPytorch) {
+        e.category = Category::kLibrary;
+      } else if (dt.life_of[i] >= 0) {
+        e.category = dt.lives[static_cast<size_t>(dt.life_of[i])].category;
+      } else {
+        e.category = Category::kUnknown;  // segment events, oom, snapshot: no tensor's
+      }
+    }
+  }
+}
+
+}  // namespace cumemtrace::analysis

@@ -1,0 +1,76 @@
+// Contract: what each byte of a PyTorch run is for (snap::Category), decided once here and read by
+// every view (the collector writes it on each trace entry before every snapshot; the ledger,
+// report, check and diff read the same decision). Only a snapshot with the automatic phases
+// (phases.h) or ownership walks (snap::ToolSection::ownership) is labelled; otherwise every entry
+// stays kNone. Per device trace:
+//  - a tensor is one PyTorch block's life: its alloc, free_requested and free_completed entries
+//    (same address), all three get the tensor's category. It is alive from its alloc until its
+//    free_requested (the program let go of it; free_completed when that is missing); a tensor
+//    without a free is alive to the end, one freed without an alloc in the trace was allocated
+//    before it. Rules, first match wins:
+//    1. parameter / gradient / optimizer_state / parameter_unsharded (FSDP2's all-gathered
+//       parameters): an ownership walk made while the tensor was alive (alloc time <= walk time
+//       <= free time) has a data pointer inside [addr, addr+size); the roles in that order when
+//       several match. (An input walk, snap::OwnerRole::kInput, joins
+//       the same way but counts only in rule 5.)
+//    2. allocated in forward or loss (phases.h: the entry's phase): freed within that span ->
+//       temporary; else activation (what the forward left behind: saved tensors, its outputs,
+//       a wrapper's fp32 copy of them, the loss).
+//    3. allocated in backward (an autograd engine thread, or a backward interval): freed within
+//       the same span -> temporary (activation checkpointing's recompute is this); alive when the
+//       next optimizer step starts and at a data pointer (same address, no more bytes) of the
+//       latest gradient walk made before it was allocated -> gradient (the walks are re-sent only
+//       when the gradients' pointers moved: after zero_grad(set_to_none=True) each step's new
+//       gradients mostly land where the last ones were); else autograd.
+//    4. allocated in the optimizer step or zero_grad: freed within it -> temporary, else unknown.
+//    5. allocated in setup or data (outside every phase): passed to a root module's forward (an
+//       input walk saw it) -> input; freed within the same stretch -> temporary; else program
+//       (the program's own: a tensor the user's code made and keeps). A snapshot without input
+//       walks (an older preload) keeps the former rule: alive when the next forward starts ->
+//       input.
+//    Without automatic phases only rule 1 applies; the rest is unknown.
+//  - PyTorch's segment events (segment_*: reserved memory, the cache, no tensor's) and its other
+//    entries (oom, snapshot) -> unknown (memory_viz needs one "unknown" entry: snapshot.h).
+//  - every driver-level (non-PyTorch) entry -> library.
+// Cost: one pass per trace with a hash map of open tensors, a binary search per entry into the
+// phases, and the walks joined by a time-ordered sweep over the live tensors (an ordered map):
+// O(n log n) in the entries plus O(w log n) in the walks' pointers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "pytorch/phases.h"
+#include "snapshot/snapshot.h"
+
+namespace cumemtrace::analysis {
+
+struct TensorLife {
+  uint64_t addr = 0;
+  uint64_t size = 0;  // the alloc entry's (the free's when allocated before the trace)
+  int32_t stack = snap::kNoStack;
+  std::ptrdiff_t alloc = -1;  // entry indices in the device trace; -1: none
+  std::ptrdiff_t free_requested = -1;
+  std::ptrdiff_t free_completed = -1;
+  int64_t alloc_us = 0;  // INT64_MIN when allocated before the trace
+  int64_t free_us = 0;   // INT64_MAX while alive at the end
+  snap::Category category = snap::Category::kUnknown;
+};
+
+struct DeviceTensors {
+  std::vector<TensorLife> lives;
+  std::vector<int32_t> life_of;  // per trace entry: index into lives, -1 for other entries
+};
+
+// The tensors of one device's trace and their categories (the rules above).
+DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& phases);
+
+// Sets TraceEntry::category on every entry of every device (the rules above), or leaves every
+// entry kNone when the snapshot has neither automatic phases nor ownership walks.
+void label_categories(snap::Snapshot& s);
+
+// True when label_categories would label the snapshot.
+bool labels_categories(const snap::Snapshot& s, const Phases& phases);
+
+}  // namespace cumemtrace::analysis

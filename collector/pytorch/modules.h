@@ -1,0 +1,105 @@
+// Contract: the "by module" view of a PyTorch run: where PyTorch's tensor bytes go in the user's
+// model's terms (its modules' fully qualified names), from what the snapshot carries, with no
+// change to the script (preload/python/cumemtrace_modules.py, design.md §9):
+//  - a tensor's module: a parameter, gradient or optimizer state tensor (categories.h) belongs to
+//    the module that owns its parameter: the parameter's name from the tool section's
+//    tensor_names (the latest table of its role made while it was alive with a data pointer
+//    inside the tensor), less its last component; a parameter of a root itself belongs to no
+//    child and is shown under the root's class name when known, else "(root)". Any other tensor
+//    belongs to the innermost module call on its allocation's stack (snap::Frame::module). A
+//    tensor with neither is "(no module)": in backward (autograd's engine thread runs no Python)
+//    that is every autograd buffer, shown under its own row "(backward)".
+//  - depth d (--module-depth, >= 1): a module's row is its name's first d components (a root's
+//    class name is one component), so a row sums its whole subtree down from depth d.
+//  - per row, on every device together (each device's peaks apart, the highest shown):
+//    parameters, gradients, optimizer_state: the bytes of the tensors of those categories live
+//    at the reference moment (the end of the last complete training step, the last auto:step
+//    MARK; without steps the end of the trace); activations: the tensors of category activation
+//    (allocated in forward and alive when backward starts: what the module saved for backward),
+//    summed over the reference step (the last complete step, else the whole run);
+//    forward_peak / backward_peak: the highest PyTorch allocated bytes (DeviceReplay's counter:
+//    memory_allocated()) right after an allocation the row's subtree made in forward /
+//    backward (its gradients in backward): PyTorch's whole allocated memory at the row's
+//    worst moment, as MemTracker's per-module "Peak-Forward" totals are.
+//  - rows ordered by the sum of the four byte columns, largest first.
+// Available only for a snapshot whose stacks carry module names (any Frame::module) or tensor
+// names; `why` says what is missing otherwise.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "pytorch/categories.h"
+#include "pytorch/phases.h"
+#include "snapshot/snapshot.h"
+
+namespace cumemtrace::analysis {
+
+inline constexpr std::string_view kNoModule = "(no module)";
+inline constexpr std::string_view kBackwardNoModule = "(backward)";
+inline constexpr std::string_view kRootModule = "(root)";
+
+struct ModuleRow {
+  std::string module;  // the first `depth` components of the fully qualified name
+  uint64_t parameters = 0;
+  uint64_t gradients = 0;
+  uint64_t optimizer_state = 0;
+  uint64_t activations = 0;
+  uint64_t forward_peak = 0;   // 0: the row made nothing in forward
+  uint64_t backward_peak = 0;  // 0: the row made nothing in backward
+  uint64_t total() const { return parameters + gradients + optimizer_state + activations; }
+};
+
+struct ModuleView {
+  int depth = 2;
+  std::string reference;  // "end of step N" (1-based) or "end of the trace"
+  std::vector<ModuleRow> rows;
+};
+
+// The rule of a tensor's module (contract above), read by the module view, the ledger's lists by
+// module (ledger.h) and check's --max-module-bytes: one place decides.
+class TensorModules {
+ public:
+  explicit TensorModules(const snap::Snapshot& s);
+  // The parameter name of a parameter, gradient or optimizer state tensor (its category, as
+  // labelled); empty for other categories or when no name table names it.
+  std::string_view parameter_of(const TensorLife& t) const;
+  // The fully qualified module of a tensor allocated in `phase` (kNoModule, kBackwardNoModule
+  // when it has none).
+  std::string module_of(const TensorLife& t, Phase phase) const;
+
+  // One role's name tables in ring order, their keys parsed.
+  struct NameTable {
+    int64_t time_us = 0;
+    std::map<uint64_t, std::string> by_pointer;
+  };
+
+ private:
+  const snap::Snapshot& s_;
+  std::vector<NameTable> names_[3];  // parameter, gradient, optimizer state
+  std::string root_;
+};
+
+// The module name at `depth` components (>= 1); names without '.' are their own.
+std::string module_at_depth(std::string_view name, int depth);
+
+// The module of a stack: the innermost frame's module, empty when none has one.
+std::string_view stack_module(const snap::Snapshot& s, int32_t stack);
+
+// Whether the snapshot carries module names at all.
+bool has_module_names(const snap::Snapshot& s);
+
+// The view at `depth`; nullopt (with *why set when given) when the snapshot has no module names.
+std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth,
+                                            std::string* why = nullptr);
+
+void print_module_view_text(const ModuleView& v, size_t top, std::ostream& out);
+nlohmann::json module_view_json(const ModuleView& v, size_t top);
+
+}  // namespace cumemtrace::analysis

@@ -1,0 +1,171 @@
+#include "verdicts/job_oom.h"
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "analysis/breakdown_format.h"
+#include "analysis/frames.h"
+#include "analysis/model.h"
+#include "analysis/rank_identity.h"
+#include "snapshot/size_format.h"
+#include "verdicts/rank_table.h"
+#include "verdicts/report.h"
+
+namespace cumemtrace::analysis {
+
+namespace {
+
+// Rank order, as the rank table's rows: ranks first, then pid, then file.
+std::tuple<bool, int, int, std::string> order_key(const JobOomInput& in) {
+  const RankIdentity id = rank_identity(*in.snapshot);
+  return {!id.known(), id.rank, in.snapshot->tool ? in.snapshot->tool->pid : 0, in.file};
+}
+
+}  // namespace
+
+std::shared_ptr<const snap::Snapshot> full_snapshot(const snap::Snapshot* s,
+                                                    const SnapshotLoader& load) {
+  if (!load) return std::shared_ptr<const snap::Snapshot>(s, [](const snap::Snapshot*) {});
+  return std::make_shared<const snap::Snapshot>(load());
+}
+
+std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
+  std::optional<size_t> first_input;
+  const OomVerdict* first = nullptr;
+  JobOom j;
+  int64_t job_start = std::numeric_limits<int64_t>::max();
+  for (size_t i = 0; i < in.size(); ++i) {
+    job_start = std::min(job_start, time_origin(*in[i].snapshot));
+    if (!in[i].ooms || in[i].ooms->empty()) continue;
+    j.ooms += in[i].ooms->size();
+    ++j.processes_with_oom;
+    for (const OomVerdict& v : *in[i].ooms) {
+      const bool earlier =
+          !first || v.time_us < first->time_us ||
+          (v.time_us == first->time_us && order_key(in[i]) < order_key(in[*first_input]));
+      if (earlier) first = &v, first_input = i;
+    }
+  }
+  if (!first) return std::nullopt;
+  j.input = *first_input;
+  const snap::Snapshot& s = *in[j.input].snapshot;
+  j.file = in[j.input].file;
+  j.name = process_name(s);
+  j.pid = s.tool ? s.tool->pid : 0;
+  j.oom = *first;
+  {
+    const auto full = full_snapshot(&s, in[j.input].load);
+    j.site = SiteTable(*full).site(first->stack);
+  }
+  j.since_start_us = first->time_us - job_start;
+
+  std::vector<size_t> order;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (i != j.input) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return order_key(in[a]) < order_key(in[b]); });
+  const int64_t t = first->time_us;
+  for (size_t i : order) {
+    const auto full = full_snapshot(in[i].snapshot, in[i].load);
+    const snap::Snapshot& o = *full;
+    const bool started = time_origin(o) <= t;
+    const int n = device_count(o);
+    for (int d = 0; d < n; ++d) {
+      const DeviceReplay rp(o, d);
+      const Timeline& tl = rp.timeline();
+      if (!tl.peak_bytes) continue;  // a device it never held memory on
+      HeldAtOom h;
+      h.input = i;
+      h.file = in[i].file;
+      h.name = process_name(o);
+      h.device = d;
+      h.started = started;
+      if (started) {
+        const std::ptrdiff_t at = rp.index_at_time(t);
+        h.bytes = rp.bytes_after(at);
+        if (tl.has_reserved) {
+          h.allocated = rp.allocated_after(at);
+          h.reserved = rp.reserved_after(at);
+        }
+      }
+      j.others.push_back(std::move(h));
+    }
+  }
+  return j;
+}
+
+std::vector<std::string> job_oom_lines(const JobOom& j, size_t top) {
+  std::vector<std::string> out;
+  std::string more;
+  if (j.ooms > 1)
+    more = fmt::format(" (the first of {} in {})", plural(j.ooms, "OOM"),
+                       plural(j.processes_with_oom, "process"));
+  out.push_back(
+      fmt::format("first OOM of the job{}: {} (pid {}) on cuda:{} at {} since the job's "
+                  "start: {}",
+                  more, j.name, j.pid, j.oom.device, format_time(j.since_start_us, 0),
+                  oom_verdict_line(j.oom)));
+  out.push_back(
+      fmt::format("  the request: {} at {}", snap::format_bytes(j.oom.requested), j.site));
+  // A large job: the `top` rows that held most, largest first; every one is in the JSON.
+  std::vector<const HeldAtOom*> shown;
+  for (const HeldAtOom& h : j.others) shown.push_back(&h);
+  if (shown.size() > top) {
+    std::stable_sort(shown.begin(), shown.end(),
+                     [](const HeldAtOom* a, const HeldAtOom* b) { return a->bytes > b->bytes; });
+    uint64_t rest = 0;
+    for (size_t i = top; i < shown.size(); ++i) rest += shown[i]->bytes;
+    out.push_back(fmt::format(
+        "  the other processes then (the {} that held most of {}; the rest held {} in total):", top,
+        shown.size(), snap::format_bytes(rest)));
+    shown.resize(top);
+  } else if (!shown.empty()) {
+    out.push_back("  the other processes then:");
+  }
+  for (const HeldAtOom* hp : shown) {
+    const HeldAtOom& h = *hp;
+    if (!h.started) {
+      out.push_back(fmt::format("    {} cuda:{}: not started yet", h.name, h.device));
+      continue;
+    }
+    std::string line =
+        fmt::format("    {} cuda:{}: held {}", h.name, h.device, snap::format_bytes(h.bytes));
+    if (h.reserved)
+      line += fmt::format(" (PyTorch allocated {}, reserved {})", snap::format_bytes(*h.allocated),
+                          snap::format_bytes(*h.reserved));
+    out.push_back(std::move(line));
+  }
+  return out;
+}
+
+nlohmann::json job_oom_json(const JobOom& j) {
+  using nlohmann::json;
+  json others = json::array();
+  for (const HeldAtOom& h : j.others)
+    others.push_back({{"file", h.file},
+                      {"process", h.name},
+                      {"device", h.device},
+                      {"started", h.started},
+                      {"bytes", h.bytes},
+                      {"allocated_bytes", h.allocated ? json(*h.allocated) : json(nullptr)},
+                      {"reserved_bytes", h.reserved ? json(*h.reserved) : json(nullptr)}});
+  return {{"file", j.file},
+          {"process", j.name},
+          {"pid", j.pid},
+          {"device", j.oom.device},
+          {"time_us", j.oom.time_us},
+          {"since_start_us", j.since_start_us},
+          {"verdict", j.oom.verdict},
+          {"line", oom_verdict_line(j.oom)},
+          {"requested_bytes", j.oom.requested},
+          {"site", j.site},
+          {"ooms", j.ooms},
+          {"processes_with_oom", j.processes_with_oom},
+          {"others", std::move(others)}};
+}
+
+}  // namespace cumemtrace::analysis
