@@ -6,7 +6,8 @@
 #                                 and the preload finds the collector as ../bin/cumemtrace
 #   lib/cumemtrace/python/        sitecustomize.py + cumemtrace_torch.py (+ its generated
 #                                 cumemtrace_torch_layouts.py) + cumemtrace_phases.py
-#                                 + cumemtrace_modules.py + cumemtrace_ranks.py:
+#                                 + cumemtrace_modules.py + cumemtrace_ranks.py
+#                                 + cumemtrace_workspaces.py:
 #                                 `run` puts this first on PYTHONPATH to capture PyTorch's
 #                                 allocator events and phases (docs/pytorch.md)
 #   include/cumemtrace.h          the marks API (header only)
@@ -32,6 +33,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/preload/python/sitecustomize.py
   ${PROJECT_SOURCE_DIR}/preload/python/cumemtrace_phases.py
   ${PROJECT_SOURCE_DIR}/preload/python/cumemtrace_modules.py
   ${PROJECT_SOURCE_DIR}/preload/python/cumemtrace_ranks.py
+  ${PROJECT_SOURCE_DIR}/preload/python/cumemtrace_workspaces.py
   DESTINATION lib/cumemtrace/python COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/include/cumemtrace.h DESTINATION include COMPONENT devel)
 install(FILES ${PROJECT_SOURCE_DIR}/schemas/snapshot.schema.json

@@ -24,7 +24,8 @@ JOBS=${GPU_VALIDATE_JOBS:-4}
 
 # 1. Portable build: nothing but glibc (and the loader) needed on this host.
 for b in "$CT" "$P/lib/libcumemtrace.so"; do
-  deps=$(ldd "$b" | awk '{print $1}' | grep -vE '^(linux-vdso|/lib64/ld-linux|libc\.so|libm\.so)' | tr '\n' ' ')
+  # glibc's own libraries (before glibc 2.34 libdl, libpthread and librt were separate files).
+  deps=$(ldd "$b" | awk '{print $1}' | grep -vE '^(linux-vdso|/lib64/ld-linux|lib(c|m|dl|pthread|rt)\.so)' | tr '\n' ' ')
   [ -z "$deps" ] && row "ldd $(basename "$b"): glibc only" PASS "" || row "ldd $(basename "$b")" FAIL "$deps"
 done
 

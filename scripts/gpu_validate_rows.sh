@@ -4,6 +4,7 @@
 # may run at once.
 #   row WHAT PASS|FAIL|SKIP DETAIL   appends one row
 #   validate NAME CMD...             runs a validator: its `| what | PASS/FAIL/SKIP/info | ...` lines
+#                                    (the verdict column may be padded)
 #                                    become rows, everything it prints goes to LOGS/NAME.log; a
 #                                    validator that exits non-zero or prints no row adds a FAIL
 #                                    row saying so (a crash is never a silent pass). With JOBS > 1
@@ -24,7 +25,7 @@ run_validator() {
   : > "$slot"
   "$@" > "$LOGS/$name.log" 2>&1
   rc=$?
-  rows=$(grep -E '^\| .* \| (PASS|FAIL|SKIP|info) \|' "$LOGS/$name.log")
+  rows=$(grep -E '^\| .* \| *(PASS|FAIL|SKIP|info) *\|' "$LOGS/$name.log")
   [ -n "$rows" ] && printf '%s\n' "$rows" >> "$slot"
   if [ $rc -ne 0 ]; then
     ROWS=$slot row "$name" FAIL "exited $rc: $(tail -n 3 "$LOGS/$name.log" | tr '\n' ' ' | cut -c1-300)"

@@ -10,7 +10,7 @@ namespace cumemtrace::collect {
 bool OwnershipWalks::on_owners(const Record& r, int64_t t) {
   const uint64_t role = r.ev.aux & ~wire::kOwnersFirst;
   if (role < static_cast<uint64_t>(snap::OwnerRole::kParameter) ||
-      role > static_cast<uint64_t>(snap::OwnerRole::kParameterUnsharded)) {
+      role > static_cast<uint64_t>(snap::OwnerRole::kKvCache)) {
     throw CorruptRing(fmt::format("record {} ownership walk of role {}", r.ticket, r.ev.aux));
   }
   const bool first = r.ev.aux & wire::kOwnersFirst;

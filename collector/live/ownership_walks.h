@@ -52,8 +52,8 @@ class OwnershipWalks {
  private:
   static constexpr size_t kNoWalk = ~size_t{0};
   std::vector<snap::OwnerWalk> walks_;
-  size_t open_[6] = {kNoWalk, kNoWalk, kNoWalk,
-                     kNoWalk, kNoWalk, kNoWalk};  // by role: its latest walk
+  size_t open_[9] = {kNoWalk, kNoWalk, kNoWalk, kNoWalk, kNoWalk,
+                     kNoWalk, kNoWalk, kNoWalk, kNoWalk};  // by role: its latest walk
   std::vector<snap::TensorNames> names_;
   size_t open_names_[4] = {kNoWalk, kNoWalk, kNoWalk, kNoWalk};  // parameter..optimizer state
 };

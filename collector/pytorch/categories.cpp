@@ -26,6 +26,12 @@ Category category_of_role(snap::OwnerRole r) {
       return Category::kInput;
     case snap::OwnerRole::kParameterUnsharded:
       return Category::kParameterUnsharded;
+    case snap::OwnerRole::kCublasWorkspace:
+      return Category::kCublasWorkspace;
+    case snap::OwnerRole::kCommunication:
+      return Category::kCommunication;
+    case snap::OwnerRole::kKvCache:
+      return Category::kKvCache;
   }
   return Category::kUnknown;
 }
@@ -44,6 +50,7 @@ void find_lives(const std::vector<snap::TraceEntry>& tr, bool all_pytorch, Devic
     TensorLife l;
     l.addr = e.addr;
     l.size = snap::held_bytes(e);  // PyTorch's block where known
+    l.requested = e.size;
     l.stack = e.stack;
     l.alloc = alloc;
     l.alloc_us = alloc >= 0 ? e.time_us : kTimeMin;

@@ -9,10 +9,12 @@
 //    without a free is alive to the end, one freed without an alloc in the trace was allocated
 //    before it. Rules, first match wins:
 //    1. parameter / gradient / optimizer_state / parameter_unsharded (FSDP2's all-gathered
-//       parameters): an ownership walk made while the tensor was alive (alloc time <= walk time
-//       <= free time) has a data pointer inside [addr, addr+size); the roles in that order when
-//       several match. (An input walk, snap::OwnerRole::kInput, joins
-//       the same way but counts only in rule 5.)
+//       parameters) / cublas_workspace (torch's cuBLAS workspaces: no tensor, kept from a
+//       thread's first cuBLAS call) / communication (FSDP2's flat all-gather and reduce-scatter
+//       buffers) / kv_cache (the cache a root's forward returned under no_grad): an ownership
+//       walk made while the tensor was alive (alloc time <= walk time <= free time) has a data
+//       pointer inside [addr, addr+size); the roles in that order when several match. (An input
+//       walk, snap::OwnerRole::kInput, joins the same way but counts only in rule 5.)
 //    2. allocated in forward or loss (phases.h: the entry's phase): freed within that span ->
 //       temporary; else activation (what the forward left behind: saved tensors, its outputs,
 //       a wrapper's fp32 copy of them, the loss).
@@ -48,7 +50,8 @@ namespace cumemtrace::analysis {
 
 struct TensorLife {
   uint64_t addr = 0;
-  uint64_t size = 0;  // the alloc entry's (the free's when allocated before the trace)
+  uint64_t size = 0;       // the alloc entry's block (held_bytes; the free's when allocated before)
+  uint64_t requested = 0;  // the bytes the tensor asked for (the entry's `size`)
   int32_t stack = snap::kNoStack;
   std::ptrdiff_t alloc = -1;  // entry indices in the device trace; -1: none
   std::ptrdiff_t free_requested = -1;

@@ -228,6 +228,9 @@ int warmup_steps(size_t complete_steps) {
 std::string category_label(Category c) {
   if (c == Category::kProgram) return "program's own";
   if (c == Category::kParameterUnsharded) return "parameter (unsharded)";
+  if (c == Category::kCublasWorkspace) return "cuBLAS workspace";
+  if (c == Category::kCommunication) return "communication buffer";
+  if (c == Category::kKvCache) return "KV cache";
   std::string s(snap::category_name(c));
   if (s.empty()) s = "unlabelled";
   std::replace(s.begin(), s.end(), '_', ' ');

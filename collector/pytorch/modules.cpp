@@ -69,6 +69,39 @@ std::string root_label(const snap::Snapshot& s) {
   return std::string(kRootModule);
 }
 
+// A tensor's bytes in this view (contract): its request rounded up to PyTorch's 512 B minimum
+// block, as MemTracker counts a CUDA tensor.
+uint64_t tensor_bytes(const TensorLife& t) {
+  return (t.requested + snap::kBlockUnit - 1) / snap::kBlockUnit * snap::kBlockUnit;
+}
+
+// The tensor bytes live right after each trace entry (contract: forward_peak), cuBLAS workspaces
+// left out. A tensor counts from its alloc to its end (free_requested, else free_completed); one
+// allocated before the trace counts from the start.
+std::vector<uint64_t> tensor_bytes_after(const std::vector<snap::TraceEntry>& tr,
+                                         const DeviceTensors& dt) {
+  std::vector<int64_t> delta(tr.size() + 1, 0);
+  int64_t base = 0;
+  for (const auto& t : dt.lives) {
+    if (t.category == Category::kCublasWorkspace) continue;
+    const auto b = static_cast<int64_t>(tensor_bytes(t));
+    if (t.alloc >= 0) {
+      delta[static_cast<size_t>(t.alloc)] += b;
+    } else {
+      base += b;
+    }
+    const std::ptrdiff_t end = t.free_requested >= 0 ? t.free_requested : t.free_completed;
+    if (end >= 0) delta[static_cast<size_t>(end)] -= b;
+  }
+  std::vector<uint64_t> after(tr.size(), 0);
+  int64_t cur = base;
+  for (size_t i = 0; i < tr.size(); ++i) {
+    cur += delta[i];
+    after[i] = static_cast<uint64_t>(std::max<int64_t>(cur, 0));
+  }
+  return after;
+}
+
 }  // namespace
 
 TensorModules::TensorModules(const snap::Snapshot& s)
@@ -86,6 +119,7 @@ std::string_view TensorModules::parameter_of(const TensorLife& t) const {
 }
 
 std::string TensorModules::module_of(const TensorLife& t, Phase phase) const {
+  if (t.category == Category::kCublasWorkspace) return std::string(kNoModule);  // (contract)
   if (const std::string_view param = parameter_of(t); !param.empty()) {
     const size_t dot = param.rfind('.');
     return dot == std::string_view::npos ? root_ : std::string(param.substr(0, dot));
@@ -161,12 +195,13 @@ std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth, 
   for (int d = 0; d < n; ++d) {
     const auto dt = device_tensors(s, d, ph);
     if (dt.lives.empty()) continue;
-    const DeviceReplay rp(s, d);
-    const auto& tr = rp.trace();
+    const auto& tr = s.device_traces[static_cast<size_t>(d)];
+    const auto live_bytes = tensor_bytes_after(tr, dt);
     for (const auto& t : dt.lives) {
       const Category c = t.category;
       Phase phase = Phase::kOther;
       if (t.alloc >= 0) phase = ph.of(tr[static_cast<size_t>(t.alloc)]).phase;
+      if (c == Category::kCublasWorkspace) continue;  // no module's (contract)
       const std::string module = modules.module_of(t, phase);
       ModuleRow& r = row(module_at_depth(module, v.depth));
       // Alive at the reference moment (without steps: at the end of the trace).
@@ -174,15 +209,15 @@ std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth, 
                                    ? t.free_us == kTimeMax
                                    : t.alloc_us <= ref_time && t.free_us > ref_time;
       if (live_at_ref) {
-        if (c == Category::kParameter) r.parameters += t.size;
-        if (c == Category::kGradient) r.gradients += t.size;
-        if (c == Category::kOptimizerState) r.optimizer_state += t.size;
+        if (c == Category::kParameter) r.parameters += tensor_bytes(t);
+        if (c == Category::kGradient) r.gradients += tensor_bytes(t);
+        if (c == Category::kOptimizerState) r.optimizer_state += tensor_bytes(t);
       }
       if (t.alloc < 0) continue;
       const bool in_ref = ref_step < 0 || ph.step_at(t.alloc_us) == ref_step;
       if (!in_ref) continue;
-      if (c == Category::kActivation) r.activations += t.size;
-      const uint64_t allocated = rp.allocated_after(t.alloc);
+      if (c == Category::kActivation) r.activations += tensor_bytes(t);
+      const uint64_t allocated = live_bytes[static_cast<size_t>(t.alloc)];
       if (phase == Phase::kForward) r.forward_peak = std::max(r.forward_peak, allocated);
       if (phase == Phase::kBackward) r.backward_peak = std::max(r.backward_peak, allocated);
     }

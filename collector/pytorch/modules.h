@@ -11,16 +11,24 @@
 //    that is every autograd buffer, shown under its own row "(backward)".
 //  - depth d (--module-depth, >= 1): a module's row is its name's first d components (a root's
 //    class name is one component), so a row sums its whole subtree down from depth d.
+//  - a tensor's bytes here are MemTracker's (torch.distributed._tools.mem_tracker): its request
+//    rounded up to 512 B, PyTorch's minimum block, never its block's unsplit remainder (a 4 MiB
+//    weight cut from a 20 MiB segment's last 5 MiB holds 5 MiB of memory_allocated(), but
+//    named_parameters() and MemTracker say 4 MiB: the remainder is the allocator's, not the
+//    module's).
 //  - per row, on every device together (each device's peaks apart, the highest shown):
 //    parameters, gradients, optimizer_state: the bytes of the tensors of those categories live
 //    at the reference moment (the end of the last complete training step, the last auto:step
 //    MARK; without steps the end of the trace); activations: the tensors of category activation
 //    (allocated in forward and alive when backward starts: what the module saved for backward),
 //    summed over the reference step (the last complete step, else the whole run);
-//    forward_peak / backward_peak: the highest PyTorch allocated bytes (DeviceReplay's counter:
-//    memory_allocated()) right after an allocation the row's subtree made in forward /
-//    backward (its gradients in backward): PyTorch's whole allocated memory at the row's
-//    worst moment, as MemTracker's per-module "Peak-Forward" totals are.
+//    forward_peak / backward_peak: the highest tensor bytes (the sum of the live tensors' bytes
+//    above, cuBLAS workspaces left out) right after an allocation the row's subtree made in
+//    forward / backward (its gradients in backward): the whole program's tensors at the row's
+//    worst moment, as MemTracker's per-module "Peak-Forward" totals are. cuBLAS workspaces
+//    (categories.h) are no module's: MemTracker does not see them (they are no tensors), and
+//    counting them put every module's forward peak 65 MiB high on an H100 (32 MiB per thread
+//    that ran cuBLAS, forward's and autograd's, and cuBLASLt's 1 MiB).
 //  - rows ordered by the sum of the four byte columns, largest first.
 // Available only for a snapshot whose stacks carry module names (any Frame::module) or tensor
 // names; `why` says what is missing otherwise.

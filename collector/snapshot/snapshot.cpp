@@ -24,12 +24,27 @@ std::optional<Action> parse_action(std::string_view s) {
 }
 
 namespace {
-constexpr std::array<std::string_view, 12> kCategoryNames = {
-    "",      "parameter", "gradient", "optimizer_state", "activation", "temporary",
-    "input", "autograd",  "unknown",  "library",         "program",    "parameter_unsharded",
+constexpr std::array<std::string_view, 15> kCategoryNames = {
+    "",
+    "parameter",
+    "gradient",
+    "optimizer_state",
+    "activation",
+    "temporary",
+    "input",
+    "autograd",
+    "unknown",
+    "library",
+    "program",
+    "parameter_unsharded",
+    "cublas_workspace",
+    "communication",
+    "kv_cache",
 };
-constexpr std::array<std::string_view, 6> kOwnerRoleNames = {
-    "", "parameter", "gradient", "optimizer_state", "input", "parameter_unsharded"};
+constexpr std::array<std::string_view, 9> kOwnerRoleNames = {
+    "",        "parameter",           "gradient",         "optimizer_state",
+    "input",   "parameter_unsharded", "cublas_workspace", "communication",
+    "kv_cache"};
 }  // namespace
 
 std::string_view category_name(Category c) {

@@ -84,6 +84,11 @@ enum class Category : uint8_t {
   kLibrary,
   kProgram,  // "program": a tensor the program made outside every phase and keeps (not an input)
   kParameterUnsharded,  // "parameter_unsharded": FSDP2's all-gathered parameters while they live
+  kCublasWorkspace,     // "cublas_workspace": cuBLAS/cuBLASLt workspaces torch keeps per handle
+                        // and stream (at::cuda::cublas[lt]_handle_stream_to_workspace)
+  kCommunication,       // "communication": FSDP2's all-gather and reduce-scatter flat buffers
+  kKvCache,             // "kv_cache": the keys and values a model's forward returned under
+                        // no_grad for its next forward (transformers' Cache: generate)
 };
 std::string_view category_name(Category c);  // "" for kNone
 std::optional<Category> parse_category(std::string_view s);
@@ -274,14 +279,24 @@ struct ContextMemory {
 // kInput: the tensors passed to a root module's forward (positional and keyword arguments, one
 // level into lists, tuples and dicts), walked at its start. kParameterUnsharded: FSDP2's
 // all-gathered (unsharded) parameters, walked when a parameter group has gathered them.
+// kCublasWorkspace: the workspaces torch's cuBLAS handle pool keeps (one per handle and stream,
+// allocated through the caching allocator at a thread's first cuBLAS call and kept), read from
+// torch's own workspace maps (preload/python/cumemtrace_workspaces.py); bytes 0 (the block says).
+// kCommunication: FSDP2's flat all-gather inputs/outputs and reduce-scatter buffers of a
+// parameter group, walked after its all-gather and reduce-scatter. kKvCache: the KV cache a root
+// module's forward returned under no_grad (transformers' Cache: generate, inference loops).
 enum class OwnerRole : uint8_t {
   kParameter = 1,
   kGradient = 2,
   kOptimizerState = 3,
   kInput = 4,
   kParameterUnsharded = 5,
+  kCublasWorkspace = 6,
+  kCommunication = 7,
+  kKvCache = 8,
 };
-// "parameter", "gradient", "optimizer_state", "input", "parameter_unsharded"
+// "parameter", "gradient", "optimizer_state", "input", "parameter_unsharded",
+// "cublas_workspace", "communication", "kv_cache"
 std::string_view owner_role_name(OwnerRole r);
 std::optional<OwnerRole> parse_owner_role(std::string_view s);
 

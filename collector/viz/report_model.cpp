@@ -94,14 +94,23 @@ LiveTable make_table(const analysis::Attributed& parts, const SiteIndex& sites,
 
 // The category series, in the order they stack (report_model.h): PyTorch's tensors by category,
 // then other libraries and PyTorch's cache.
-constexpr std::array<const char*, 12> kCategorySeries = {"parameter",  "parameter_unsharded",
-                                                         "gradient",   "optimizer_state",
-                                                         "activation", "temporary",
-                                                         "input",      "autograd",
-                                                         "program",    "unknown",
-                                                         "library",    "cache"};
-constexpr size_t kLibrarySeries = 10;
-constexpr size_t kCacheSeries = 11;
+constexpr std::array<const char*, 15> kCategorySeries = {"parameter",
+                                                         "parameter_unsharded",
+                                                         "gradient",
+                                                         "optimizer_state",
+                                                         "activation",
+                                                         "kv_cache",
+                                                         "temporary",
+                                                         "input",
+                                                         "autograd",
+                                                         "communication",
+                                                         "cublas_workspace",
+                                                         "program",
+                                                         "unknown",
+                                                         "library",
+                                                         "cache"};
+constexpr size_t kLibrarySeries = 13;
+constexpr size_t kCacheSeries = 14;
 
 size_t category_series(snap::Category c) {
   switch (c) {
@@ -115,18 +124,24 @@ size_t category_series(snap::Category c) {
       return 3;
     case snap::Category::kActivation:
       return 4;
-    case snap::Category::kTemporary:
+    case snap::Category::kKvCache:
       return 5;
-    case snap::Category::kInput:
+    case snap::Category::kTemporary:
       return 6;
-    case snap::Category::kAutograd:
+    case snap::Category::kInput:
       return 7;
-    case snap::Category::kProgram:
+    case snap::Category::kAutograd:
       return 8;
+    case snap::Category::kCommunication:
+      return 9;
+    case snap::Category::kCublasWorkspace:
+      return 10;
+    case snap::Category::kProgram:
+      return 11;
     case snap::Category::kLibrary:
       return kLibrarySeries;
     default:
-      return 9;  // unknown, and a tensor without a category in a file with them
+      return 12;  // unknown, and a tensor without a category in a file with them
   }
 }
 

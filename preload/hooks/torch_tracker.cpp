@@ -221,7 +221,7 @@ CUMEMTRACE_EXPORT int cumemtrace_torch_owners(int role, const uint64_t* pairs,
   static_assert(wire::kMaxExtraSlots * wire::kPayloadBytes % kPairBytes == 0,
                 "a record's slots hold whole pairs");
   if (role < static_cast<int>(wire::OwnerRole::kParameter) ||
-      role > static_cast<int>(wire::OwnerRole::kParameterUnsharded) || (npairs && !pairs) ||
+      role > static_cast<int>(wire::OwnerRole::kKvCache) || (npairs && !pairs) ||
       npairs > UINT64_MAX / kPairBytes) {
     return -1;
   }

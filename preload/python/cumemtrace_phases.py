@@ -26,8 +26,15 @@ deduplicated by data pointer, as (data pointer, numel * element size); also, at 
 forward, its inputs (role 4), and FSDP2's all-gathered parameters after each parameter group's
 wait_for_unshard (role 5); a tensor subclass
 (DTensor: FSDP2's sharded parameters, gradients and optimizer state, whose own data_ptr() is 0) is
-walked as its local tensors (__tensor_flatten__), so its bytes are this rank's shard; a role is sent only when its
-list changed since it was last sent (a walk replaces that role's previous one). A step's walk is
+walked as its local tensors (__tensor_flatten__), so its bytes are this rank's shard; FSDP2's
+flat communication buffers (role 7): a parameter group's all-gather output when its
+wait_for_unshard begins (before the copy-out frees it) and its reduce-scatter input after its
+post_backward; the KV cache a root's forward returns under no_grad (inference, generate:
+transformers' Cache in its output's `cache`/`past_key_values`, role 8) at that forward's end;
+torch's cuBLAS workspaces (role 6, cumemtrace_workspaces.py) at each step's walk
+and, while no optimizer is known (inference), at each root forward's end. A role is sent only when its
+list changed since it was last sent (a walk replaces that role's previous one; communication
+buffers are sent at every walk: a new buffer often lands where the last one was). A step's walk is
 one pass over the gradients' data pointers: parameters and state are walked again only when their
 containers changed (Phases._walk), which keeps the hooks' cost per step in microseconds.
 
@@ -63,6 +70,7 @@ import weakref
 
 ROLE_PARAMETER, ROLE_GRADIENT, ROLE_OPTIMIZER_STATE = 1, 2, 3  # snap::OwnerRole, wire kTorchOwners
 ROLE_INPUT, ROLE_PARAMETER_UNSHARDED = 4, 5
+ROLE_CUBLAS_WORKSPACE, ROLE_COMMUNICATION, ROLE_KV_CACHE = 6, 7, 8
 # FSDP2's parameter group (torch 2.6+, then 2.4-2.5): its wait_for_unshard leaves the all-gathered
 # parameters in place; they are walked right after it (role 5).
 _FSDP_GROUP_MODULES = ("torch.distributed.fsdp._fully_shard._fsdp_param_group",
@@ -151,7 +159,9 @@ class Phases:
         self._optimizers = weakref.WeakSet()
         # role -> the tuple of pairs last sent; an empty list is sent only to clear a sent one
         self._sent = {ROLE_PARAMETER: (), ROLE_GRADIENT: (), ROLE_OPTIMIZER_STATE: (),
-                      ROLE_INPUT: (), ROLE_PARAMETER_UNSHARDED: ()}
+                      ROLE_INPUT: (), ROLE_PARAMETER_UNSHARDED: (), ROLE_CUBLAS_WORKSPACE: (),
+                      ROLE_COMMUNICATION: (), ROLE_KV_CACHE: ()}
+        self._workspaces = None  # cumemtrace_workspaces.Workspaces, set by install()
         self._fsdp_watched = False
         self._global_handles = []
         self._optimizer_handles = []
@@ -209,6 +219,10 @@ class Phases:
         zg = (self._zero_grad_begin, self._zero_grad_end)
         self._wrap(torch.optim.Optimizer, "zero_grad", *zg)
         self._wrap(torch.nn.Module, "zero_grad", *zg)
+
+    def set_workspaces(self, workspaces):
+        """The reader of torch's cuBLAS workspace maps (cumemtrace_workspaces), or None."""
+        self._workspaces = workspaces
 
     def _wrap(self, module, name, begin, end):
         original = getattr(module, name)
@@ -359,13 +373,18 @@ class Phases:
             group = getattr(sys.modules.get(name), "FSDPParamGroup", None)
             if group is not None and callable(getattr(group, "wait_for_unshard", None)):
                 self._fsdp_watched = True
-                self._wrap_after(group, "wait_for_unshard", self._unsharded_walk)
+                self._wrap_after(group, "wait_for_unshard", self._unsharded_walk,
+                                 self._all_gather_walk)
+                if callable(getattr(group, "post_backward", None)):
+                    self._wrap_after(group, "post_backward", self._reduce_scatter_walk)
                 return
 
-    def _wrap_after(self, owner, name, after):
+    def _wrap_after(self, owner, name, after, before=None):
         original = getattr(owner, name)
 
         def run_then_walk(this, *args, **kwargs):
+            if before is not None:
+                before(this)
             result = original(this, *args, **kwargs)
             after(this)
             return result
@@ -387,6 +406,74 @@ class Phases:
         except Exception as e:
             self._fail("FSDP unshard walk", e)
 
+    def _all_gather_walk(self, group):
+        """FSDP2's flat all-gather output of `group` (its all-gather input is a view into it),
+        alive from the all-gather until the copy-out (or the next group's, when deferred)."""
+        if self._off or self._is_compiling():
+            return
+        try:
+            result = getattr(group, "_all_gather_result", None)
+            out = getattr(result, "all_gather_output", None)
+            if out is not None and out.untyped_storage().nbytes():
+                found = {}
+                self._keep([out], found)
+                self._send(ROLE_COMMUNICATION, found, force=True)
+        except Exception as e:
+            self._fail("FSDP all-gather walk", e)
+
+    def _reduce_scatter_walk(self, group):
+        """FSDP2's flat reduce-scatter input, kept in comm_ctx until the next group's reduce."""
+        if self._off or self._is_compiling():
+            return
+        try:
+            state = getattr(getattr(group, "comm_ctx", None), "reduce_scatter_state", None)
+            buf = getattr(state, "reduce_scatter_input", None)
+            if buf is not None and buf.untyped_storage().nbytes():
+                found = {}
+                self._keep([buf], found)
+                self._send(ROLE_COMMUNICATION, found, force=True)
+        except Exception as e:
+            self._fail("FSDP reduce-scatter walk", e)
+
+    def _kv_cache_walk(self, result):
+        """The KV cache a root returned (inference): a transformers ModelOutput's `cache` (5.x)
+        or `past_key_values` (4.x), read as a dict (its attributes warn of deprecation): a Cache's
+        layers' keys and values, its key_cache/value_cache lists, or tuples of tensors."""
+        if not isinstance(result, dict):
+            return
+        cache = dict.get(result, "cache")
+        if cache is None:
+            cache = dict.get(result, "past_key_values")
+        if cache is None:
+            return
+        tensors = []
+        layers = getattr(cache, "layers", None)
+        if isinstance(layers, (list, tuple)):
+            for layer in layers:
+                tensors.extend(getattr(layer, n, None) for n in ("keys", "values"))
+        elif isinstance(getattr(cache, "key_cache", None), list):
+            tensors = list(cache.key_cache) + list(getattr(cache, "value_cache", None) or [])
+        elif isinstance(cache, (list, tuple)):
+            for layer in cache:
+                tensors.extend(layer if isinstance(layer, (list, tuple)) else (layer,))
+        found = {}
+        self._keep([t for t in tensors if isinstance(t, self._tensor)], found)
+        self._send(ROLE_KV_CACHE, found)
+
+    def _workspace_walk(self):
+        """torch's cuBLAS workspaces (role 6); a busy map is read at the next walk."""
+        if self._workspaces is None:
+            return
+        try:
+            pointers = self._workspaces.pointers()
+        except Exception as e:  # a map of another shape: only this walk stops, the phases go on
+            self._workspaces = None
+            self._note("cuBLAS workspaces no longer read (%s: %s); they keep the label of the "
+                       "phase that made them" % (type(e).__name__, e))
+            return
+        if pointers is not None:
+            self._send(ROLE_CUBLAS_WORKSPACE, {p: 0 for p in pointers})
+
     def _post_hook(self, module, args, result):
         if self._off or self._is_compiling():
             return
@@ -399,6 +486,10 @@ class Phases:
                 if tls.forward_open:
                     tls.forward_open = False
                     self._sink.pop()
+                    if not self._optimizers:  # inference: no step walks
+                        self._workspace_walk()
+                    if not self._torch.is_grad_enabled():
+                        self._kv_cache_walk(result)
                 if self._discovering and self._end_pending:
                     self._end_discovery()
         except Exception as e:
@@ -517,6 +608,7 @@ class Phases:
                 if self._modules:
                     self._modules.on_step()
                 self._walk((ROLE_PARAMETER, ROLE_GRADIENT, ROLE_OPTIMIZER_STATE))
+                self._workspace_walk()
         except Exception as e:
             self._fail("optimizer step post-hook", e)
 
@@ -602,9 +694,9 @@ class Phases:
         key.append(len(self._roots))
         return key
 
-    def _send(self, role, found):
+    def _send(self, role, found, force=False):
         pairs = tuple(found.items())
-        if self._sent.get(role) == pairs:
+        if self._sent.get(role) == pairs and not force:
             return
         self._sent[role] = pairs
         self._sink.owners(role, [x for pair in pairs for x in pair])
@@ -662,8 +754,10 @@ def install(torch, err=None):
     phases = None
     try:
         import cumemtrace_modules
+        import cumemtrace_workspaces
         phases = Phases(torch, PreloadSink(err), "cuda", err,
                         cumemtrace_modules.make(torch, err))
+        phases.set_workspaces(cumemtrace_workspaces.make(torch, err))
         phases.install()
         _phases = phases
     except Exception as e:

@@ -144,6 +144,9 @@ enum class OwnerRole : uint8_t {
   kOptimizerState = 3,
   kInput = 4,
   kParameterUnsharded = 5,
+  kCublasWorkspace = 6,
+  kCommunication = 7,
+  kKvCache = 8,
 };
 inline constexpr uint64_t kOwnersFirst = 0x100;
 

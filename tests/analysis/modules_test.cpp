@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pytorch/categories.h"
 #include "pytorch/ledger.h"
 #include "pytorch/modules.h"
 #include "support/torch_run_builder.h"
@@ -49,7 +50,10 @@ snap::Stack in_modules(int64_t line, const std::vector<std::string>& modules) {
 // dec.1 saves 1 (28). Backward (autograd's thread, no Python): dec.1's saved tensor freed (27),
 // its gradient 1 (28); dec.0's freed (26), its gradient 2 (28); an autograd buffer 1 (29, then
 // 28); enc's freed (25), its gradient 4 (29).
-snap::Snapshot net_run() {
+// With `workspaces`: torch's cuBLAS workspaces as a GPU run has them, made in step 1 and kept:
+// 32 MiB in enc's first forward (the Python thread's first cuBLAS call), 32 MiB in backward
+// (autograd's thread's first), walked (role kCublasWorkspace) at the first step's end.
+snap::Snapshot net_run(bool workspaces = false) {
   TorchRunBuilder b;
   const auto ag = TorchRunBuilder::kAutogradTid;
   const auto setup = b.line("train.py", 10, "<module>");
@@ -85,6 +89,7 @@ snap::Snapshot net_run() {
     b.alloc(t + 20, 0x103000000, 3 * MiB, enc);
     b.alloc(t + 21, 0x103300000, 1 * MiB, enc);
     b.free(t + 22, 0x103300000);
+    if (workspaces && k == 0) b.alloc(t + 25, 0x10a000000, 32 * MiB, enc);
     b.alloc(t + 30, 0x103400000, 2 * MiB, dec0);
     b.alloc(t + 40, 0x103600000, 1 * MiB, dec1);
     b.phase(t + 110, t + 200, "auto:backward");
@@ -94,6 +99,7 @@ snap::Snapshot net_run() {
     b.alloc(t + 131, g_dec0, 2 * MiB, engine, ag);
     b.alloc(t + 140, 0x103700000, 1 * MiB, engine, ag);
     b.free(t + 141, 0x103700000, ag);
+    if (workspaces && k == 0) b.alloc(t + 145, 0x10c000000, 32 * MiB, engine, ag);
     b.free(t + 150, 0x103000000, ag);
     b.alloc(t + 151, g_enc, 4 * MiB, engine, ag);
     b.phase(t + 210, t + 300, "auto:optimizer");
@@ -105,6 +111,9 @@ snap::Snapshot net_run() {
              {{s_enc, 8 * MiB}, {s_dec0, 4 * MiB}, {s_dec1, 2 * MiB}});
       b.names(t + 300, snap::OwnerRole::kOptimizerState,
               {{s_enc, "enc.weight"}, {s_dec0, "dec.0.weight"}, {s_dec1, "dec.1.weight"}});
+      if (workspaces) {
+        b.walk(t + 300, snap::OwnerRole::kCublasWorkspace, {{0x10a000000, 0}, {0x10c000000, 0}});
+      }
     }
     b.walk(t + 300, snap::OwnerRole::kGradient,
            {{g_enc, 4 * MiB}, {g_dec0, 2 * MiB}, {g_dec1, 1 * MiB}});
@@ -337,4 +346,47 @@ TEST_CASE("check --max-module-bytes: every module at the depth; over the limit n
   CHECK(run_check(in, o, none, err) == 1);
   CHECK(none.str().find("error: module bytes cannot be judged: no module names") !=
         std::string::npos);
+}
+
+TEST_CASE("cuBLAS workspaces are their own category and no module's") {
+  const auto plain = build_module_view(net_run(), 1);
+  auto s = net_run(true);
+  const auto v = build_module_view(s, 1);
+  REQUIRE(plain);
+  REQUIRE(v);
+  // Every row, every column as without them: MemTracker does not see them either (a forward
+  // peak 32 MiB high in enc, and 64 MiB in dec and backward, before they had a category).
+  REQUIRE(v->rows.size() == plain->rows.size());
+  for (size_t i = 0; i < v->rows.size(); ++i) {
+    const auto &a = v->rows[i], &b = plain->rows[i];
+    CAPTURE(a.module);
+    CHECK(a.module == b.module);
+    CHECK(a.parameters == b.parameters);
+    CHECK(a.activations == b.activations);
+    CHECK(a.forward_peak == b.forward_peak);
+    CHECK(a.backward_peak == b.backward_peak);
+  }
+  CHECK(find(*v, "enc")->forward_peak == 26 * MiB);
+  label_categories(s);
+  size_t workspace_entries = 0;
+  for (const auto& e : s.device_traces[0]) {
+    if (e.addr == 0x10a000000 || e.addr == 0x10c000000) {
+      CHECK(e.category == snap::Category::kCublasWorkspace);
+      ++workspace_entries;
+    }
+  }
+  CHECK(workspace_entries == 2);  // the two allocs, never freed
+  CHECK(category_label(snap::Category::kCublasWorkspace) == "cuBLAS workspace");
+}
+
+TEST_CASE("a module's bytes are its tensors' requests, not their blocks' unsplit remainders") {
+  auto s = net_run();
+  // enc.weight (4 MiB) took a 5 MiB block whose 1 MiB rest was too small to split off: 5 MiB
+  // of memory_allocated(), 4 MiB of named_parameters() and of MemTracker.
+  for (auto& e : s.device_traces[0])
+    if (e.addr == 0x100100000) e.block_units = static_cast<uint32_t>(5 * MiB / snap::kBlockUnit);
+  const auto v = build_module_view(s, 1);
+  REQUIRE(v);
+  CHECK(find(*v, "enc")->parameters == 4 * MiB);
+  CHECK(find(*v, "enc")->forward_peak == 26 * MiB);
 }

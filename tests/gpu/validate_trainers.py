@@ -1,7 +1,8 @@
 """Real-GPU check of the automatic phases and categories on the trainers people use (issue 54):
 PyTorch Lightning (automatic optimization), torch.optim.LBFGS, transformers' Trainer (a tiny GPT-2
-built from a config, gradient accumulation 2) and FSDP2 (fully_shard, world size 1 on NCCL), each
-unmarked, run under `cumemtrace run`.
+built from a config, gradient accumulation 2), FSDP2 (fully_shard, world size 1 on NCCL),
+activation checkpointing, torch.compile(mode="reduce-overhead") (CUDA graphs) and transformers'
+generate (KV cache), each unmarked, run under `cumemtrace run`.
 
 Usage: python3 tests/gpu/validate_trainers.py [PREFIX with bin/cumemtrace (default build)] [OUT]
        (needs torch with CUDA, pytorch-lightning, transformers; about a minute)
@@ -14,10 +15,13 @@ rounded up to 512 B; torch.cuda.max_memory_allocated()) and leaves one annotatio
 stay automatic). One table row per comparison, '| scenario | what | PASS/FAIL | ours / theirs |':
 - the steady step's phases (the ledger's last complete step) are named, include the scenario's
   own (forward, backward, optimizer, and zero_grad / loss where the trainer runs them) and none
-  is "other";
+  is "other"; generate: one forward per new token and no backward or optimizer phase;
+- generate: the KV cache's bytes (category kv_cache) equal the returned cache's;
 - the bytes of tensors labelled parameter, gradient and optimizer_state live at validate:end
   equal the framework's own (within 1%: a large block may keep up to 1 MiB it did not split;
   both sides printed);
+- torch's cuBLAS workspaces live at validate:end are labelled cublas_workspace (every scenario
+  runs cuBLAS);
 - the ledger's allocated peak against max_memory_allocated() (printed; PASS within 1%).
 Exit 1 on any FAIL or error.
 """
@@ -35,7 +39,11 @@ SCENARIOS = {
     "lbfgs": {"zero_grad", "forward", "backward", "optimizer"},
     "trainer": {"zero_grad", "forward", "backward", "optimizer"},
     "fsdp2": {"zero_grad", "forward", "backward", "optimizer"},
+    "checkpoint": {"zero_grad", "forward", "backward", "optimizer"},
+    "compiled": {"zero_grad", "forward", "backward", "optimizer"},
+    "generate": None,  # inference: GENERATE_TOKENS forwards, no step (checked apart)
 }
+GENERATE_TOKENS = 8
 
 
 # ---- the scenarios (run under cumemtrace) -------------------------------------------------------
@@ -75,7 +83,7 @@ def mlp(torch, width=1024):
                          nn.GELU(), nn.Linear(width, 16))
 
 
-def run_lightning(torch):
+def run_lightning(torch, truth_path):
     import pytorch_lightning as pl
     nn = torch.nn
 
@@ -92,17 +100,25 @@ def run_lightning(torch):
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters())
 
+    class AtTrainEnd(pl.Callback):
+        """The figures while training's objects are on the GPU: fit's teardown then moves the
+        module and the optimizer state to the CPU (what made this row compare 0 / 0 B)."""
+
+        def on_train_end(self, trainer, module):
+            params = list(module.parameters())
+            write_truth(torch, truth_path, params, [p.grad for p in params],
+                        state_tensors(trainer.optimizers[0]))
+
     data = torch.utils.data.TensorDataset(torch.randn(64, 1024), torch.randint(0, 16, (64,)))
     module = Module()
     trainer = pl.Trainer(max_steps=5, accelerator="gpu", devices=1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
+                         enable_model_summary=False, callbacks=[AtTrainEnd()])
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=16))
-    params = list(module.parameters())
-    return params, [p.grad for p in params], state_tensors(trainer.optimizers[0]), module
+    return None  # the truth is written, the mark made, at the end of training
 
 
-def run_lbfgs(torch):
+def run_lbfgs(torch, truth_path):
     nn = torch.nn
     model = mlp(torch).cuda()
     opt = torch.optim.LBFGS(model.parameters(), max_iter=4, history_size=5)
@@ -118,7 +134,7 @@ def run_lbfgs(torch):
     return params, [p.grad for p in params], state_tensors(opt), model
 
 
-def run_trainer(torch):
+def run_trainer(torch, truth_path):
     import transformers
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=256, vocab_size=1024,
@@ -138,7 +154,7 @@ def run_trainer(torch):
     return params, [p.grad for p in params], state_tensors(opt), trainer
 
 
-def run_fsdp2(torch):
+def run_fsdp2(torch, truth_path):
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -159,17 +175,91 @@ def run_fsdp2(torch):
     return params, [p.grad for p in params], state_tensors(opt), (model, dist)
 
 
-def scenario(name, truth_path):
+def write_truth(torch, truth_path, params, grads, state, kv_cache=None):
+    """The framework's own figures now, and the one mark (validate:end) that says when."""
     import ctypes
-    import torch
-    params, grads, state, keep = globals()["run_" + name](torch)
     torch.cuda.synchronize()
     truth = {"parameter": block_bytes(params), "gradient": block_bytes(grads),
              "optimizer_state": block_bytes(state),
              "max_memory_allocated": torch.cuda.max_memory_allocated()}
+    if kv_cache is not None:
+        truth["kv_cache"] = block_bytes(kv_cache)
+    if not truth["parameter"]:
+        raise SystemExit("no parameter on the GPU at the truth's moment: nothing to compare")
     with open(truth_path, "w") as f:
         json.dump(truth, f)
     ctypes.PyDLL(None).cumemtrace_mark(b"validate:end")
+
+
+def run_checkpoint(torch, truth_path):
+    """Activation checkpointing: each block's forward runs again inside backward."""
+    from torch.utils.checkpoint import checkpoint
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(mlp(torch)[:4] for _ in range(2))
+            self.head = nn.Linear(1024, 16)
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = checkpoint(b, x, use_reentrant=False)
+            return self.head(x)
+
+    model = Net().cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    x, y = torch.randn(256, 1024, device="cuda"), torch.randint(0, 16, (256,), device="cuda")
+    for _ in range(5):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    params = list(model.parameters())
+    return params, [p.grad for p in params], state_tensors(opt), model
+
+
+def run_compiled(torch, truth_path):
+    """torch.compile(model, mode="reduce-overhead"): Inductor with CUDA graph trees (a private
+    pool; replays make no allocator call)."""
+    nn = torch.nn
+    model = mlp(torch).cuda()
+    compiled = torch.compile(model, mode="reduce-overhead")
+    opt = torch.optim.AdamW(model.parameters())
+    x, y = torch.randn(256, 1024, device="cuda"), torch.randint(0, 16, (256,), device="cuda")
+    for _ in range(6):
+        opt.zero_grad()
+        nn.functional.cross_entropy(compiled(x), y).backward()
+        opt.step()
+    params = list(model.parameters())
+    return params, [p.grad for p in params], state_tensors(opt), (model, compiled)
+
+
+def run_generate(torch, truth_path):
+    """transformers' generate, greedy, GENERATE_TOKENS new tokens: one forward each; the cache
+    it returns (return_dict_in_generate) is the KV cache, kept until validate:end."""
+    import transformers
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=256, vocab_size=1024,
+                                     n_positions=128, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config).cuda().eval()
+    ids = torch.randint(1, 1024, (4, 32), device="cuda")
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=GENERATE_TOKENS,
+                         min_new_tokens=GENERATE_TOKENS, do_sample=False, pad_token_id=0,
+                         return_dict_in_generate=True)
+    cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
+    kv = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+    params = list(model.parameters())
+    write_truth(torch, truth_path, params, [], [], kv_cache=kv)
+    return None
+
+
+def scenario(name, truth_path):
+    import torch
+    got = globals()["run_" + name](torch, truth_path)
+    if got is None:
+        return None
+    params, grads, state, keep = got
+    write_truth(torch, truth_path, params, grads, state)
     if name == "fsdp2":
         keep[1].destroy_process_group()
     return keep
@@ -232,22 +322,37 @@ def check(name, ct, out):
         row(name, "ledger (automatic phases)", False, "no PyTorch ledger in the report")
         return
     dev = led[0]
-    steady = dev.get("steady_step") or {}
-    names = [ph["phase"] for ph in steady.get("phases", [])]
     want = SCENARIOS[name]
-    ok = bool(names) and want <= set(names) and "other" not in names
-    row(name, "steady step %s: phases named" % steady.get("step"), ok, " ".join(names))
+    if want is not None:
+        steady = dev.get("steady_step") or {}
+        names = [ph["phase"] for ph in steady.get("phases", [])]
+        ok = bool(names) and want <= set(names) and "other" not in names
+        row(name, "steady step %s: phases named" % steady.get("step"), ok, " ".join(names))
+    else:
+        marks = [a["name"] for a in snap.get("external_annotations", []) if a["stage"] == "START"]
+        row(name, "one forward per token, no step", marks.count("auto:forward") ==
+            GENERATE_TOKENS and "auto:backward" not in marks and "auto:optimizer" not in marks,
+            "%d forwards, %d backward, %d optimizer" % (
+                marks.count("auto:forward"), marks.count("auto:backward"),
+                marks.count("auto:optimizer")))
     ends = [a["time_us"] for a in snap.get("external_annotations", [])
             if a["name"] == "validate:end"]
     if not ends:
         row(name, "validate:end mark", False, "not in the snapshot")
         return
     live = live_by_category(snap, ends[-1])
-    for cat in ("parameter", "gradient", "optimizer_state"):
+    for cat in ("parameter", "gradient", "optimizer_state", "kv_cache"):
+        if cat not in truth:
+            continue
         ours, theirs = live.get(cat, 0), truth[cat]
         row(name, cat + " bytes at the end = the framework's", close(ours, theirs),
             "%d / %d B" % (ours, theirs))
-    others = {k: v for k, v in live.items() if k not in ("parameter", "gradient", "optimizer_state")}
+    # torch's cuBLAS workspaces (32 MiB per thread that ran cuBLAS on Hopper, cuBLASLt's 1 MiB)
+    # have their category, read from torch's own maps: not activation or autograd for ever
+    row(name, "cuBLAS workspaces labelled as such", live.get("cublas_workspace", 0) > 0,
+        "%.2f MiB" % (live.get("cublas_workspace", 0) / MIB))
+    others = {k: v for k, v in live.items()
+              if k not in ("parameter", "gradient", "optimizer_state", "kv_cache")}
     row(name, "other tensors live at the end (shown)", True,
         ", ".join("%s %s" % (k, "%.2f MiB" % (v / MIB)) for k, v in sorted(others.items(),
                                                                           key=str)) or "none")

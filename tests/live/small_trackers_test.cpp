@@ -65,7 +65,7 @@ TEST_CASE("ownership: continuation records extend their role's latest walk") {
   REQUIRE(w.walks().size() == 1);
   CHECK(w.walks()[0].time_us == 2);
   CHECK(w.walks()[0].tensors == std::vector<std::pair<uint64_t, uint64_t>>{{0x10, 4}, {0x20, 8}});
-  CHECK_THROWS_AS(w.on_owners(rec(6 | wire::kOwnersFirst, {}), 4), collect::CorruptRing);
+  CHECK_THROWS_AS(w.on_owners(rec(9 | wire::kOwnersFirst, {}), 4), collect::CorruptRing);
 }
 
 TEST_CASE("stacks: equal frames are one stack; a code address announced again names later ones") {

@@ -453,6 +453,6 @@ TEST_CASE("ownership walks: one per first record, continuations append, all kept
   CHECK(s.tool->events_total == 0);
   for (const auto& tr : s.device_traces) CHECK(tr.empty());
   // A role the preload never sends is a corrupt record.
-  REQUIRE_THROWS_AS(owners(6 | first, {}), collect::CorruptRing);
+  REQUIRE_THROWS_AS(owners(9 | first, {}), collect::CorruptRing);
   REQUIRE_THROWS_AS(owners(0, {}), collect::CorruptRing);
 }

@@ -40,6 +40,7 @@ def test_layout(moved):
         "lib/cumemtrace/python/cumemtrace_ranks.py",
         "lib/cumemtrace/python/cumemtrace_torch.py",
         "lib/cumemtrace/python/cumemtrace_torch_layouts.py",
+        "lib/cumemtrace/python/cumemtrace_workspaces.py",
         "lib/cumemtrace/python/sitecustomize.py",
         "lib/libcumemtrace.so",
         "lib/pkgconfig/cumemtrace.pc", "share/cumemtrace/grafana/cumemtrace.json",

@@ -550,7 +550,7 @@ int scenario_owners(const Driver& d, int, char**) {
     grads[2 * i + 1] = 4096 + i;
   }
   const int rc[] = {owners(1, params, 2), owners(2, grads, 300), owners(2, nullptr, 0),
-                    owners(6, params, 1), owners(0, params, 1),  owners(1, nullptr, 1)};
+                    owners(9, params, 1), owners(0, params, 1),  owners(1, nullptr, 1)};
   std::printf("owners %d %d %d %d %d %d\n", rc[0], rc[1], rc[2], rc[3], rc[4], rc[5]);
   check(d.memFree(a), "free a");
   return 0;

@@ -159,7 +159,7 @@
 //           dev 0; a = alloc 1 MiB; b = alloc 2 MiB; walks: parameter {(a, 1 MiB), (b, 2 MiB)};
 //           gradient {(0x10000000 + 4096 i, 4096 + i) for i = 0..299} (300 pairs: more than one
 //           record holds, 224 a record); gradient {} (no gradients now); then calls that must be
-//           refused: role 6 (past the last, 5), role 0, null pairs with npairs 1. Prints "owners 0
+//           refused: role 9 (past the last, 8), role 0, null pairs with npairs 1. Prints "owners 0
 //           0 0 -1 -1 -1" (the six return values); free a; exit 0. Snapshot: 3 walks, in that
 //           order, with exactly those pairs; b live (2 MiB).
 

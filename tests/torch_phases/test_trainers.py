@@ -4,8 +4,11 @@ the exact mark sequences, and walk bytes equal to the framework's own parameters
 optimizer state. Forward, backward and zero_grad inside optimizer.step(closure) (LBFGS, PyTorch
 Lightning's automatic optimization) are marked inside the optimizer's pair: the analysis takes
 the innermost (collector/pytorch/phases.h)."""
+import json
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ import torch.nn as nn
 from conftest import bwd, fwd, loss, opt_step, zg
 
 PARAMETER, GRADIENT, OPTIMIZER_STATE, INPUT, UNSHARDED = 1, 2, 3, 4, 5
+COMMUNICATION, KV_CACHE = 7, 8
 OPT_START, OPT_END = [("START", "auto:optimizer")], [("END", "auto:optimizer"),
                                                       ("MARK", "auto:step")]
 
@@ -122,6 +126,107 @@ def test_lightning_automatic_optimization(phases):
     assert err.getvalue() == ""
 
 
+def test_lightning_manual_optimization(phases):
+    """self.automatic_optimization = False: the user's training_step zeroes, calls
+    manual_backward and opt.step() (Lightning's LightningOptimizer wraps the optimizer): the same
+    phases as a plain loop, with Lightning's one zero_grad before the loop."""
+    pl = pytest.importorskip("pytorch_lightning")
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+            self.automatic_optimization = False
+
+        def training_step(self, batch, i):
+            opt = self.optimizers()
+            x, y = batch
+            opt.zero_grad()
+            out = nn.functional.mse_loss(self.net(x), y)
+            self.manual_backward(out)
+            opt.step()
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters())
+
+    ph, rec, err = phases
+    torch.manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(6, 8), torch.randn(6, 4))
+    module = Module()
+    trainer = pl.Trainer(max_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=2))
+    assert rec.marks() == zg() + (zg() + fwd() + bwd() + opt_step()) * 3
+    params = list(module.parameters())
+    assert sum(b for _, b in last_walk(rec, PARAMETER)) == nbytes(params) == 848
+    assert sum(b for _, b in last_walk(rec, GRADIENT)) == nbytes(p.grad for p in params) == 848
+    assert sum(b for _, b in last_walk(rec, OPTIMIZER_STATE)) == 2 * 848 + 4 * 4
+    assert err.getvalue() == ""
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_recomputes_inside_backward(phases, reentrant):
+    """torch.utils.checkpoint: the checkpointed block's forward runs again inside backward to
+    rebuild what it did not save. That recompute is no forward phase (the hooks see a module called
+    inside backward): its tensors are made and freed within backward, "temporary"
+    (collector/pytorch/categories.h, rule 3), never counted again as activations."""
+    from torch.utils.checkpoint import checkpoint
+
+    calls = []
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = mlp()
+            self.head = nn.Linear(4, 4)
+            self.block.register_forward_pre_hook(lambda m, a: calls.append(1))
+
+        def forward(self, x):
+            return self.head(checkpoint(self.block, x, use_reentrant=reentrant))
+
+    ph, rec, err = phases
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(2, 8, requires_grad=reentrant)  # reentrant needs an input that requires grad
+    for _ in range(2):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    assert len(calls) == 4  # the block ran twice a step: forward, then its recompute in backward
+    assert rec.marks() == (zg() + fwd() + bwd() + opt_step()) * 2
+    assert sum(b for _, b in last_walk(rec, GRADIENT)) == nbytes(
+        p.grad for p in model.parameters()) == 848 + 80
+    assert err.getvalue() == ""
+
+
+def test_generate_is_iterations_of_forward(phases):
+    """transformers' generate (tiny GPT-2, greedy): one forward per new token, each its own
+    iteration (the root called again), no backward or optimizer phase; its inputs walked each
+    time (the prompt, then the one new token and its position)."""
+    transformers = pytest.importorskip("transformers")
+    ph, rec, err = phases
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64,
+                                     n_positions=32, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(1, 64, (1, 4))
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=3,
+                         do_sample=False, pad_token_id=0)
+    assert out.shape == (1, 7)
+    assert rec.marks() == fwd() * 3
+    inputs = [[b for _, b in w] for r, w in rec.walks() if r == INPUT]
+    assert inputs[0] == [4 * 8, 4 * 8]  # the prompt's ids and attention mask (int64)
+    assert len(inputs) == 3
+    assert sum(b for _, b in last_walk(rec, PARAMETER)) == nbytes(
+        {p.data_ptr(): p for p in model.parameters()}.values())
+    assert [r for r, _ in rec.walks()].count(GRADIENT) == 0
+    # the KV cache each forward returned (no_grad): 1 layer's keys and values, (1, 2 heads,
+    # tokens so far, 8) float32 each: 4, 5, then 6 tokens
+    kv = [sorted(b for _, b in w) for r, w in rec.walks() if r == KV_CACHE]
+    assert kv == [[4 * 64] * 2, [5 * 64] * 2, [6 * 64] * 2]
+    assert err.getvalue() == ""
+
+
 def test_transformers_trainer_gradient_accumulation(phases, tmp_path):
     transformers = pytest.importorskip("transformers")
     ph, rec, err = phases
@@ -206,4 +311,39 @@ def test_fsdp2_walks_are_the_local_shards(phases, process_group):
     # them: in forward (layer 0, then 2) and again in backward (2, then 0), every step
     unsharded = [[b for _, b in w] for r, w in rec.walks() if r == UNSHARDED]
     assert unsharded == [[512, 64], [256, 16], [256, 16], [512, 64]] * 2
+    # FSDP2's flat communication buffers: each group's all-gather output (world 2 only: at world
+    # 1 FSDP2 copies the shard, no buffer) as its wait begins, in forward (0, 2) and backward (2,
+    # 0), and each group's reduce-scatter input after its post_backward (2, then 0): the layer's
+    # full size, 512 + 64 and 256 + 16 bytes
+    comm = [[b for _, b in w] for r, w in rec.walks() if r == COMMUNICATION]
+    if world == 2:
+        assert comm == [[576], [272], [272], [272], [576], [576]] * 2
+    else:
+        assert comm == [[272], [576]] * 2
     assert err.getvalue() == ""
+
+
+def test_ddp_under_torchrun_phases_per_rank(tmp_path):
+    """DistributedDataParallel on gloo, world 2, launched by torchrun (ddp_ranks.py): every rank
+    has its own phases (DDP's wrapper is the root; the reducer's all-reduce runs inside backward)
+    and walks its own replica: parameters, gradients and momentum, 848 bytes each. DDP's reducer
+    buckets are not walked: with gradient_as_bucket_view=True the gradients are views into them
+    (the gradient walk's pointers lie inside the buckets, which the analysis then labels
+    gradient); by default they are flat copies made when DDP is built, docs/pytorch.md."""
+    env = dict(os.environ, CT_SOURCE=os.environ.get("CT_SOURCE", os.path.join(
+        os.path.dirname(__file__), "..", "..")), OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc_per_node", "2",
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_ranks.py"),
+                        str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for rank in (0, 1):
+        with open(tmp_path / ("rank%d.json" % rank)) as f:
+            got = json.load(f)
+        assert got["err"] == ""
+        assert [tuple(m) for m in got["marks"]] == (zg() + fwd() + bwd() + opt_step()) * 2
+        walks = [(r, [tuple(x) for x in w]) for r, w in got["walks"]]
+        assert [r for r, _ in walks] == [PARAMETER, INPUT, GRADIENT, OPTIMIZER_STATE, GRADIENT]
+        assert sorted(list(x) for x in walks[-1][1]) == got["grads"]
+        assert got["params"] == got["state"] == 848
+        assert sum(b for _, b in walks[0][1]) == 848

@@ -13,6 +13,8 @@
     optimizer_state: ['#59a14f', 'optimizer state'], activation: ['#e15759', 'activation'],
     temporary: ['#edc948', 'temporary'], input: ['#76b7b2', 'input'], autograd: ['#b07aa1', 'autograd'],
     program: ['#ff9da7', "program's own"], parameter_unsharded: ['#a0cbe8', 'parameter (unsharded)'],
+    cublas_workspace: ['#86bcb6', 'cuBLAS workspace'], communication: ['#d4a6c8', 'communication buffer'],
+    kv_cache: ['#fabfd2', 'KV cache'],
     unknown: ['#9c755f', 'unknown'], library: ['#8c8c8c', 'other libraries'],
     cache: ['#d9d4cf', "cached, free in PyTorch's cache"],
   };
