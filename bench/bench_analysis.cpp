@@ -13,7 +13,7 @@
 #include <streambuf>
 #include <string_view>
 
-#include "snapshot/snapshot_input.h"
+#include "io/snapshot_input.h"
 #include "snapshot/snapshot_json_writer.h"
 #include "verdicts/check.h"
 #include "verdicts/report.h"

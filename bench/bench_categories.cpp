@@ -5,7 +5,8 @@
 // ownership walks of 150 parameters, 150 gradients and 300 optimizer state tensors sent every
 // step (the worst case: the Python side sends a walk only when it changed). The target: well
 // under a second for 1 M entries. Also the ledger (pytorch/ledger.h) of the same run, as report
-// builds it.
+// builds it, and the whole of report's model of it (BM_Report: verdicts/report.h build_report, its
+// rows, ledger and by-module view from one analysed view, analysis/analysed_snapshot.h).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "pytorch/categories.h"
 #include "pytorch/ledger.h"
 #include "support/torch_run_builder.h"
+#include "verdicts/report.h"
 
 using namespace cumemtrace;
 
@@ -119,8 +121,20 @@ void BM_Ledger(benchmark::State& state) {
   counters(state);
 }
 
+void BM_Report(benchmark::State& state) {
+  auto s = run();
+  analysis::label_categories(s);
+  const analysis::SiteTable sites(s);
+  for (auto _ : state) {
+    const auto r = analysis::build_report(s, sites, "run.json");
+    benchmark::DoNotOptimize(r.devices.data());
+  }
+  counters(state);
+}
+
 }  // namespace
 
 BENCHMARK(BM_LabelCategories)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_Ledger)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_Report)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK_MAIN();

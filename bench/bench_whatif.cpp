@@ -16,9 +16,9 @@
 #include <streambuf>
 
 #include "analysis/frames.h"
+#include "io/snapshot_input.h"
 #include "pytorch/torch_allocator_model.h"
 #include "pytorch/whatif.h"
-#include "snapshot/snapshot_input.h"
 #include "snapshot/snapshot_json_writer.h"
 
 using namespace cumemtrace;

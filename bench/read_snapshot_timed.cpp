@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "snapshot/snapshot_input.h"
+#include "io/snapshot_input.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

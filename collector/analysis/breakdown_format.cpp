@@ -6,6 +6,12 @@
 
 namespace cumemtrace::analysis {
 
+std::string format_time(int64_t time_us, int64_t origin_us) {
+  const int64_t d = time_us - origin_us;
+  const int64_t a = d < 0 ? -d : d;
+  return fmt::format("{}{}.{:06d} s", d < 0 ? "-" : "+", a / 1000000, a % 1000000);
+}
+
 std::string plural(uint64_t n, std::string_view one) {
   const bool sibilant = !one.empty() && one.back() == 's';  // "2 processes", not "2 processs"
   return fmt::format("{} {}{}", n, one, n == 1 ? "" : sibilant ? "es" : "s");

@@ -16,6 +16,9 @@
 
 namespace cumemtrace::analysis {
 
+// Seconds since the origin (model.h time_origin), "+1.234567 s".
+std::string format_time(int64_t time_us, int64_t origin_us);
+
 // "1 allocation", "3 allocations".
 std::string plural(uint64_t n, std::string_view one);
 

@@ -1,6 +1,7 @@
 #include "analysis/model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <unordered_set>
 
@@ -253,12 +254,21 @@ int device_count(const snap::Snapshot& s) {
   return n;
 }
 
+namespace {
+std::atomic<uint64_t> replays_built{0};
+}  // namespace
+
+uint64_t DeviceReplay::built() {
+  return replays_built.load(std::memory_order_relaxed);
+}
+
 DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
     : s_(s),
       trace_(device >= 0 && static_cast<size_t>(device) < s.device_traces.size()
                  ? &s.device_traces[static_cast<size_t>(device)]
                  : &kEmptyTrace),
       flavor_(flavor_of(s)) {
+  replays_built.fetch_add(1, std::memory_order_relaxed);
   tl_.device = device;
   const auto& tr = *trace_;
   const bool torch = flavor_ == Flavor::kTorch;

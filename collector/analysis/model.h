@@ -203,6 +203,9 @@ struct UnitChange {
 class DeviceReplay {
  public:
   DeviceReplay(const snap::Snapshot& s, int device);
+  // How many replays this process has built (every thread): the tests' count of replays per
+  // command (analysed_snapshot.h: one per device of a snapshot).
+  static uint64_t built();
 
   const Timeline& timeline() const { return tl_; }
   const std::vector<snap::TraceEntry>& trace() const { return *trace_; }

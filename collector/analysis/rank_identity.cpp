@@ -81,4 +81,14 @@ RankIdentity rank_identity(const snap::Snapshot& s) {
   return s.tool ? rank_identity(*s.tool) : RankIdentity{};
 }
 
+std::string process_name(const snap::Snapshot& s) {
+  const RankIdentity id = rank_identity(s);
+  if (id.known()) return id.describe();
+  if (!s.tool) return "(no process recorded)";
+  std::string exe = s.tool->exe;
+  if (auto slash = exe.rfind('/'); slash != std::string::npos) exe = exe.substr(slash + 1);
+  return exe.empty() ? fmt::format("pid {}", s.tool->pid)
+                     : fmt::format("pid {} ({})", s.tool->pid, exe);
+}
+
 }  // namespace cumemtrace::analysis

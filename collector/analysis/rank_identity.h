@@ -38,4 +38,8 @@ struct RankIdentity {
 RankIdentity rank_identity(const snap::Snapshot& s);
 RankIdentity rank_identity(const snap::ToolSection& t);
 
+// How every view names a process: "rank 1/2 (local 1) on node7" for a rank, else
+// "pid 1234 (app)".
+std::string process_name(const snap::Snapshot& s);
+
 }  // namespace cumemtrace::analysis

@@ -7,7 +7,7 @@
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/snapshot_inputs.h"
-#include "snapshot/snapshot_input.h"
+#include "io/snapshot_input.h"
 #include "verdicts/diff.h"
 #include "viz/html_report.h"
 

@@ -16,7 +16,7 @@
 #include "cli/one_output.h"
 #include "cli/snapshot_inputs.h"
 #include "io/output_file.h"
-#include "snapshot/snapshot_input.h"
+#include "io/snapshot_input.h"
 #include "verdicts/diff.h"
 #include "verdicts/rank_table.h"
 #include "verdicts/report.h"

@@ -14,13 +14,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/analysed_snapshot.h"
 #include "analysis/breakdown_format.h"
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
 #include "cli/intervals_report.h"
 #include "cli/snapshot_inputs.h"
+#include "io/snapshot_input.h"
 #include "snapshot/size_format.h"
-#include "snapshot/snapshot_input.h"
 #include "verdicts/rank_table.h"
 #include "verdicts/report.h"
 
@@ -168,9 +169,10 @@ int report_one(const Opts& o) {
   }
   const std::string& file = o.files.front();
   const analysis::SiteTable sites(s, o.report.full_names);
+  const analysis::AnalysedSnapshot view(s);  // each device replayed once for every section
   analysis::Report r;
   try {
-    r = analysis::build_report(s, sites, file, o.report.range, o.report.module_depth);
+    r = analysis::build_report(view, sites, file, o.report.range, o.report.module_depth);
   } catch (const analysis::RangeNotFound& e) {
     std::cerr << "cumemtrace report: " << file << ": " << e.what() << '\n';
     return 2;

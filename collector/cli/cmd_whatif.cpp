@@ -10,9 +10,9 @@
 
 #include "cli/cli_checks.h"
 #include "cli/commands.h"
+#include "io/snapshot_input.h"
 #include "pytorch/whatif.h"
 #include "snapshot/size_format.h"
-#include "snapshot/snapshot_input.h"
 #include "viz/html_report.h"
 
 namespace cumemtrace::cli {

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/snapshot_inputs.h"
-#include "snapshot/snapshot_input.h"
+#include "io/snapshot_input.h"
 
 namespace cumemtrace::cli {
 

@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "io/snapshot_input.h"
 #include "pytorch/whatif.h"
-#include "snapshot/snapshot_input.h"
 #include "verdicts/limits.h"
 
 namespace cumemtrace::cli {

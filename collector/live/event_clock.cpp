@@ -1,6 +1,6 @@
 #include "live/event_clock.h"
 
-#include "live/ring_reader.h"
+#include "live/corrupt_ring.h"
 #include "tsc_pair.h"
 
 namespace cumemtrace::collect {

@@ -19,7 +19,7 @@ namespace cumemtrace::collect {
 
 class EventClock {
  public:
-  // Throws CorruptRing (ring_reader.h) for a time source this collector cannot read.
+  // Throws CorruptRing (corrupt_ring.h) for a time source this collector cannot read.
   explicit EventClock(const wire::RingHeader& header);
   // For tests: a TSC ring whose pairs are given instead of read.
   EventClock(uint64_t start_tsc, uint64_t start_ns);

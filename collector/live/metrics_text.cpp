@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "analysis/analysed_snapshot.h"
 #include "analysis/frames.h"
 #include "analysis/model.h"
 #include "analysis/rank_identity.h"
@@ -126,8 +127,9 @@ void add_process(const snap::Snapshot& s, Metrics& m) {
   m.add(kDropped, labels, t.events_dropped);
 
   const analysis::SiteTable sites(s);
+  const analysis::AnalysedSnapshot view(s);  // one replay per device for the verdicts and gauges
   std::map<int, uint64_t> ooms;
-  for (const auto& v : analysis::oom_verdicts(s, sites)) ++ooms[v.device];
+  for (const auto& v : analysis::oom_verdicts(view, sites)) ++ooms[v.device];
   std::map<int, analysis::LiveCount> live;
   {
     std::map<int, std::vector<analysis::Allocation>> by_device;
@@ -136,7 +138,7 @@ void add_process(const snap::Snapshot& s, Metrics& m) {
   }
   const int n = analysis::device_count(s);
   for (int d = 0; d < n; ++d) {
-    const analysis::DeviceReplay rp(s, d);
+    const analysis::DeviceReplay& rp = view.replay(d);
     const analysis::Timeline& tl = rp.timeline();
     if (!analysis::device_used(tl, live.count(d) > 0)) continue;
     const std::string dl = fmt::format("{},device=\"{}\"", labels, d);

@@ -14,14 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "live/corrupt_ring.h"
 #include "live/event_clock.h"
 #include "wire_format.h"
 
 namespace cumemtrace::collect {
-
-struct CorruptRing : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct Record {
   uint64_t ticket = 0;

@@ -11,7 +11,6 @@
 #include "pytorch/categories.h"
 #include "pytorch/modules.h"
 #include "snapshot/size_format.h"
-#include "verdicts/report.h"
 
 namespace cumemtrace::analysis {
 
@@ -243,8 +242,9 @@ std::string phase_label(const LedgerPhase& p) {
   return s;
 }
 
-std::optional<Ledger> build_ledger(const snap::Snapshot& s, const SiteTable& sites,
+std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& sites,
                                    int module_depth) {
+  const snap::Snapshot& s = a.snapshot();
   if (!has_pytorch(s)) return std::nullopt;
   const Phases ph(s);
   if (!ph.automatic()) return std::nullopt;
@@ -262,7 +262,7 @@ std::optional<Ledger> build_ledger(const snap::Snapshot& s, const SiteTable& sit
   for (int d = 0; d < n; ++d) {
     const auto dt = device_tensors(s, d, ph);
     if (dt.lives.empty()) continue;
-    const DeviceReplay rp(s, d);
+    const DeviceReplay& rp = a.replay(d);
     const auto& tr = rp.trace();
     DeviceLedger dl;
     dl.device = d;

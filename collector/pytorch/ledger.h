@@ -40,6 +40,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "analysis/analysed_snapshot.h"
 #include "analysis/frames.h"
 #include "analysis/model.h"
 #include "pytorch/phases.h"
@@ -127,7 +128,7 @@ struct Ledger {
 
 // nullopt unless the snapshot is a PyTorch run with automatic phases. `module_depth`: the depth
 // of the phases' lists by module (modules.h: module_at_depth).
-std::optional<Ledger> build_ledger(const snap::Snapshot& s, const SiteTable& sites,
+std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& sites,
                                    int module_depth = 2);
 
 // Growth per step (contract) over the complete steps that end within [t0, t1] (check --range:

@@ -157,7 +157,9 @@ bool has_module_names(const snap::Snapshot& s) {
   return false;
 }
 
-std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth, std::string* why) {
+std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth,
+                                            std::string* why) {
+  const snap::Snapshot& s = a.snapshot();
   if (!has_pytorch(s) || !has_module_names(s)) {
     if (why) {
       *why =
@@ -195,6 +197,8 @@ std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth, 
   for (int d = 0; d < n; ++d) {
     const auto dt = device_tensors(s, d, ph);
     if (dt.lives.empty()) continue;
+    // Live tensor bytes as MemTracker counts them (the trainers' rule above), not the replay's
+    // blocks: the view needs no replay.
     const auto& tr = s.device_traces[static_cast<size_t>(d)];
     const auto live_bytes = tensor_bytes_after(tr, dt);
     for (const auto& t : dt.lives) {

@@ -43,6 +43,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "analysis/analysed_snapshot.h"
 #include "pytorch/categories.h"
 #include "pytorch/phases.h"
 #include "snapshot/snapshot.h"
@@ -104,7 +105,7 @@ std::string_view stack_module(const snap::Snapshot& s, int32_t stack);
 bool has_module_names(const snap::Snapshot& s);
 
 // The view at `depth`; nullopt (with *why set when given) when the snapshot has no module names.
-std::optional<ModuleView> build_module_view(const snap::Snapshot& s, int depth,
+std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth,
                                             std::string* why = nullptr);
 
 void print_module_view_text(const ModuleView& v, size_t top, std::ostream& out);

@@ -266,7 +266,8 @@ void advise(OomVerdict& v, const SiteTable& sites) {
 
 }  // namespace
 
-std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& sites) {
+std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable& sites) {
+  const snap::Snapshot& s = a.snapshot();
   std::vector<OomVerdict> out;
   const bool torch_file = flavor_of(s) == Flavor::kTorch;
   std::optional<bool> expandable;
@@ -290,7 +291,7 @@ std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& s
     if (std::none_of(tr.begin(), tr.end(),
                      [](const snap::TraceEntry& e) { return e.action == Action::kOom; }))
       continue;
-    const DeviceReplay replay(s, static_cast<int>(d));
+    const DeviceReplay& replay = a.replay(static_cast<int>(d));
     if (!phases) {
       phases.emplace(s);
       categorized = labels_categories(s, *phases);

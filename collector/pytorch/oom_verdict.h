@@ -63,6 +63,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "analysis/analysed_snapshot.h"
 #include "analysis/model.h"
 #include "pytorch/ledger.h"
 #include "pytorch/whatif.h"
@@ -106,7 +107,7 @@ struct OomVerdict {
 };
 
 // Every OOM of the snapshot, by device, then in trace order.
-std::vector<OomVerdict> oom_verdicts(const snap::Snapshot& s, const SiteTable& sites);
+std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable& sites);
 
 // One line for `run`'s stderr and the report's heading: "exhaustion: 26.0 MiB requested, 25.0 MiB
 // free even compacted (cached free 25.0 MiB + 0 B headroom), largest free block 21.0 MiB".

@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/breakdown_format.h"
 #include "analysis/model.h"
 #include "snapshot/size_format.h"
-#include "verdicts/report.h"
 
 namespace cumemtrace::analysis {
 

@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "snapshot/snapshot_reader.h"
+#include "snapshot/read_error.h"
 
 namespace cumemtrace::snap::detail {
 

@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "snapshot/read_error.h"
 #include "snapshot/snapshot.h"
 #include "snapshot/snapshot_fields.h"
-#include "snapshot/snapshot_reader.h"
 
 namespace cumemtrace::snap::detail {
 

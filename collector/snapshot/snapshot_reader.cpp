@@ -12,7 +12,6 @@
 
 #include <fmt/format.h>
 
-#include "io/input_file.h"
 #include "snapshot/json_scanner.h"
 #include "snapshot/snapshot_read_handler.h"
 

@@ -20,14 +20,10 @@
 #include <string>
 #include <string_view>
 
+#include "snapshot/read_error.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::snap {
-
-class ReadError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // `name` is only used in error messages (usually the path).
 Snapshot read_snapshot(std::string_view text, const std::string& name);

@@ -60,49 +60,15 @@
 
 #include "snapshot/snapshot.h"
 #include "verdicts/findings.h"
+#include "verdicts/limits.h"
 
 namespace cumemtrace::analysis {
-
-struct CheckOptions {
-  std::optional<uint64_t> max_leaked_bytes;
-  std::optional<uint64_t> max_peak_bytes;
-  std::optional<uint64_t> max_allocated_peak;  // PyTorch allocated
-  std::optional<uint64_t> max_reserved_peak;   // PyTorch reserved
-  std::optional<uint64_t> max_driver_peak;     // driver-visible (NVML)
-  std::string range;                           // evaluate within this annotation pair
-  std::optional<uint64_t> max_growth;
-  std::optional<uint64_t> max_growth_per_step;  // the ledger's growth per step (ledger.h)
-  std::optional<uint64_t> max_module_bytes;     // a module's row of the by-module view
-  int module_depth = 2;                         // the rows' depth (modules.h)
-  std::string mark;
-  int warmup = 1;
-  bool allow_drops = false;
-  bool allow_no_cuda = false;   // inputs that never used CUDA pass (with a warning)
-  std::string suppressions;     // path; empty = none
-  std::string junit;            // path; empty = none
-  bool force = false;           // --junit may replace an existing file
-  std::string format = "text";  // text | json | github
-  size_t frames = 8;            // program frames shown per stack
-  size_t stacks = 10;           // stacks shown per failure
-};
 
 // What is wrong with the options themselves, checked before any snapshot is read (and by `run`
 // before the program starts): --mark without --max-growth, a suppressions file
 // that cannot be read or does not parse, a --junit file that cannot be written (or would replace
 // one of `inputs`, or an existing file without --force). One line, empty when all is well.
 std::string check_options_problem(const CheckOptions& o, const std::vector<std::string>& inputs);
-
-struct LoadedSnapshot {
-  LoadedSnapshot() = default;
-  LoadedSnapshot(std::string p, snap::Snapshot s, std::string why = {})
-      : path(std::move(p)), snapshot(std::move(s)), unreadable(std::move(why)) {}
-  std::string path;
-  snap::Snapshot snapshot;
-  // Why the file could not be read (one line naming it); empty when it was. An unreadable file is
-  // a failed verdict of its own ("readable"), shown beside the others' and never stopping them,
-  // and makes run_check return 2 (unreadable input).
-  std::string unreadable;
-};
 
 // Evaluates without printing; throws SuppressionError for a bad suppressions file and
 // RangeNotFound (report.h) for a --range the snapshot lacks.

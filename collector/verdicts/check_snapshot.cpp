@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "analysis/analysed_snapshot.h"
 #include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
@@ -270,8 +271,9 @@ GrowthMoments growth_moments(const snap::Snapshot& s, const CheckOptions& o) {
 // One site's growth between the two moments, and a stack that allocated there.
 using SiteGrowth = std::pair<int64_t, StackGroup>;
 
-// What judging one snapshot's limits shares: its devices, their replays, the --range window and
-// the ledger, each built on first use (a limit not given costs nothing).
+// What judging one snapshot's limits shares: its devices, their replays (the snapshot's one view:
+// analysed_snapshot.h), the --range window and the ledger, each built on first use (a limit not
+// given costs nothing).
 class SnapshotJudge {
  public:
   SnapshotJudge(const LoadedSnapshot& ls, const CheckOptions& o,
@@ -282,8 +284,8 @@ class SnapshotJudge {
         rules_(rules),
         r_(r),
         sites_(s_),
+        view_(s_),
         devices_(devices_of(s_)) {
-    replays_.resize(devices_.size());
     ranges_.resize(devices_.size());
     if (!o.range.empty()) {
       std::string why;
@@ -319,11 +321,7 @@ class SnapshotJudge {
     return finding(ls_, std::move(check), device);
   }
 
-  const DeviceReplay& replay(int d) {
-    auto& p = replays_[static_cast<size_t>(d)];
-    if (!p) p = std::make_unique<DeviceReplay>(s_, d);
-    return *p;
-  }
+  const DeviceReplay& replay(int d) const { return view_.replay(d); }
   const RangeResult& range_of(int d) {
     auto& p = ranges_[static_cast<size_t>(d)];
     if (!p) p = evaluate_range(replay(d), *window_);
@@ -332,7 +330,7 @@ class SnapshotJudge {
   // The ledger of a PyTorch run with automatic phases (ledger.h): leaks and growth per step in
   // a PyTorch user's terms.
   const std::optional<Ledger>& ledger() {
-    if (!ledger_) ledger_ = build_ledger(s_, sites_);
+    if (!ledger_) ledger_ = build_ledger(view_, sites_);
     return *ledger_;
   }
   const DeviceLedger* device_ledger(int d) {
@@ -367,8 +365,8 @@ class SnapshotJudge {
   const std::vector<Suppression>& rules_;
   CheckResult& r_;
   const SiteTable sites_;
+  const AnalysedSnapshot view_;
   const std::vector<int> devices_;
-  std::vector<std::unique_ptr<DeviceReplay>> replays_;
   std::vector<std::optional<RangeResult>> ranges_;
   std::optional<RangeWindow> window_;
   std::string in_range_;
@@ -716,7 +714,7 @@ void SnapshotJudge::module_bytes(uint64_t limit) {
   Finding f = base("module-bytes", -1);
   f.limit = limit;
   std::string why;
-  const auto view = window_ ? std::nullopt : build_module_view(s_, o_.module_depth, &why);
+  const auto view = window_ ? std::nullopt : build_module_view(view_, o_.module_depth, &why);
   if (!view) {
     // A gate that could not judge never passes.
     f.judged = false;

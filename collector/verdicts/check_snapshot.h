@@ -14,7 +14,8 @@
 
 #include <vector>
 
-#include "verdicts/check.h"
+#include "verdicts/findings.h"
+#include "verdicts/limits.h"
 #include "verdicts/suppressions.h"
 
 namespace cumemtrace::analysis {

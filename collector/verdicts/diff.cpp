@@ -29,7 +29,8 @@ struct Side {
   std::map<std::pair<int, std::string>, std::array<uint64_t, 3>> sites;  // peak, live, count
 };
 
-Side measure(const snap::Snapshot& s) {
+Side measure(const AnalysedSnapshot& view) {
+  const snap::Snapshot& s = view.snapshot();
   Side side;
   const SiteTable sites(s);
   const int n = device_count(s);
@@ -44,7 +45,7 @@ Side measure(const snap::Snapshot& s) {
     e[2] += 1;
   }
   for (int d = 0; d < n; ++d) {
-    DeviceReplay rp(s, d);
+    const DeviceReplay& rp = view.replay(d);
     side.peak[static_cast<size_t>(d)] = rp.timeline().peak_bytes;
     if (device_used(rp.timeline(), has_live[static_cast<size_t>(d)])) side.used.push_back(d);
     // PyTorch's memory by its tensors, its cache one row of its own (model.h Attributed).
@@ -179,12 +180,15 @@ std::vector<ValueDiff> pair_values(
 
 }  // namespace
 
-Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
-                    const snap::Snapshot& now, const std::string& new_file, int module_depth) {
+Diff diff_snapshots(const AnalysedSnapshot& base_view, const std::string& base_file,
+                    const AnalysedSnapshot& new_view, const std::string& new_file,
+                    int module_depth) {
+  const snap::Snapshot& base = base_view.snapshot();
+  const snap::Snapshot& now = new_view.snapshot();
   Diff d;
   d.base_file = base_file;
   d.new_file = new_file;
-  const Side a = measure(base), b = measure(now);
+  const Side a = measure(base_view), b = measure(new_view);
   const Pairing pairing = pair_devices(base, a, now, b);
   const size_t np = pairing.pairs.size();
   for (DeviceDiff dd : pairing.pairs) {
@@ -228,8 +232,8 @@ Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
   });
 
   const SiteTable base_sites(base), new_sites(now);
-  const auto la = build_ledger(base, base_sites, module_depth);
-  const auto lb = build_ledger(now, new_sites, module_depth);
+  const auto la = build_ledger(base_view, base_sites, module_depth);
+  const auto lb = build_ledger(new_view, new_sites, module_depth);
   if (la && lb) {
     d.ledgers = true;
     const auto va = ledger_values(*la, pairing.base, np), vb = ledger_values(*lb, pairing.now, np);
@@ -241,7 +245,8 @@ Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
         "only {} is a PyTorch run with automatic phases: no comparison by phase or category",
         la ? base_file : new_file);
   }
-  const auto ma = build_module_view(base, module_depth), mb = build_module_view(now, module_depth);
+  const auto ma = build_module_view(base_view, module_depth),
+             mb = build_module_view(new_view, module_depth);
   if (ma && mb) {
     auto values = [](const ModuleView& v) {
       std::vector<std::pair<std::pair<int, std::string>, int64_t>> out;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/analysed_snapshot.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
@@ -67,8 +68,10 @@ struct Diff {
 // instead of each number at +0 B; JSON carries "differences": false.
 bool no_differences(const Diff& d);
 
-Diff diff_snapshots(const snap::Snapshot& base, const std::string& base_file,
-                    const snap::Snapshot& now, const std::string& new_file, int module_depth = 2);
+// Each side's replays (its peaks and sites, its ledger's, its by-module view's) are its view's
+// (analysed_snapshot.h: one per device).
+Diff diff_snapshots(const AnalysedSnapshot& base, const std::string& base_file,
+                    const AnalysedSnapshot& now, const std::string& new_file, int module_depth = 2);
 
 void print_diff_text(const Diff& d, size_t top, std::ostream& out);
 void print_diff_json(const Diff& d, std::ostream& out);

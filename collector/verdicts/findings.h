@@ -1,13 +1,29 @@
-// Contract: the outcome of `cumemtrace check`, independent of how it is printed. One Finding per
-// limit and device evaluated (passed or failed) and one per warning; text, json, github and JUnit
-// printers all render this same list, so the formats never disagree on what failed.
+// Contract: what `cumemtrace check` judges (LoadedSnapshot: a file, read or not) and its outcome,
+// independent of how it is printed. One Finding per limit and device evaluated (passed or failed)
+// and one per warning; text, json, github and JUnit printers all render this same list, so the
+// formats never disagree on what failed.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "snapshot/snapshot.h"
+
 namespace cumemtrace::analysis {
+
+struct LoadedSnapshot {
+  LoadedSnapshot() = default;
+  LoadedSnapshot(std::string p, snap::Snapshot s, std::string why = {})
+      : path(std::move(p)), snapshot(std::move(s)), unreadable(std::move(why)) {}
+  std::string path;
+  snap::Snapshot snapshot;
+  // Why the file could not be read (one line naming it); empty when it was. An unreadable file is
+  // a failed verdict of its own ("readable"), shown beside the others' and never stopping them,
+  // and makes run_check return 2 (unreadable input).
+  std::string unreadable;
+};
 
 struct StackNote {                 // one stack shown under a finding
   std::string title;               // "2.00 MiB in 3 allocations"

@@ -12,7 +12,6 @@
 #include "analysis/model.h"
 #include "analysis/rank_identity.h"
 #include "snapshot/size_format.h"
-#include "verdicts/rank_table.h"
 #include "verdicts/report.h"
 
 namespace cumemtrace::analysis {

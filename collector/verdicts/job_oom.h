@@ -47,7 +47,7 @@ struct JobOomInput {
 struct HeldAtOom {
   size_t input = 0;  // index into the inputs
   std::string file;
-  std::string name;  // rank_table.h process_name
+  std::string name;  // rank_identity.h process_name
   int device = 0;
   bool started = true;                          // false: the process started after the OOM's moment
   uint64_t bytes = 0;                           // tracked bytes live then
@@ -57,7 +57,7 @@ struct HeldAtOom {
 struct JobOom {
   size_t input = 0;  // the process whose OOM came first
   std::string file;
-  std::string name;  // its rank_table.h process_name
+  std::string name;  // its rank_identity.h process_name
   int pid = 0;
   OomVerdict oom;
   std::string site;            // the failing request's line (frames.h site)

@@ -32,9 +32,34 @@
 #include <string_view>
 #include <vector>
 
-#include "verdicts/check.h"
+#include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
+
+// What `check` (and `run`) was asked: the limits (one member per row of the table below, which
+// names it) and how to judge and print them (check.h says what each one means).
+struct CheckOptions {
+  std::optional<uint64_t> max_leaked_bytes;
+  std::optional<uint64_t> max_peak_bytes;
+  std::optional<uint64_t> max_allocated_peak;  // PyTorch allocated
+  std::optional<uint64_t> max_reserved_peak;   // PyTorch reserved
+  std::optional<uint64_t> max_driver_peak;     // driver-visible (NVML)
+  std::string range;                           // evaluate within this annotation pair
+  std::optional<uint64_t> max_growth;
+  std::optional<uint64_t> max_growth_per_step;  // the ledger's growth per step (ledger.h)
+  std::optional<uint64_t> max_module_bytes;     // a module's row of the by-module view
+  int module_depth = 2;                         // the rows' depth (modules.h)
+  std::string mark;
+  int warmup = 1;
+  bool allow_drops = false;
+  bool allow_no_cuda = false;   // inputs that never used CUDA pass (with a warning)
+  std::string suppressions;     // path; empty = none
+  std::string junit;            // path; empty = none
+  bool force = false;           // --junit may replace an existing file
+  std::string format = "text";  // text | json | github
+  size_t frames = 8;            // program frames shown per stack
+  size_t stacks = 10;           // stacks shown per failure
+};
 
 struct LimitSpec {
   std::string_view name;

@@ -186,16 +186,6 @@ std::string device_name(int device) {
 
 }  // namespace
 
-std::string process_name(const snap::Snapshot& s) {
-  const RankIdentity id = rank_identity(s);
-  if (id.known()) return id.describe();
-  if (!s.tool) return "(no process recorded)";
-  std::string exe = s.tool->exe;
-  if (auto slash = exe.rfind('/'); slash != std::string::npos) exe = exe.substr(slash + 1);
-  return exe.empty() ? fmt::format("pid {}", s.tool->pid)
-                     : fmt::format("pid {} ({})", s.tool->pid, exe);
-}
-
 RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThresholds& t) {
   RankTable table;
   table.thresholds = t;

@@ -112,9 +112,6 @@ struct RankTable {
 
 RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThresholds& t);
 
-// "rank 1/2 (local 1) on node7" for a rank, else "pid 1234 (app)".
-std::string process_name(const snap::Snapshot& s);
-
 void print_rank_table_text(const RankTable& t, size_t top, std::ostream& out);
 nlohmann::json rank_table_json(const RankTable& t, size_t top);
 

@@ -175,14 +175,9 @@ nlohmann::json layers_json(const std::vector<Breakdown>& layers) {
 
 }  // namespace
 
-std::string format_time(int64_t time_us, int64_t origin_us) {
-  const int64_t d = time_us - origin_us;
-  const int64_t a = d < 0 ? -d : d;
-  return fmt::format("{}{}.{:06d} s", d < 0 ? "-" : "+", a / 1000000, a % 1000000);
-}
-
-Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file,
+Report build_report(const AnalysedSnapshot& view, const SiteTable& sites, const std::string& file,
                     const std::string& range, int module_depth) {
+  const snap::Snapshot& s = view.snapshot();
   Report r;
   r.file = file;
   if (!range.empty()) {
@@ -196,7 +191,7 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
   const auto live = live_at_exit(s);
   const int n = device_count(s);
   for (int d = 0; d < n; ++d) {
-    DeviceReplay replay(s, d);
+    const DeviceReplay& replay = view.replay(d);
     const Timeline& tl = replay.timeline();
     std::vector<Allocation> live_d;
     for (const auto& a : live) {
@@ -223,9 +218,9 @@ Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::
   r.top_by_bytes = trace_alloc_sites(s, sites, false);
   r.top_by_count = trace_alloc_sites(s, sites, true);
   r.histogram = size_histogram(s);
-  r.ledger = build_ledger(s, sites, module_depth);
-  r.modules = build_module_view(s, module_depth);
-  r.ooms = oom_verdicts(s, sites);
+  r.ledger = build_ledger(view, sites, module_depth);
+  r.modules = build_module_view(view, module_depth);
+  r.ooms = oom_verdicts(view, sites);
   return r;
 }
 

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "analysis/analysed_snapshot.h"
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
 #include "analysis/model.h"
@@ -71,8 +72,9 @@ struct RangeNotFound : std::runtime_error {
 
 // `range`: the name of a START..END annotation pair (range.h) to evaluate too; RangeNotFound
 // when the snapshot has no completed pair of that name.
-// `module_depth`: the by-module view's depth (modules.h).
-Report build_report(const snap::Snapshot& s, const SiteTable& sites, const std::string& file,
+// `module_depth`: the by-module view's depth (modules.h). Every device's replay, the ledger's, the
+// by-module view's and the OOM verdicts' are the view's (analysed_snapshot.h: one per device).
+Report build_report(const AnalysedSnapshot& view, const SiteTable& sites, const std::string& file,
                     const std::string& range = {}, int module_depth = 2);
 
 struct ReportOptions {
@@ -91,8 +93,5 @@ void print_report_json(const Report& r, const snap::Snapshot& s, const SiteTable
 // The document print_report_json writes (report over many files nests it, --each).
 nlohmann::json report_json(const Report& r, const snap::Snapshot& s, const SiteTable& sites,
                            const ReportOptions& o);
-
-// Seconds since the origin, "+1.234567 s".
-std::string format_time(int64_t time_us, int64_t origin_us);
 
 }  // namespace cumemtrace::analysis

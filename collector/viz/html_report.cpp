@@ -234,8 +234,9 @@ json oom_whatif_json(const snap::Snapshot& s) {
 
 }  // namespace
 
-std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
+std::string report_data_json(const analysis::AnalysedSnapshot& view, const ReportModel& m,
                              const std::string& source_name) {
+  const snap::Snapshot& s = view.snapshot();
   json stacks = json::object();
   for (const auto& st : m.stacks) {
     json frames = json::array();
@@ -254,7 +255,7 @@ std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
   // The ledger as `report --format json` writes it (pytorch_ledger): the page's numbers are
   // report's by construction.
   const analysis::SiteTable sites(s);
-  const auto ledger = analysis::build_ledger(s, sites);
+  const auto ledger = analysis::build_ledger(view, sites);
   // By module: each depth's table as `report --format json` writes it (its "modules").
   json modules = json::array();
   for (const auto& v : m.modules) modules.push_back(analysis::module_view_json(v, kModuleRows));
@@ -274,10 +275,10 @@ std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
   return script_json(root);
 }
 
-std::string render_html_report(const snap::Snapshot& s, const std::string& source_name,
-                               const ReportOptions& opt) {
-  const ReportModel model = build_report_model(s, opt);
-  return page_html(source_name, report_data_json(s, model, source_name));
+std::string render_html_report(const analysis::AnalysedSnapshot& view,
+                               const std::string& source_name, const ReportOptions& opt) {
+  const ReportModel model = build_report_model(view, opt);
+  return page_html(source_name, report_data_json(view, model, source_name));
 }
 
 std::string render_job_html(const analysis::RankTable& table,

@@ -26,11 +26,12 @@
 namespace cumemtrace::viz {
 
 // The page's data: the model as JSON, with '<' escaped so it can sit inside a <script> element.
-std::string report_data_json(const snap::Snapshot& s, const ReportModel& m,
+// `view`: the snapshot's one analysed view (analysed_snapshot.h), the model's and the ledger's.
+std::string report_data_json(const analysis::AnalysedSnapshot& view, const ReportModel& m,
                              const std::string& source_name);
 
-std::string render_html_report(const snap::Snapshot& s, const std::string& source_name,
-                               const ReportOptions& opt = {});
+std::string render_html_report(const analysis::AnalysedSnapshot& view,
+                               const std::string& source_name, const ReportOptions& opt = {});
 
 // Time buckets of each process's chart on the job page (small multiples).
 inline constexpr size_t kJobBuckets = 300;

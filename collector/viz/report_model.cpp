@@ -584,10 +584,12 @@ void fill_timeline(ReportDevice& d, const analysis::DeviceReplay& rp, const Site
   down.flush();
 }
 
-ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::SiteTable& table,
-                          const SiteIndex& sites, const std::vector<Allocation>& held,
-                          const std::set<int>& devices, const ReportOptions& opt) {
-  const analysis::DeviceReplay rp(s, device);
+ReportDevice build_device(const analysis::AnalysedSnapshot& view, int device,
+                          const analysis::SiteTable& table, const SiteIndex& sites,
+                          const std::vector<Allocation>& held, const std::set<int>& devices,
+                          const ReportOptions& opt) {
+  const snap::Snapshot& s = view.snapshot();
+  const analysis::DeviceReplay& rp = view.replay(device);
   ReportDevice d;
   d.device = device;
   fill_axis_and_peaks(d, s, rp, table);
@@ -616,7 +618,8 @@ ReportDevice build_device(const snap::Snapshot& s, int device, const analysis::S
 
 }  // namespace
 
-ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt) {
+ReportModel build_report_model(const analysis::AnalysedSnapshot& view, const ReportOptions& opt) {
+  const snap::Snapshot& s = view.snapshot();
   const analysis::SiteTable table(s);
   const SiteIndex sites(table);
   const auto held = analysis::live_at_exit(s);
@@ -634,8 +637,8 @@ ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt
     if (has) devices.insert(d);
   }
   for (int device : devices)
-    m.devices.push_back(build_device(s, device, table, sites, held, devices, opt));
-  m.ooms = analysis::oom_verdicts(s, table);
+    m.devices.push_back(build_device(view, device, table, sites, held, devices, opt));
+  m.ooms = analysis::oom_verdicts(view, table);
   std::set<int32_t> used;
   for (const auto& v : m.ooms)
     if (v.stack >= 0 && static_cast<size_t>(v.stack) < s.stacks.size()) used.insert(v.stack);
@@ -653,7 +656,7 @@ ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt
     m.stacks.push_back(std::move(rs));
   }
   for (int depth = 1; depth <= 3; ++depth) {
-    if (auto v = analysis::build_module_view(s, depth)) m.modules.push_back(std::move(*v));
+    if (auto v = analysis::build_module_view(view, depth)) m.modules.push_back(std::move(*v));
   }
   return m;
 }

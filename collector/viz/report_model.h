@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/analysed_snapshot.h"
 #include "analysis/model.h"
 #include "pytorch/modules.h"
 #include "pytorch/oom_verdict.h"
@@ -189,6 +190,7 @@ struct ReportModel {
   std::vector<analysis::ModuleView> modules;  // depths 1..3; empty without module names
 };
 
-ReportModel build_report_model(const snap::Snapshot& s, const ReportOptions& opt = {});
+ReportModel build_report_model(const analysis::AnalysedSnapshot& view,
+                               const ReportOptions& opt = {});
 
 }  // namespace cumemtrace::viz

@@ -12,7 +12,7 @@
 #include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
 #include "analysis/model.h"
-#include "snapshot/snapshot_input.h"
+#include "io/snapshot_input.h"
 #include "support/snapshot_builder.h"
 #include "support/torch_fixture.h"
 #include "verdicts/check.h"

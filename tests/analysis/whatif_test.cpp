@@ -10,9 +10,9 @@
 
 #include "analysis/frames.h"
 #include "analysis/model.h"
+#include "io/snapshot_input.h"
 #include "pytorch/torch_allocator_model.h"
 #include "pytorch/whatif.h"
-#include "snapshot/snapshot_input.h"
 #include "support/torch_fixture.h"
 
 using namespace cumemtrace;

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/snapshot_input.h"
 #include "snapshot/pickle_reader.h"
 #include "snapshot/pickle_writer.h"
-#include "snapshot/snapshot_input.h"
 #include "snapshot/snapshot_json_writer.h"
 #include "snapshot/utf8.h"
 #include "support/torch_fixture.h"

@@ -7,7 +7,7 @@
 #include <iterator>
 #include <map>
 
-#include "snapshot/snapshot_input.h"
+#include "io/snapshot_input.h"
 #include "snapshot/snapshot_json_writer.h"
 #include "support/snapshot_builder.h"
 #include "support/torch_fixture.h"

@@ -13,7 +13,7 @@
 
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
-#include "snapshot/snapshot_input.h"
+#include "io/snapshot_input.h"
 #include "support/sample_snapshots.h"
 #include "support/torch_fixture.h"
 #include "verdicts/report.h"

@@ -1,4 +1,4 @@
-#include "snapshot/snapshot_input.h"
+#include "io/snapshot_input.h"
 
 #include <chrono>
 
