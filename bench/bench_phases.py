@@ -38,6 +38,9 @@ class NullSink:
     def mark(self, name):
         pass
 
+    def backward_caller(self, skip):
+        pass
+
     def owners(self, role, flat):
         pass
 

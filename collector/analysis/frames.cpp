@@ -126,6 +126,53 @@ LibraryCode& library_code() {
   return c;
 }
 
+// The --model-code / CUMEMTRACE_MODEL_CODE path parts (set_model_code): where a framework's
+// model files live. The default covers transformers (transformers/models/gpt2/modeling_gpt2.py),
+// timm, diffusers and torchvision.
+std::vector<std::string>& model_code() {
+  static std::vector<std::string> parts = {"/models/"};
+  return parts;
+}
+
+// A trainer's entry points, the user's one line under a framework (transformers' Trainer,
+// Lightning's Trainer): CPython 3.11+ frames carry the qualified name; older ones the function's
+// name alone, matched in a file named trainer.py.
+constexpr std::array<std::string_view, 6> kTrainerEntries = {
+    "train", "fit", "evaluate", "predict", "validate", "test",
+};
+
+bool is_trainer_entry(const snap::Frame& f) {
+  if (!is_library_python(f)) return false;
+  std::string_view name(f.name);
+  const bool qualified = starts_with(name, "Trainer.");
+  if (qualified) name.remove_prefix(8);
+  if (!qualified && !ends_with(f.filename, "/trainer.py")) return false;
+  for (std::string_view e : kTrainerEntries)
+    if (name == e) return true;
+  return false;
+}
+
+bool is_model_code(const snap::Frame& f) {
+  if (!is_library_python(f)) return false;
+  for (const auto& p : model_code())
+    if (contains(f.filename, p)) return true;
+  return false;
+}
+
+// Rule 1's framework site (frames.h): the innermost model-code frame when the user's line `user`
+// calls a trainer's entry; -1 otherwise.
+int framework_site(const snap::Stack& s, int user) {
+  if (model_code().empty()) return -1;
+  int callee = -1;
+  for (int j = user - 1; j >= 0 && callee < 0; --j)
+    if (is_python_frame(s[static_cast<size_t>(j)])) callee = j;
+  if (callee < 0 || !is_trainer_entry(s[static_cast<size_t>(callee)])) return -1;
+  for (int j = 0; j < callee; ++j)
+    if (is_python_frame(s[static_cast<size_t>(j)]) && is_model_code(s[static_cast<size_t>(j)]))
+      return j;
+  return -1;
+}
+
 // Position just past the bracket that closes the one opened at `i` (same kind), or npos.
 size_t matching(std::string_view s, size_t i, char open, char close) {
   int depth = 0;
@@ -195,17 +242,44 @@ bool is_library_python(const snap::Frame& f) {
   return in_python_lib_dir(path);
 }
 
+bool is_autograd_node_frame(const snap::Frame& f) {
+  if (is_python_frame(f) || !starts_with(f.name, "torch::autograd::")) return false;
+  const std::string shown = short_function_name(f.name);
+  return ends_with(shown, "::apply(...)") || ends_with(shown, "::apply()");
+}
+
+void set_model_code(const std::string& spec) {
+  std::vector<std::string> parts;
+  for (size_t from = 0; from <= spec.size();) {
+    size_t comma = spec.find(',', from);
+    if (comma == std::string::npos) comma = spec.size();
+    if (comma > from) parts.push_back(spec.substr(from, comma - from));
+    from = comma + 1;
+  }
+  model_code() = std::move(parts);
+}
+
 int via_frame_index(const snap::Stack& s, int site) {
-  if (site <= 0 || is_library_python(s[static_cast<size_t>(site)])) return -1;
-  for (int j = 0; j < site; ++j)
-    if (is_python_frame(s[static_cast<size_t>(j)])) return j;
-  return -1;
+  if (site <= 0) return -1;
+  const auto& f = s[static_cast<size_t>(site)];
+  if (is_library_python(f) && !is_model_code(f)) return -1;
+  int node = -1;
+  for (int j = 0; j < site; ++j) {
+    const auto& f = s[static_cast<size_t>(j)];
+    if (is_python_frame(f)) return node >= 0 ? node : j;
+    if (node < 0 && is_autograd_node_frame(f)) node = j;
+  }
+  return node;
 }
 
 int site_frame_index(const snap::Stack& s) {
   if (s.empty()) return -1;
-  for (size_t j = 0; j < s.size(); ++j)
-    if (is_python_frame(s[j]) && !is_library_python(s[j])) return static_cast<int>(j);
+  for (size_t j = 0; j < s.size(); ++j) {
+    if (is_python_frame(s[j]) && !is_library_python(s[j])) {
+      const int model = framework_site(s, static_cast<int>(j));
+      return model >= 0 ? model : static_cast<int>(j);
+    }
+  }
   for (size_t j = 0; j < s.size(); ++j)
     if (is_python_frame(s[j])) return static_cast<int>(j);
   for (size_t j = 0; j < s.size(); ++j)

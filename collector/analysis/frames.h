@@ -8,7 +8,19 @@
 //     installed packages (site-packages, dist-packages) and PyTorch (is_library_python; the
 //     paths are configurable, set_library_code). Its label names the library frame beside it, the
 //     innermost Python frame (where the library made the request): "forward (train.py:76) via
-//     Linear.forward (linear.py:134)";
+//     Linear.forward (linear.py:134)"; on autograd's engine thread, whose stack is the node it
+//     evaluates and then the frames of the thread that called backward (the preload lends them:
+//     preload/stacks/backward_caller.h), the site is that backward() line and the node is the
+//     library frame beside it: "step (train.py:42) via
+//     torch::autograd::generated::AddmmBackward0::apply(...) (libtorch_cpu.so)";
+//     Under a framework the user's innermost line is the trainer's entry (`trainer.train()`,
+//     `trainer.fit(model)`: it calls a library function train, fit, evaluate, predict, validate
+//     or test of a class Trainer, or of a file trainer.py before CPython 3.11), which says nothing
+//     of where memory goes: then the innermost frame of the model's code (a library Python
+//     frame whose path has a part of set_model_code, by default "/models/": transformers'
+//     modeling_gpt2.py) stands as the site, with its own "via": "GPT2MLP.forward
+//     (modeling_gpt2.py:NNN) via Linear.forward (linear.py:134)". When no such frame lies
+//     inside the entry, the user's line stays;
 //  2. else, when every Python frame is library code, the innermost Python frame;
 //  3. else (no Python frame) the innermost frame that is not machinery, else (all machinery) the
 //     innermost frame.
@@ -42,9 +54,15 @@ std::vector<const snap::Frame*> visible_frames(const snap::Stack& s);
 // Index into `s` of its site frame (the rule above); -1 for an empty stack.
 int site_frame_index(const snap::Stack& s);
 
-// Index into `s` of the library frame shown beside a user's site frame `site` (rule 1 above);
-// -1 when the site is not the user's Python line or no library Python frame lies inside it.
+// Index into `s` of the library frame shown beside a user's site frame `site` (rule 1 above): an
+// autograd node's frame inside the innermost Python frame, else that Python frame; -1 when the
+// site is not the user's Python line or neither lies inside it.
 int via_frame_index(const snap::Stack& s, int site);
+
+// True for the frame of an autograd node's apply() ("torch::autograd::generated::MmBackward0::
+// apply(...)", "torch::autograd::AccumulateGrad::apply(...)"): the frame the preload puts for the
+// node an engine thread evaluates (preload/stacks/autograd_node.h).
+bool is_autograd_node_frame(const snap::Frame& f);
 
 // True for a Python frame: its file is a .py file (its name is Python's, never folded).
 bool is_python_frame(const snap::Frame& f);
@@ -60,6 +78,13 @@ bool is_library_python(const snap::Frame& f);
 // as library code besides the defaults; one starting with '!' counts as the user's code even where
 // a library rule matches ("!site-packages/mytrainer/"). Replaces the previous setting.
 void set_library_code(const std::string& spec);
+
+// The framework site's setting (rule 1), from --model-code (offline commands) or
+// CUMEMTRACE_MODEL_CODE (every command; the option wins), set once at start: comma-separated
+// path parts of library Python files that are a model's code (default "/models/"); no part ("" or
+// ",") turns the framework site off, so the user's trainer line stays the site. Replaces the
+// previous setting.
+void set_model_code(const std::string& spec);
 
 // "at::native::empty_strided_cuda(c10::ArrayRef<long>, ...)" ->
 // "at::native::empty_strided_cuda(...)", "std::vector<int>::push_back(int const&)" ->

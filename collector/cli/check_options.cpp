@@ -39,6 +39,10 @@ void add_check_options(CLI::App* app, analysis::CheckOptions& o) {
   app->add_option("--warmup", o.warmup, "Occurrences of --mark to skip before measuring growth")
       ->capture_default_str()
       ->check(between(0, 1000000));
+  app->add_option("--module-depth", o.module_depth,
+                  "Depth of the modules --max-module-bytes judges (1: the root's children)")
+      ->capture_default_str()
+      ->check(between(1, 64));
   app->add_option("--suppressions", o.suppressions, "Suppressions file (see docs/suppressions.md)");
   app->add_flag("--allow-drops", o.allow_drops,
                 "Check snapshots with dropped events instead of failing them as incomplete");

@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
   // ones, which wins.
   if (const char* code = cumemtrace::settings::from_env(cumemtrace::settings::Id::kLibraryCode))
     cumemtrace::analysis::set_library_code(code);
+  // The framework site's model files (frames.h, set_model_code), the same way.
+  if (const char* code = cumemtrace::settings::from_env(cumemtrace::settings::Id::kModelCode))
+    cumemtrace::analysis::set_model_code(code);
   for (CLI::App* s : app.get_subcommands([](CLI::App*) { return true; })) {
     if (s->get_name() == "run" || s->get_group().empty()) continue;
     s->add_option_function<std::string>(
@@ -129,6 +132,11 @@ int main(int argc, char** argv) {
         [](const std::string& spec) { cumemtrace::analysis::set_library_code(spec); },
         "comma-separated path parts whose Python frames are library code, never a site; "
         "'!PART' makes them the user's (default: CUMEMTRACE_LIBRARY_CODE)");
+    s->add_option_function<std::string>(
+        "--model-code", [](const std::string& spec) { cumemtrace::analysis::set_model_code(spec); },
+        "comma-separated path parts of a framework's model files, whose innermost line is the "
+        "site when the user's own is a trainer's entry (trainer.train(), fit()); '' or ',' keeps "
+        "the user's line (default: CUMEMTRACE_MODEL_CODE, else /models/)");
   }
 
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -9,6 +9,7 @@
 
 #include "analysis/breakdown_format.h"
 #include "pytorch/categories.h"
+#include "pytorch/modules.h"
 #include "snapshot/size_format.h"
 
 namespace cumemtrace::analysis {
@@ -27,6 +28,8 @@ int64_t abs_bytes(int64_t v) {
 struct Tally {
   std::map<Category, int64_t> by_category;
   std::map<std::pair<std::string, Category>, SiteBytes> by_site;
+
+  std::map<std::string, int64_t> by_module;
 
   void add(const SiteTable& sites, Category c, int32_t stack, int64_t bytes, bool counted,
            const std::string* label = nullptr) {
@@ -50,6 +53,30 @@ struct Tally {
     });
     return v;
   }
+  // A tensor's line in the phases' and the moments' lists (contract): a gradient's is its
+  // parameter's name where known; and its module's sum, when the view by module is asked for.
+  void add_tensor(const SiteTable& sites, const TensorLife& l, int64_t bytes, bool counted,
+                  const TensorModules* modules, Phase phase, int depth) {
+    std::string label;
+    if (modules && l.category == Category::kGradient) {
+      if (const auto param = modules->parameter_of(l); !param.empty())
+        label = fmt::format("grad of {}", param);
+    }
+    add(sites, l.category, l.stack, bytes, counted, label.empty() ? nullptr : &label);
+    if (modules && depth > 0) {
+      auto& m = by_module[module_at_depth(modules->module_of(l, phase), depth)];
+      m = wrap_add(m, bytes);
+    }
+  }
+  std::vector<ModuleBytes> modules() const {
+    std::vector<ModuleBytes> v;
+    for (const auto& [m, b] : by_module)
+      if (b) v.push_back({m, b});
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+      return abs_bytes(a.bytes) > abs_bytes(b.bytes);
+    });
+    return v;
+  }
   std::vector<SiteBytes> sites() const {
     std::vector<SiteBytes> v;
     for (const auto& [k, sb] : by_site)
@@ -66,7 +93,8 @@ bool owned(Category c) {
 }
 
 std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceReplay& rp,
-                                    const DeviceTensors& dt, const SiteTable& sites) {
+                                    const DeviceTensors& dt, const SiteTable& sites,
+                                    const TensorModules* modules, int depth) {
   std::vector<LedgerPhase> rows;
   const auto& tr = rp.trace();
   const auto n = static_cast<std::ptrdiff_t>(tr.size());
@@ -100,14 +128,19 @@ std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceRepl
       if (id < 0) continue;
       const auto& e = tr[static_cast<size_t>(i)];
       const auto& l = dt.lives[static_cast<size_t>(id)];
+      // The module's phase is the one the tensor was made in (a gradient freed in zero_grad is
+      // its parameter's module all the same; "(backward)" only for backward's own buffers).
+      const Phase made_in = l.alloc >= 0 ? ph.of(tr[static_cast<size_t>(l.alloc)]).phase : sp.phase;
       if (e.action == snap::Action::kAlloc)
-        t.add(sites, l.category, l.stack, static_cast<int64_t>(snap::held_bytes(e)), true);
+        t.add_tensor(sites, l, static_cast<int64_t>(snap::held_bytes(e)), true, modules, made_in,
+                     depth);
       else if (e.action == snap::Action::kFreeCompleted)
-        t.add(sites, l.category, l.stack, wrap_sub(0, static_cast<int64_t>(snap::held_bytes(e))),
-              false);
+        t.add_tensor(sites, l, wrap_sub(0, static_cast<int64_t>(snap::held_bytes(e))), false,
+                     modules, made_in, depth);
     }
     p.added_by_category = t.categories();
     p.added_by_site = t.sites();
+    p.added_by_module = t.modules();
     rows.push_back(std::move(p));
   }
   return rows;
@@ -116,7 +149,8 @@ std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceRepl
 }  // namespace
 
 LedgerMoment moment_at(std::string name, std::ptrdiff_t index, const Phases& ph,
-                       const DeviceReplay& rp, const DeviceTensors& dt, const SiteTable& sites) {
+                       const DeviceReplay& rp, const DeviceTensors& dt, const SiteTable& sites,
+                       const TensorModules* names) {
   LedgerMoment m;
   m.moment = std::move(name);
   m.index = index;
@@ -132,7 +166,7 @@ LedgerMoment moment_at(std::string name, std::ptrdiff_t index, const Phases& ph,
     if (l.alloc > index) continue;
     if (l.free_completed >= 0 && l.free_completed <= index) continue;
     if (l.alloc < 0 && l.free_completed < 0) continue;
-    t.add(sites, l.category, l.stack, static_cast<int64_t>(l.size), true);
+    t.add_tensor(sites, l, static_cast<int64_t>(l.size), true, names, Phase::kOther, 0);
     sum += l.size;
   }
   if (m.allocated > sum) {
@@ -208,12 +242,19 @@ std::string phase_label(const LedgerPhase& p) {
   return s;
 }
 
-std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& sites) {
+std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& sites,
+                                   int module_depth) {
   const snap::Snapshot& s = a.snapshot();
   if (!has_pytorch(s)) return std::nullopt;
   const Phases ph(s);
   if (!ph.automatic()) return std::nullopt;
   Ledger l;
+  std::optional<TensorModules> modules;
+  if (has_module_names(s)) {
+    modules.emplace(s);
+    l.module_depth = std::max(module_depth, 1);
+  }
+  const TensorModules* m = modules ? &*modules : nullptr;
   l.training = ph.training();
   l.steps = ph.steps().size();
   l.complete_steps = ph.complete_steps();
@@ -226,10 +267,10 @@ std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& s
     DeviceLedger dl;
     dl.device = d;
     dl.first_step = 0;
-    dl.first = phase_rows(0, ph, rp, dt, sites);
+    dl.first = phase_rows(0, ph, rp, dt, sites, m, l.module_depth);
     if (l.complete_steps >= 2) {
       dl.steady_step = static_cast<int>(l.complete_steps) - 1;
-      dl.steady = phase_rows(*dl.steady_step, ph, rp, dt, sites);
+      dl.steady = phase_rows(*dl.steady_step, ph, rp, dt, sites, m, l.module_depth);
     }
     std::ptrdiff_t apeak = -1;
     uint64_t abytes = rp.allocated_after(-1);
@@ -237,9 +278,9 @@ std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& s
       const uint64_t a = rp.allocated_after(i);
       if (a > abytes) abytes = a, apeak = i;
     }
-    dl.allocated_peak = moment_at("allocated peak", apeak, ph, rp, dt, sites);
+    dl.allocated_peak = moment_at("allocated peak", apeak, ph, rp, dt, sites, m);
     dl.reserved_peak =
-        moment_at("reserved peak", rp.timeline().reserved_peak_index, ph, rp, dt, sites);
+        moment_at("reserved peak", rp.timeline().reserved_peak_index, ph, rp, dt, sites, m);
     dl.growth = growth_per_step(ph, rp, dt, sites);
 
     // Leaks (contract): after the warm-up, never past the last step begun.
@@ -302,6 +343,16 @@ void print_phases(std::ostream& out, const std::vector<LedgerPhase>& rows, size_
                        format_bytes(p.reserved_before), format_bytes(p.reserved_after),
                        format_bytes(p.allocated_peak));
     out << fmt::format("        added: {}\n", categories_text(p.added_by_category, true));
+    if (!p.added_by_module.empty()) {
+      std::string mods;
+      for (size_t i = 0; i < p.added_by_module.size() && i < top; ++i) {
+        mods += fmt::format("{}{} {}", i ? ", " : "", p.added_by_module[i].module,
+                            format_signed_bytes(p.added_by_module[i].bytes));
+      }
+      if (p.added_by_module.size() > top)
+        mods += fmt::format(", {} more", p.added_by_module.size() - top);
+      out << fmt::format("        by module: {}\n", mods);
+    }
     print_site_bytes(out, p.added_by_site, top, true);
   }
 }
@@ -345,6 +396,13 @@ nlohmann::json sites_json(const std::vector<SiteBytes>& v, size_t top) {
 
 namespace {
 
+nlohmann::json modules_json(const std::vector<ModuleBytes>& v, size_t top) {
+  nlohmann::json a = nlohmann::json::array();
+  for (size_t i = 0; i < v.size() && i < top; ++i)
+    a.push_back({{"module", v[i].module}, {"bytes", v[i].bytes}});
+  return a;
+}
+
 nlohmann::json phases_json(const std::vector<LedgerPhase>& rows, size_t top) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& p : rows) {
@@ -359,7 +417,8 @@ nlohmann::json phases_json(const std::vector<LedgerPhase>& rows, size_t top) {
          {"reserved_after_bytes", p.reserved_after},
          {"allocated_peak_bytes", p.allocated_peak},
          {"added_by_category", categories_json(p.added_by_category)},
-         {"added_by_site", sites_json(p.added_by_site, top)}});
+         {"added_by_site", sites_json(p.added_by_site, top)},
+         {"added_by_module", modules_json(p.added_by_module, top)}});
   }
   return a;
 }
@@ -393,8 +452,14 @@ Ledger without_small_lines(Ledger l, uint64_t min_line) {
     });
   };
   for (auto& d : l.devices) {
-    for (auto* rows : {&d.first, &d.steady})
-      for (auto& p : *rows) drop(p.added_by_site);
+    for (auto* rows : {&d.first, &d.steady}) {
+      for (auto& p : *rows) {
+        drop(p.added_by_site);
+        std::erase_if(p.added_by_module, [min_line](const ModuleBytes& mb) {
+          return static_cast<uint64_t>(abs_bytes(mb.bytes)) < min_line;
+        });
+      }
+    }
     drop(d.allocated_peak.by_site);
     drop(d.reserved_peak.by_site);
     drop(d.growth.by_site);
@@ -477,6 +542,7 @@ nlohmann::json ledger_json(const Ledger& all, size_t top, uint64_t min_line) {
     devs.push_back(std::move(jd));
   }
   return {{"training", l.training},
+          {"module_depth", l.module_depth ? nlohmann::json(l.module_depth) : nlohmann::json()},
           {"steps", l.steps},
           {"complete_steps", l.complete_steps},
           {"devices", std::move(devs)}};

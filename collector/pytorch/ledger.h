@@ -7,8 +7,12 @@
 //    the last entry before the span and after its last entry, so each delta is exactly the
 //    difference of allocated_after() at the span's boundaries), the span's own allocated peak,
 //    and what it added (allocs + / free_completed -, the bytes allocated_after counts) by category
-//    and by (site, category). Setup, data and loss spans are listed only when they hold trace
-//    entries.
+//    and by (site, category), and, when the snapshot names modules, by module at the depth asked
+//    (modules.h: TensorModules::module_of, module_at_depth; a tensor counts in the module of its
+//    own phase, so the gradients zero_grad frees are their parameters' modules'). A gradient's
+//    line, here and at the peaks, is its parameter's name ("grad of h.0.mlp.fc.weight") where the
+//    tool section names it; growth keeps the site rule's line, as check --max-growth does. Setup,
+//    data and loss spans are listed only when they hold trace entries.
 //  - at the allocated peak and at the reserved peak (each its own moment): the tensors' bytes by
 //    category and by (site, category) (a tensor is live after its alloc until its free_completed;
 //    what the trace cannot place, allocated before it, is "unknown" at kBeforeTraceSite), and the
@@ -56,6 +60,12 @@ struct SiteBytes {
   int32_t stack = snap::kNoStack;
 };
 
+// What a module (its name's first --module-depth components: modules.h) added in a phase.
+struct ModuleBytes {
+  std::string module;
+  int64_t bytes = 0;
+};
+
 struct LedgerPhase {
   Phase phase = Phase::kOther;
   int step = 0;  // 0-based (phases.h)
@@ -69,6 +79,7 @@ struct LedgerPhase {
   int64_t allocated_peak_time_us = 0;
   std::vector<CategoryBytes> added_by_category;  // non-zero only, largest change first
   std::vector<SiteBytes> added_by_site;          // non-zero only, largest change first
+  std::vector<ModuleBytes> added_by_module;      // the same by module (modules.h), if named
 };
 
 struct LedgerMoment {
@@ -110,12 +121,15 @@ struct DeviceLedger {
 
 struct Ledger {
   bool training = false;
+  int module_depth = 0;  // the lists by module's depth; 0: the snapshot names no modules
   size_t steps = 0, complete_steps = 0;
   std::vector<DeviceLedger> devices;
 };
 
-// nullopt unless the snapshot is a PyTorch run with automatic phases.
-std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& sites);
+// nullopt unless the snapshot is a PyTorch run with automatic phases. `module_depth`: the depth
+// of the phases' lists by module (modules.h: module_at_depth).
+std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& sites,
+                                   int module_depth = 2);
 
 // Growth per step (contract) over the complete steps that end within [t0, t1] (check --range:
 // a test's window); the whole run by default.
@@ -127,8 +141,11 @@ Growth growth_per_step(const Phases& ph, const DeviceReplay& rp, const DeviceTen
 // One moment (contract: "at the allocated peak and at the reserved peak"), after entry `index` of
 // the device's trace: the tensors live then by category and by (site, category), the Breakdown at
 // that index. The OOM verdict (oom_verdict.h) asks it who holds the memory at an OOM.
+class TensorModules;  // modules.h
+// `names`, when given, names gradients by their parameter (contract).
 LedgerMoment moment_at(std::string name, std::ptrdiff_t index, const Phases& ph,
-                       const DeviceReplay& rp, const DeviceTensors& dt, const SiteTable& sites);
+                       const DeviceReplay& rp, const DeviceTensors& dt, const SiteTable& sites,
+                       const TensorModules* names = nullptr);
 
 // The warm-up (steps skipped) of growth and leaks for K complete steps (contract).
 int warmup_steps(size_t complete_steps);

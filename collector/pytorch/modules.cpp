@@ -21,11 +21,7 @@ namespace {
 
 using snap::Category;
 
-// One role's name tables in ring order, their keys parsed.
-struct NameTable {
-  int64_t time_us = 0;
-  std::map<uint64_t, std::string> by_pointer;
-};
+using NameTable = TensorModules::NameTable;
 
 std::vector<NameTable> tables_of(const snap::Snapshot& s, snap::OwnerRole role) {
   std::vector<NameTable> out;
@@ -46,7 +42,7 @@ std::vector<NameTable> tables_of(const snap::Snapshot& s, snap::OwnerRole role) 
 
 // The parameter name of a tensor of `role`: the latest table made while it was alive that names
 // a pointer inside it; empty when none does.
-std::string_view parameter_of(const std::vector<NameTable>& tables, const TensorLife& t) {
+std::string_view parameter_in(const std::vector<NameTable>& tables, const TensorLife& t) {
   for (auto it = tables.rbegin(); it != tables.rend(); ++it) {
     if (it->time_us < t.alloc_us || it->time_us > t.free_us) continue;
     auto p = it->by_pointer.lower_bound(t.addr);
@@ -108,6 +104,30 @@ std::vector<uint64_t> tensor_bytes_after(const std::vector<snap::TraceEntry>& tr
 
 }  // namespace
 
+TensorModules::TensorModules(const snap::Snapshot& s)
+    : s_(s),
+      names_{tables_of(s, snap::OwnerRole::kParameter), tables_of(s, snap::OwnerRole::kGradient),
+             tables_of(s, snap::OwnerRole::kOptimizerState)},
+      root_(root_label(s)) {}
+
+std::string_view TensorModules::parameter_of(const TensorLife& t) const {
+  const int role = t.category == Category::kParameter        ? 0
+                   : t.category == Category::kGradient       ? 1
+                   : t.category == Category::kOptimizerState ? 2
+                                                             : -1;
+  return role < 0 ? std::string_view() : parameter_in(names_[role], t);
+}
+
+std::string TensorModules::module_of(const TensorLife& t, Phase phase) const {
+  if (t.category == Category::kCublasWorkspace) return std::string(kNoModule);  // (contract)
+  if (const std::string_view param = parameter_of(t); !param.empty()) {
+    const size_t dot = param.rfind('.');
+    return dot == std::string_view::npos ? root_ : std::string(param.substr(0, dot));
+  }
+  if (const std::string_view m = stack_module(s_, t.stack); !m.empty()) return std::string(m);
+  return std::string(phase == Phase::kBackward ? kBackwardNoModule : kNoModule);
+}
+
 std::string module_at_depth(std::string_view name, int depth) {
   if (name.starts_with('(')) return std::string(name);  // "(no module)" and kin
   size_t at = 0;
@@ -165,10 +185,7 @@ std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth
     }
   }
   v.reference = ref_step >= 0 ? fmt::format("end of step {}", ref_step + 1) : "end of the trace";
-  const std::vector<NameTable> names[3] = {tables_of(s, snap::OwnerRole::kParameter),
-                                           tables_of(s, snap::OwnerRole::kGradient),
-                                           tables_of(s, snap::OwnerRole::kOptimizerState)};
-  const std::string root = root_label(s);
+  const TensorModules modules(s);
   std::unordered_map<std::string, ModuleRow> rows;
   auto row = [&](const std::string& key) -> ModuleRow& {
     auto [it, inserted] = rows.try_emplace(key);
@@ -186,25 +203,10 @@ std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth
     const auto live_bytes = tensor_bytes_after(tr, dt);
     for (const auto& t : dt.lives) {
       const Category c = t.category;
-      std::string module;
-      int owner_role = c == Category::kParameter        ? 0
-                       : c == Category::kGradient       ? 1
-                       : c == Category::kOptimizerState ? 2
-                                                        : -1;
-      if (owner_role >= 0) {
-        const std::string_view param = parameter_of(names[owner_role], t);
-        if (!param.empty()) {
-          const size_t dot = param.rfind('.');
-          module = dot == std::string_view::npos ? root : std::string(param.substr(0, dot));
-        }
-      }
       Phase phase = Phase::kOther;
       if (t.alloc >= 0) phase = ph.of(tr[static_cast<size_t>(t.alloc)]).phase;
       if (c == Category::kCublasWorkspace) continue;  // no module's (contract)
-      if (module.empty()) module = std::string(stack_module(s, t.stack));
-      if (module.empty()) {
-        module = std::string(phase == Phase::kBackward ? kBackwardNoModule : kNoModule);
-      }
+      const std::string module = modules.module_of(t, phase);
       ModuleRow& r = row(module_at_depth(module, v.depth));
       // Alive at the reference moment (without steps: at the end of the trace).
       const bool live_at_ref = ref_time == kTimeMax

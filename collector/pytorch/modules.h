@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,6 +44,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "analysis/analysed_snapshot.h"
+#include "pytorch/categories.h"
+#include "pytorch/phases.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
@@ -66,6 +69,30 @@ struct ModuleView {
   int depth = 2;
   std::string reference;  // "end of step N" (1-based) or "end of the trace"
   std::vector<ModuleRow> rows;
+};
+
+// The rule of a tensor's module (contract above), read by the module view, the ledger's lists by
+// module (ledger.h) and check's --max-module-bytes: one place decides.
+class TensorModules {
+ public:
+  explicit TensorModules(const snap::Snapshot& s);
+  // The parameter name of a parameter, gradient or optimizer state tensor (its category, as
+  // labelled); empty for other categories or when no name table names it.
+  std::string_view parameter_of(const TensorLife& t) const;
+  // The fully qualified module of a tensor allocated in `phase` (kNoModule, kBackwardNoModule
+  // when it has none).
+  std::string module_of(const TensorLife& t, Phase phase) const;
+
+  // One role's name tables in ring order, their keys parsed.
+  struct NameTable {
+    int64_t time_us = 0;
+    std::map<uint64_t, std::string> by_pointer;
+  };
+
+ private:
+  const snap::Snapshot& s_;
+  std::vector<NameTable> names_[3];  // parameter, gradient, optimizer state
+  std::string root_;
 };
 
 // The module name at `depth` components (>= 1); names without '.' are their own.

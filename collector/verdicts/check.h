@@ -27,6 +27,11 @@
 //    a snapshot without automatic steps, or with too few, cannot be judged and fails (a gate
 //    that could not judge never passes). With --range, over the complete steps that end within
 //    the window (a pytest test's).
+//  - --max-module-bytes N [--module-depth D]: every module at depth D (report's by-module view,
+//    modules.h: parameters, gradients and optimizer state at the end of the last complete step,
+//    plus the activations its forward saved in that step) must hold <= N; the rows that are no
+//    module ("(no module)", "(backward)") are not judged. A snapshot without module names, or a
+//    --range (the view is the whole run's), cannot be judged and fails.
 //  - --max-allocated-peak / --max-reserved-peak N: per device, the peak of PyTorch's allocated /
 //    reserved bytes (model.h's layers); --max-driver-peak N: the highest driver-visible (NVML)
 //    sample. A device without that data gets a warning, not a pass or a failure.

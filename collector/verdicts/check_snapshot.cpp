@@ -16,6 +16,7 @@
 #include "analysis/range.h"
 #include "pytorch/categories.h"
 #include "pytorch/ledger.h"
+#include "pytorch/modules.h"
 #include "pytorch/phases.h"
 #include "snapshot/size_format.h"
 #include "verdicts/limits.h"
@@ -351,6 +352,7 @@ class SnapshotJudge {
         {"driver-peak", &SnapshotJudge::driver_peak},
         {"growth", &SnapshotJudge::growth},
         {"growth-per-step", &SnapshotJudge::growth_per_step},
+        {"module-bytes", &SnapshotJudge::module_bytes},
     };
     for (const auto& [check, judge] : kJudges) {
       if (check == spec.check) return (this->*judge)(limit);
@@ -394,6 +396,7 @@ class SnapshotJudge {
   std::unordered_map<std::string, SiteGrowth> growth_by_site(const std::vector<Allocation>& first,
                                                              const std::vector<Allocation>& last);
   void growth_per_step(uint64_t limit);
+  void module_bytes(uint64_t limit);
 
   const LoadedSnapshot& ls_;
   const snap::Snapshot& s_;
@@ -702,6 +705,53 @@ void SnapshotJudge::growth_per_step(uint64_t limit) {
     }
     r_.findings.push_back(std::move(f));
   }
+}
+
+void SnapshotJudge::module_bytes(uint64_t limit) {
+  Finding f = base("module-bytes", -1);
+  f.limit = limit;
+  std::string why;
+  const auto view = window_ ? std::nullopt : build_module_view(view_, o_.module_depth, &why);
+  if (!view) {
+    // A gate that could not judge never passes.
+    f.judged = false;
+    f.severity = Severity::kError;
+    f.message =
+        fmt::format("module bytes cannot be judged: {}",
+                    window_ ? "the by-module view is the whole run's, not a --range's" : why);
+    r_.findings.push_back(std::move(f));
+    return;
+  }
+  std::vector<const ModuleRow*> over;
+  const ModuleRow* largest = nullptr;
+  for (const auto& row : view->rows) {
+    if (row.module.starts_with('(') && row.module != kRootModule) continue;  // no module
+    if (!largest || row.total() > largest->total()) largest = &row;
+    if (row.total() > limit) over.push_back(&row);
+  }
+  auto describe = [&](const ModuleRow& r) {
+    return fmt::format(
+        "module {} holds {} (parameters {}, gradients {}, optimizer state {}, activations {})",
+        r.module, format_bytes(r.total()), format_bytes(r.parameters), format_bytes(r.gradients),
+        format_bytes(r.optimizer_state), format_bytes(r.activations));
+  };
+  f.value = largest ? largest->total() : 0;
+  f.message = fmt::format("{} at the {} (depth {}; limit {})",
+                          largest ? describe(*largest) : std::string("no module holds memory"),
+                          view->reference, view->depth, format_bytes(limit));
+  if (!over.empty()) {
+    f.severity = Severity::kError;
+    f.message = fmt::format("{} over the limit at depth {} at the {}: {} (limit {})",
+                            plural(over.size(), "module"), view->depth, view->reference,
+                            describe(*over.front()), format_bytes(limit));
+    for (size_t i = 0; i < over.size() && i < o_.stacks; ++i) {
+      StackNote n;
+      n.lines.push_back(describe(*over[i]));
+      f.stacks.push_back(std::move(n));
+    }
+    if (over.size() > o_.stacks) f.stacks_omitted = over.size() - o_.stacks;
+  }
+  r_.findings.push_back(std::move(f));
 }
 
 }  // namespace

@@ -232,8 +232,8 @@ Diff diff_snapshots(const AnalysedSnapshot& base_view, const std::string& base_f
   });
 
   const SiteTable base_sites(base), new_sites(now);
-  const auto la = build_ledger(base_view, base_sites);
-  const auto lb = build_ledger(new_view, new_sites);
+  const auto la = build_ledger(base_view, base_sites, module_depth);
+  const auto lb = build_ledger(new_view, new_sites, module_depth);
   if (la && lb) {
     d.ledgers = true;
     const auto va = ledger_values(*la, pairing.base, np), vb = ledger_values(*lb, pairing.now, np);

@@ -40,6 +40,13 @@ const std::vector<LimitSpec>& limit_specs() {
        "a PyTorch run's automatic steps (docs/pytorch.md), in a snapshot written at the "
        "process's end or within a completed --range",
        true},
+      {"max_module_bytes", "--max-module-bytes", &CheckOptions::max_module_bytes, "module-bytes",
+       "Fail when a module (at --module-depth) holds more than SIZE: its parameters, gradients "
+       "and optimizer state at the end of the last complete step and the activations its "
+       "forward saved (report's by-module view)",
+       "module names (a PyTorch run under cumemtrace with the automatic phases, CPython 3.11+); "
+       "not within --range",
+       false},
   };
   return specs;
 }

@@ -47,6 +47,8 @@ struct CheckOptions {
   std::string range;                           // evaluate within this annotation pair
   std::optional<uint64_t> max_growth;
   std::optional<uint64_t> max_growth_per_step;  // the ledger's growth per step (ledger.h)
+  std::optional<uint64_t> max_module_bytes;     // a module's row of the by-module view
+  int module_depth = 2;                         // the rows' depth (modules.h)
   std::string mark;
   int warmup = 1;
   bool allow_drops = false;

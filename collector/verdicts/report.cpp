@@ -218,7 +218,7 @@ Report build_report(const AnalysedSnapshot& view, const SiteTable& sites, const 
   r.top_by_bytes = trace_alloc_sites(s, sites, false);
   r.top_by_count = trace_alloc_sites(s, sites, true);
   r.histogram = size_histogram(s);
-  r.ledger = build_ledger(view, sites);
+  r.ledger = build_ledger(view, sites, module_depth);
   r.modules = build_module_view(view, module_depth);
   r.ooms = oom_verdicts(view, sites);
   return r;

@@ -184,9 +184,10 @@ std::vector<uint64_t> ProfileBuilder::stack_locations(const SampleKey& k) {
   std::vector<const snap::Frame*> frames;
   const auto& st = s_.stacks[static_cast<size_t>(k.stack)];
   const int site = sites_.site_frame(k.stack);
+  // On autograd's engine thread the via frame is the node (frames.h), a native frame of its own.
   if (const int via = analysis::via_frame_index(st, site); via >= 0) {
     for (int j = via; j < site; ++j)
-      if (analysis::is_python_frame(st[static_cast<size_t>(j)]))
+      if (j == via || analysis::is_python_frame(st[static_cast<size_t>(j)]))
         frames.push_back(&st[static_cast<size_t>(j)]);
   }
   for (const snap::Frame* f : sites_.program_frames(k.stack, std::numeric_limits<size_t>::max()))

@@ -142,6 +142,11 @@ constexpr uint64_t kNoLimit = uint64_t{INT64_MAX};
     "comma-separated path parts whose Python frames are library code (never a site), "             \
     "!PART the user's own (docs/check.md's site rule); every offline command takes "               \
     "--library-code PARTS too")                                                                    \
+  X(kModelCode, "CUMEMTRACE_MODEL_CODE", kText, 0, 0, "", "/models/", "", "", kCollector,          \
+    "comma-separated path parts of a framework's model files (default /models/: transformers' "    \
+    "modeling_*.py); when the user's own innermost line is a trainer's entry (trainer.train(), "   \
+    "fit()), the model file's line stands as the site; ',' (no part) keeps the user's line; "      \
+    "every offline command takes --model-code PARTS too")                                          \
   X(kPreloadPath, "CUMEMTRACE_PRELOAD", kPath, 0, 0, "", "", "", "", kCollector,                   \
     "the libcumemtrace.so that run preloads (default: ../lib next to the executable)")             \
   X(kTorch, "CUMEMTRACE_TORCH", kSwitch, 0, 1, "", "1", "", "", kPythonInTarget,                   \

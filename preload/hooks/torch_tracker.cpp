@@ -28,10 +28,12 @@
 #include <cstring>
 #include <functional>
 
+#include "core/config.h"
 #include "core/export.h"
 #include "hooks/torch_layouts.h"
 #include "record/recorder.h"
 #include "stacks/autograd_node.h"
+#include "stacks/backward_caller.h"
 #include "stacks/cfi_unwinder.h"
 #include "stacks/python_stack.h"
 #include "stacks/stack_capture.h"
@@ -171,6 +173,31 @@ CUMEMTRACE_EXPORT int cumemtrace_torch_autograd_nodes(const void* get_current_no
                                                        static_cast<unsigned>(apply_slot))
              ? 0
              : -2;
+}
+
+// The calling thread starts a backward pass (cumemtrace_phases.py, GIL held, once per outermost
+// backward): its Python frames, less the `skip` innermost (the Python side's own), are lent to
+// autograd's engine threads until it calls again with skip < 0 (backward_caller.h). Returns the
+// number of frames lent (0 for a take-back), -1 when not tracing or Python stacks are off.
+CUMEMTRACE_EXPORT int cumemtrace_torch_backward_caller(int skip) noexcept {
+  namespace pl = cumemtrace::preload;
+  namespace wire = cumemtrace::wire;
+  if (skip < 0) {
+    pl::lend_backward_caller(nullptr, 0);
+    return 0;
+  }
+  pl::ReentryGuard guard;
+  if (!guard.outer || !pl::tracing_possible() || !pl::ensure_session() ||
+      !pl::config().python_stacks) {
+    return -1;
+  }
+  uint64_t pairs[2 * (wire::kMaxPythonFrames + 8)];
+  uint64_t loop_at = 0;
+  const unsigned max = wire::kMaxPythonFrames + 8;
+  const unsigned n = pl::capture_python_stack(pairs, max, &loop_at);
+  const unsigned s = std::min(static_cast<unsigned>(skip), n);
+  pl::lend_backward_caller(pairs + 2 * s, n - s);
+  return static_cast<int>(n - s);
 }
 
 // Records what the capture found (lines of key=value) for the snapshot's tool section.

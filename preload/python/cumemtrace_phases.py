@@ -8,7 +8,10 @@ the annotation contract that the analysis reads (docs/pytorch.md):
                               (torch.nn.modules.loss._Loss: nn.MSELoss, nn.CrossEntropyLoss...),
   START/END "auto:backward"   around the outermost autograd run (Tensor.backward,
                               torch.autograd.backward and torch.autograd.grad all end in
-                              torch.autograd._engine_run_backward) outside a forward,
+                              torch.autograd._engine_run_backward) outside a forward; while
+                              it runs, the caller's Python frames are lent to autograd's engine
+                              threads (cumemtrace_torch_backward_caller), so that their
+                              allocations' site is the line that called backward,
   START/END "auto:optimizer"  between the global optimizer step pre- and post-hooks (every
                               torch.optim.Optimizer subclass), then the MARK "auto:step",
   START/END "auto:zero_grad"  around Optimizer.zero_grad and Module.zero_grad outside a forward
@@ -92,6 +95,11 @@ class PreloadSink:
         self._pop.argtypes, self._pop.restype = [], None
         self._mark = lib.cumemtrace_mark
         self._mark.argtypes, self._mark.restype = [ctypes.c_char_p], None
+        # Lends the backward caller's frames to autograd's engine threads (an older preload has
+        # no such export: their allocations keep the node alone as their site).
+        self._caller = getattr(lib, "cumemtrace_torch_backward_caller", None)
+        if self._caller is not None:
+            self._caller.argtypes, self._caller.restype = [ctypes.c_int], ctypes.c_int
         try:
             self._owners = lib.cumemtrace_torch_owners
             self._owners.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64]
@@ -109,6 +117,12 @@ class PreloadSink:
 
     def mark(self, name):
         self._mark(name)
+
+    def backward_caller(self, skip):
+        """Lends this thread's Python frames, less this call's and `skip` more of ours, to
+        autograd's engine threads while a backward runs; skip < 0 takes them back."""
+        if self._caller is not None:
+            self._caller(skip + 1 if skip >= 0 else -1)
 
     def owners(self, role, pairs):
         """pairs: (data pointer, bytes) flattened into one list of ints."""
@@ -510,6 +524,9 @@ class Phases:
                 if self._discovering:
                     self._discovery_ends(tls)
                 self._sink.push(BACKWARD)
+                # Engine threads run no Python: their allocations' site is the line that called
+                # backward (preload/stacks/backward_caller.h). Ours: this frame and the wrapper.
+                self._sink.backward_caller(2)
             return outer
         except Exception as e:
             self._fail("backward", e)
@@ -522,6 +539,8 @@ class Phases:
             tls = self._tls
             if tls.backward:
                 tls.backward -= 1
+            if opened:  # taken back even when turned off meanwhile: the frames end here
+                self._sink.backward_caller(-1)
             if opened and not self._off:
                 self._sink.pop()
         except Exception as e:

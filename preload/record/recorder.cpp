@@ -13,6 +13,7 @@
 #include "driver/real_driver.h"
 #include "record/recording_meter.h"
 #include "stacks/autograd_node.h"
+#include "stacks/backward_caller.h"
 #include "stacks/module_map.h"
 #include "stacks/python_stack.h"
 #include "stacks/stack_capture.h"
@@ -220,14 +221,20 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, RecordPolic
   uint64_t frames[wire::kMaxStackDepth + 2 * wire::kMaxPythonFrames];
   uint64_t* const py = frames + wire::kMaxStackDepth;
   uint64_t loop_at = 0;
-  const unsigned npy =
+  unsigned npy =
       config().python_stacks ? capture_python_stack(py, wire::kMaxPythonFrames, &loop_at) : 0;
+  [[maybe_unused]] const unsigned own_npy = npy;
   laps.lap(1);
   cfi::FirstSeen first_seen;
   cfi::CacheStats walk_before{};
   if constexpr (kTimed) walk_before = cfi::thread_cache_stats();
   uint64_t node = 0;
   const unsigned n = native_frames(a, frames, npy, loop_at, start, &first_seen, &node);
+  // Autograd's engine thread runs no Python: the frames of the thread that started the backward
+  // pass stand behind its node (backward_caller.h), so the site is that backward() line.
+  if (npy == 0 && config().python_stacks && on_engine_thread()) {
+    npy = backward_caller_frames(py, wire::kMaxPythonFrames);
+  }
   cfi::CacheStats walk_after{};
   if constexpr (kTimed) walk_after = cfi::thread_cache_stats();
   if (npy) std::memmove(frames + n, py, 2 * npy * sizeof(uint64_t));
@@ -241,7 +248,7 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, RecordPolic
                            laps.at[1] - laps.at[0], laps.at[4] - laps.at[3]},
                           n,
                           node ? 1u : 0u,
-                          npy,
+                          own_npy,
                           static_cast<unsigned>(walk_after.replayed - walk_before.replayed),
                           static_cast<unsigned>(walk_after.memo_hits - walk_before.memo_hits),
                           static_cast<unsigned>(python_memo_hits() - py_memo_before),

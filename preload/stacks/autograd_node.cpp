@@ -44,6 +44,10 @@ void note_engine_thread() noexcept {
   t_engine_thread = true;
 }
 
+bool on_engine_thread() noexcept {
+  return t_engine_thread;
+}
+
 uint64_t autograd_node_frame() noexcept {
   if (!t_engine_thread) return 0;
   const GetCurrentNode get = g_get.load(std::memory_order_acquire);

@@ -28,6 +28,9 @@ bool set_autograd_node_source(const void* get_current_node, unsigned apply_slot)
 // The calling thread evaluates autograd nodes (its walk ended in Engine::evaluate_function).
 void note_engine_thread() noexcept;
 
+// Whether note_engine_thread() marked the calling thread.
+bool on_engine_thread() noexcept;
+
 // The frame that stands for the node the calling thread is evaluating: its apply()'s entry + 1
 // (a return address, as the collector reads every frame), or 0: not a marked engine thread, no
 // source named, or no node being evaluated right now.

@@ -162,6 +162,64 @@ TEST_CASE("a Python site is the user's own line, with the library frame beside i
   CHECK(SiteTable(s).site(0) == "Net.forward (model.py:31) via Linear.forward (linear.py:134)");
 }
 
+TEST_CASE("backward's site is its caller's line via the node; a trainer's the model file's",
+          "[model]") {
+  const std::string tf = "/venv/lib/python3.11/site-packages/transformers/";
+  const std::string apply =
+      "torch::autograd::generated::AddmmBackward0::apply(std::vector<at::Tensor, "
+      "std::allocator<at::Tensor> >&&)";
+  snap::Snapshot s;
+  s.stacks = {
+      // Autograd's engine thread: the node, then the frames the backward's caller lent.
+      {{"libtorch_cpu.so", 0, apply},
+       {"/venv/lib/python3.11/site-packages/torch/autograd/__init__.py", 353, "backward"},
+       {"/venv/lib/python3.11/site-packages/torch/_tensor.py", 648, "Tensor.backward"},
+       {"/home/u/train.py", 42, "step"},
+       {"/home/u/train.py", 60, "<module>"}},
+      // transformers' Trainer: the user's one line calls Trainer.train; the model file's line is
+      // the site, via the library frame inside it.
+      {{"/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", 134, "Linear.forward"},
+       {tf + "pytorch_utils.py", 120, "Conv1D.forward"},
+       {"/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", 1786, "Module._call_impl"},
+       {tf + "models/gpt2/modeling_gpt2.py", 290, "GPT2MLP.forward"},
+       {tf + "models/gpt2/modeling_gpt2.py", 400, "GPT2Block.forward"},
+       {tf + "trainer.py", 3800, "Trainer.training_step"},
+       {tf + "trainer.py", 2200, "Trainer.train"},
+       {"/home/u/run.py", 30, "<module>"}},
+      // CPython 3.10: no qualified name; the entry is `train` in a trainer.py.
+      {{tf + "models/gpt2/modeling_gpt2.py", 290, "forward"},
+       {tf + "trainer.py", 2200, "train"},
+       {"/home/u/run.py", 30, "<module>"}},
+      // Lightning with the user's own LightningModule: the user's model line is innermost.
+      {{"/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", 134, "Linear.forward"},
+       {"/home/u/lit.py", 12, "Net.training_step"},
+       {"/venv/lib/python3.11/site-packages/lightning/pytorch/trainer/trainer.py", 500,
+        "Trainer.fit"},
+       {"/home/u/lit.py", 40, "<module>"}},
+      // The user's line calls a transformers model directly (no trainer): the user's line stays.
+      {{tf + "models/gpt2/modeling_gpt2.py", 290, "GPT2MLP.forward"},
+       {"/home/u/gen.py", 9, "<module>"}},
+  };
+  set_library_code("");
+  set_model_code("/models/");
+  const SiteTable sites(s);
+  CHECK(sites.site(0) ==
+        "step (train.py:42) via torch::autograd::generated::AddmmBackward0::apply(...) "
+        "(libtorch_cpu.so)");
+  CHECK(is_autograd_node_frame(s.stacks[0][0]));
+  CHECK_FALSE(is_autograd_node_frame(s.stacks[0][1]));
+  CHECK(sites.site(1) ==
+        "GPT2MLP.forward (modeling_gpt2.py:290) via Linear.forward "
+        "(linear.py:134)");
+  CHECK(sites.site(2) == "forward (modeling_gpt2.py:290)");
+  CHECK(sites.site(3) == "Net.training_step (lit.py:12) via Linear.forward (linear.py:134)");
+  CHECK(sites.site(4) == "<module> (gen.py:9) via GPT2MLP.forward (modeling_gpt2.py:290)");
+  // Off: the user's trainer line stays the site.
+  set_model_code(",");
+  CHECK(SiteTable(s).site(1) == "<module> (run.py:30) via Linear.forward (linear.py:134)");
+  set_model_code("/models/");
+}
+
 TEST_CASE("replay finds the peak and what was live at it", "[model]") {
   const auto s = leaky();
   DeviceReplay r(s, 0);

@@ -16,6 +16,7 @@
 #include "pytorch/ledger.h"
 #include "pytorch/modules.h"
 #include "support/torch_run_builder.h"
+#include "verdicts/check.h"
 #include "verdicts/diff.h"
 #include "verdicts/report.h"
 
@@ -242,6 +243,109 @@ TEST_CASE("diff compares the by-module views row by row") {
   CHECK(changed.count("enc: parameters") == 0);
   CHECK(changed.count("enc: backward peak") == 0);  // enc's gradient comes after its freed
   CHECK(changed.size() == 5);
+}
+
+namespace {
+
+const LedgerPhase& phase_of(const std::vector<LedgerPhase>& rows, Phase p) {
+  for (const auto& r : rows)
+    if (r.phase == p) return r;
+  FAIL("no such phase");
+  return rows.front();
+}
+
+std::vector<std::pair<std::string, int64_t>> by_module(const LedgerPhase& p) {
+  std::vector<std::pair<std::string, int64_t>> v;
+  for (const auto& m : p.added_by_module) v.emplace_back(m.module, m.bytes);
+  return v;
+}
+
+using Rows = std::vector<std::pair<std::string, int64_t>>;
+constexpr int64_t kMiB = 1 << 20;
+
+}  // namespace
+
+TEST_CASE("the ledger's phases by module, and gradients named by their parameter") {
+  const auto s = net_run();
+  const SiteTable sites(s);
+  const auto l = build_ledger(s, sites, 2);
+  REQUIRE(l);
+  CHECK(l->module_depth == 2);
+  const auto& steady = l->devices.at(0).steady;
+  // Forward: what each module saved (enc's 1 MiB temporary came and went).
+  const auto& fwd = phase_of(steady, Phase::kForward);
+  CHECK(by_module(fwd) == Rows{{"enc", 3 * kMiB}, {"dec.0", 2 * kMiB}, {"dec.1", 1 * kMiB}});
+  // Backward: each module's saved tensors freed and its gradient made (enc -3 +4, dec.0 -2 +2,
+  // dec.1 -1 +1); the autograd buffer came and went.
+  const auto& bwd = phase_of(steady, Phase::kBackward);
+  CHECK(by_module(bwd) == Rows{{"enc", 1 * kMiB}});
+  Rows grads;
+  for (const auto& sb : bwd.added_by_site)
+    if (sb.category == snap::Category::kGradient) grads.emplace_back(sb.site, sb.bytes);
+  CHECK(grads == Rows{{"grad of enc.weight", 4 * kMiB},
+                      {"grad of dec.0.weight", 2 * kMiB},
+                      {"grad of dec.1.weight", 1 * kMiB}});
+  // At depth 1 the ModuleList's children are one row (ties in name order).
+  const auto l1 = build_ledger(s, sites, 1);
+  CHECK(by_module(phase_of(l1->devices.at(0).steady, Phase::kForward)) ==
+        Rows{{"dec", 3 * kMiB}, {"enc", 3 * kMiB}});
+  // Text and JSON (report's and the page's data).
+  std::ostringstream text;
+  print_ledger_text(*l, 0, 10, text);
+  CHECK(text.str().find("        by module: enc +3.00 MiB, dec.0 +2.00 MiB, dec.1 +1.00 MiB\n") !=
+        std::string::npos);
+  CHECK(text.str().find("grad of dec.0.weight (gradient)") != std::string::npos);
+  const auto j = ledger_json(*l, 10);
+  CHECK(j["module_depth"] == 2);
+  const auto& jf = j["devices"][0]["steady_step"]["phases"];
+  bool seen = false;
+  for (const auto& p : jf) {
+    if (p["phase"] != "forward") continue;
+    seen = true;
+    CHECK(p["added_by_module"][0] == nlohmann::json{{"module", "enc"}, {"bytes", 3 * kMiB}});
+  }
+  CHECK(seen);
+  // Without module names: no lists by module, gradients at their site.
+  auto plain = s;
+  plain.tool->tensor_names.clear();
+  for (auto& st : plain.stacks)
+    for (auto& f : st) f.module.clear();
+  const auto lp = build_ledger(plain, SiteTable(plain), 2);
+  CHECK(lp->module_depth == 0);
+  CHECK(phase_of(lp->devices.at(0).steady, Phase::kForward).added_by_module.empty());
+}
+
+TEST_CASE("check --max-module-bytes: every module at the depth; over the limit named") {
+  std::vector<LoadedSnapshot> in;
+  in.emplace_back("net.json", net_run());
+  CheckOptions o;
+  // At depth 2 enc holds 4 + 4 + 8 + 3 = 19 MiB, dec.0 2 + 2 + 4 + 2 = 10 MiB (not over 10).
+  o.max_module_bytes = 10 * MiB;
+  std::ostringstream out, err;
+  CHECK(run_check(in, o, out, err) == 1);
+  CHECK(out.str().find(
+            "net.json: error: 1 module over the limit at depth 2 at the end of step 2: module enc "
+            "holds 19.0 MiB (parameters 4.00 MiB, gradients 4.00 MiB, optimizer state 8.00 MiB, "
+            "activations 3.00 MiB) (limit 10.0 MiB)\n") != std::string::npos);
+  o.max_module_bytes = 19 * MiB;
+  std::ostringstream pass;
+  CHECK(run_check(in, o, pass, err) == 0);
+  // At depth 1, dec (15 MiB) is over 14 MiB as well.
+  o.module_depth = 1;
+  o.max_module_bytes = 14 * MiB;
+  std::ostringstream two;
+  CHECK(run_check(in, o, two, err) == 1);
+  CHECK(two.str().find("error: 2 modules over the limit at depth 1") != std::string::npos);
+  CHECK(two.str().find("    module dec holds 15.0 MiB") != std::string::npos);
+  // No module names: not judged, a failure that says why.
+  auto& plain = in[0].snapshot;
+  plain.tool->tensor_names.clear();
+  for (auto& st : plain.stacks)
+    for (auto& f : st) f.module.clear();
+  std::ostringstream none;
+  CHECK(run_check(in, o, none, err) == 1);
+  CHECK(none.str().find("error: module bytes cannot be judged: no module names") !=
+        std::string::npos);
 }
 
 TEST_CASE("cuBLAS workspaces are their own category and no module's") {

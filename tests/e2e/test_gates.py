@@ -34,7 +34,7 @@ def test_the_limit_table_is_every_size_flag_of_check_and_run():
     table = limit_table()
     assert [l["name"] for l in table] == [
         "max_leaked_bytes", "max_peak_bytes", "max_allocated_peak", "max_reserved_peak",
-        "max_driver_peak", "max_growth", "max_growth_per_step"]
+        "max_driver_peak", "max_growth", "max_growth_per_step", "max_module_bytes"]
     for l in table:
         assert l["flag"] == "--" + l["name"].replace("_", "-")
         assert l["help"] and l["needs"] and l["check"]
@@ -108,8 +108,8 @@ def test_run_gates_on_every_limit_flag(tmp_path):
     assert p.returncode == 2
     assert p.stderr == ("cumemtrace run: --verdict-file and --junit need a limit "
                         "(--max-leaked-bytes, --max-peak-bytes, --max-allocated-peak, "
-                        "--max-reserved-peak, --max-driver-peak, --max-growth or "
-                        "--max-growth-per-step)\n")
+                        "--max-reserved-peak, --max-driver-peak, --max-growth, "
+                        "--max-growth-per-step or --max-module-bytes)\n")
 
 
 def test_a_layer_limit_with_nothing_to_judge_fails_and_says_why(tmp_path):

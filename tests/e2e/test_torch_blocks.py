@@ -814,3 +814,98 @@ def test_a_private_pool_is_recorded_and_the_replay_names_it(tmp_path):
     assert w.returncode == 2
     assert "cannot replay: the run allocated from a private pool (a CUDA graph's capture at " \
         in w.stderr, w.stderr
+
+
+def report_json(path, *options):
+    p = subprocess.run([CT, "report", "--format", "json", *options, path], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_backward_allocations_are_the_backward_lines(tmp_path):
+    # Autograd's engine thread runs no Python: while a backward runs, the thread that called it
+    # lends its Python frames (cumemtrace_torch_backward_caller, as cumemtrace_phases calls it),
+    # so the engine thread's blocks have the node's frame, then the caller's line. The one site
+    # rule makes that line their site, "via" the node; report, the ledger, check --max-growth
+    # (with and without marks), diff and pprof all name that same line. Step 1 lends nothing (an
+    # older Python side): its blocks keep the node alone, as before.
+    p, snaps = run(tmp_path, "engine_thread_backward")
+    assert p.returncode == 0 and refusals(p) == [], p.stderr
+    (path,) = [os.path.join(tmp_path / "traces", n) for n in snaps if ".oom." not in n]
+    tr = final(snaps)["device_traces"][0]
+    engine = [e for e in tr if e["action"] == "alloc" and e["size"] == 2000]
+    assert len(engine) == 15, engine  # 5 steps, 3 blocks each
+    names = [[f["name"] for f in e["frames"]] for e in engine]
+    assert names[0] == names[1] == [APPLY]  # step 1: the node alone
+    call = line_of("backward-call")
+    for e in engine[3:]:
+        py = [(f["name"], f["line"]) for f in e["frames"] if f["filename"].endswith(".py")]
+        assert [n for n, _ in py] == ["engine_thread_backward", "<module>"], e
+        assert py[0][1] == call, e
+        main_line = py[1][1]
+    # By a node: its frame, then the lent frames; outside one, the thread's own walk first.
+    assert [f["name"] for f in engine[3]["frames"]][:1] == [APPLY]
+    assert not any(f["name"] == APPLY for f in engine[5]["frames"]), engine[5]
+    node_file = engine[0]["frames"][0]
+    node = "torch::autograd::generated::MmBackward0::apply(...) (%s:%d)" % (
+        os.path.basename(node_file["filename"]), node_file["line"])
+    site = "engine_thread_backward (torch_blocks.py:%d)" % call
+    by_node = site + " via " + node
+
+    # report: the live blocks by site (4 steps lent: 8 by a node, 4 outside one; 2 of step 1's
+    # by the node alone, 1 on its walk).
+    rep = report_json(path)
+    top = {s["site"]: s["count"] for s in rep["top_sites_by_bytes"]}
+    assert top[by_node] == 8 and top[site] == 4, top
+    assert not any(s.startswith("torch::autograd::") and "via" in s for s in top), top
+    # the ledger: the steady step's backward added these two lines, as autograd buffers.
+    (dev,) = rep["pytorch_ledger"]["devices"]
+    (bw,) = [ph for ph in dev["steady_step"]["phases"] if ph["phase"] == "backward"]
+    assert [(s["site"], s["category"], s["count"]) for s in bw["added_by_site"]
+            if s["category"] == "autograd"] == [(by_node, "autograd", 2), (site, "autograd", 1)], bw
+    # growth: 5 steps, a warm-up of 2, steps 3 and 4 counted: 2 blocks of 2 KiB a step by the
+    # node, 1 outside it.
+    assert [(s["site"], s["count"], s["bytes"]) for s in dev["growth"]["by_site"]] == [
+        (by_node, 4, 4096), (site, 2, 2048)], dev["growth"]
+    # check: growth per step, and growth between the automatic steps, blame the same lines.
+    for limit, titles in (("--max-growth-per-step", ["grows 4.00 KiB a step at %s (autograd)" % by_node,
+                                                     "grows 2.00 KiB a step at %s (autograd)" % site]),
+                          ("--max-growth", ["+12.0 KiB grew at " + by_node,
+                                            "+6.00 KiB grew at " + site])):
+        c = subprocess.run([CT, "check", limit, "0", "--format", "json", path],
+                           capture_output=True, text=True, timeout=120)
+        assert c.returncode == 1, c.stdout + c.stderr
+        (f,) = [f for f in json.loads(c.stdout)["files"][0]["checks"] if f["status"] == "fail"]
+        assert [s["title"] for s in f["stacks"]] == titles, (limit, f)
+        assert {s["line"] for s in f["stacks"]} == {call}
+    # diff: 5 steps against 3; the 6 more blocks are at the same two lines.
+    p3, snaps3 = run(tmp_path / "three", "engine_thread_backward", BACKWARD_STEPS="3")
+    assert p3.returncode == 0, p3.stderr
+    (path3,) = [os.path.join(tmp_path / "three" / "traces", n) for n in snaps3 if ".oom." not in n]
+    d = subprocess.run([CT, "diff", "--format", "json", path3, path], capture_output=True,
+                       text=True, timeout=120)
+    assert d.returncode == 0, d.stderr
+    assert [(s["site"], s["base_live_count"], s["new_live_count"])
+            for s in json.loads(d.stdout)["sites"]] == [(by_node, 4, 8), (site, 2, 4)]
+    # pprof: `go tool pprof` reads the same lines, the node as the leaf of its stack.
+    go = shutil.which("go")
+    if go:
+        prof = str(tmp_path / "backward.pb.gz")
+        c = subprocess.run([CT, "convert", path, "--to", "pprof", "-o", prof], capture_output=True,
+                           text=True, timeout=120)
+        assert c.returncode == 0, c.stderr
+        t = subprocess.run([go, "tool", "pprof", "-traces", "-lines", "-sample_index=inuse_space",
+                            prof], capture_output=True, text=True, timeout=300)
+        assert t.returncode == 0, t.stderr
+        stacks = {}
+        for block in re.split(r"^-+\+-+$", t.stdout, flags=re.M)[1:]:
+            rows = [r.split() for r in block.strip().splitlines()
+                    if r.strip() and not r.strip().startswith(("device:", "category:"))]
+            if rows and rows[0][0] != "0":
+                stacks[tuple(r[-1].rsplit("/", 1)[-1] for r in rows)] = rows[0][0]
+        node_at = "%s:%d" % (os.path.basename(node_file["filename"]), node_file["line"])
+        at = "torch_blocks.py:%d" % call
+        main_at = "torch_blocks.py:%d" % main_line
+        assert {k: v for k, v in stacks.items() if at in k} == {
+            (node_at, at, main_at): "16kB", (at, main_at): "8kB"}, stacks

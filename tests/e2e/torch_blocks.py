@@ -139,6 +139,41 @@ def engine_thread_unknown_nodes():
     engine_thread()
 
 
+def engine_thread_backward():
+    # Training steps as the automatic phases mark them (the fake torch has no nn or autograd for
+    # cumemtrace_phases to hook: the marks and the lending are made here as it makes them), with
+    # a backward whose engine thread allocates and keeps 3 blocks a step (two by a node, one
+    # outside any node): a leak of the backward pass. From the second step on, the backward
+    # lends this line's frames to the engine thread, as cumemtrace_phases does; the first step's
+    # backward lends none (an older Python side), so its blocks have the node alone.
+    import ctypes
+    lib = ctypes.PyDLL(None)  # the GIL held, as cumemtrace_phases' sink calls
+    push, pop, mark = lib.cumemtrace_range_push, lib.cumemtrace_range_pop, lib.cumemtrace_mark
+    lend = lib.cumemtrace_torch_backward_caller
+    lend.argtypes, lend.restype = [ctypes.c_int], ctypes.c_int
+
+    def backward(step):  # as cumemtrace_phases' wrapper of autograd: lends its caller's frames
+        push(b"auto:backward")
+        if step and lend(1) < 2:  # this frame skipped: the scenario's line and <module>
+            sys.exit("backward_caller lent no frames")
+        try:
+            return torch.cuda.allocs_on_engine_thread(2000)
+        finally:
+            lend(-1)
+            pop()
+
+    kept = []
+    for step in range(int(os.environ.get("BACKWARD_STEPS", "5"))):
+        push(b"auto:forward")
+        x = torch.cuda.alloc(4096)
+        pop()
+        kept += backward(step)  # LINE backward-call
+        torch.cuda.free(x)
+        push(b"auto:optimizer")
+        pop()
+        mark(b"auto:step")
+
+
 def kill():
     torch.cuda.alloc(1000)
     torch.cuda.alloc(3 * MiB)
@@ -154,4 +189,5 @@ if __name__ == "__main__":
      "engine_thread_unknown_torch": engine_thread_unknown_torch,
      "engine_thread_unknown_nodes": engine_thread_unknown_nodes,
      "engine_thread_from_driver": engine_thread_from_driver,
+     "engine_thread_backward": engine_thread_backward,
      "bench_pause": bench_pause}[sys.argv[1]]()

@@ -20,6 +20,13 @@ The backward peak is printed for information (INFO): backward buffers carry no m
 (autograd's engine thread runs no Python), only gradients do, through their parameter.
 Rows of a module above the depth (`transformer` at depth 2: its own code's tensors) are compared
 at their own depth only. The forward peaks leave cuBLAS's workspaces out, as MemTracker does.
+The backward pass in the user's terms (issue 54 items 3 and 4), from the same run's report:
+- every line the steady step's backward added is the `.backward()` line of step() below (via the
+  autograd node), or a gradient named by its parameter ("grad of h.0.mlp.0.weight", a name of
+  named_parameters()); no top site is an autograd node alone;
+- the backward phase by module (--small-lines: every byte) sums to the phase's allocated delta;
+- check --max-module-bytes fails (exit 1) naming the largest module 1 byte under its bytes and
+  passes at them.
 """
 import json
 import os
@@ -195,6 +202,61 @@ def mib(b):
     return "None" if b is None else "%.3f MiB" % (b / MIB)
 
 
+def backward_line():
+    with open(os.path.abspath(__file__)) as f:
+        (n,) = [i for i, ln in enumerate(f, 1) if ln.strip() == "out.backward()"]
+    return n
+
+
+def compare_backward(name, snap, ct, truth):
+    rep = subprocess.run([ct, "report", "--format", "json", "--top", "1000", "--small-lines",
+                          "--module-depth", "1", snap], capture_output=True, text=True)
+    if rep.returncode != 0:
+        row("%s: report --small-lines" % name, "FAIL", rep.stderr.strip()[:200])
+        return
+    j = json.loads(rep.stdout)
+    # train.<locals>.step's line (its qualified name on CPython 3.11+), via the node or torch.
+    site = "step (validate_modules.py:%d) via " % backward_line()
+    steady = (j.get("pytorch_ledger") or {}).get("devices", [{}])[0].get("steady_step") or {}
+    bws = [p for p in steady.get("phases", []) if p["phase"] == "backward"]
+    if len(bws) != 1:
+        row("%s: the steady step has one backward" % name, "FAIL", str(len(bws)))
+        return
+    bw = bws[0]
+    params = set(truth["parameters"])
+    wrong = [(s["site"], s["category"]) for s in bw["added_by_site"]
+             if not (site in s["site"] if s["category"] != "gradient"
+                     else s["site"].startswith("grad of ") and s["site"][8:] in params)]
+    row("%s: backward's lines at the .backward() line or grad of a parameter" % name,
+        "PASS" if bw["added_by_site"] and not wrong else "FAIL",
+        "%d lines, wrong: %s" % (len(bw["added_by_site"]), wrong[:3]))
+    alone = [s["site"] for s in j.get("top_sites_by_bytes", [])
+             if s["site"].startswith("torch::autograd::")]
+    row("%s: no top site is an autograd node alone" % name, "PASS" if not alone else "FAIL",
+        str(alone[:3]))
+    delta = bw["allocated_after_bytes"] - bw["allocated_before_bytes"]
+    mods = sum(m["bytes"] for m in bw["added_by_module"])
+    row("%s: backward by module sums to its allocated delta" % name,
+        "PASS" if mods == delta and bw["added_by_module"] else "FAIL", "%d / %d" % (mods, delta))
+    row("%s: backward by module (depth 1)" % name, "INFO",
+        ", ".join("%s %+.3f MiB" % (m["module"], m["bytes"] / MIB) for m in bw["added_by_module"]))
+    rows_ = [r for r in (j.get("modules") or {}).get("rows", []) if not r["module"].startswith("(")]
+    if not rows_:
+        row("%s: check --max-module-bytes" % name, "FAIL", "no module rows")
+        return
+    top = max(rows_, key=lambda r: r["parameters"] + r["gradients"] + r["optimizer_state"]
+              + r["activations"])
+    total = top["parameters"] + top["gradients"] + top["optimizer_state"] + top["activations"]
+    over = subprocess.run([ct, "check", "--module-depth", "1", "--max-module-bytes",
+                           str(total - 1), snap], capture_output=True, text=True)
+    at = subprocess.run([ct, "check", "--module-depth", "1", "--max-module-bytes", str(total),
+                         snap], capture_output=True, text=True)
+    ok = (over.returncode == 1 and "module %s holds" % top["module"] in over.stdout + over.stderr
+          and at.returncode == 0)
+    row("%s: check --max-module-bytes fails 1 B under %s, passes at it" % (name, top["module"]),
+        "PASS" if ok else "FAIL", "rc %d / %d" % (over.returncode, at.returncode))
+
+
 def compare(name, out, ct):
     snaps = [os.path.join(out, "t_" + name, f) for f in os.listdir(os.path.join(out, "t_" + name))
              if f.endswith(".json") and ".oom." not in f]
@@ -203,6 +265,7 @@ def compare(name, out, ct):
         return
     truth = json.load(open(os.path.join(out, "truth_%s.json" % name)))
     mt = json.load(open(os.path.join(out, "mt_%s.json" % name)))["memtracker"]
+    compare_backward(name, snaps[0], ct, truth)
     for depth in (1, 2):
         rep = subprocess.run([ct, "report", "--format", "json", "--top", "1000", "--module-depth",
                               str(depth), snaps[0]], capture_output=True, text=True)

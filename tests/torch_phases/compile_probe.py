@@ -31,6 +31,9 @@ class Sink:
     def mark(self, name):
         self.marks.append("MARK " + name.decode())
 
+    def backward_caller(self, skip):
+        pass
+
     def owners(self, role, flat):
         pass
 

@@ -26,6 +26,7 @@ class Recorder:
 
     def __init__(self):
         self.events = []
+        self.callers = []  # backward_caller's frames (None: taken back)
         self._open = {}
 
     def push(self, name):
@@ -37,6 +38,18 @@ class Recorder:
 
     def mark(self, name):
         self.events.append(("MARK", name.decode()))
+
+    def backward_caller(self, skip):
+        """The frames the preload would lend to autograd's engine threads, as (file's base
+        name, function, line) innermost first; skip < 0 takes them back."""
+        if skip < 0:
+            self.callers.append(None)
+            return
+        f, frames = sys._getframe(1 + skip), []
+        while f is not None:
+            frames.append((os.path.basename(f.f_code.co_filename), f.f_code.co_name, f.f_lineno))
+            f = f.f_back
+        self.callers.append(frames)
 
     def owners(self, role, flat):
         self.events.append(("OWNERS", role, list(zip(flat[0::2], flat[1::2]))))

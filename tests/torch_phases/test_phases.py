@@ -467,3 +467,25 @@ def test_input_walk_is_what_enters_the_root_forward(phases):
     inputs = [w for role, w in rec.walks() if role == INPUT]
     assert [sorted(w) for w in inputs] == sent
     assert err.getvalue() == ""
+
+
+def test_backward_lends_its_callers_frames(phases):
+    # Autograd's engine thread runs no Python: at each outermost backward the Python side lends
+    # the frames of the line that called it (the preload puts them behind the engine thread's
+    # node), less its own two frames, and takes them back when backward returns.
+    ph, rec, err = phases
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4, requires_grad=True)
+    line = sys._getframe().f_lineno + 1
+    model(x).sum().backward()
+    (lent, back) = rec.callers
+    assert back is None
+    assert lent[0][:2] == ("__init__.py", "backward")  # torch.autograd.backward, torch's own
+    assert ("test_phases.py", "test_backward_lends_its_callers_frames", line) in lent
+    assert not any(f[0] == "cumemtrace_phases.py" for f in lent), lent
+    rec.callers.clear()
+    y = model(x).sum()
+    torch.autograd.grad(y, [x])
+    (lent, back) = rec.callers
+    assert lent[0][:2] == ("__init__.py", "grad") and back is None
+    assert err.getvalue() == ""

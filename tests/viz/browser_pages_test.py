@@ -139,6 +139,8 @@ def ledger_paths(led):
                     out[json.dumps(path + ["added_by_category", c])] = b
                 for j, s in enumerate(p["added_by_site"]):
                     out[json.dumps(path + ["added_by_site", j, "bytes"])] = s["bytes"]
+                for j, m in enumerate(p.get("added_by_module", [])):
+                    out[json.dumps(path + ["added_by_module", j, "bytes"])] = m["bytes"]
         for key in ("allocated_peak", "reserved_peak"):
             m, path = d[key], base + [key]
             for f in ("allocated_bytes", "reserved_bytes", "cached_free_bytes", "context_bytes"):
@@ -171,6 +173,8 @@ def check_ledger(cumemtrace, browser, snap, page, out):
         # What a person reads is report's number as report formats it (deltas signed).
         assert fmt_bytes(abs(b)) in text, f"ledger {n.attrs['data-ledger']}: shows {text!r}, holds {b}"
         shown[n.attrs["data-ledger"]] = b
+    # The phases by module (the Linear calls name blocks.0 and blocks.1) are shown too.
+    assert any("added_by_module" in k for k in want), sorted(want)[:5]
     assert shown == want, (f"ledger: page and report differ:\n missing {set(want) - set(shown)}\n"
                            f" extra {set(shown) - set(want)}\n differing "
                            f"{[(k, shown[k], want[k]) for k in set(shown) & set(want) if shown[k] != want[k]]}")
@@ -379,7 +383,7 @@ def main():
     out.mkdir(parents=True)
     leak = out / "leak.json"
     run(sys.executable, HERE / "make_synthetic.py", "--pytorch-steps", "20", "--leak-mib", "1",
-        "--idle-us", "6000000", leak)
+        "--idle-us", "6000000", "--modules", leak)
     page = out / "leak.html"
     run(a.cumemtrace, "html", leak, "-o", page)
     check_ledger(a.cumemtrace, browser, leak, page, out)

@@ -52,7 +52,7 @@ MiB = 1 << 20
 
 
 def pytorch_run(steps, path, leak_mib=0, idle_us=0, extra_mib=0, rank=None, world_size=None,
-                oom_mib=0):
+                oom_mib=0, modules=False):
     """N steps of a small training loop on PyTorch's caching allocator, with categories and the
     automatic phases (auto:forward / auto:backward / auto:optimizer START/END, an auto:step MARK
     after each step) and a user range "epoch" around them all. Two PyTorch segments: 32 MiB of
@@ -76,8 +76,13 @@ def pytorch_run(steps, path, leak_mib=0, idle_us=0, extra_mib=0, rank=None, worl
 
     def fr(name, line):
         torch = "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py"
-        return [{"filename": torch, "line": 134, "name": "Linear.forward"},
-                {"filename": "/work/train.py", "line": line, "name": name}] + user
+        call = []
+        if modules and name == "forward":  # `modules`: the Linear's call names its module
+            call = [{"filename": "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py",
+                     "line": 1775, "name": "Module._wrapped_call_impl",
+                     "module": "blocks.%d" % (line % 2)}]
+        return [{"filename": torch, "line": 134, "name": "Linear.forward"}] + call + [
+            {"filename": "/work/train.py", "line": line, "name": name}] + user
 
     def entry(action, addr, size, category, frames=None, source="pytorch"):
         e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
@@ -227,11 +232,14 @@ def main():
     ap.add_argument("--started-before-us", type=int, default=None,
                     help="add cumemtrace's section: the traced program started this long before "
                          "the first event (the origin of the times every view shows)")
+    ap.add_argument("--modules", action="store_true",
+                    help="with --pytorch-steps: forward's Linear calls name their module "
+                         "(blocks.0 at even lines, blocks.1 at odd ones)")
     ap.add_argument("out")
     a = ap.parse_args()
     if a.pytorch_steps:
         pytorch_run(a.pytorch_steps, a.out, a.leak_mib, a.idle_us, a.extra_mib, a.rank,
-                    a.world_size, a.oom_mib)
+                    a.world_size, a.oom_mib, a.modules)
         return
     if a.events is None:
         ap.error("--events or --pytorch-steps is required")

@@ -754,6 +754,14 @@
           num(p.allocated_peak_bytes, path.concat(['allocated_peak_bytes'])),
           num(p.reserved_after_bytes, path.concat(['reserved_after_bytes'])),
           cats), span));
+        // By module (ledger.h), where the run names modules: one row, the largest first.
+        if (p.added_by_module && p.added_by_module.length) {
+          const mods = el('td', { class: 'modules', colspan: 7 }, 'by module: ');
+          p.added_by_module.forEach((m, j) => {
+            mods.append(el('span', { class: 'module', 'data-bytes': m.bytes, 'data-ledger': JSON.stringify(path.concat(['added_by_module', j, 'bytes'])), text: m.module + ' ' + fmtDelta(m.bytes) }), j + 1 < p.added_by_module.length ? ', ' : '');
+          });
+          tb.append(el('tr', { class: 'module-row' }, mods));
+        }
         p.added_by_site.forEach((s, j) => {
           tb.append(clickable(el('tr', { class: 'line-row' },
             el('td', { class: 'site', colspan: 3, text: s.site }),
