@@ -44,7 +44,8 @@ def test_layout(moved):
         "lib/cumemtrace/python/sitecustomize.py",
         "lib/libcumemtrace.so",
         "lib/pkgconfig/cumemtrace.pc", "share/cumemtrace/grafana/cumemtrace.json",
-        "share/cumemtrace/schemas/snapshot.schema.json"]
+        "share/cumemtrace/schemas/snapshot.schema.json",
+        "share/cumemtrace/schemas/summary.schema.json"]
     # What the docs name ships: the dashboard (docs/metrics.md) is the repository's own.
     with open(os.path.join(SOURCE, "share", "grafana", "cumemtrace.json"), "rb") as f:
         assert (moved / "share/cumemtrace/grafana/cumemtrace.json").read_bytes() == f.read()
@@ -64,14 +65,16 @@ def test_moved_tree_traces(moved, tmp_path):
     out = tmp_path / "out"
     run([str(moved / "bin" / "cumemtrace"), "run", "-q", "-o", str(out), "--", sys.executable,
          os.path.join(SOURCE, "tests", "e2e", "py_alloc.py")], env=env)
-    (snap,) = out.iterdir()
+    # The final snapshot and its summary (verdicts/process_summary.h) beside it.
+    assert sorted(p.suffix for p in out.iterdir()) == [".json", ".summary"]
+    (snap,) = out.glob("*.json")
     report = run([str(moved / "bin" / "cumemtrace"), "report", str(snap), "--frames", "40"]).stdout
     assert "load_weights" in report
     # The preload loaded from the moved tree found its collector there too (LD_PRELOAD alone).
     env2 = dict(env, LD_PRELOAD=str(moved / "lib" / "libcumemtrace.so"),
                 CUMEMTRACE_OUTPUT=str(tmp_path / "out2"))
     run([sys.executable, os.path.join(SOURCE, "tests", "e2e", "py_alloc.py")], env=env2)
-    assert len(list((tmp_path / "out2").iterdir())) == 1
+    assert sorted(p.suffix for p in (tmp_path / "out2").iterdir()) == [".json", ".summary"]
 
 
 def test_find_package_and_pkg_config(moved, tmp_path):
