@@ -25,20 +25,21 @@ void lend_backward_caller(const uint64_t* pairs, unsigned n) noexcept {
                                                    std::memory_order_relaxed)) {
     seq = g_seq.load(std::memory_order_relaxed);
   }
-  std::atomic_thread_fence(std::memory_order_release);
-  for (unsigned i = 0; i < 2 * n; ++i) g_pairs[i].store(pairs[i], std::memory_order_relaxed);
-  g_count.store(n, std::memory_order_relaxed);
+  // Release stores, no fence (TSan cannot check fences): a reader that sees any new word also
+  // sees the odd sequence number stored before it, so its final check rejects the read.
+  for (unsigned i = 0; i < 2 * n; ++i) g_pairs[i].store(pairs[i], std::memory_order_release);
+  g_count.store(n, std::memory_order_release);
   g_seq.store(seq + 2, std::memory_order_release);
 }
 
 unsigned backward_caller_frames(uint64_t* out, unsigned max) noexcept {
   const uint64_t before = g_seq.load(std::memory_order_acquire);
   if (before & 1) return 0;
-  unsigned n = g_count.load(std::memory_order_relaxed);
+  unsigned n = g_count.load(std::memory_order_acquire);
   if (n == 0) return 0;
   if (n > max) n = max;
-  for (unsigned i = 0; i < 2 * n; ++i) out[i] = g_pairs[i].load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
+  // Acquire loads keep the final sequence load after them (no fence, as above).
+  for (unsigned i = 0; i < 2 * n; ++i) out[i] = g_pairs[i].load(std::memory_order_acquire);
   return g_seq.load(std::memory_order_relaxed) == before ? n : 0;
 }
 
