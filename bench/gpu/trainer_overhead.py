@@ -34,7 +34,7 @@ the bare A/A (the second bare run's median against the first's: the noise betwee
 when on vs off and on vs bare are both <= MAX-OVERHEAD %; a run that failed or gave no blocks is
 a FAIL with its reason, as is an on vs bare over the limit whose bare A/A is larger than the
 limit (then the verdict says the runs cannot tell). Exit 1 on any FAIL, 2 on bad arguments.
-About 90 s on an H100 (most of it six process starts).
+Six process starts are most of its time (each run trains 135 steps at the defaults).
 
 --tiny: the same on the CPU at toy sizes (1-layer GPT-2 of width 32, ResNet-18 on 32 x 32 images
 of batch 2), so that tests can run it (tests/torch_phases/test_trainer_overhead.py); its timings
