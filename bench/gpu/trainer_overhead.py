@@ -19,12 +19,14 @@ run` (the preload loaded, the Python side installed at torch's import), then bar
 trains warm-up steps (untimed), then 2 x ALTERNATIONS + 1 blocks of BLOCK-STEPS steps: off, on,
 off, ..., off. Under cumemtrace an "off" block runs with the Python side paused
 (cumemtrace_phases.pause(): every hook and wrapper out of torch; resume() puts them back with
-what was learned, so an "on" block is the steady state, not a new discovery); recording stays on
-in both, so on against off is the Python side's own cost, drift of the host cancelling out of each
-comparison (bench/gpu/torch_blocks_ab.py's approach). The switch happens between two steps, with
-its own time left out, and leaves a mark, `bench:on` or `bench:off`, in the snapshot. A bare child
-runs the same schedule with nothing to switch. One process per workload and mode: a root module
-first called after discovery ended gets no forward phase, as in any program with two models.
+what was learned, so an "on" block is the steady state, not a new discovery); recording (driver
+and block events, their stacks, the module object the preload reads from each module call's
+frame) stays on in both, so on against off is the Python side's own cost, drift of the host
+cancelling out of each comparison (bench/gpu/torch_blocks_ab.py's approach). The switch happens
+between two steps, with its own time left out, and leaves a mark, `bench:on` or `bench:off`, in
+the snapshot. A bare child runs the same schedule with nothing to switch. One process per
+workload and mode: a root module first called after discovery ended gets no forward phase, as in
+any program with two models.
 
 Prints one row per workload: the median ms per step of the bare blocks (both bare runs), of the
 off and of the on blocks; on vs off (the median over on blocks of each against the mean of the off

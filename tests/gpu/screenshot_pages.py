@@ -7,7 +7,8 @@ for transformers' Trainer and FSDP2, from the GPU run of tests/gpu/validate_trai
 Each INPUT is a snapshot file (cumemtrace or PyTorch JSON, or a PyTorch pickle) or a folder. A
 folder with t_<name>/ subfolders (validate_trainers.py's OUT: t_trainer/, t_fsdp2/, ...) gives the
 snapshots in those, each page named <name> (<name>.<file> when a subfolder has several); another
-folder gives its own *.json and *.pickle files (never *.summary). For each snapshot it writes
+folder (OUT/t_trainer itself, say) gives its own *.json and *.pickle files (never *.summary),
+named after it the same way. For each snapshot it writes
 OUT/<name>.html (`cumemtrace html`) and OUT/<name>.png: the page drawn by headless Chromium
 (chromium, chromium-browser or google-chrome on PATH, or CUMEMTRACE_CHROMIUM) WIDTH pixels wide
 and as tall as the whole page (measured in a first pass by a copy of the page that writes its
@@ -64,8 +65,9 @@ def snapshots(inputs):
         if not os.path.isdir(path):
             raise ValueError("no such file or folder: %s" % path)
         runs = sorted(d for d in glob.glob(os.path.join(path, "t_*")) if os.path.isdir(d))
+        base = os.path.basename(os.path.normpath(path))
         folders = [(os.path.basename(d)[2:], d) for d in runs] or [
-            (os.path.basename(os.path.normpath(path)), path)]
+            (base[2:] if base.startswith("t_") else base, path)]
         for name, d in folders:
             files = sorted(f for ext in ("json", "pickle") for f in
                            glob.glob(os.path.join(d, "*." + ext)))

@@ -88,6 +88,12 @@ def main():
         assert content <= height <= max(content, 1000), (name, content, height)
         png_is_picture(Path(png))
 
+    # One run's folder named as it is: its page is named after it, without the t_.
+    one = os.path.join(a.out, "one")
+    p = run("--cumemtrace", a.cumemtrace, "--out", one, os.path.join(runs, "t_trainer"))
+    assert p.returncode == 0 and p.stdout.startswith("| trainer | PASS | "), p.stdout + p.stderr
+    assert sorted(os.listdir(one)) == ["trainer.html", "trainer.png"]
+
     # Bad inputs: one line, exit 2, nothing written.
     empty = os.path.join(a.out, "empty")
     os.makedirs(empty)
