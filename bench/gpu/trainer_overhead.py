@@ -339,6 +339,7 @@ def driver(a):
     try:
         for w in workloads:
             bare_runs, traced, errors, what = [], None, [], ""
+            start = time.perf_counter()
             modes = ["bare", "traced"] + ["bare"] * (a.bare_runs - 1)
             for i, mode in enumerate(modes):
                 blocks, desc, err = run_child(a, mode, w, out, i if mode == "bare" else 0)
@@ -354,9 +355,9 @@ def driver(a):
                 row["verdict"], row["why"] = "FAIL", "; ".join(errors)
             rows.append(row)
             notes.append("%s: %s; %d warm-up steps, %d blocks of %d steps (off, on, ..., off); "
-                         "%d bare run(s), 1 traced" % (w, what or "no run", a.warmup,
-                                                       2 * a.alternations + 1, a.block_steps,
-                                                       len(bare_runs)))
+                         "%d bare run(s), 1 traced; %.0f s" % (
+                             w, what or "no run", a.warmup, 2 * a.alternations + 1,
+                             a.block_steps, len(bare_runs), time.perf_counter() - start))
     finally:
         if not a.out:
             shutil.rmtree(out, ignore_errors=True)
