@@ -123,15 +123,11 @@ std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceRepl
     p.allocated_after = rp.allocated_after(p.last_index);
     p.reserved_before = rp.reserved_after(p.before_index);
     p.reserved_after = rp.reserved_after(p.last_index);
-    p.allocated_peak = p.allocated_before;
-    p.allocated_peak_time_us = sp.begin_us == kTimeMin ? rp.time_after(-1) : sp.begin_us;
+    p.allocated_peak = {p.allocated_before,
+                        sp.begin_us == kTimeMin ? rp.time_after(-1) : sp.begin_us, p.before_index};
     Tally t;
     for (std::ptrdiff_t i = p.before_index + 1; i <= p.last_index; ++i) {
-      const uint64_t a = rp.allocated_after(i);
-      if (a > p.allocated_peak) {
-        p.allocated_peak = a;
-        p.allocated_peak_time_us = tr[static_cast<size_t>(i)].time_us;
-      }
+      p.allocated_peak.raise(rp.allocated_after(i), tr[static_cast<size_t>(i)].time_us, i);
       const int32_t id = dt.life_of[static_cast<size_t>(i)];
       if (id < 0) continue;
       const auto& e = tr[static_cast<size_t>(i)];
@@ -280,15 +276,10 @@ std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& s
       dl.steady_step = static_cast<int>(l.complete_steps) - 1;
       dl.steady = phase_rows(*dl.steady_step, ph, rp, dt, sites, m, l.module_depth);
     }
-    std::ptrdiff_t apeak = -1;
-    uint64_t abytes = rp.allocated_after(-1);
-    for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(tr.size()); ++i) {
-      const uint64_t a = rp.allocated_after(i);
-      if (a > abytes) abytes = a, apeak = i;
-    }
-    dl.allocated_peak = moment_at("allocated peak", apeak, ph, rp, dt, sites, m);
+    dl.allocated_peak =
+        moment_at("allocated peak", rp.timeline().allocated.index, ph, rp, dt, sites, m);
     dl.reserved_peak =
-        moment_at("reserved peak", rp.timeline().reserved_peak_index, ph, rp, dt, sites, m);
+        moment_at("reserved peak", rp.timeline().reserved.index, ph, rp, dt, sites, m);
     dl.growth = growth_per_step(ph, rp, dt, sites);
 
     // Leaks (contract): after the warm-up, never past the last step begun.
@@ -353,7 +344,7 @@ void print_phases(std::ostream& out, const std::vector<LedgerPhase>& rows, size_
                        format_signed_bytes(wrap_sub(static_cast<int64_t>(p.allocated_after),
                                                     static_cast<int64_t>(p.allocated_before))),
                        format_bytes(p.reserved_before), format_bytes(p.reserved_after),
-                       format_bytes(p.allocated_peak));
+                       format_bytes(p.allocated_peak.bytes));
     out << fmt::format("        added: {}\n", categories_text(p.added_by_category, true));
     if (!p.added_by_module.empty()) {
       std::string mods;
@@ -434,7 +425,7 @@ nlohmann::json phases_json(const std::vector<LedgerPhase>& rows, size_t top) {
          {"allocated_after_bytes", p.allocated_after},
          {"reserved_before_bytes", p.reserved_before},
          {"reserved_after_bytes", p.reserved_after},
-         {"allocated_peak_bytes", p.allocated_peak},
+         {"allocated_peak_bytes", p.allocated_peak.bytes},
          {"added_by_category", categories_json(p.added_by_category)},
          {"added_tensor_bytes_by_category", category_tensors_json(p.added_by_category)},
          {"added_by_site", sites_json(p.added_by_site, top)},

@@ -80,8 +80,7 @@ struct LedgerPhase {
   std::ptrdiff_t before_index = -1, last_index = -1;  // the span's entries: (before, last]
   uint64_t allocated_before = 0, allocated_after = 0;
   uint64_t reserved_before = 0, reserved_after = 0;
-  uint64_t allocated_peak = 0;
-  int64_t allocated_peak_time_us = 0;
+  Watermark allocated_peak;                      // within the span, its state before it included
   std::vector<CategoryBytes> added_by_category;  // non-zero only, largest change first
   std::vector<SiteBytes> added_by_site;          // non-zero only, largest change first
   std::vector<ModuleBytes> added_by_module;      // the same by module (modules.h), if named

@@ -239,9 +239,9 @@ void advise(OomVerdict& v, const SiteTable& sites) {
             snap::format_bytes(v.requested)));
       }
       if (w && w->would_succeed) {
-        v.advice.push_back(fmt::format(
-            "under {} this request would have succeeded ({}; replayed from this trace)", conf,
-            peak_change(w->reserved_peak_bytes, w->recorded_reserved_peak_bytes)));
+        v.advice.push_back(
+            fmt::format("under {} this request would have succeeded ({}; replayed from this trace)",
+                        conf, peak_change(w->reserved.bytes, w->recorded_reserved.bytes)));
       } else if (w) {
         // The replay says the setting would not have helped: no advice to use it.
         const auto& f = w->first_failing_request;
@@ -253,7 +253,7 @@ void advise(OomVerdict& v, const SiteTable& sites) {
             earlier ? fmt::format(": an earlier request of {} at {} would have failed first",
                                   snap::format_bytes(f->requested), sites.site(f->stack))
                     : "",
-            peak_change(w->reserved_peak_bytes, w->recorded_reserved_peak_bytes)));
+            peak_change(w->reserved.bytes, w->recorded_reserved.bytes)));
       }
     }
   }
@@ -509,8 +509,8 @@ nlohmann::json oom_verdict_json(const OomVerdict& v, const SiteTable& sites, siz
   if (v.whatif) {
     j["whatif"] = {{"alloc_conf", v.whatif->alloc_conf},
                    {"would_succeed", v.whatif->would_succeed},
-                   {"reserved_peak_bytes", v.whatif->reserved_peak_bytes},
-                   {"recorded_reserved_peak_bytes", v.whatif->recorded_reserved_peak_bytes}};
+                   {"reserved_peak_bytes", v.whatif->reserved.bytes},
+                   {"recorded_reserved_peak_bytes", v.whatif->recorded_reserved.bytes}};
   }
   return j;
 }

@@ -71,8 +71,8 @@ TEST_CASE("fraction fixture: allocated and reserved equal memory_stats() at ever
     CHECK(r.allocated_after(i) == p["allocated_bytes.all.current"].get<uint64_t>());
     CHECK(r.reserved_after(i) == p["reserved_bytes.all.current"].get<uint64_t>());
   }
-  CHECK(r.timeline().allocated_peak_bytes == f["max_memory_allocated"].get<uint64_t>());
-  CHECK(r.timeline().reserved_peak_bytes == f["max_memory_reserved"].get<uint64_t>());
+  CHECK(r.timeline().allocated.bytes == f["max_memory_allocated"].get<uint64_t>());
+  CHECK(r.timeline().reserved.bytes == f["max_memory_reserved"].get<uint64_t>());
 }
 
 TEST_CASE("fraction fixture: the OOM verdict's facts are PyTorch's message and counters",

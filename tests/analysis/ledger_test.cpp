@@ -134,8 +134,8 @@ TEST_CASE("ledger: per phase of the first and the steady step, exact bytes", "[l
   CHECK(fwd.phase == Phase::kForward);
   CHECK(fwd.allocated_before == 7 * MiB);
   CHECK(fwd.allocated_after == 10 * MiB);
-  CHECK(fwd.allocated_peak == 11 * MiB);
-  CHECK(fwd.allocated_peak_time_us == 1030);
+  CHECK(fwd.allocated_peak.bytes == 11 * MiB);
+  CHECK(fwd.allocated_peak.time_us == 1030);
   CHECK(added(fwd, Category::kActivation) == 3 * iMiB);
   CHECK(added(fwd, Category::kTemporary) == 0);  // +1 MiB -1 MiB: not listed
   CHECK(fwd.added_by_category.size() == 1);
@@ -144,14 +144,14 @@ TEST_CASE("ledger: per phase of the first and the steady step, exact bytes", "[l
   CHECK(bwd.phase == Phase::kBackward);
   CHECK(bwd.allocated_before == 10 * MiB);
   CHECK(bwd.allocated_after == 13 * MiB);
-  CHECK(bwd.allocated_peak == 16 * MiB);
+  CHECK(bwd.allocated_peak.bytes == 16 * MiB);
   CHECK(added(bwd, Category::kGradient) == 6 * iMiB);
   CHECK(added(bwd, Category::kActivation) == -3 * iMiB);
 
   const auto& opt = d.first[3];
   CHECK(opt.phase == Phase::kOptimizer);
   CHECK(opt.allocated_after == 25 * MiB);
-  CHECK(opt.allocated_peak == 26 * MiB);
+  CHECK(opt.allocated_peak.bytes == 26 * MiB);
   CHECK(added(opt, Category::kOptimizerState) == 12 * iMiB);
   CHECK(opt.added_by_site.size() == 1);
   CHECK(opt.added_by_site[0].site == sites.site(kAdam));
@@ -166,7 +166,7 @@ TEST_CASE("ledger: per phase of the first and the steady step, exact bytes", "[l
   CHECK(d.steady[0].allocated_after == 25 * MiB);
   CHECK(d.steady[0].added_by_category.empty());
   CHECK(d.steady[1].allocated_after == 28 * MiB);
-  CHECK(d.steady[1].allocated_peak == 29 * MiB);
+  CHECK(d.steady[1].allocated_peak.bytes == 29 * MiB);
   CHECK(d.steady[2].allocated_after == 25 * MiB);
   CHECK(added(d.steady[2], Category::kActivation) == -3 * iMiB);
   CHECK(d.steady[3].allocated_after == 25 * MiB);
@@ -647,8 +647,8 @@ TEST_CASE("process summary: the ledger's numbers, written as JSON and read back 
   const ProcessSummary p = summarize_process(s, r, {"train.json", 123, 456});
   REQUIRE(p.devices.size() == 1);
   const DeviceSummary& d = p.devices[0];
-  CHECK(d.peak_bytes == r.devices[0].timeline.peak_bytes);
-  CHECK(d.allocated_peak_bytes == r.devices[0].timeline.allocated_peak_bytes);
+  CHECK(d.peak_bytes == r.devices[0].timeline.highest_known().bytes);
+  CHECK(d.allocated_peak_bytes == r.devices[0].timeline.allocated.bytes);
   REQUIRE(d.has_ledger);
   REQUIRE(d.growth);
   CHECK(d.growth->per_step == r.ledger->devices[0].growth.per_step);
