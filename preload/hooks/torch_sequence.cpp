@@ -23,6 +23,12 @@
 #include "record/recorder.h"
 #include "stacks/node_modules.h"
 
+namespace cumemtrace::preload {
+#ifdef CUMEMTRACE_BENCH_SWITCHES
+std::atomic<bool> g_node_modules_paused{false};  // hooks/bench_switches.cpp
+#endif
+}  // namespace cumemtrace::preload
+
 namespace {
 
 namespace pl = cumemtrace::preload;
@@ -65,6 +71,9 @@ CounterFn real_counter() noexcept {
 // at::sequence_number::get_and_increment(): the calling thread's next autograd node number.
 CUMEMTRACE_EXPORT uint64_t _ZN2at15sequence_number17get_and_incrementEv() noexcept {
   const uint64_t seq = real_counter()();
+#ifdef CUMEMTRACE_BENCH_SWITCHES
+  if (pl::g_node_modules_paused.load(std::memory_order_relaxed)) return seq;
+#endif
   if (pl::node_modules_on()) {
     pl::ReentryGuard guard;
     if (guard.outer && pl::tracing_possible() && pl::config().python_stacks) {
