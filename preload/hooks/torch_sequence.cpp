@@ -86,9 +86,14 @@ CUMEMTRACE_EXPORT uint64_t _ZN2at15sequence_number17get_and_incrementEv() noexce
 // Where torch's Node keeps its sequence number and its creating thread's id (byte offsets, checked
 // by the Python side against live nodes: cumemtrace_torch.py), and the address of
 // at::RecordFunction::currentThreadId in the loaded libtorch_cpu.so. Returns 0 when set, -1 for
-// bad arguments, -2 when set before.
+// bad arguments, -2 when set before. (-1, -1, null) turns filing off for good (the Python side's
+// check of the whole route failed) and returns 0.
 CUMEMTRACE_EXPORT int cumemtrace_torch_node_layout(int sequence_offset, int thread_offset,
                                                    const void* current_thread_id) noexcept {
+  if (sequence_offset == -1 && thread_offset == -1 && !current_thread_id) {
+    pl::clear_node_layout();
+    return 0;
+  }
   if (sequence_offset < 0 || thread_offset < 0 || !current_thread_id) return -1;
   if (pl::node_modules_on()) return -2;
   return pl::set_node_layout(static_cast<unsigned>(sequence_offset),

@@ -145,6 +145,7 @@ def node_layout(torch, sink):
         y = probe(torch.ones(1, requires_grad=True))
     word = sink.node_module(node_address(y.grad_fn))
     if word >> 62 != 2 or word & ((1 << 47) - 1) != id(probe):
+        sink.node_layout(-1, -1, None)  # off: no walk at each node for nothing
         return "a node made in a module call was not filed with it (is " \
                "at::sequence_number::get_and_increment reached through the preload?)"
     return None
@@ -260,10 +261,16 @@ def make(torch, err=None):
     except (AttributeError, RuntimeError, OSError) as e:
         (err or sys.stderr).write("cumemtrace: no module names (%s: %s)\n" % (type(e).__name__, e))
         return None
+    if sys.version_info < (3, 11):
+        return modules  # no module on frames (above): nothing to file nodes with
     try:
         why = node_layout(torch, sink)
     except (AttributeError, RuntimeError, OSError, ValueError) as e:
         why = "%s: %s" % (type(e).__name__, e)
+        try:
+            sink.node_layout(-1, -1, None)  # off, in case it was told before the error
+        except (AttributeError, OSError):
+            pass
     if why:
         (err or sys.stderr).write("cumemtrace: backward allocations without their module (%s)\n"
                                   % why)
