@@ -235,6 +235,23 @@ LiveCount count_live(const std::vector<Allocation>& live) {
   return c;
 }
 
+std::optional<std::string> trace_incomplete_why(const snap::Snapshot& s) {
+  if (s.tool && s.tool->trace_entries_dropped) {
+    const auto cap = s.allocator_settings.find("max_trace_events");
+    return "the oldest " + std::to_string(s.tool->trace_entries_dropped) +
+           " trace entries were dropped" +
+           (cap == s.allocator_settings.end() ? "" : " (--max-trace-events " + cap->second + ")");
+  }
+  const auto overflowed = s.allocator_settings.find("trace_alloc_overflowed");
+  if (overflowed != s.allocator_settings.end() && overflowed->second == "true") {
+    const auto max = s.allocator_settings.find("trace_alloc_max_entries");
+    return "PyTorch's trace overflowed its max_entries" +
+           (max == s.allocator_settings.end() ? "" : " (" + max->second + ")") +
+           ", so its oldest entries were dropped";
+  }
+  return std::nullopt;
+}
+
 int64_t time_origin(const snap::Snapshot& s) {
   if (s.tool && s.tool->start_time_us > 0) return s.tool->start_time_us;
   int64_t t = std::numeric_limits<int64_t>::max();
@@ -346,22 +363,17 @@ DeviceReplay::DeviceReplay(const snap::Snapshot& s, int device)
   for (const auto& a : start_live_) tl_.start_bytes += a.size;
   if (!torch) fill_tensors();
 
-  tl_.peak_index = max_idx;
-  tl_.peak_bytes = bytes_after(max_idx);
-  tl_.trace_peak_bytes = tl_.peak_bytes;
-  tl_.peak_time_us = time_after(max_idx);
+  tl_.trace = {bytes_after(max_idx), time_after(max_idx), max_idx};
   tl_.end_bytes =
       tr.empty() ? tl_.start_bytes : bytes_after(static_cast<std::ptrdiff_t>(tr.size()) - 1);
 
   // The collector's own summary saw every event, also those a capped trace no longer holds and
-  // cuMemCreate'd memory that has no trace entry: when it knows a higher peak, that is the peak.
+  // cuMemCreate'd memory that has no trace entry: its watermark stands beside the trace's.
   if (s.tool) {
     for (const auto& d : s.tool->devices) {
-      if (d.device == device && d.peak_bytes > tl_.peak_bytes) {
-        tl_.peak_bytes = d.peak_bytes;
-        tl_.peak_time_us = d.peak_time_us;
-        tl_.peak_from_summary = true;
-      }
+      if (d.device != device) continue;
+      if (!tl_.collector_summary) tl_.collector_summary.emplace();
+      tl_.collector_summary->raise(d.peak_bytes, d.peak_time_us);
     }
   }
   fill_layers();
@@ -401,28 +413,22 @@ void DeviceReplay::fill_layers() {
   tl_.reserved_end_bytes = res_end;
   if (!tl_.has_reserved) fill_pool_layers();
 
-  auto peak_of = [&](auto&& value, uint64_t& bytes, int64_t& time, std::ptrdiff_t& index) {
-    bytes = value(-1);
-    index = -1;
+  auto peak_of = [&](auto&& value) {
+    Watermark w{value(-1), time_after(-1), -1};
     for (size_t i = 0; i < tr.size(); ++i) {
-      const uint64_t v = value(static_cast<std::ptrdiff_t>(i));
-      if (v > bytes) bytes = v, index = static_cast<std::ptrdiff_t>(i);
+      const auto at = static_cast<std::ptrdiff_t>(i);
+      w.raise(value(at), time_after(at), at);
     }
-    time = time_after(index);
+    return w;
   };
   if (tl_.has_reserved) {
-    peak_of([&](std::ptrdiff_t i) { return reserved_after(i); }, tl_.reserved_peak_bytes,
-            tl_.reserved_peak_time_us, tl_.reserved_peak_index);
-    std::ptrdiff_t ignored = -1;
-    peak_of([&](std::ptrdiff_t i) { return allocated_after(i); }, tl_.allocated_peak_bytes,
-            tl_.allocated_peak_time_us, ignored);
+    tl_.reserved = peak_of([&](std::ptrdiff_t i) { return reserved_after(i); });
+    tl_.allocated = peak_of([&](std::ptrdiff_t i) { return allocated_after(i); });
   }
   if (torch) {
-    tl_.tracked_peak_bytes = tl_.reserved_peak_bytes;
-    tl_.tracked_peak_index = tl_.reserved_peak_index;
+    tl_.tracked = tl_.reserved;
   } else {
-    tl_.tracked_peak_bytes = tl_.trace_peak_bytes;
-    tl_.tracked_peak_index = tl_.peak_index;
+    tl_.tracked = tl_.trace;
   }
 
   if (s_.tool) {
@@ -434,8 +440,7 @@ void DeviceReplay::fill_layers() {
       if (c.device == tl_.device) contexts_.push_back(c);
     for (const auto& m : driver_) {
       tl_.has_driver = true;
-      if (m.used_bytes > tl_.driver_peak_bytes)
-        tl_.driver_peak_bytes = m.used_bytes, tl_.driver_peak_time_us = m.time_us;
+      tl_.driver.raise(m.used_bytes, m.time_us);
     }
   }
 }
@@ -671,14 +676,11 @@ std::ptrdiff_t DeviceReplay::index_at_time(int64_t time_us) const {
   return last;
 }
 
-DeviceReplay::WindowPeak DeviceReplay::peak_between(int64_t t0, int64_t t1) const {
+Watermark DeviceReplay::peak_between(int64_t t0, int64_t t1) const {
   const std::ptrdiff_t first = index_at_time(t0);
   const std::ptrdiff_t last = index_at_time(t1);
-  WindowPeak p{bytes_after(first), t0, first};
-  for (std::ptrdiff_t i = first + 1; i <= last; ++i) {
-    const uint64_t b = bytes_after(i);
-    if (b > p.bytes) p = {b, time_after(i), i};
-  }
+  Watermark p{bytes_after(first), t0, first};
+  for (std::ptrdiff_t i = first + 1; i <= last; ++i) p.raise(bytes_after(i), time_after(i), i);
   return p;
 }
 
@@ -797,7 +799,7 @@ Breakdown DeviceReplay::breakdown_at_exit(const SiteTable& sites) const {
 std::vector<Breakdown> DeviceReplay::breakdowns(const SiteTable& sites) const {
   // One pass through the trace serves the peak and every OOM.
   std::vector<std::pair<std::ptrdiff_t, std::string>> moments;
-  moments.emplace_back(tl_.tracked_peak_index, "peak");
+  moments.emplace_back(tl_.tracked.index, "peak");
   const auto& tr = *trace_;
   for (size_t i = 0; i < tr.size(); ++i)
     if (tr[i].action == snap::Action::kOom)

@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/watermark.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
@@ -108,14 +109,14 @@ bool is_request(Flavor f, const snap::TraceEntry& e);
 struct Timeline {
   int device = 0;
   uint64_t start_bytes = 0;  // live before the first trace entry
-  uint64_t peak_bytes = 0;
-  int64_t peak_time_us = 0;
-  std::ptrdiff_t peak_index = -1;  // entry after which the peak holds; -1 = before the trace
-  // cumemtrace files: the collector's summary (all events, cuMemCreate handles included) knew a
-  // higher peak than the trace replay; peak_index then still points at the trace's own highest
-  // point.
-  bool peak_from_summary = false;
-  uint64_t trace_peak_bytes = 0;  // the replay's own highest point
+  // The units' highest point in the trace (index: the entry after which it holds; -1 = before
+  // the first entry): what "live at the peak" lists.
+  Watermark trace;
+  // cumemtrace files: the collector's running count of this device over every event (the tool
+  // section's DeviceSummary), also those a capped trace dropped and cuMemCreate'd memory that has
+  // no trace entry; index -1 (no moment of the trace). nullopt where the file has no summary of
+  // the device. Beside `trace`, never instead of it.
+  std::optional<Watermark> collector_summary;
   uint64_t end_bytes = 0;
   uint64_t allocations = 0;  // entries that added memory
   uint64_t frees = 0;        // entries that removed memory
@@ -126,25 +127,37 @@ struct Timeline {
   // included), allocated = its tensors.
   bool has_reserved = false;
   bool pool_layer = false;  // reserved/allocated are those of stream-ordered pools (see above)
-  uint64_t reserved_peak_bytes = 0;
-  int64_t reserved_peak_time_us = 0;
-  std::ptrdiff_t reserved_peak_index = -1;
+  Watermark reserved;
   uint64_t reserved_end_bytes = 0;
-  uint64_t allocated_peak_bytes = 0;
-  int64_t allocated_peak_time_us = 0;
+  Watermark allocated;
   // Tracked (all segments): the moment the breakdown "at the peak" describes.
-  uint64_t tracked_peak_bytes = 0;
-  std::ptrdiff_t tracked_peak_index = -1;
-  // NVML samples of this device, when the collector had them.
+  Watermark tracked;
+  // NVML samples of this device, when the collector had them; index -1.
   bool has_driver = false;
-  uint64_t driver_peak_bytes = 0;
-  int64_t driver_peak_time_us = 0;
+  Watermark driver;
+
+  // True when the collector's summary knew more than the trace holds (a capped trace,
+  // cuMemCreate'd memory without entries).
+  bool summary_higher() const {
+    return collector_summary && collector_summary->bytes > trace.bytes;
+  }
+  // The highest known unit watermark: the collector summary's where summary_higher(), else the
+  // trace's. The one number of the views that show one peak (report's JSON, the page, the rank
+  // table, metrics); each names the other where they differ (report's note).
+  const Watermark& highest_known() const { return summary_higher() ? *collector_summary : trace; }
 };
+
+// Why the trace may not hold a device's highest point, or nullopt when it holds every entry of
+// the run that the file covers: the oldest entries dropped by the collector's cap
+// (--max-trace-events), or PyTorch's ring of max_entries overflowed (its trace_alloc_overflowed
+// setting, written by torch versions after 2.11).
+std::optional<std::string> trace_incomplete_why(const snap::Snapshot& s);
 
 // True for a device the process used: memory, entries, PyTorch's layers or NVML samples on it, or
 // allocations live there at exit. report.h lists these devices; diff.h pairs them by order.
 inline bool device_used(const Timeline& tl, bool live_at_exit) {
-  return tl.peak_bytes || live_at_exit || tl.allocations || tl.reserved_peak_bytes || tl.has_driver;
+  return tl.highest_known().bytes || live_at_exit || tl.allocations || tl.reserved.bytes ||
+         tl.has_driver;
 }
 
 // The order in which a job's views pair one process's devices with another's (rank_table.h,
@@ -237,12 +250,7 @@ class DeviceReplay {
   int64_t time_after(std::ptrdiff_t index) const;
 
   // The highest unit bytes within [t0, t1] (the state at t0 included), first such moment.
-  struct WindowPeak {
-    uint64_t bytes = 0;
-    int64_t time_us = 0;
-    std::ptrdiff_t index = -1;
-  };
-  WindowPeak peak_between(int64_t t0, int64_t t1) const;
+  Watermark peak_between(int64_t t0, int64_t t1) const;
 
   // The breakdown after entry `index`; `moment` names it.
   Breakdown breakdown_after(std::ptrdiff_t index, const SiteTable& sites, std::string moment) const;

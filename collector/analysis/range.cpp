@@ -92,10 +92,7 @@ RangeResult evaluate_range(const DeviceReplay& r, const RangeWindow& w) {
   const auto last = r.index_at_time(w.end_us);
   out.start_bytes = r.bytes_after(first);
   out.end_bytes = r.bytes_after(last);
-  const auto p = r.peak_between(w.start_us, w.end_us);
-  out.peak_bytes = p.bytes;
-  out.peak_time_us = p.time_us;
-  out.peak_index = p.index;
+  out.peak = r.peak_between(w.start_us, w.end_us);
   // Allocated within the window: not live at START (by address and time).
   DeviceReplay::Cursor c(r);
   while (c.index() < first && c.step()) {
@@ -103,40 +100,32 @@ RangeResult evaluate_range(const DeviceReplay& r, const RangeWindow& w) {
   std::map<uint64_t, int64_t> at_start;
   for (const auto& a : c.attributed().allocations) at_start[a.addr] = a.time_us;
   OwnBytes own{at_start, {}, 0};
-  std::ptrdiff_t own_peak_index = first;
-  out.own_peak_time_us = w.start_us;
+  out.own = {0, w.start_us, first};
   while (c.index() < last && c.step()) {
     own.step(r, c);
-    if (own.bytes > out.own_peak_bytes) {
-      out.own_peak_bytes = own.bytes;
-      out.own_peak_time_us = r.time_after(c.index());
-      own_peak_index = c.index();
-    }
+    out.own.raise(own.bytes, r.time_after(c.index()), c.index());
   }
   out.leaked = allocated_within(c, own);
   for (const auto& a : out.leaked) out.leaked_bytes += a.size;
-  if (out.own_peak_bytes > 0) {
+  if (out.own.bytes > 0) {
     DeviceReplay::Cursor at(r);
-    while (at.index() < own_peak_index && at.step()) {
+    while (at.index() < out.own.index && at.step()) {
     }
     out.own_at_peak = allocated_within(at, own);
   }
   return out;
 }
 
-LayerPeak layer_peak(const DeviceReplay& rp, const snap::Snapshot& s, int d, bool driver,
+Watermark layer_peak(const DeviceReplay& rp, const snap::Snapshot& s, int d, bool driver,
                      bool allocated, const std::optional<RangeWindow>& window) {
   int64_t t0 = std::numeric_limits<int64_t>::min(), t1 = std::numeric_limits<int64_t>::max();
   if (window) t0 = window->start_us, t1 = window->end_us;
-  uint64_t peak = 0;
-  int64_t when = 0;
-  std::ptrdiff_t at = -1;
+  Watermark w;
   if (driver) {
     // The sample in force at t0 counts too: it held when the window opened.
-    if (auto v = rp.driver_at(t0)) peak = *v, when = t0;
+    if (auto v = rp.driver_at(t0)) w = {*v, t0, -1};
     for (const auto& m : s.tool->driver_memory) {
-      if (m.device == d && m.time_us >= t0 && m.time_us <= t1 && m.used_bytes > peak)
-        peak = m.used_bytes, when = m.time_us;
+      if (m.device == d && m.time_us >= t0 && m.time_us <= t1) w.raise(m.used_bytes, m.time_us);
     }
   } else {
     const std::ptrdiff_t first = window ? rp.index_at_time(t0) : -1;
@@ -144,10 +133,13 @@ LayerPeak layer_peak(const DeviceReplay& rp, const snap::Snapshot& s, int d, boo
         window ? rp.index_at_time(t1) : static_cast<std::ptrdiff_t>(rp.trace().size()) - 1;
     for (std::ptrdiff_t i = first; i <= last; ++i) {
       const uint64_t v = allocated ? rp.allocated_after(i) : rp.reserved_after(i);
-      if (v > peak || i == first) peak = v, when = rp.time_after(i), at = i;
+      if (i == first)
+        w = {v, rp.time_after(i), i};
+      else
+        w.raise(v, rp.time_after(i), i);
     }
   }
-  return {peak, when, at};
+  return w;
 }
 
 }  // namespace cumemtrace::analysis

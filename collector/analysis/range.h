@@ -39,11 +39,8 @@ struct RangeResult {
   int device = 0;
   uint64_t start_bytes = 0;  // live at START
   uint64_t end_bytes = 0;    // live at END
-  uint64_t peak_bytes = 0;
-  int64_t peak_time_us = 0;
-  std::ptrdiff_t peak_index = -1;
-  uint64_t own_peak_bytes = 0;
-  int64_t own_peak_time_us = 0;
+  Watermark peak;            // the highest unit bytes within the window, START's state included
+  Watermark own;             // the window's own peak (its index: the entry after which it held)
   std::vector<Allocation> own_at_peak;  // allocated within the window, live at the own peak
   std::vector<Allocation> leaked;
   uint64_t leaked_bytes = 0;
@@ -56,12 +53,7 @@ RangeResult evaluate_range(const DeviceReplay& r, const RangeWindow& w);
 // held), or with `driver` the highest driver-visible (NVML) sample, the one in force when the
 // window opened included. `check`'s --max-allocated/reserved/driver-peak and the process
 // summary's measures of them.
-struct LayerPeak {
-  uint64_t bytes = 0;
-  int64_t time_us = 0;
-  std::ptrdiff_t index = -1;
-};
-LayerPeak layer_peak(const DeviceReplay& rp, const snap::Snapshot& s, int d, bool driver,
+Watermark layer_peak(const DeviceReplay& rp, const snap::Snapshot& s, int d, bool driver,
                      bool allocated, const std::optional<RangeWindow>& window = std::nullopt);
 
 }  // namespace cumemtrace::analysis

@@ -20,12 +20,9 @@ void DeviceLedger::grow(int device, uint64_t size, int64_t t, int32_t stack) {
   s.live += size;
   s.allocations++;
   s.bytes_allocated += size;
-  s.window_peak = std::max(s.window_peak, s.live);
+  s.window_peak.raise(s.live, t);
   if (count_stack_bytes_) stack_bytes_[stack] += size;
-  if (s.live > s.peak) {
-    s.peak = s.live;
-    s.peak_time_us = t;
-  }
+  s.peak.raise(s.live, t);
 }
 
 void DeviceLedger::restore(int device, uint64_t size, int64_t t, int32_t stack) {
@@ -45,17 +42,17 @@ void DeviceLedger::shrink(int device, uint64_t size) {
 void DeviceLedger::graph_pool_reading(int device, uint64_t reserved) {
   Device& d = at(device);
   d.graph_reserved = reserved;
-  d.graph_reserved_peak = std::max(d.graph_reserved_peak, reserved);
+  d.graph_reserved_peak.raise(reserved, 0);
 }
 
 void DeviceLedger::reset_window_peaks() {
-  for (auto& s : devices_) s.window_peak = s.live;
+  for (auto& s : devices_) s.window_peak = {s.live, 0, -1};
 }
 
 uint64_t DeviceLedger::at_peak_bytes() const {
   uint64_t most = 0;
   for (const auto& s : devices_) {
-    if (s.live == s.peak) most = std::max(most, s.peak);
+    if (s.live == s.peak.bytes) most = std::max(most, s.peak.bytes);
   }
   return most;
 }
@@ -69,9 +66,9 @@ std::unordered_map<int32_t, uint64_t> DeviceLedger::take_stack_bytes() {
 void DeviceLedger::write(std::vector<snap::DeviceSummary>& out) const {
   for (size_t d = 0; d < devices_.size(); ++d) {
     const auto& ds = devices_[d];
-    out.push_back(snap::DeviceSummary{static_cast<int>(d), ds.peak, ds.peak_time_us, ds.live,
+    out.push_back(snap::DeviceSummary{static_cast<int>(d), ds.peak.bytes, ds.peak.time_us, ds.live,
                                       ds.allocations, ds.frees, ds.graph_reserved,
-                                      ds.graph_reserved_peak});
+                                      ds.graph_reserved_peak.bytes});
   }
 }
 

@@ -4,17 +4,18 @@
 // the driver's graph memory pool readings, and the peaks below. Devices are CUDA ordinals from
 // the target, clamped by sane_device() so that a corrupt value cannot size a huge table.
 //
-// Which peak is whose (one author each):
-//   peak / peak_time_us   the highest `live` since the start, at the record that reached it:
+// Which watermark (analysis/watermark.h) is whose (one author each):
+//   peak                  the highest `live` since the start, at the record that reached it:
 //                         written by grow() only; the snapshot's tool.devices[].peak_bytes.
-//                         The replay of a snapshot (analysis/model.h) computes its own peak from
-//                         the trace and takes this one when it is higher (cuMemCreate'd handles
-//                         have no trace entry; a bounded trace lost the entries that reached
-//                         it): the collector's number is the peak of the run, the replay's
-//                         (Timeline::trace_peak_bytes) that of the entries the file holds.
+//                         The replay of a snapshot (analysis/model.h) keeps it beside its own
+//                         (Timeline::collector_summary beside Timeline::trace; cuMemCreate'd
+//                         handles have no trace entry, a bounded trace lost the entries that
+//                         reached it): the collector's is the run's, the replay's that of the
+//                         entries the file holds; neither overrides the other.
 //   window_peak           the highest `live` since reset_window_peaks(): bounded capture's
 //                         interval summaries (live/interval_log.h) own its resets.
-//   graph_reserved_peak   the highest graph pool reading (kGraphMemReserved), the driver's.
+//   graph_reserved_peak   the highest graph pool reading (kGraphMemReserved), the driver's; the
+//                         readings carry no time (time_us 0).
 // PyTorch's reserved and allocated bytes are not counted here (the driver's bytes stay the
 // device's; live/torch_allocator.h sums its own).
 #pragma once
@@ -23,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "analysis/watermark.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::collect {
@@ -36,15 +38,14 @@ class DeviceLedger {
  public:
   struct Device {
     uint64_t live = 0;
-    uint64_t peak = 0;
-    int64_t peak_time_us = 0;
+    analysis::Watermark peak;
     uint64_t allocations = 0;
     uint64_t frees = 0;
     uint64_t graph_reserved = 0;
-    uint64_t graph_reserved_peak = 0;
+    analysis::Watermark graph_reserved_peak;
     uint64_t bytes_allocated = 0;
     uint64_t bytes_freed = 0;
-    uint64_t window_peak = 0;
+    analysis::Watermark window_peak;
   };
 
   // The device's counts, made (zero) when first named: a device with events is listed even when

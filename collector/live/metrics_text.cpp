@@ -149,11 +149,11 @@ void add_process(const snap::Snapshot& s, Metrics& m) {
       m.add(kReserved, dl, b.pytorch_reserved);
       m.add(kCachedFree, dl, b.cached_free);
       if (b.largest_free_block) m.add(kLargestFree, dl, *b.largest_free_block);
-      m.add(kAllocatedPeak, dl, tl.allocated_peak_bytes);
-      m.add(kReservedPeak, dl, tl.reserved_peak_bytes);
+      m.add(kAllocatedPeak, dl, tl.allocated.bytes);
+      m.add(kReservedPeak, dl, tl.reserved.bytes);
     }
     m.add(kOtherLibraries, dl, b.other_libraries);
-    if (tl.has_driver) m.add(kDriverPeak, dl, tl.driver_peak_bytes);
+    if (tl.has_driver) m.add(kDriverPeak, dl, tl.driver.bytes);
     // The engine drops an NVML sample below tracked + context (taken before what the moment
     // holds): then the driver-visible layers are unknown and have no series.
     if (b.driver_visible) {
@@ -175,7 +175,7 @@ void add_process(const snap::Snapshot& s, Metrics& m) {
     for (const auto& [c, bytes] : cats) {
       m.add(kCategory, fmt::format("{},category=\"{}\"", dl, snap::category_name(c)), bytes);
     }
-    m.add(kTrackedPeak, dl, tl.peak_bytes);
+    m.add(kTrackedPeak, dl, tl.highest_known().bytes);
     m.add(kLiveAllocations, dl, live.count(d) ? live[d].count : 0);
     m.add(kOoms, dl, ooms.count(d) ? ooms[d] : 0);
   }

@@ -42,9 +42,9 @@ std::string summarize(const snap::Snapshot& s) {
     const analysis::DeviceReplay rp(s, d);
     const auto& tl = rp.timeline();
     const uint64_t held_d = live_by_device.count(d) ? live_by_device[d] : 0;
-    if (!tl.peak_bytes && !held_d && !tl.has_driver && !tl.has_reserved) continue;
+    if (!tl.highest_known().bytes && !held_d && !tl.has_driver && !tl.has_reserved) continue;
     peaks += fmt::format("{}device {} {}", peaks.empty() ? "" : ", ", d,
-                         snap::format_bytes(tl.peak_bytes));
+                         snap::format_bytes(tl.highest_known().bytes));
     if (held_d) {
       live +=
           fmt::format("{}device {} {}", live.empty() ? "" : ", ", d, snap::format_bytes(held_d));

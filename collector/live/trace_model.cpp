@@ -234,8 +234,9 @@ std::vector<TraceModel::DeviceTotals> TraceModel::device_totals() const {
   std::vector<DeviceTotals> out(devices.size());
   for (size_t d = 0; d < devices.size(); ++d) {
     const auto& s = devices[d];
-    out[d] = DeviceTotals{s.allocations, s.frees, s.bytes_allocated, s.bytes_freed, s.live,
-                          s.window_peak, s.peak,  reserved[d]};
+    out[d] =
+        DeviceTotals{s.allocations,       s.frees,      s.bytes_allocated, s.bytes_freed, s.live,
+                     s.window_peak.bytes, s.peak.bytes, reserved[d]};
   }
   return out;
 }

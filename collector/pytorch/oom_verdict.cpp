@@ -11,6 +11,7 @@
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
 #include "pytorch/categories.h"
+#include "pytorch/modules.h"
 #include "snapshot/size_format.h"
 
 namespace cumemtrace::analysis {
@@ -238,9 +239,9 @@ void advise(OomVerdict& v, const SiteTable& sites) {
             snap::format_bytes(v.requested)));
       }
       if (w && w->would_succeed) {
-        v.advice.push_back(fmt::format(
-            "under {} this request would have succeeded ({}; replayed from this trace)", conf,
-            peak_change(w->reserved_peak_bytes, w->recorded_reserved_peak_bytes)));
+        v.advice.push_back(
+            fmt::format("under {} this request would have succeeded ({}; replayed from this trace)",
+                        conf, peak_change(w->reserved.bytes, w->recorded_reserved.bytes)));
       } else if (w) {
         // The replay says the setting would not have helped: no advice to use it.
         const auto& f = w->first_failing_request;
@@ -252,7 +253,7 @@ void advise(OomVerdict& v, const SiteTable& sites) {
             earlier ? fmt::format(": an earlier request of {} at {} would have failed first",
                                   snap::format_bytes(f->requested), sites.site(f->stack))
                     : "",
-            peak_change(w->reserved_peak_bytes, w->recorded_reserved_peak_bytes)));
+            peak_change(w->reserved.bytes, w->recorded_reserved.bytes)));
       }
     }
   }
@@ -285,6 +286,8 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
   // categories per device).
   // Made on the first device with an OOM: a snapshot without one costs nothing here.
   std::optional<Phases> phases;
+  // Gradients named by their parameter, as the ledger's moments name them (one line per tensor).
+  std::optional<TensorModules> names;
   bool categorized = false;
   for (size_t d = 0; d < s.device_traces.size(); ++d) {
     const auto& tr = s.device_traces[d];
@@ -295,6 +298,7 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
     if (!phases) {
       phases.emplace(s);
       categorized = labels_categories(s, *phases);
+      if (has_module_names(s)) names.emplace(s);
     }
     const DeviceTensors tensors = device_tensors(s, static_cast<int>(d), *phases);
     for (size_t i = 0; i < tr.size(); ++i) {
@@ -362,7 +366,8 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
       }
       v.categorized = categorized;
       v.phased = phases->automatic();
-      v.held = moment_at("oom", static_cast<std::ptrdiff_t>(i), *phases, replay, tensors, sites);
+      v.held = moment_at("oom", static_cast<std::ptrdiff_t>(i), *phases, replay, tensors, sites,
+                         names ? &*names : nullptr);
       if (tensors.lives.empty()) {
         // No PyTorch tensors on the device: the program's own allocations hold it, by site.
         for (const auto& st : by_site(replay.live_after(static_cast<std::ptrdiff_t>(i)), sites)) {
@@ -504,8 +509,8 @@ nlohmann::json oom_verdict_json(const OomVerdict& v, const SiteTable& sites, siz
   if (v.whatif) {
     j["whatif"] = {{"alloc_conf", v.whatif->alloc_conf},
                    {"would_succeed", v.whatif->would_succeed},
-                   {"reserved_peak_bytes", v.whatif->reserved_peak_bytes},
-                   {"recorded_reserved_peak_bytes", v.whatif->recorded_reserved_peak_bytes}};
+                   {"reserved_peak_bytes", v.whatif->reserved.bytes},
+                   {"recorded_reserved_peak_bytes", v.whatif->recorded_reserved.bytes}};
   }
   return j;
 }

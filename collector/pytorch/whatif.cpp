@@ -205,13 +205,9 @@ struct Replay {
   uint64_t requested = 0;
 
   void peaks(const CachingAllocatorModel& m, int64_t t) {
-    if (m.reserved() > r.reserved_peak_bytes) {
-      r.reserved_peak_bytes = m.reserved();
-      r.reserved_peak_time_us = t;
-      r.fragmentation_bytes = m.inactive_split();
-    }
-    r.allocated_peak_bytes = std::max(r.allocated_peak_bytes, m.allocated());
-    r.requested_peak_bytes = std::max(r.requested_peak_bytes, requested);
+    if (r.reserved.raise(m.reserved(), t)) r.fragmentation_bytes = m.inactive_split();
+    r.allocated.raise(m.allocated(), t);
+    r.requested.raise(requested, t);
   }
 };
 
@@ -309,10 +305,9 @@ WhatIfResult replay(const Stream& st, const AllocatorConfig& c, const Plan& plan
     rp.r.segment_events += events();
   }
   rp.r.own_address_segments = own_addresses;
-  rp.r.fragmentation_share = rp.r.reserved_peak_bytes
-                                 ? static_cast<double>(rp.r.fragmentation_bytes) /
-                                       static_cast<double>(rp.r.reserved_peak_bytes)
-                                 : 0;
+  rp.r.fragmentation_share = rp.r.reserved.bytes ? static_cast<double>(rp.r.fragmentation_bytes) /
+                                                       static_cast<double>(rp.r.reserved.bytes)
+                                                 : 0;
   return rp.r;
 }
 
@@ -505,10 +500,9 @@ WhatIfResult replay_recorded(const Stream& st, const AllocatorConfig& c, Plan& p
   }
   rp.r.recorded = true;
   rp.r.alloc_conf = c.text;
-  rp.r.fragmentation_share = rp.r.reserved_peak_bytes
-                                 ? static_cast<double>(rp.r.fragmentation_bytes) /
-                                       static_cast<double>(rp.r.reserved_peak_bytes)
-                                 : 0;
+  rp.r.fragmentation_share = rp.r.reserved.bytes ? static_cast<double>(rp.r.fragmentation_bytes) /
+                                                       static_cast<double>(rp.r.reserved.bytes)
+                                                 : 0;
   return rp.r;
 }
 
@@ -592,7 +586,7 @@ uint64_t smallest_budget(const Stream& st, const AllocatorConfig& c, const Plan&
                          bool fraction) {
   constexpr uint64_t kStep = torch_alloc::kSmallBuffer;
   const WhatIfResult unbounded = replay(st, c, plan, last, std::nullopt);
-  uint64_t hi = (unbounded.reserved_peak_bytes + kStep - 1) / kStep * kStep, lo = 0;
+  uint64_t hi = (unbounded.reserved.bytes + kStep - 1) / kStep * kStep, lo = 0;
   while (hi - lo > kStep) {
     const uint64_t mid = lo + (hi - lo) / 2 / kStep * kStep;
     const WhatIfResult r = replay(st, c, plan, last, Budget{mid, fraction});
@@ -612,8 +606,7 @@ void rank_results(std::vector<WhatIfResult>& results) {
   std::stable_sort(order.begin(), order.end(), [&](const WhatIfResult* a, const WhatIfResult* b) {
     const bool fa = a->first_failing_request.has_value(), fb = b->first_failing_request.has_value();
     if (fa != fb) return !fa;
-    if (a->reserved_peak_bytes != b->reserved_peak_bytes)
-      return a->reserved_peak_bytes < b->reserved_peak_bytes;
+    if (a->reserved.bytes != b->reserved.bytes) return a->reserved.bytes < b->reserved.bytes;
     return frag(a) < frag(b);
   });
   for (size_t i = 0; i < order.size(); ++i) order[i]->rank = i + 1;
@@ -871,8 +864,8 @@ std::optional<OomWhatIf> oom_whatif(const snap::Snapshot& s, int device, size_t 
     out.alloc_conf = alloc_conf;
     out.would_succeed = !r.first_failing_request;
     out.first_failing_request = r.first_failing_request;
-    out.reserved_peak_bytes = r.reserved_peak_bytes;
-    out.recorded_reserved_peak_bytes = rec.reserved_peak_bytes;
+    out.reserved = r.reserved;
+    out.recorded_reserved = rec.reserved;
     return out;
   } catch (const CannotReplay& e) {
     if (why) *why = e.what();
@@ -947,7 +940,7 @@ void print_whatif_text(const std::vector<WhatIfDevice>& r, const snap::Snapshot&
       out << fmt::format(
           "  {}{:<{}}  {:>13}  {:>14}  {:>22}  {}{}\n",
           ranked ? fmt::format("{:>4}  ", x.rank) : "", conf_label(x), width,
-          snap::format_bytes(x.reserved_peak_bytes), snap::format_bytes(x.allocated_peak_bytes),
+          snap::format_bytes(x.reserved.bytes), snap::format_bytes(x.allocated.bytes),
           fmt::format("{} ({:.1f}%)", snap::format_bytes(x.fragmentation_bytes),
                       100.0 * x.fragmentation_share),
           needs ? fmt::format("{:>14}  ",
@@ -980,10 +973,10 @@ void print_whatif_json(const std::vector<WhatIfDevice>& r, const SiteTable& site
       j["budget_bytes"] = budget ? nlohmann::ordered_json(budget->bytes) : nullptr;
       j["budget_fraction"] = budget ? nlohmann::ordered_json(budget->fraction) : nullptr;
       j["recorded_conf"] = x.recorded_conf;
-      j["reserved_peak_bytes"] = x.reserved_peak_bytes;
-      j["reserved_peak_time_us"] = x.reserved_peak_time_us;
-      j["allocated_peak_bytes"] = x.allocated_peak_bytes;
-      j["requested_peak_bytes"] = x.requested_peak_bytes;
+      j["reserved_peak_bytes"] = x.reserved.bytes;
+      j["reserved_peak_time_us"] = x.reserved.time_us;
+      j["allocated_peak_bytes"] = x.allocated.bytes;
+      j["requested_peak_bytes"] = x.requested.bytes;
       j["fragmentation_bytes"] = x.fragmentation_bytes;
       j["fragmentation_share"] = x.fragmentation_share;
       j["oom_fragmentation_bytes"] =

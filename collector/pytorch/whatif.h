@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "analysis/frames.h"
+#include "analysis/watermark.h"
 #include "pytorch/torch_allocator_model.h"
 #include "snapshot/snapshot.h"
 
@@ -56,10 +57,11 @@ struct FailingRequest {
 struct WhatIfResult {
   std::string alloc_conf;  // the configuration ("" = PyTorch's defaults)
   bool recorded = false;   // the configuration the run used
-  uint64_t reserved_peak_bytes = 0;
-  int64_t reserved_peak_time_us = 0;
-  uint64_t allocated_peak_bytes = 0;  // block sizes, as memory_allocated()
-  uint64_t requested_peak_bytes = 0;  // bytes asked for: the same under every configuration
+  // The model's watermarks over the replay (analysis/watermark.h; index -1: the model's moments,
+  // not the trace's entries).
+  Watermark reserved;
+  Watermark allocated;  // block sizes, as memory_allocated()
+  Watermark requested;  // bytes asked for: the same under every configuration
   // PyTorch's inactive_split_bytes at the reserved peak: free bytes in segments that hold
   // other blocks (a wholly free segment is cache, not fragmentation).
   uint64_t fragmentation_bytes = 0;
@@ -130,8 +132,8 @@ std::vector<WhatIfDevice> replay_whatif(const snap::Snapshot& s, const WhatIfOpt
 struct OomWhatIf {
   std::string alloc_conf;
   bool would_succeed = false;
-  uint64_t reserved_peak_bytes = 0;           // under alloc_conf, up to that request
-  uint64_t recorded_reserved_peak_bytes = 0;  // the recorded configuration's, the same window
+  Watermark reserved;           // under alloc_conf, up to that request
+  Watermark recorded_reserved;  // the recorded configuration's, the same window
   std::optional<FailingRequest> first_failing_request;  // an earlier request may fail instead
 };
 // nullopt with `why` when the trace cannot be replayed or alloc_conf is refused.

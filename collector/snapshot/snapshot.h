@@ -3,10 +3,12 @@
 // from a cumemtrace or PyTorch snapshot, and the analysis commands only ever look at this form.
 // It mirrors PyTorch's memory-history layout (see schemas/snapshot.schema.json): stacks are
 // interned once in `stacks` and referenced by index, so identical stacks cost one copy.
-// A device's peak is the replay's highest point of `device_traces`, unless the tool section's
-// DeviceSummary (the collector's running count over every event, also those a capped trace
-// dropped, and cuMemCreate'd memory that has no trace entry) saw a higher one: then that is the
-// peak reports show and `check --max-peak-bytes` judges, so capping the trace never hides a peak.
+// A device has two unit watermarks (analysis/watermark.h), neither overriding the other: the
+// replay's highest point of `device_traces`, and the tool section's DeviceSummary (the
+// collector's running count over every event, also those a capped trace dropped, and
+// cuMemCreate'd memory that has no trace entry). Reports show the higher and name the other;
+// `check --max-peak-bytes` judges the higher and says whose it is, so capping the trace never
+// hides a peak.
 // Growth is measured in `device_traces` at marks (`annotations`) or step ends, so a mark older
 // than the oldest kept entry (trace_entries_dropped > 0) cannot be measured.
 #pragma once

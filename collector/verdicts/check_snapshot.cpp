@@ -114,11 +114,7 @@ std::optional<int64_t> kept_trace_start(const snap::Snapshot& s) {
 }
 
 std::string dropped_marks_why(const snap::Snapshot& s) {
-  const auto cap = s.allocator_settings.find("max_trace_events");
-  return fmt::format("the oldest {} trace entries were dropped{}", s.tool->trace_entries_dropped,
-                     cap == s.allocator_settings.end()
-                         ? ""
-                         : fmt::format(" (--max-trace-events {})", cap->second));
+  return *trace_incomplete_why(s);
 }
 Finding finding(const LoadedSnapshot& ls, std::string check, int device) {
   Finding f;
@@ -390,7 +386,7 @@ class SnapshotJudge {
   void reserved_peak(uint64_t limit) { layer_peak(limit, "reserved-peak", "PyTorch reserved"); }
   void driver_peak(uint64_t limit) { layer_peak(limit, "driver-peak", "driver-visible"); }
   void layer_peak(uint64_t limit, const char* check, const char* what);
-  LayerPeak layer_peak_on(int d, bool driver, bool allocated);
+  Watermark layer_peak_on(int d, bool driver, bool allocated);
   void growth(uint64_t limit);
   void growth_on(int d, const GrowthMoments& m, uint64_t limit);
   std::unordered_map<std::string, SiteGrowth> growth_by_site(const std::vector<Allocation>& first,
@@ -450,12 +446,12 @@ void SnapshotJudge::peak_bytes(uint64_t limit) {
       // The window's own peak (range.h): what it allocated, live at once; never what was live
       // at its START, so a pytest test's number does not depend on the tests before it.
       const RangeResult& rr = range_of(d);
-      f.value = rr.own_peak_bytes;
+      f.value = rr.own.bytes;
       f.message = fmt::format(
           "peak {} allocated on device {}{} at {} (limit {}; {} with what was live at its "
           "start)",
-          format_bytes(f.value), d, in_range_, format_time(rr.own_peak_time_us, time_origin(s_)),
-          format_bytes(f.limit), format_bytes(rr.peak_bytes));
+          format_bytes(f.value), d, in_range_, format_time(rr.own.time_us, time_origin(s_)),
+          format_bytes(f.limit), format_bytes(rr.peak.bytes));
       if (f.value > f.limit) {
         f.severity = Severity::kError;
         attach_sites(f, rr.own_at_peak, sites_, o_);
@@ -463,12 +459,40 @@ void SnapshotJudge::peak_bytes(uint64_t limit) {
       r_.findings.push_back(std::move(f));
       continue;
     }
-    f.value = tl.peak_bytes;
-    f.message = peak_message(f.value, d, tl.peak_time_us, time_origin(s_), f.limit);
+    // No watermark overrides another (watermark.h): the higher of the trace's and the collector
+    // summary's is judged and named; a trace that may have lost its highest point, with no
+    // summary that covers it, cannot be judged.
+    const auto origin = time_origin(s_);
+    const std::optional<std::string> incomplete = trace_incomplete_why(s_);
+    if (tl.summary_higher()) {
+      f.value = tl.collector_summary->bytes;
+      f.message = fmt::format(
+          "peak {} on device {} at {} (limit {}; the collector's summary of all events, the trace "
+          "holds {})",
+          format_bytes(f.value), d, format_time(tl.collector_summary->time_us, origin),
+          format_bytes(f.limit), format_bytes(tl.trace.bytes));
+    } else if (incomplete && !tl.collector_summary) {
+      f.value = tl.trace.bytes;
+      f.judged = false;
+      f.severity = Severity::kError;
+      f.message = fmt::format(
+          "--max-peak-bytes cannot be judged on device {}: {}, and no collector summary of all "
+          "events covers them (the trace's highest point is {} at {})",
+          d, *incomplete, format_bytes(tl.trace.bytes), format_time(tl.trace.time_us, origin));
+      r_.findings.push_back(std::move(f));
+      continue;
+    } else {
+      f.value = tl.trace.bytes;
+      f.message = peak_message(f.value, d, tl.trace.time_us, origin, f.limit);
+    }
     if (f.value > f.limit) {
       f.severity = Severity::kError;
-      // PyTorch's memory by its tensors; its cache is no site's (model.h Attributed).
-      const Attributed parts = rp.attributed_after(tl.peak_index);
+      // PyTorch's memory by its tensors; its cache is no site's (model.h Attributed). The sites
+      // are those of the trace's highest point, the only moment of the run the file holds.
+      const Attributed parts = rp.attributed_after(tl.trace.index);
+      if (tl.summary_higher())
+        f.message += fmt::format("; at the trace's highest point, {}:",
+                                 format_time(tl.trace.time_us, origin));
       if (parts.has_cache)
         f.message +=
             fmt::format("; {} of it {}", format_bytes(parts.cached_free), kCachedFreeLabel);
@@ -512,7 +536,7 @@ void SnapshotJudge::layer_peak(uint64_t limit, const char* check, const char* wh
       r_.findings.push_back(std::move(f));
       continue;
     }
-    const LayerPeak peak = layer_peak_on(d, driver, allocated);
+    const Watermark peak = layer_peak_on(d, driver, allocated);
     f.value = peak.bytes;
     f.message =
         layer_message(what, peak.bytes, d, in_range_, peak.time_us, time_origin(s_), f.limit);
@@ -534,7 +558,7 @@ void SnapshotJudge::layer_peak(uint64_t limit, const char* check, const char* wh
 }
 
 // The layer's highest value on device `d` and when, over the run or within the range.
-LayerPeak SnapshotJudge::layer_peak_on(int d, bool driver, bool allocated) {
+Watermark SnapshotJudge::layer_peak_on(int d, bool driver, bool allocated) {
   return analysis::layer_peak(replay(d), s_, d, driver, allocated, window_);
 }
 
@@ -850,6 +874,8 @@ bool summary_judges(const LoadedSnapshot& ls, const CheckOptions& o) {
   if (!p.used_cuda || p.anomalies || mid_run_snapshot(ls.snapshot) || !t.ring_error.empty() ||
       (t.events_dropped && !o.allow_drops))
     return false;
+  // A capped trace: its peak is judged from the snapshot, naming whose watermark it is.
+  if (o.max_peak_bytes && t.trace_entries_dropped) return false;
   const auto devices = summary_devices(p);
   if (devices.empty()) return false;
   for (const auto& spec : limit_specs()) {

@@ -46,10 +46,10 @@ Side measure(const AnalysedSnapshot& view) {
   }
   for (int d = 0; d < n; ++d) {
     const DeviceReplay& rp = view.replay(d);
-    side.peak[static_cast<size_t>(d)] = rp.timeline().peak_bytes;
+    side.peak[static_cast<size_t>(d)] = rp.timeline().highest_known().bytes;
     if (device_used(rp.timeline(), has_live[static_cast<size_t>(d)])) side.used.push_back(d);
     // PyTorch's memory by its tensors, its cache one row of its own (model.h Attributed).
-    const Attributed at_peak = rp.attributed_after(rp.timeline().peak_index);
+    const Attributed at_peak = rp.attributed_after(rp.timeline().trace.index);
     for (const auto& st : by_site(at_peak.allocations, sites))
       side.sites[{d, st.site}][0] += st.bytes;
     if (at_peak.has_cache) side.sites[{d, kCachedFreeLabel}][0] += at_peak.cached_free;

@@ -68,7 +68,7 @@ std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
     for (int d = 0; d < n; ++d) {
       const DeviceReplay rp(o, d);
       const Timeline& tl = rp.timeline();
-      if (!tl.peak_bytes) continue;  // a device it never held memory on
+      if (!tl.highest_known().bytes) continue;  // a device it never held memory on
       HeldAtOom h;
       h.input = i;
       h.file = in[i].file;

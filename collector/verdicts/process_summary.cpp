@@ -113,7 +113,7 @@ DeviceLimits measure_limits(const snap::Snapshot& s, int device,
   const DeviceReplay rp(s, device);
   const Timeline& tl = rp.timeline();
   auto layer = [&](bool driver, bool allocated) {
-    const LayerPeak p = layer_peak(rp, s, device, driver, allocated);
+    const Watermark p = layer_peak(rp, s, device, driver, allocated);
     return LayerPeakMeasure{p.bytes, p.time_us};
   };
   if (tl.has_reserved) m.allocated = layer(false, true), m.reserved = layer(false, false);
@@ -179,13 +179,13 @@ ProcessSummary summarize_process(const snap::Snapshot& s, const Report& r, Summa
     const Timeline& tl = d.timeline;
     DeviceSummary ds;
     ds.device = tl.device;
-    ds.peak_bytes = tl.peak_bytes;
-    ds.peak_time_us = tl.peak_time_us;
+    ds.peak_bytes = tl.highest_known().bytes;
+    ds.peak_time_us = tl.highest_known().time_us;
     if (tl.has_reserved) {
-      ds.allocated_peak_bytes = tl.allocated_peak_bytes;
-      ds.reserved_peak_bytes = tl.reserved_peak_bytes;
+      ds.allocated_peak_bytes = tl.allocated.bytes;
+      ds.reserved_peak_bytes = tl.reserved.bytes;
     }
-    if (tl.has_driver) ds.driver_peak_bytes = tl.driver_peak_bytes;
+    if (tl.has_driver) ds.driver_peak_bytes = tl.driver.bytes;
     ds.context_bytes = context_bytes(d.contexts);
     for (const auto& b : d.layers)
       if (b.moment == "peak" && b.has_pytorch) ds.other_libraries = b.other_libraries;

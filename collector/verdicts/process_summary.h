@@ -61,7 +61,7 @@ struct DeviceLimits {
 
 struct DeviceSummary {
   int device = 0;
-  uint64_t peak_bytes = 0;  // Timeline::peak_bytes
+  uint64_t peak_bytes = 0;  // Timeline::highest_known()
   int64_t peak_time_us = 0;
   std::optional<uint64_t> allocated_peak_bytes, reserved_peak_bytes;  // PyTorch's layers
   std::optional<uint64_t> driver_peak_bytes;                          // NVML

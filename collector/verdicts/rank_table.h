@@ -2,7 +2,7 @@
 // process and device it used, every number taken from the process's summary (process_summary.h),
 // which holds the single-file report's (report.h's DeviceReport, so the two always show the same
 // bytes):
-//  - peak = Timeline::peak_bytes (the report's headline peak); allocated / reserved peak =
+//  - peak = Timeline::highest_known() (the report's headline peak); allocated / reserved peak =
 //    PyTorch's layers (Timeline, where the device has them); driver-visible peak (NVML, where
 //    sampled); CUDA context = the most the device's measured contexts held at once; other
 //    libraries = the peak layers' other_libraries (where PyTorch is present: else every byte is

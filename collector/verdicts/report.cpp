@@ -136,11 +136,11 @@ void print_range(std::ostream& out, const RangeWindow& w, const RangeResult& rr,
   out << fmt::format("  range '{}' ({} .. {}{}):\n", w.name, format_time(w.start_us, origin),
                      format_time(w.end_us, origin),
                      w.completed > 1 ? fmt::format(", the last of {}", w.completed) : "");
-  out << fmt::format("    peak {} at {}; {} at START, {} at END\n", format_bytes(rr.peak_bytes),
-                     format_time(rr.peak_time_us, origin), format_bytes(rr.start_bytes),
+  out << fmt::format("    peak {} at {}; {} at START, {} at END\n", format_bytes(rr.peak.bytes),
+                     format_time(rr.peak.time_us, origin), format_bytes(rr.start_bytes),
                      format_bytes(rr.end_bytes));
   out << fmt::format("    its own peak (allocated within, live at once) {} at {}\n",
-                     format_bytes(rr.own_peak_bytes), format_time(rr.own_peak_time_us, origin));
+                     format_bytes(rr.own.bytes), format_time(rr.own.time_us, origin));
   out << fmt::format("    allocated within and live at END: {} in {}\n",
                      format_bytes(rr.leaked_bytes), plural(rr.leaked.size(), "allocation"));
   print_sites(out, by_site(rr.leaked, sites), o.top);
@@ -200,7 +200,7 @@ Report build_report(const AnalysedSnapshot& view, const SiteTable& sites, const 
     if (!device_used(tl, !live_d.empty())) continue;
     DeviceReport dr;
     dr.timeline = tl;
-    const Attributed at_peak = replay.attributed_after(tl.peak_index);
+    const Attributed at_peak = replay.attributed_after(tl.trace.index);
     dr.at_peak = by_site(at_peak.allocations, sites);
     if (at_peak.has_cache) dr.at_peak_cached = at_peak.cached_free;
     dr.live_at_exit = by_stack(live_d);
@@ -251,30 +251,33 @@ void print_program_text(std::ostream& out, const snap::ToolSection& t) {
 void print_peaks_text(std::ostream& out, const Report& r, const Timeline& tl,
                       const std::string& end) {
   const char* what = r.flavor == Flavor::kTorch ? "allocated" : "device memory";
-  out << fmt::format("  peak {}: {} at {}\n", what, format_bytes(tl.peak_bytes),
-                     format_time(tl.peak_time_us, r.time_origin_us));
-  if (tl.peak_from_summary) {
+  // Each watermark by its source (watermark.h): the collector's summary of all events where it
+  // knew more than the trace holds, and then the trace's own highest point beside it.
+  const Watermark& peak = tl.highest_known();
+  out << fmt::format("  peak {}: {} at {}{}\n", what, format_bytes(peak.bytes),
+                     format_time(peak.time_us, r.time_origin_us),
+                     tl.summary_higher() ? " (the collector's summary of all events)" : "");
+  if (tl.summary_higher()) {
     out << fmt::format(
-        "  (peak from the collector's summary of all events; the trace holds less, its highest "
-        "point is {} and is what \"live at the peak\" shows)\n",
-        format_bytes(tl.trace_peak_bytes));
+        "  the trace's highest point: {} at {} (the trace holds less; \"live at the peak\" "
+        "shows this moment)\n",
+        format_bytes(tl.trace.bytes), format_time(tl.trace.time_us, r.time_origin_us));
   }
   if (tl.has_reserved) {
     out << fmt::format("  peak reserved (cached by the allocator included): {} at {}\n",
-                       format_bytes(tl.reserved_peak_bytes),
-                       format_time(tl.reserved_peak_time_us, r.time_origin_us));
+                       format_bytes(tl.reserved.bytes),
+                       format_time(tl.reserved.time_us, r.time_origin_us));
     out << fmt::format("  reserved {}: {}\n", end, format_bytes(tl.reserved_end_bytes));
     if (r.flavor == Flavor::kCumemtrace) {
       out << fmt::format("  peak allocated ({}): {} at {}\n",
                          tl.pool_layer ? "stream-ordered pool allocations" : "PyTorch tensors",
-                         format_bytes(tl.allocated_peak_bytes),
-                         format_time(tl.allocated_peak_time_us, r.time_origin_us));
+                         format_bytes(tl.allocated.bytes),
+                         format_time(tl.allocated.time_us, r.time_origin_us));
     }
   }
   if (tl.has_driver) {
-    out << fmt::format("  peak driver-visible (NVML): {} at {}\n",
-                       format_bytes(tl.driver_peak_bytes),
-                       format_time(tl.driver_peak_time_us, r.time_origin_us));
+    out << fmt::format("  peak driver-visible (NVML): {} at {}\n", format_bytes(tl.driver.bytes),
+                       format_time(tl.driver.time_us, r.time_origin_us));
   }
 }
 
@@ -424,8 +427,8 @@ nlohmann::json report_json(const Report& r, const snap::Snapshot& s, const SiteT
   for (const auto& d : r.devices) {
     const Timeline& tl = d.timeline;
     json jd = {{"device", tl.device},
-               {"peak_bytes", tl.peak_bytes},
-               {"peak_time_us", tl.peak_time_us},
+               {"peak_bytes", tl.highest_known().bytes},
+               {"peak_time_us", tl.highest_known().time_us},
                {"start_bytes", tl.start_bytes},
                {"end_bytes", tl.end_bytes},
                {"allocations", tl.allocations},
@@ -440,8 +443,8 @@ nlohmann::json report_json(const Report& r, const snap::Snapshot& s, const SiteT
     jd["at_peak_cached_free_bytes"] = d.at_peak_cached ? json(*d.at_peak_cached) : json(nullptr);
     jd["at_exit_cached_free_bytes"] = d.at_exit_cached ? json(*d.at_exit_cached) : json(nullptr);
     if (tl.has_reserved) {
-      jd["reserved_peak_bytes"] = tl.reserved_peak_bytes;
-      jd["reserved_peak_time_us"] = tl.reserved_peak_time_us;
+      jd["reserved_peak_bytes"] = tl.reserved.bytes;
+      jd["reserved_peak_time_us"] = tl.reserved.time_us;
       jd["reserved_end_bytes"] = tl.reserved_end_bytes;
     }
     json stacks = json::array();
@@ -464,20 +467,20 @@ nlohmann::json report_json(const Report& r, const snap::Snapshot& s, const SiteT
                           {"handle", c.handle}});
     }
     jd["contexts"] = std::move(contexts);
-    if (tl.has_reserved) jd["allocated_peak_bytes"] = tl.allocated_peak_bytes;
+    if (tl.has_reserved) jd["allocated_peak_bytes"] = tl.allocated.bytes;
     if (tl.has_driver) {
-      jd["driver_peak_bytes"] = tl.driver_peak_bytes;
-      jd["driver_peak_time_us"] = tl.driver_peak_time_us;
+      jd["driver_peak_bytes"] = tl.driver.bytes;
+      jd["driver_peak_time_us"] = tl.driver.time_us;
     }
     if (d.range) {
       jd["range"] = {
           {"name", r.range->name},
           {"start_time_us", r.range->start_us},
           {"end_time_us", r.range->end_us},
-          {"peak_bytes", d.range->peak_bytes},
-          {"peak_time_us", d.range->peak_time_us},
-          {"own_peak_bytes", d.range->own_peak_bytes},
-          {"own_peak_time_us", d.range->own_peak_time_us},
+          {"peak_bytes", d.range->peak.bytes},
+          {"peak_time_us", d.range->peak.time_us},
+          {"own_peak_bytes", d.range->own.bytes},
+          {"own_peak_time_us", d.range->own.time_us},
           {"start_bytes", d.range->start_bytes},
           {"end_bytes", d.range->end_bytes},
           {"leaked_bytes", d.range->leaked_bytes},

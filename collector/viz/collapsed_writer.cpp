@@ -31,7 +31,7 @@ void write_collapsed(const snap::Snapshot& s, CollapsedMoment when, std::ostream
       const analysis::DeviceReplay rp(s, device);
       // PyTorch's memory by its tensors, its cache a root of its own (model.h Attributed), so
       // the peak's lines still add up to the peak.
-      auto at_peak = rp.attributed_after(rp.timeline().peak_index);
+      auto at_peak = rp.attributed_after(rp.timeline().trace.index);
       live = std::move(at_peak.allocations);
       if (at_peak.cached_free)
         lines["cuda:" + std::to_string(device) + ";<" + analysis::kCachedFreeLabel + ">"] +=

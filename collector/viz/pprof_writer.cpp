@@ -282,7 +282,7 @@ std::string pprof_profile(const snap::Snapshot& s) {
   const int n = analysis::device_count(s);
   for (int d = 0; d < n; ++d) {
     const analysis::DeviceReplay rp(s, d);
-    const analysis::Attributed at_peak = rp.attributed_after(rp.timeline().peak_index);
+    const analysis::Attributed at_peak = rp.attributed_after(rp.timeline().trace.index);
     for (const auto& a : at_peak.allocations) b.add(a, kPeakObjects, kPeakSpace);
     if (at_peak.cached_free) b.add_cached_free(d, at_peak.cached_free);
   }

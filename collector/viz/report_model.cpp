@@ -306,14 +306,15 @@ void fill_axis_and_peaks(ReportDevice& d, const snap::Snapshot& s, const analysi
   d.x_begin = d.time_axis ? tmin : 0;
   d.x_end = d.time_axis ? tmax : static_cast<int64_t>(tr.size());
   d.time_origin = d.time_axis ? analysis::time_origin(s) : 0;
-  d.peak_bytes = tl.peak_bytes;
-  d.peak_x = d.time_axis ? std::clamp(tl.peak_time_us, tmin, tmax) : x_of(d, tr, tl.peak_index);
-  d.peak_reserved = tl.reserved_peak_bytes;
+  d.peak_bytes = tl.highest_known().bytes;
+  d.peak_x = d.time_axis ? std::clamp(tl.highest_known().time_us, tmin, tmax)
+                         : x_of(d, tr, tl.trace.index);
+  d.peak_reserved = tl.reserved.bytes;
   d.allocated_line = tl.has_reserved && rp.flavor() == analysis::Flavor::kCumemtrace;
   d.pool_layer = tl.pool_layer;
   d.driver_line = tl.has_driver;
-  d.peak_allocated = tl.allocated_peak_bytes;
-  d.peak_driver = tl.driver_peak_bytes;
+  d.peak_allocated = tl.allocated.bytes;
+  d.peak_driver = tl.driver.bytes;
   d.layers = rp.breakdowns(table);
 }
 
@@ -568,7 +569,7 @@ void fill_timeline(ReportDevice& d, const analysis::DeviceReplay& rp, const Site
     return p;
   };
   d.points.push_back(point(-1));
-  if (tl.peak_index < 0) {
+  if (tl.trace.index < 0) {
     analysis::DeviceReplay::Cursor start(rp);
     d.at_peak = make_table(start.attributed(), sites, opt);
   }
@@ -578,7 +579,7 @@ void fill_timeline(ReportDevice& d, const analysis::DeviceReplay& rp, const Site
     const std::ptrdiff_t i = c.index();
     down.enter(i, x_of(d, rp.trace(), i));
     live.apply(c);
-    if (i == tl.peak_index) d.at_peak = make_table(c.attributed(), sites, opt);
+    if (i == tl.trace.index) d.at_peak = make_table(c.attributed(), sites, opt);
     down.add(point(i));
   }
   down.flush();

@@ -16,7 +16,7 @@
 //   other layers ride along per point: PyTorch reserved, PyTorch allocated (cumemtrace files with
 //   PyTorch merged in; in PyTorch's own files the stacked tensors are the allocated line) and
 //   driver-visible (NVML) bytes.
-// - the peak (the engine's: Timeline::peak_bytes at peak_time_us), OOMs, and the user's marks:
+// - the peak (the engine's: Timeline::highest_known()), OOMs, and the user's marks:
 //   START/END annotations paired by name as bands, MARK annotations as lines (at most `max_bands`
 //   of each: the longest bands, evenly spaced marks, the first OOMs). The automatic phases
 //   (auto:forward / auto:backward / auto:optimizer START/END) are apart, so they never crowd out

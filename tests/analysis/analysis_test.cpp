@@ -224,11 +224,11 @@ TEST_CASE("replay finds the peak and what was live at it", "[model]") {
   const auto s = leaky();
   DeviceReplay r(s, 0);
   CHECK(r.timeline().start_bytes == 0);
-  CHECK(r.timeline().peak_bytes == 3 * MiB);
+  CHECK(r.timeline().trace.bytes == 3 * MiB);
   CHECK(r.timeline().end_bytes == 2 * MiB);
   CHECK(r.timeline().allocations == 2);
   CHECK(r.timeline().frees == 1);
-  const auto at_peak = r.live_after(r.timeline().peak_index);
+  const auto at_peak = r.live_after(r.timeline().trace.index);
   REQUIRE(at_peak.size() == 2);
   CHECK(at_peak[0].stack == 0);  // stacks come from the alloc entries next to segment_alloc
   CHECK(at_peak[1].stack == 1);
@@ -248,11 +248,11 @@ TEST_CASE("replay: of two equal highs the peak is the first", "[model]") {
   const auto s = b.finish();
   DeviceReplay r(s, 0);
   const Timeline& tl = r.timeline();
-  CHECK(tl.peak_bytes == 3 * MiB);
+  CHECK(tl.trace.bytes == 3 * MiB);
   // segment_alloc and its alloc (the same moment) are entries 0 and 1; the second high is 5..6.
-  CHECK(tl.peak_index == 1);
-  CHECK(tl.peak_time_us == s.device_traces[0][1].time_us);
-  const auto at_peak = r.live_after(tl.peak_index);
+  CHECK(tl.trace.index == 1);
+  CHECK(tl.trace.time_us == s.device_traces[0][1].time_us);
+  const auto at_peak = r.live_after(tl.trace.index);
   REQUIRE(at_peak.size() == 1);
   CHECK(at_peak[0].stack == first);
 }
@@ -264,7 +264,7 @@ TEST_CASE("a trace window starting mid-run starts from the memory live before it
   tr.erase(tr.begin(), tr.begin() + 2);
   DeviceReplay r(s, 0);
   CHECK(r.timeline().start_bytes == 2 * MiB);
-  CHECK(r.timeline().peak_bytes == 3 * MiB);
+  CHECK(r.timeline().trace.bytes == 3 * MiB);
   const auto before = r.live_after(-1);
   REQUIRE(before.size() == 1);
   CHECK(before[0].stack == 0);  // from the segment's block frames
@@ -272,8 +272,8 @@ TEST_CASE("a trace window starting mid-run starts from the memory live before it
   tr.erase(tr.begin(), tr.begin() + 2);
   DeviceReplay r2(s, 0);
   CHECK(r2.timeline().start_bytes == 3 * MiB);
-  CHECK(r2.timeline().peak_bytes == 3 * MiB);
-  CHECK(r2.timeline().peak_index == -1);
+  CHECK(r2.timeline().trace.bytes == 3 * MiB);
+  CHECK(r2.timeline().trace.index == -1);
   CHECK(r2.timeline().end_bytes == 2 * MiB);
   const auto b2 = r2.live_after(-1);
   REQUIRE(b2.size() == 2);
@@ -305,9 +305,9 @@ TEST_CASE("PyTorch fixture: allocated vs reserved, active blocks only", "[model]
   CHECK(tl.has_reserved);
   CHECK(tl.reserved_end_bytes == reserved);
   CHECK(tl.end_bytes == active);  // the replay lands exactly on the end state
-  CHECK(tl.peak_bytes >= tl.end_bytes);
-  CHECK(tl.peak_bytes >= tl.start_bytes);
-  CHECK(tl.reserved_peak_bytes >= tl.peak_bytes);
+  CHECK(tl.trace.bytes >= tl.end_bytes);
+  CHECK(tl.trace.bytes >= tl.start_bytes);
+  CHECK(tl.reserved.bytes >= tl.trace.bytes);
   // The snapshot entry reports PyTorch's own allocated total at the end.
   const SiteTable sites(s);
   const auto rep = build_report(s, sites, "fixture");
@@ -662,21 +662,123 @@ TEST_CASE("VMM: held handles leak once, their mappings are not counted again", "
                   "(src/pool.cpp:12)") != std::string::npos);
 }
 
-TEST_CASE("cumemtrace files: the collector's summary peak wins when the trace holds less",
+TEST_CASE("the collector summary's watermark stands beside the trace's, neither overrides",
           "[model][check]") {
   auto s = leaky();
   s.tool->devices.push_back({0, 8 * MiB, 1000005, 2 * MiB, 3, 1});
   DeviceReplay r(s, 0);
-  CHECK(r.timeline().peak_bytes == 8 * MiB);
-  CHECK(r.timeline().peak_from_summary);
-  CHECK(r.timeline().trace_peak_bytes == 3 * MiB);
+  const Timeline& tl = r.timeline();
+  CHECK(tl.trace.bytes == 3 * MiB);  // the trace's own highest point, kept
+  CHECK(tl.trace.index == 3);        // the scratch tensor's alloc entry
+  REQUIRE(tl.collector_summary);
+  CHECK(tl.collector_summary->bytes == 8 * MiB);
+  CHECK(tl.collector_summary->time_us == 1000005);
+  CHECK(tl.collector_summary->index == -1);  // no moment of the trace
+  CHECK(tl.summary_higher());
+  CHECK(tl.highest_known().bytes == 8 * MiB);
+  // report names each by its source; its JSON's peak is the highest known (the format's field).
+  {
+    const SiteTable sites(s);
+    const auto rep = build_report(s, sites, "app.json");
+    std::ostringstream text, js;
+    print_report_text(rep, s, sites, {}, text);
+    print_report_json(rep, s, sites, {}, js);
+    CHECK(text.str().find(
+              "  peak device memory: 8.00 MiB at +0.000005 s (the collector's summary of all "
+              "events)\n"
+              "  the trace's highest point: 3.00 MiB at +0.000020 s (the trace holds less; \"live "
+              "at the peak\" shows this moment)\n") != std::string::npos);
+    CHECK(nlohmann::json::parse(js.str())["devices"][0]["peak_bytes"] == 8 * MiB);
+  }
+  s.tool->devices[0].peak_bytes = MiB;  // lower than the trace's: the trace is the highest known
+  const DeviceReplay r2(s, 0);
+  CHECK(r2.timeline().collector_summary->bytes == MiB);
+  CHECK_FALSE(r2.timeline().summary_higher());
+  CHECK(r2.timeline().highest_known().bytes == 3 * MiB);
+}
+
+TEST_CASE("check --max-peak-bytes judges the higher known watermark and names whose it is",
+          "[model][check]") {
+  auto s = leaky();
+  s.tool->devices.push_back({0, 8 * MiB, 1000005, 2 * MiB, 3, 1});
   CheckOptions o;
   o.max_peak_bytes = 4 * MiB;
   std::string text;
   CHECK(check(s, o, &text) == 1);
-  CHECK(text.find("error: peak 8.00 MiB on device 0") != std::string::npos);
-  s.tool->devices[0].peak_bytes = MiB;  // lower than the trace's: the trace wins
-  CHECK(DeviceReplay(s, 0).timeline().peak_bytes == 3 * MiB);
+  CHECK(text ==
+        "traces/app.1234.json: error: peak 8.00 MiB on device 0 at +0.000005 s (limit 4.00 MiB; "
+        "the collector's summary of all events, the trace holds 3.00 MiB); at the trace's highest "
+        "point, +0.000020 s:\n"
+        "  2.00 MiB live in 1 allocation from allocate_weights (scenarios.cpp:42):\n"
+        "    at allocate_weights (tests/programs/scenarios.cpp:42)\n"
+        "    at main (tests/programs/scenarios.cpp:142)\n"
+        "  1.00 MiB live in 1 allocation from scratch (scenarios.cpp:60):\n"
+        "    at scratch (tests/programs/scenarios.cpp:60)\n"
+        "    at main (tests/programs/scenarios.cpp:160)\n"
+        "traces/app.1234.json: FAILED: 1 of 2 checks failed\n"
+        "cumemtrace check: 1 failed, 1 passed\n");
+  auto peak_finding = [&]() {
+    const auto r = evaluate_check({{"t.json", s}}, o);
+    for (const auto& f : r.findings)
+      if (f.check == "peak-bytes") return f;
+    FAIL("no peak-bytes finding");
+    return Finding{};
+  };
+  o.max_peak_bytes = 8 * MiB;  // the summary's 8 MiB is within it: passes, naming both
+  text.clear();
+  CHECK(check(s, o, &text) == 0);
+  auto f = peak_finding();
+  CHECK(f.value == 8 * MiB);
+  CHECK(f.message ==
+        "peak 8.00 MiB on device 0 at +0.000005 s (limit 8.00 MiB; the collector's summary of "
+        "all events, the trace holds 3.00 MiB)");
+  // A capped trace whose summary knew no more: the trace holds the highest point.
+  s.tool->trace_entries_dropped = 5;
+  s.tool->devices[0].peak_bytes = 3 * MiB;
+  o.max_peak_bytes = 4 * MiB;
+  text.clear();
+  CHECK(check(s, o, &text) == 0);
+  f = peak_finding();
+  CHECK(f.judged);
+  CHECK(f.value == 3 * MiB);
+  CHECK(f.message == "peak 3.00 MiB on device 0 at +0.000020 s (limit 4.00 MiB)");
+}
+
+TEST_CASE("check --max-peak-bytes cannot judge a trace that lost entries no summary covers",
+          "[model][check]") {
+  // The collector's cap dropped entries and the file has no summary of the device.
+  auto s = leaky();
+  s.tool->trace_entries_dropped = 5;
+  s.allocator_settings["max_trace_events"] = "2";
+  s.tool->devices.clear();
+  CheckOptions o;
+  o.max_peak_bytes = 4 * MiB;
+  std::string text;
+  CHECK(check(s, o, &text) == 1);
+  CHECK(text ==
+        "traces/app.1234.json: error: --max-peak-bytes cannot be judged on device 0: the oldest 5 "
+        "trace entries were dropped (--max-trace-events 2), and no collector summary of all "
+        "events covers them (the trace's highest point is 3.00 MiB at +0.000020 s)\n"
+        "traces/app.1234.json: FAILED: 1 of 2 checks failed\n"
+        "cumemtrace check: 1 failed, 1 passed\n");
+  // PyTorch's own file (the real fixture) whose ring of max_entries overflowed: torch versions
+  // after 2.11 say so in allocator_settings.
+  auto t = snap::read_snapshot_any(kFixture);
+  t.allocator_settings["trace_alloc_overflowed"] = "true";
+  t.allocator_settings["trace_alloc_max_entries"] = "1500";
+  o.max_peak_bytes = uint64_t{1} << 40;
+  text.clear();
+  CHECK(check(t, o, &text) == 1);
+  CHECK(text ==
+        "traces/app.1234.json: error: --max-peak-bytes cannot be judged on device 0: PyTorch's "
+        "trace overflowed its max_entries (1500), so its oldest entries were dropped, and no "
+        "collector summary of all events covers them (the trace's highest point is 104 MiB at "
+        "+0.007516 s)\n"
+        "traces/app.1234.json: FAILED: 1 of 1 check failed\n"
+        "cumemtrace check: 1 failed, 0 passed\n");
+  t.allocator_settings["trace_alloc_overflowed"] = "false";
+  text.clear();
+  CHECK(check(t, o, &text) == 0);
 }
 
 TEST_CASE("github annotations use paths relative to $GITHUB_WORKSPACE", "[check][formats]") {

@@ -71,8 +71,8 @@ TEST_CASE("fraction fixture: allocated and reserved equal memory_stats() at ever
     CHECK(r.allocated_after(i) == p["allocated_bytes.all.current"].get<uint64_t>());
     CHECK(r.reserved_after(i) == p["reserved_bytes.all.current"].get<uint64_t>());
   }
-  CHECK(r.timeline().allocated_peak_bytes == f["max_memory_allocated"].get<uint64_t>());
-  CHECK(r.timeline().reserved_peak_bytes == f["max_memory_reserved"].get<uint64_t>());
+  CHECK(r.timeline().allocated.bytes == f["max_memory_allocated"].get<uint64_t>());
+  CHECK(r.timeline().reserved.bytes == f["max_memory_reserved"].get<uint64_t>());
 }
 
 TEST_CASE("fraction fixture: the OOM verdict's facts are PyTorch's message and counters",
@@ -106,5 +106,14 @@ TEST_CASE("fraction fixture: the OOM verdict's facts are PyTorch's message and c
                                " is allocated by PyTorch, and " + torch_format_size(v.cached_free) +
                                " is reserved by PyTorch but unallocated"));
     CHECK_THAT(msg, Catch::Contains(torch_format_size(v.budget) + " allowed"));
+    // Who holds it, in the ledger's own lines: a gradient by its parameter's name, never the
+    // autograd node that happened to allocate it. The MLP's 2.weight is 3000 x 3000 floats.
+    bool named = false;
+    for (const auto& h : v.held.by_site) {
+      CHECK(!(h.category == snap::Category::kGradient &&
+              h.site.find("Backward0") != std::string::npos));
+      if (h.site == "grad of 2.weight") named = h.bytes == 36000256;  // 3000 * 3000 * 4, in 512 B
+    }
+    CHECK(named);
   }
 }

@@ -441,8 +441,8 @@ TEST_CASE("fragmentation: the replay says expandable segments would have served 
   REQUIRE(v[0].whatif);
   CHECK(v[0].whatif->alloc_conf == "expandable_segments:True");
   CHECK(v[0].whatif->would_succeed);
-  CHECK(v[0].whatif->reserved_peak_bytes == 60 * MiB);
-  CHECK(v[0].whatif->recorded_reserved_peak_bytes == 60 * MiB);
+  CHECK(v[0].whatif->reserved.bytes == 60 * MiB);
+  CHECK(v[0].whatif->recorded_reserved.bytes == 60 * MiB);
   REQUIRE(v[0].advice.size() == 3);
   CHECK(v[0].advice[0] ==
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: 42.0 MiB was free in the cache but no "

@@ -108,7 +108,8 @@ TEST_CASE("rank table: rows by rank, each rank's own device, the median and its 
     CHECK(row.device == r);  // its own device ...
     CHECK(row.slot == 0);    // ... compared with the others' own
     // The report's own numbers, unchanged.
-    CHECK(*row.values[0] == job.reports[static_cast<size_t>(2 - r)].devices[0].timeline.peak_bytes);
+    CHECK(*row.values[0] ==
+          job.reports[static_cast<size_t>(2 - r)].devices[0].timeline.trace.bytes);
   }
   CHECK(*t.rows[0].values[0] == 1124 * MiB);
   CHECK(*t.rows[1].values[0] == 1284 * MiB);  // 1 GiB + 2 x 80 MiB kept + the temporary

@@ -262,8 +262,8 @@ TEST_CASE("whatif: a fragmentation OOM that expandable segments avoid", "[whatif
   REQUIRE(w.results.size() == 3);
   const auto& rec = w.results[0];
   CHECK(rec.recorded);
-  CHECK(rec.reserved_peak_bytes == 60 * MiB);
-  CHECK(rec.allocated_peak_bytes == 54 * MiB);
+  CHECK(rec.reserved.bytes == 60 * MiB);
+  CHECK(rec.allocated.bytes == 54 * MiB);
   CHECK(rec.fragmentation_bytes == 60 * MiB - 42 * MiB);  // at t7, when S3 was made
   REQUIRE(rec.first_failing_request);
   CHECK(rec.first_failing_request->recorded_oom);
@@ -273,15 +273,15 @@ TEST_CASE("whatif: a fragmentation OOM that expandable segments avoid", "[whatif
   // blocks, and 15 MiB fits in the first.
   const auto& ex = w.results[1];
   CHECK(ex.alloc_conf == "expandable_segments:True");
-  CHECK(ex.reserved_peak_bytes == 60 * MiB);
-  CHECK(ex.allocated_peak_bytes == 54 * MiB);
+  CHECK(ex.reserved.bytes == 60 * MiB);
+  CHECK(ex.allocated.bytes == 54 * MiB);
   CHECK(ex.segment_events == 3);
   CHECK_FALSE(ex.first_failing_request);
   // max_split_size_mb:20 changes nothing here: the same OOM.
   const auto& ms = w.results[2];
   REQUIRE(ms.first_failing_request);
   CHECK(ms.first_failing_request->recorded_oom);
-  CHECK(ms.reserved_peak_bytes == 60 * MiB);
+  CHECK(ms.reserved.bytes == 60 * MiB);
 
   // The API the OOM verdict calls.
   std::string why;
@@ -290,8 +290,8 @@ TEST_CASE("whatif: a fragmentation OOM that expandable segments avoid", "[whatif
   INFO(why);
   REQUIRE(v);
   CHECK(v->would_succeed);
-  CHECK(v->reserved_peak_bytes == 60 * MiB);
-  CHECK(v->recorded_reserved_peak_bytes == 60 * MiB);
+  CHECK(v->reserved.bytes == 60 * MiB);
+  CHECK(v->recorded_reserved.bytes == 60 * MiB);
   CHECK_FALSE(oom_whatif(tr.s, 0, 0, "expandable_segments:True", &why));
   CHECK(why == "entry 0 of device 0 is not a PyTorch OOM");
 
@@ -323,7 +323,7 @@ TEST_CASE("whatif: --budget below the recorded peak is a question, not a refusal
   CHECK(w.budget->bytes == 50 * MiB);
   REQUIRE(w.results.size() == 3);
   CHECK(w.results[0].recorded);
-  CHECK(w.results[0].reserved_peak_bytes == 60 * MiB);
+  CHECK(w.results[0].reserved.bytes == 60 * MiB);
   // The recorded configuration under 50 MiB: the seventh tensor (entry 9) finds no room.
   const auto& under = w.results[1];
   CHECK(under.recorded_conf);
@@ -331,12 +331,12 @@ TEST_CASE("whatif: --budget below the recorded peak is a question, not a refusal
   REQUIRE(under.first_failing_request);
   CHECK(under.first_failing_request->entry == 9);
   CHECK_FALSE(under.first_failing_request->recorded_oom);
-  CHECK(under.reserved_peak_bytes == 40 * MiB);
+  CHECK(under.reserved.bytes == 40 * MiB);
   // Expandable segments: 54 MiB of tensors need three 20 MiB pages; the third does not fit.
   const auto& ex = w.results[2];
   REQUIRE(ex.first_failing_request);
   CHECK(ex.first_failing_request->entry == 9);
-  CHECK(ex.reserved_peak_bytes == 40 * MiB);
+  CHECK(ex.reserved.bytes == 40 * MiB);
   std::ostringstream out;
   print_whatif_text(r, tr.s, SiteTable(tr.s), "t.json", out);
   CHECK(out.str().find("  budget of the other rows: 50.0 MiB (--budget)\n") != std::string::npos);
@@ -374,9 +374,9 @@ TEST_CASE("whatif --sweep ranks the usual settings; --needs bisects the smallest
   REQUIRE(rec.needs_budget_bytes);
   CHECK(*rec.needs_budget_bytes == 76 * MiB);
   // A setting that changes nothing reproduces the recorded row exactly.
-  CHECK(noop->reserved_peak_bytes == rec.reserved_peak_bytes);
-  CHECK(noop->reserved_peak_time_us == rec.reserved_peak_time_us);
-  CHECK(noop->allocated_peak_bytes == rec.allocated_peak_bytes);
+  CHECK(noop->reserved.bytes == rec.reserved.bytes);
+  CHECK(noop->reserved.time_us == rec.reserved.time_us);
+  CHECK(noop->allocated.bytes == rec.allocated.bytes);
   CHECK(noop->fragmentation_bytes == rec.fragmentation_bytes);
   CHECK(noop->segment_events == rec.segment_events);
   REQUIRE(noop->first_failing_request);
@@ -417,7 +417,7 @@ TEST_CASE("whatif: empty_cache() calls are found in the recording and replayed",
   CHECK(r[0].recorded_segment_events == 3);
   // Expandable: map 20 MiB, unmapped by empty_cache, mapped again.
   CHECK(r[0].results[1].segment_events == 3);
-  CHECK(r[0].results[1].reserved_peak_bytes == 20 * MiB);
+  CHECK(r[0].results[1].reserved.bytes == 20 * MiB);
 }
 
 TEST_CASE("whatif refuses a trace the model does not reproduce", "[whatif]") {
@@ -473,10 +473,10 @@ TEST_CASE("whatif on PyTorch's own 2.11 snapshot reproduces its segment events a
   const auto& rec = r[0].results[0];
   // The recorded configuration replayed reaches PyTorch's own max_memory_reserved(), the
   // segments the model's parameters held before _record_memory_history included.
-  CHECK(rec.reserved_peak_bytes == facts["max_memory_reserved"].get<uint64_t>());
+  CHECK(rec.reserved.bytes == facts["max_memory_reserved"].get<uint64_t>());
   CHECK_FALSE(rec.first_failing_request);
   // The allocated peak is PyTorch's max_memory_allocated(): the model counts blocks.
-  CHECK(rec.allocated_peak_bytes == facts["max_memory_allocated"].get<uint64_t>());
+  CHECK(rec.allocated.bytes == facts["max_memory_allocated"].get<uint64_t>());
   // Fragmentation at the reserved peak is PyTorch's inactive_split_bytes: 14 MiB of the 54 MiB
   // cached then; the rest lies in wholly free segments, which empty_cache() would return.
   CHECK(rec.fragmentation_bytes == 14'633'984);
@@ -492,9 +492,9 @@ TEST_CASE("whatif on PyTorch's own 2.11 snapshot reproduces its segment events a
   for (size_t i = 1; i < 3; ++i) {
     const auto& x = n[0].results[i];
     INFO(x.alloc_conf);
-    CHECK(x.reserved_peak_bytes == rec.reserved_peak_bytes);
-    CHECK(x.reserved_peak_time_us == rec.reserved_peak_time_us);
-    CHECK(x.allocated_peak_bytes == rec.allocated_peak_bytes);
+    CHECK(x.reserved.bytes == rec.reserved.bytes);
+    CHECK(x.reserved.time_us == rec.reserved.time_us);
+    CHECK(x.allocated.bytes == rec.allocated.bytes);
     CHECK(x.fragmentation_bytes == rec.fragmentation_bytes);
     CHECK(x.segment_events == rec.segment_events);
   }
@@ -509,22 +509,22 @@ TEST_CASE("block bytes: PyTorch's own 2.11 snapshot counts what memory_stats() c
   {
     // Requested bytes (the trace's sizes) fall short of PyTorch's counter.
     const DeviceReplay r(s, 0);
-    CHECK(r.timeline().allocated_peak_bytes < max_allocated);
+    CHECK(r.timeline().allocated.bytes < max_allocated);
   }
   std::vector<std::string> why;
   REQUIRE(label_block_sizes(s, &why) == 1);
   CHECK(why.empty());
   const DeviceReplay r(s, 0);
   const Timeline& tl = r.timeline();
-  CHECK(tl.allocated_peak_bytes == max_allocated);
-  CHECK(tl.reserved_peak_bytes == facts["max_memory_reserved"].get<uint64_t>());
+  CHECK(tl.allocated.bytes == max_allocated);
+  CHECK(tl.reserved.bytes == facts["max_memory_reserved"].get<uint64_t>());
   const auto last = static_cast<std::ptrdiff_t>(s.device_traces[0].size()) - 1;
   CHECK(r.allocated_after(last) == allocated);
   CHECK(r.reserved_after(last) == facts["memory_reserved"].get<uint64_t>());
   // The units of PyTorch's own file are its tensors: their bytes are blocks too, and the replay
   // still lands exactly on the end state (the segments' active blocks).
   CHECK(tl.end_bytes == allocated);
-  CHECK(tl.peak_bytes == max_allocated);
+  CHECK(tl.trace.bytes == max_allocated);
   uint64_t at_exit = 0;
   for (const auto& a : live_at_exit(s)) at_exit += a.size;
   CHECK(at_exit == allocated);
@@ -573,13 +573,13 @@ TEST_CASE("whatif: a setting that changes nothing breaks best-fit ties as the re
   const auto r = replay_whatif(tr.s, o);
   REQUIRE(r[0].results.size() == 3);
   const auto& rec = r[0].results[0];
-  CHECK(rec.reserved_peak_bytes == 60 * MiB);
+  CHECK(rec.reserved.bytes == 60 * MiB);
   CHECK(rec.segment_events == 3);
   for (size_t i = 1; i < 3; ++i) {
     const auto& x = r[0].results[i];
     INFO(x.alloc_conf);
-    CHECK(x.reserved_peak_bytes == rec.reserved_peak_bytes);
-    CHECK(x.reserved_peak_time_us == rec.reserved_peak_time_us);
+    CHECK(x.reserved.bytes == rec.reserved.bytes);
+    CHECK(x.reserved.time_us == rec.reserved.time_us);
     CHECK(x.segment_events == rec.segment_events);
     CHECK(x.fragmentation_bytes == rec.fragmentation_bytes);
     CHECK(x.own_address_segments == 0);  // every segment at its recorded address

@@ -47,7 +47,7 @@ TEST_CASE("allocations: an allocation and its free write five entries and count 
   CHECK(s.device_traces[0][0].async_pool);  // both of a pool's allocation entries
   CHECK(s.device_traces[0][1].async_pool);
   CHECK_FALSE(s.device_traces[0][2].async_pool);
-  CHECK(m.ledger.devices()[0].peak == 4096);
+  CHECK(m.ledger.devices()[0].peak.bytes == 4096);
   CHECK(m.ledger.devices()[0].live == 0);
 }
 

@@ -14,8 +14,8 @@ TEST_CASE("ledger: the peak is the highest live bytes, at the time that reached 
   const auto& d = l.devices().at(1);
   CHECK(l.devices().size() == 2);
   CHECK(d.live == 110);
-  CHECK(d.peak == 150);
-  CHECK(d.peak_time_us == 20);
+  CHECK(d.peak.bytes == 150);
+  CHECK(d.peak.time_us == 20);
   CHECK(d.allocations == 3);
   CHECK(d.frees == 1);
   CHECK(d.bytes_allocated == 210);
@@ -23,7 +23,7 @@ TEST_CASE("ledger: the peak is the highest live bytes, at the time that reached 
   CHECK(l.at_peak_bytes() == 0);  // device 1 is below its peak, device 0 has none
   l.grow(1, 40, 40, -1);
   CHECK(l.at_peak_bytes() == 150);  // back at 150: at the peak (not above it: time unchanged)
-  CHECK(l.devices()[1].peak_time_us == 20);
+  CHECK(l.devices()[1].peak.time_us == 20);
 }
 
 TEST_CASE("ledger: the window peak restarts from the live bytes, the overall peak does not") {
@@ -31,10 +31,10 @@ TEST_CASE("ledger: the window peak restarts from the live bytes, the overall pea
   l.grow(0, 300, 1, -1);
   l.shrink(0, 200);
   l.reset_window_peaks();
-  CHECK(l.devices()[0].window_peak == 100);
+  CHECK(l.devices()[0].window_peak.bytes == 100);
   l.grow(0, 50, 2, -1);
-  CHECK(l.devices()[0].window_peak == 150);
-  CHECK(l.devices()[0].peak == 300);
+  CHECK(l.devices()[0].window_peak.bytes == 150);
+  CHECK(l.devices()[0].peak.bytes == 300);
 }
 
 TEST_CASE("ledger: a restored allocation counts its bytes again, not a new allocation") {
@@ -82,5 +82,5 @@ TEST_CASE("ledger: the graph pool keeps its latest and highest reading") {
   l.graph_pool_reading(0, 100);
   l.graph_pool_reading(0, 40);
   CHECK(l.devices()[0].graph_reserved == 40);
-  CHECK(l.devices()[0].graph_reserved_peak == 100);
+  CHECK(l.devices()[0].graph_reserved_peak.bytes == 100);
 }

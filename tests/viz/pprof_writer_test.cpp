@@ -331,7 +331,7 @@ TEST_CASE("pprof: the real PyTorch fixture's sites carry report's bytes at the p
     profile_peak[k] += smp.values[5];
   }
   const auto& d = r.devices[0];
-  REQUIRE(peak == static_cast<int64_t>(d.timeline.peak_bytes));
+  REQUIRE(peak == static_cast<int64_t>(d.timeline.trace.bytes));
   REQUIRE(inuse == static_cast<int64_t>(d.live_at_exit_bytes));
   uint64_t requested = 0;
   for (const auto& site : r.top_by_bytes) requested += site.bytes;

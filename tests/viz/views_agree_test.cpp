@@ -247,7 +247,7 @@ TEST_CASE("an expandable-segments PyTorch file: tensors start when allocated, la
   const auto r = analysis::build_report(s, sites, "torch.json");
   const auto m = viz::build_report_model(s);
   const auto& d = m.devices.at(0);
-  REQUIRE(r.devices.at(0).timeline.peak_bytes == 14 * kMiB);
+  REQUIRE(r.devices.at(0).timeline.trace.bytes == 14 * kMiB);
   REQUIRE(d.peak_bytes == 14 * kMiB);
   REQUIRE(d.peak_x == 102);
   REQUIRE(d.points.front().total == 0);
