@@ -8,7 +8,6 @@ import time
 import torch
 
 MiB = 1 << 20
-KiB = 1 << 10
 
 
 def basic():
@@ -184,6 +183,7 @@ def backward_by_module():
     # module whose forward made the node: a (1 KiB, 2 KiB), Net itself between its children
     # (5 KiB), b.inner (3 KiB), and the loss outside any module (7 KiB).
     import ctypes
+    KiB = 1 << 10
     lib = ctypes.PyDLL(None)
     push, pop, mark = lib.cumemtrace_range_push, lib.cumemtrace_range_pop, lib.cumemtrace_mark
     lend = lib.cumemtrace_torch_backward_caller
