@@ -76,7 +76,10 @@ CUMEMTRACE_EXPORT uint64_t _ZN2at15sequence_number17get_and_incrementEv() noexce
 #endif
   if (pl::node_modules_on()) {
     pl::ReentryGuard guard;
-    if (guard.outer && pl::tracing_possible() && pl::config().python_stacks) {
+    // Only while a session runs: filing announces code objects, and a process that traces
+    // nothing yet (torchrun's agent imports torch) must not start one for that.
+    if (guard.outer && pl::session_state() == pl::SessionState::kRunning &&
+        pl::config().python_stacks) {
       pl::note_node_created(seq);
     }
   }

@@ -22,10 +22,11 @@ module on frames); code compiled by torch.compile (no frames inside: the compile
 Backward: autograd's engine thread runs no Python, so its allocations have no module frame of
 their own. The preload files, at each autograd node's creation, the innermost module call of the
 creating thread (preload/stacks/node_modules.h), and gives an engine-thread allocation the module
-of the node it evaluates. What that needs is checked here once (node_layout): the node's
-sequence number and creating thread's id where torch 2.11's Node keeps them, then a probe node
-made inside a probe module call must come back filed with that module; otherwise one
-`cumemtrace:` line and those allocations stay in the "(backward)" row.
+of the node it evaluates. What that needs is checked here: the node's sequence number and
+creating thread's id where torch 2.11's Node keeps them (node_layout, when the names start), then,
+at the first step's end, when the preload records, a probe node made inside a probe module call
+must come back filed with that module (node_route); otherwise one `cumemtrace:` line, filing off,
+and those allocations stay in the "(backward)" row.
 Errors: the caller (Phases) turns everything off with one `cumemtrace:` line.
 """
 import ctypes
@@ -110,9 +111,8 @@ def node_address(grad_fn):
 
 
 def node_layout(torch, sink):
-    """Checks torch's Node layout on two live nodes and tells the preload (sink.node_layout), then
-    checks the whole route on a probe module call. Returns None when backward allocations get their
-    node's module, else why not."""
+    """Checks torch's Node layout on two live nodes and tells the preload (sink.node_layout).
+    Returns None when told, else why not."""
     lib = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "lib",
                                    "libtorch_cpu.so"))
     thread_id = getattr(lib, CURRENT_THREAD_ID)
@@ -135,6 +135,13 @@ def node_layout(torch, sink):
                           ctypes.cast(thread_id, ctypes.c_void_p).value)
     if rc != 0:
         return "the preload refused the node layout (%d)" % rc
+    return None
+
+
+def node_route(torch, sink):
+    """Checks the whole route once the preload records (a session runs: at the first step's end):
+    a node made in a probe module call must come back filed with that module; otherwise filing is
+    turned off. Returns None when it is, else why not."""
 
     class _Probe(torch.nn.Module):
         def forward(self, t):
@@ -192,6 +199,7 @@ class Modules:
         self._roots = weakref.WeakSet()  # every root named, for parameter names
         self._param_names = None  # id(parameter) -> name; None: to rebuild
         self._sent_roles = {}  # role -> the pairs last sent
+        self._node_check = None  # called once, at the first step's end (make)
         code = torch.nn.Module._wrapped_call_impl.__code__
         # `self` must be the frame's first local and no cell (a cell would hold it indirectly).
         if code.co_varnames[:1] != ("self",) or "self" in code.co_cellvars:
@@ -204,7 +212,11 @@ class Modules:
         self._send_table(root, sum(1 for _ in root.modules()))
 
     def on_step(self):
-        """At a step's end: a root whose module count changed is named again."""
+        """At a step's end: a root whose module count changed is named again; at the first, the
+        node route is checked (node_route)."""
+        if self._node_check is not None:
+            check, self._node_check = self._node_check, None
+            check()
         for root in list(self._roots):
             count = sum(1 for _ in root.modules())
             if self._counts.get(id(root)) != count:
@@ -263,15 +275,21 @@ def make(torch, err=None):
         return None
     if sys.version_info < (3, 11):
         return modules  # no module on frames (above): nothing to file nodes with
-    try:
-        why = node_layout(torch, sink)
-    except (AttributeError, RuntimeError, OSError, ValueError) as e:
-        why = "%s: %s" % (type(e).__name__, e)
+    err = err or sys.stderr
+
+    def checked(step):
         try:
-            sink.node_layout(-1, -1, None)  # off, in case it was told before the error
-        except (AttributeError, OSError):
-            pass
-    if why:
-        (err or sys.stderr).write("cumemtrace: backward allocations without their module (%s)\n"
-                                  % why)
+            why = step(torch, sink)
+        except (AttributeError, RuntimeError, OSError, ValueError) as e:
+            why = "%s: %s" % (type(e).__name__, e)
+        if why:
+            try:
+                sink.node_layout(-1, -1, None)  # off, in case it was told before the error
+            except (AttributeError, OSError):
+                pass
+            err.write("cumemtrace: backward allocations without their module (%s)\n" % why)
+        return why
+
+    if not checked(node_layout):
+        modules._node_check = lambda: checked(node_route)
     return modules
