@@ -127,6 +127,13 @@ def engine_thread_from_driver():
     torch.cuda.free(a)
 
 
+def engine_thread_from_driver_sampled():
+    # The same node, its engine thread making the process's first pool allocation: the pool is
+    # sampled right then, on that thread, inside the node (pool_sampler.h).
+    for p in torch.cuda.allocs_on_engine_thread(2000, from_driver=True):
+        torch.cuda.free(p)
+
+
 def engine_thread_unknown_torch():
     # A torch whose libtorch_cpu.so has no such Engine::evaluate_function.
     sys.modules["cumemtrace_torch"].ENGINE_EVALUATE = "_ZN5torch8autograd6Engine14not_in_this_oneEv"
@@ -189,5 +196,6 @@ if __name__ == "__main__":
      "engine_thread_unknown_torch": engine_thread_unknown_torch,
      "engine_thread_unknown_nodes": engine_thread_unknown_nodes,
      "engine_thread_from_driver": engine_thread_from_driver,
+     "engine_thread_from_driver_sampled": engine_thread_from_driver_sampled,
      "engine_thread_backward": engine_thread_backward,
      "bench_pause": bench_pause}[sys.argv[1]]()
