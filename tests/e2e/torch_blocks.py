@@ -18,7 +18,7 @@ def basic():
     torch.cuda.alloc(11 * MiB)
     torch.cuda.free(a, deferred=True)
     torch.cuda.free(b)  # LINE basic-free-b
-    e = torch.cuda.alloc(30 * MiB)
+    e = torch.cuda.alloc(30 * MiB)  # LINE basic-e
     torch.cuda.free(e)
     torch.cuda.empty_cache()
 
