@@ -242,7 +242,7 @@ std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& s
                                    int module_depth) {
   const snap::Snapshot& s = a.snapshot();
   if (!has_pytorch(s)) return std::nullopt;
-  const Phases ph(s);
+  const Phases& ph = phases_of(a);
   if (!ph.automatic()) return std::nullopt;
   Ledger l;
   std::optional<TensorModules> modules;

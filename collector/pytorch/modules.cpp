@@ -170,7 +170,7 @@ std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth
   }
   ModuleView v;
   v.depth = std::max(depth, 1);
-  const Phases ph(s);
+  const Phases& ph = phases_of(a);
   const auto& steps = ph.steps();
   // The reference step: the last complete one (training); else the whole run.
   int ref_step = -1;

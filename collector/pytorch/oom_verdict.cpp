@@ -281,10 +281,10 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
     // Settings the rules cannot parse: whether expandable segments were on stays unknown.
     if (s.tool && s.tool->pytorch) expandable = s.tool->pytorch->expandable_segments;
   }
-  // Who holds the memory: the ledger's moment (one Phases for the snapshot, the tensors and their
+  // Who holds the memory: the ledger's moment (the view's one Phases, the tensors and their
   // categories per device).
   // Made on the first device with an OOM: a snapshot without one costs nothing here.
-  std::optional<Phases> phases;
+  const Phases* phases = nullptr;
   bool categorized = false;
   for (size_t d = 0; d < s.device_traces.size(); ++d) {
     const auto& tr = s.device_traces[d];
@@ -293,7 +293,7 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
       continue;
     const DeviceReplay& replay = a.replay(static_cast<int>(d));
     if (!phases) {
-      phases.emplace(s);
+      phases = &phases_of(a);
       categorized = labels_categories(s, *phases);
     }
     const DeviceTensors tensors = device_tensors(s, static_cast<int>(d), *phases);
