@@ -61,6 +61,15 @@ struct TensorLife {
   snap::Category category = snap::Category::kUnknown;
 };
 
+// A tensor's own bytes: its request rounded up to PyTorch's 512 B minimum block, as MemTracker
+// counts a CUDA tensor and as named_parameters() adds up (numel * element_size, for the usual
+// shapes). Its block (`size`) can be larger: a large block keeps an unsplit remainder under
+// 1 MiB+ (a 4 MiB weight in a 5 MiB block), which memory_allocated() counts and the tensor does
+// not. The ledger shows both per category; the view by module counts these (modules.h).
+inline uint64_t tensor_bytes(const TensorLife& t) {
+  return (t.requested + snap::kBlockUnit - 1) / snap::kBlockUnit * snap::kBlockUnit;
+}
+
 struct DeviceTensors {
   std::vector<TensorLife> lives;
   std::vector<int32_t> life_of;  // per trace entry: index into lives, -1 for other entries

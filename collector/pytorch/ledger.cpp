@@ -26,7 +26,8 @@ int64_t abs_bytes(int64_t v) {
 
 // Sums by category and by (site, category), and their sorted lists.
 struct Tally {
-  std::map<Category, int64_t> by_category;
+  std::map<Category, int64_t> by_category;          // blocks
+  std::map<Category, int64_t> by_category_tensors;  // the tensors' own bytes (add_tensor)
   std::map<std::pair<std::string, Category>, SiteBytes> by_site;
 
   std::map<std::string, int64_t> by_module;
@@ -46,8 +47,11 @@ struct Tally {
   }
   std::vector<CategoryBytes> categories() const {
     std::vector<CategoryBytes> v;
-    for (const auto& [c, b] : by_category)
-      if (b) v.push_back({c, b});
+    for (const auto& [c, b] : by_category) {
+      const auto t = by_category_tensors.find(c);
+      // What no tensor explains (the moments' "unknown" remainder) has no tensor bytes.
+      if (b) v.push_back({c, b, t == by_category_tensors.end() ? 0 : t->second});
+    }
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
       return abs_bytes(a.bytes) > abs_bytes(b.bytes);
     });
@@ -55,8 +59,11 @@ struct Tally {
   }
   // A tensor's line in the phases' and the moments' lists (contract): a gradient's is its
   // parameter's name where known; and its module's sum, when the view by module is asked for.
-  void add_tensor(const SiteTable& sites, const TensorLife& l, int64_t bytes, bool counted,
-                  const TensorModules* modules, Phase phase, int depth) {
+  // `sign`: +1 for an allocation or a live tensor, -1 for a free; `bytes` its block's bytes.
+  void add_tensor(const SiteTable& sites, const TensorLife& l, int64_t bytes, int sign,
+                  bool counted, const TensorModules* modules, Phase phase, int depth) {
+    const int64_t own = sign * static_cast<int64_t>(tensor_bytes(l));
+    by_category_tensors[l.category] = wrap_add(by_category_tensors[l.category], own);
     std::string label;
     if (modules && l.category == Category::kGradient) {
       if (const auto param = modules->parameter_of(l); !param.empty())
@@ -64,8 +71,9 @@ struct Tally {
     }
     add(sites, l.category, l.stack, bytes, counted, label.empty() ? nullptr : &label);
     if (modules && depth > 0) {
+      // By module in the tensors' own bytes, as the view by module counts (modules.h).
       auto& m = by_module[module_at_depth(modules->module_of(l, phase), depth)];
-      m = wrap_add(m, bytes);
+      m = wrap_add(m, own);
     }
   }
   std::vector<ModuleBytes> modules() const {
@@ -128,10 +136,10 @@ std::vector<LedgerPhase> phase_rows(int step, const Phases& ph, const DeviceRepl
       // its parameter's module all the same; "(backward)" only for backward's own buffers).
       const Phase made_in = l.alloc >= 0 ? ph.of(tr[static_cast<size_t>(l.alloc)]).phase : sp.phase;
       if (e.action == snap::Action::kAlloc)
-        t.add_tensor(sites, l, static_cast<int64_t>(snap::held_bytes(e)), true, modules, made_in,
+        t.add_tensor(sites, l, static_cast<int64_t>(snap::held_bytes(e)), 1, true, modules, made_in,
                      depth);
       else if (e.action == snap::Action::kFreeCompleted)
-        t.add_tensor(sites, l, wrap_sub(0, static_cast<int64_t>(snap::held_bytes(e))), false,
+        t.add_tensor(sites, l, wrap_sub(0, static_cast<int64_t>(snap::held_bytes(e))), -1, false,
                      modules, made_in, depth);
     }
     p.added_by_category = t.categories();
@@ -162,7 +170,7 @@ LedgerMoment moment_at(std::string name, std::ptrdiff_t index, const Phases& ph,
     if (l.alloc > index) continue;
     if (l.free_completed >= 0 && l.free_completed <= index) continue;
     if (l.alloc < 0 && l.free_completed < 0) continue;
-    t.add_tensor(sites, l, static_cast<int64_t>(l.size), true, names, Phase::kOther, 0);
+    t.add_tensor(sites, l, static_cast<int64_t>(l.size), 1, true, names, Phase::kOther, 0);
     sum += l.size;
   }
   if (m.allocated > sum) {
@@ -304,9 +312,13 @@ std::string categories_text(const std::vector<CategoryBytes>& v, bool sign) {
   std::string s;
   for (const auto& c : v) {
     if (!s.empty()) s += ", ";
-    s += fmt::format(
-        "{} {}", category_label(c.category),
-        sign ? format_signed_bytes(c.bytes) : format_bytes(static_cast<uint64_t>(c.bytes)));
+    const auto bytes = [&](int64_t b) {
+      return sign ? format_signed_bytes(b) : format_bytes(static_cast<uint64_t>(b));
+    };
+    s += fmt::format("{} {}", category_label(c.category), bytes(c.bytes));
+    // The blocks hold more than the tensors ask for: both numbers, each named (contract).
+    if (c.tensor_bytes && c.tensor_bytes != c.bytes)
+      s += fmt::format(" (tensors {})", bytes(c.tensor_bytes));
   }
   return s.empty() ? "nothing" : s;
 }
@@ -375,6 +387,13 @@ nlohmann::json categories_json(const std::vector<CategoryBytes>& v) {
   return j;
 }
 
+nlohmann::json category_tensors_json(const std::vector<CategoryBytes>& v) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& c : v)
+    if (c.tensor_bytes) j[std::string(snap::category_name(c.category))] = c.tensor_bytes;
+  return j;
+}
+
 nlohmann::json sites_json(const std::vector<SiteBytes>& v, size_t top) {
   nlohmann::json a = nlohmann::json::array();
   for (size_t i = 0; i < v.size() && i < top; ++i)
@@ -408,6 +427,7 @@ nlohmann::json phases_json(const std::vector<LedgerPhase>& rows, size_t top) {
          {"reserved_after_bytes", p.reserved_after},
          {"allocated_peak_bytes", p.allocated_peak.bytes},
          {"added_by_category", categories_json(p.added_by_category)},
+         {"added_tensor_bytes_by_category", category_tensors_json(p.added_by_category)},
          {"added_by_site", sites_json(p.added_by_site, top)},
          {"added_by_module", modules_json(p.added_by_module, top)}});
   }
@@ -424,6 +444,7 @@ nlohmann::json moment_json(const LedgerMoment& m, size_t top) {
       {"allocated_bytes", m.allocated},
       {"reserved_bytes", m.reserved},
       {"by_category", categories_json(m.by_category)},
+      {"tensor_bytes_by_category", category_tensors_json(m.by_category)},
       {"cached_free_bytes", m.layers.cached_free},
       {"other_libraries", libs},
       {"context_bytes", m.layers.context ? nlohmann::json(*m.layers.context) : nlohmann::json()},

@@ -47,9 +47,13 @@
 
 namespace cumemtrace::analysis {
 
+// A category's bytes in PyTorch's blocks (what memory_allocated() counts: the lists add up to
+// the allocated deltas and moments) and in its tensors' own bytes (categories.h tensor_bytes:
+// what named_parameters() and MemTracker count); they differ by the blocks' unsplit remainders.
 struct CategoryBytes {
   snap::Category category = snap::Category::kUnknown;
   int64_t bytes = 0;
+  int64_t tensor_bytes = 0;
 };
 
 struct SiteBytes {
@@ -60,7 +64,8 @@ struct SiteBytes {
   int32_t stack = snap::kNoStack;
 };
 
-// What a module (its name's first --module-depth components: modules.h) added in a phase.
+// What a module (its name's first --module-depth components: modules.h) added in a phase, in
+// its tensors' own bytes (the view by module's rule: modules.h).
 struct ModuleBytes {
   std::string module;
   int64_t bytes = 0;
@@ -155,14 +160,16 @@ std::string category_label(snap::Category c);
 std::string phase_label(const LedgerPhase& p);
 
 // The ledger's lists, as every view that shows them writes them: "activation 3.00 MiB, parameter
-// 6.00 MiB" ("nothing" when empty; signed deltas with `sign`), one indented line per (site,
-// category) up to `top` (the rest counted), and their JSON ({"activation": bytes}, [{site,
-// category, bytes, count}]).
+// 6.00 MiB (tensors 5.00 MiB)" (the tensors' own bytes where they differ from the blocks';
+// "nothing" when empty; signed deltas with `sign`), one indented line per (site, category) up to
+// `top` (the rest counted), and their JSON ({"activation": bytes} in blocks, the same of the
+// tensors' own bytes, [{site, category, bytes, count}]).
 std::string categories_text(const std::vector<CategoryBytes>& v, bool sign);
 // `categories` false: the run has none, the lines go without "(unknown)".
 void print_site_bytes(std::ostream& out, const std::vector<SiteBytes>& v, size_t top, bool sign,
                       bool categories = true);
 nlohmann::json categories_json(const std::vector<CategoryBytes>& v);
+nlohmann::json category_tensors_json(const std::vector<CategoryBytes>& v);
 nlohmann::json sites_json(const std::vector<SiteBytes>& v, size_t top);
 
 // Lines (site, category) under `min_line_bytes` (either sign) are left out of the lists (the

@@ -69,12 +69,6 @@ std::string root_label(const snap::Snapshot& s) {
   return std::string(kRootModule);
 }
 
-// A tensor's bytes in this view (contract): its request rounded up to PyTorch's 512 B minimum
-// block, as MemTracker counts a CUDA tensor.
-uint64_t tensor_bytes(const TensorLife& t) {
-  return (t.requested + snap::kBlockUnit - 1) / snap::kBlockUnit * snap::kBlockUnit;
-}
-
 // The tensor bytes live right after each trace entry (contract: forward_peak), cuBLAS workspaces
 // left out. A tensor counts from its alloc to its end (free_requested, else free_completed); one
 // allocated before the trace counts from the start.

@@ -11,6 +11,7 @@
 #include "analysis/frames.h"
 #include "analysis/grouping.h"
 #include "pytorch/categories.h"
+#include "pytorch/modules.h"
 #include "snapshot/size_format.h"
 
 namespace cumemtrace::analysis {
@@ -285,6 +286,8 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
   // categories per device).
   // Made on the first device with an OOM: a snapshot without one costs nothing here.
   const Phases* phases = nullptr;
+  // Gradients named by their parameter, as the ledger's moments name them (one line per tensor).
+  std::optional<TensorModules> names;
   bool categorized = false;
   for (size_t d = 0; d < s.device_traces.size(); ++d) {
     const auto& tr = s.device_traces[d];
@@ -295,6 +298,7 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
     if (!phases) {
       phases = &phases_of(a);
       categorized = labels_categories(s, *phases);
+      if (has_module_names(s)) names.emplace(s);
     }
     const DeviceTensors tensors = device_tensors(s, static_cast<int>(d), *phases);
     for (size_t i = 0; i < tr.size(); ++i) {
@@ -362,7 +366,8 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
       }
       v.categorized = categorized;
       v.phased = phases->automatic();
-      v.held = moment_at("oom", static_cast<std::ptrdiff_t>(i), *phases, replay, tensors, sites);
+      v.held = moment_at("oom", static_cast<std::ptrdiff_t>(i), *phases, replay, tensors, sites,
+                         names ? &*names : nullptr);
       if (tensors.lives.empty()) {
         // No PyTorch tensors on the device: the program's own allocations hold it, by site.
         for (const auto& st : by_site(replay.live_after(static_cast<std::ptrdiff_t>(i)), sites)) {

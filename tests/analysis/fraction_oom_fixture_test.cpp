@@ -106,5 +106,14 @@ TEST_CASE("fraction fixture: the OOM verdict's facts are PyTorch's message and c
                                " is allocated by PyTorch, and " + torch_format_size(v.cached_free) +
                                " is reserved by PyTorch but unallocated"));
     CHECK_THAT(msg, Catch::Contains(torch_format_size(v.budget) + " allowed"));
+    // Who holds it, in the ledger's own lines: a gradient by its parameter's name, never the
+    // autograd node that happened to allocate it. The MLP's 2.weight is 3000 x 3000 floats.
+    bool named = false;
+    for (const auto& h : v.held.by_site) {
+      CHECK(!(h.category == snap::Category::kGradient &&
+              h.site.find("Backward0") != std::string::npos));
+      if (h.site == "grad of 2.weight") named = h.bytes == 36000256;  // 3000 * 3000 * 4, in 512 B
+    }
+    CHECK(named);
   }
 }

@@ -101,14 +101,19 @@ def check_model(out, m):
                     mib(ours), mib(theirs), ours - theirs, mib(p["allocated_before_bytes"]),
                     mib(tb["allocated"])))
     peak = dev["allocated_peak"]
-    cats = by_category(peak)
-    row("%s: parameters at the allocated peak" % m,
+    # The tensors' own bytes (what named_parameters() and the optimizer's state add up to) and
+    # the blocks holding them (what memory_allocated() counts: the categories add up to it).
+    cats = dict(peak["tensor_bytes_by_category"])
+    row("%s: parameters at the allocated peak (tensor bytes)" % m,
         cats.get("parameter", 0) == truth["parameter_bytes"],
         "%d / %d B" % (cats.get("parameter", 0), truth["parameter_bytes"]))
     if truth["optimizer_state_bytes"]:
-        row("%s: optimizer state at the allocated peak" % m,
+        row("%s: optimizer state at the allocated peak (tensor bytes)" % m,
             cats.get("optimizer_state", 0) == truth["optimizer_state_bytes"],
             "%d / %d B" % (cats.get("optimizer_state", 0), truth["optimizer_state_bytes"]))
+    blocks = sum(by_category(peak).values())
+    row("%s: categories' blocks add up to the allocated peak" % m,
+        blocks == peak["allocated_bytes"], "%d / %d B" % (blocks, peak["allocated_bytes"]))
     row("%s: allocated peak vs max_memory_allocated()" % m,
         abs(peak["allocated_bytes"] - truth["max_allocated"]) <= ROUND_SLACK * 64,
         "%s / %s" % (mib(peak["allocated_bytes"]), mib(truth["max_allocated"])))

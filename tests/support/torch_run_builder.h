@@ -71,6 +71,12 @@ class TorchRunBuilder {
     push({snap::Action::kAlloc, addr, size, 0, t, stack, 0, tid, false, snap::Source::kPytorch});
     live_[addr] = {size, stack};
   }
+  // A request of `size` whose block is larger (`block`: the allocator left an unsplit remainder
+  // in it); the written segments hold the block, as PyTorch's snapshot does.
+  void alloc_in_block(int64_t t, uint64_t addr, uint64_t size, uint64_t block, int32_t stack) {
+    alloc(t, addr, size, stack);
+    blocks_[addr] = block;
+  }
   void free(int64_t t, uint64_t addr, uint32_t tid = kMainTid) {
     const uint64_t size = live_[addr].first;
     push({snap::Action::kFreeRequested, addr, size, 0, t, snap::kNoStack, 0, tid, false,
@@ -78,6 +84,7 @@ class TorchRunBuilder {
     push({snap::Action::kFreeCompleted, addr, size, 0, t, snap::kNoStack, 0, tid, false,
           snap::Source::kPytorch});
     live_.erase(addr);
+    blocks_.erase(addr);
   }
   // A driver-level allocation of another library (cuBLAS's workspace...), live to the end.
   void library(int64_t t, uint64_t addr, uint64_t size, int32_t stack) {
@@ -114,8 +121,10 @@ class TorchRunBuilder {
       uint64_t used = 0;
       for (const auto& [a, v] : live_) {
         if (a < addr || a >= addr + size) continue;
-        g.blocks.push_back({a, v.first, v.first, "active_allocated", v.second});
-        used += v.first;
+        const auto b = blocks_.find(a);
+        const uint64_t block = b == blocks_.end() ? v.first : b->second;
+        g.blocks.push_back({a, block, v.first, "active_allocated", v.second});
+        used += block;
       }
       g.allocated_size = g.active_size = g.requested_size = used;
       if (used < size) g.blocks.push_back({addr + used, size - used, 0, "inactive"});
@@ -138,6 +147,7 @@ class TorchRunBuilder {
 
  private:
   void push(snap::TraceEntry e) { s_.device_traces[0].push_back(e); }
+  std::map<uint64_t, uint64_t> blocks_;  // alloc_in_block's blocks by address
   void note(int64_t t, const std::string& name, const std::string& stage) {
     s_.annotations.push_back({name, stage, 0, t});
   }

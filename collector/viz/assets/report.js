@@ -717,6 +717,9 @@
     const unit = L.training ? 'step' : 'iteration';
     const box = el('div', { class: 'ledger', 'data-device': dev.device });
     box.append(el('h3', { text: 'PyTorch ledger (' + plural(L.steps, unit) + ', ' + L.complete_steps + ' complete): click a row to see its bytes in the chart' }));
+    // A category counts blocks; where its tensors' own bytes differ they are named beside it
+    // (ledger.h categories_text: the text report's "(tensors ...)").
+    const tensorsNote = (t, b, f) => (t && t !== b ? ' (tensors ' + f(t) + ')' : '');
     const seriesOf = (cat) => (dev.by_category && dev.series.indexOf(cat) >= 0 ? dev.series.indexOf(cat) : null);
     let focused = null;
     const focus = (row, f) => {
@@ -739,7 +742,7 @@
         const span = { x0: p.begin_us == null ? dev.x0 : p.begin_us, x1: p.end_us == null ? dev.x1 : p.end_us, series: null };
         const cats = el('td', { class: 'cats' });
         for (const [c, b] of Object.entries(p.added_by_category)) {
-          const s = el('span', { class: 'cat pick', 'data-category': c, 'data-bytes': b, 'data-ledger': JSON.stringify(path.concat(['added_by_category', c])) }, el('i', { style: 'background:' + (CATEGORY[c] || [OTHER])[0] }), catName(c) + ' ' + fmtDelta(b));
+          const s = el('span', { class: 'cat pick', 'data-category': c, 'data-bytes': b, 'data-ledger': JSON.stringify(path.concat(['added_by_category', c])) }, el('i', { style: 'background:' + (CATEGORY[c] || [OTHER])[0] }), catName(c) + ' ' + fmtDelta(b) + tensorsNote((p.added_tensor_bytes_by_category || {})[c], b, fmtDelta));
           s.addEventListener('click', (ev) => { ev.stopPropagation(); focus(s, Object.assign({}, span, { series: seriesOf(c) })); });
           cats.append(s, ' ');
         }
@@ -787,7 +790,7 @@
       const at = { x0: p.time_us, x1: p.time_us, series: null };
       const cats = el('td', { class: 'cats' });
       for (const [c, b] of Object.entries(p.by_category)) {
-        const s = el('span', { class: 'cat pick', 'data-category': c, 'data-bytes': b, 'data-ledger': JSON.stringify(path.concat(['by_category', c])) }, el('i', { style: 'background:' + (CATEGORY[c] || [OTHER])[0] }), catName(c) + ' ' + fmtBytes(b));
+        const s = el('span', { class: 'cat pick', 'data-category': c, 'data-bytes': b, 'data-ledger': JSON.stringify(path.concat(['by_category', c])) }, el('i', { style: 'background:' + (CATEGORY[c] || [OTHER])[0] }), catName(c) + ' ' + fmtBytes(b) + tensorsNote((p.tensor_bytes_by_category || {})[c], b, fmtBytes));
         s.addEventListener('click', (ev) => { ev.stopPropagation(); focus(s, Object.assign({}, at, { series: seriesOf(c) })); });
         cats.append(s, ' ');
       }
