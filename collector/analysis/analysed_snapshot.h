@@ -5,9 +5,10 @@
 // that device and kept for every later view of the same command. report, check, diff, the HTML
 // page, the ledger, the by-module view and the OOM verdicts all read these replays, so a command
 // replays each device of a snapshot once (DeviceReplay::built() counts them for the tests).
-// Models a layer above derives from the whole snapshot (pytorch/phases.h's Phases: phases_of)
-// are kept the same way, one of each type per view (derived<T>()), so that the ledger, the
-// by-module view, check's growth and the page read one Phases.
+// Models a layer above derives from the whole snapshot (pytorch/phases.h's Phases: phases_of;
+// pytorch/modules.h's TensorModules) are kept the same way, one of each type per view
+// (derived<T>()), so that the ledger, the by-module view, the OOM verdicts, check's growth and the
+// page read one of each.
 // The view refers to the snapshot, which must outlive it, or owns it (a snapshot a command over
 // many files read for one process: verdicts/job_oom.h SnapshotLoader). It converts implicitly from
 // a snapshot so that a caller holding only a snapshot (a test, a one-off view) still gets one view

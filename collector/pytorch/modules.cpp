@@ -179,7 +179,7 @@ std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth
     }
   }
   v.reference = ref_step >= 0 ? fmt::format("end of step {}", ref_step + 1) : "end of the trace";
-  const TensorModules modules(s);
+  const TensorModules& modules = a.derived<TensorModules>();  // one per view
   std::unordered_map<std::string, ModuleRow> rows;
   auto row = [&](const std::string& key) -> ModuleRow& {
     auto [it, inserted] = rows.try_emplace(key);

@@ -286,8 +286,9 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
   // categories per device).
   // Made on the first device with an OOM: a snapshot without one costs nothing here.
   const Phases* phases = nullptr;
-  // Gradients named by their parameter, as the ledger's moments name them (one line per tensor).
-  std::optional<TensorModules> names;
+  // Gradients named by their parameter, as the ledger's moments name them (one line per tensor);
+  // the view's one TensorModules.
+  const TensorModules* names = nullptr;
   bool categorized = false;
   for (size_t d = 0; d < s.device_traces.size(); ++d) {
     const auto& tr = s.device_traces[d];
@@ -298,7 +299,7 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
     if (!phases) {
       phases = &phases_of(a);
       categorized = labels_categories(s, *phases);
-      if (has_module_names(s)) names.emplace(s);
+      if (has_module_names(s)) names = &a.derived<TensorModules>();
     }
     const DeviceTensors tensors = device_tensors(s, static_cast<int>(d), *phases);
     for (size_t i = 0; i < tr.size(); ++i) {
@@ -366,8 +367,8 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
       }
       v.categorized = categorized;
       v.phased = phases->automatic();
-      v.held = moment_at("oom", static_cast<std::ptrdiff_t>(i), *phases, replay, tensors, sites,
-                         names ? &*names : nullptr);
+      v.held =
+          moment_at("oom", static_cast<std::ptrdiff_t>(i), *phases, replay, tensors, sites, names);
       if (tensors.lives.empty()) {
         // No PyTorch tensors on the device: the program's own allocations hold it, by site.
         for (const auto& st : by_site(replay.live_after(static_cast<std::ptrdiff_t>(i)), sites)) {
