@@ -141,9 +141,11 @@ validate validate_allocator python3 tests/gpu/validate_allocator.py "$P" "$OUT/a
 # transformers, accelerate, FSDP2) in the user's terms.
 validate validate_html_pages python3 tests/gpu/validate_html_pages.py "$P" "$OUT/html-pages"
 validate validate_trainers python3 tests/gpu/validate_trainers.py "$P" "$OUT/trainers"
-# 11. By module (issue 54): per-module parameters, activations and forward peaks against
-# MemTracker on a GPT-style model and transformers' GPT-2.
+# 11. By module (issue 54): per-module parameters, activations, forward and backward peaks
+# against MemTracker on a GPT-style model and transformers' GPT-2; DDP's gradient buckets as
+# communication buffers (one GPU, NCCL world 1).
 validate validate_modules python3 tests/gpu/validate_modules.py "$P" "$OUT/modules"
+validate validate_ddp_buckets python3 tests/gpu/validate_ddp_buckets.py "$P" "$OUT/ddp-buckets"
 # 12. A job's first OOM (issue 58): rank 1 out of memory, rank 0 killed by torchrun.
 validate validate_job_oom bash tests/gpu/validate_job_oom.sh "$P" "$OUT/job-oom"
 

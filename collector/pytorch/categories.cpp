@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <string_view>
 #include <unordered_map>
+
+#include "analysis/frames.h"
 
 namespace cumemtrace::analysis {
 
@@ -159,6 +162,31 @@ std::vector<uint8_t> join_walks(const std::vector<snap::TraceEntry>& tr,
   return role;
 }
 
+// Whether `stack`'s innermost Python frame is DistributedDataParallel._ddp_init_helper or
+// ._pre_forward, or _DDPJoinHook.main_hook (torch/nn/parallel/distributed.py): the frames from
+// which DDP's C++ Reducer makes its gradient buckets (contract, rule 1b; checked on torch 2.11 by
+// tests/torch_phases/ddp_ranks.py). 3.9/3.10 name frames without their class.
+bool made_by_ddp_reducer(const snap::Snapshot& s, int32_t stack) {
+  if (stack < 0 || static_cast<size_t>(stack) >= s.stacks.size()) return false;
+  for (const auto& f : s.stacks[static_cast<size_t>(stack)]) {
+    if (!is_python_frame(f)) continue;
+    const std::string_view file = f.filename, name = f.name;
+    if (!file.ends_with("torch/nn/parallel/distributed.py")) return false;
+    static constexpr std::string_view kCalls[][2] = {
+        {"DistributedDataParallel.", "_ddp_init_helper"},
+        {"DistributedDataParallel.", "_pre_forward"},
+        {"_DDPJoinHook.", "main_hook"}};  // uneven inputs' Join: rebuilds them too
+    for (const auto& [cls, fn] : kCalls) {
+      if (name == fn ||
+          (name.size() == cls.size() + fn.size() && name.starts_with(cls) && name.ends_with(fn))) {
+        return true;
+      }
+    }
+    return false;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool labels_categories(const snap::Snapshot& s, const Phases& phases) {
@@ -204,6 +232,7 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
   bool input_walks = false;
   if (s.tool)
     for (const auto& w : s.tool->ownership) input_walks |= w.role == snap::OwnerRole::kInput;
+  std::unordered_map<int32_t, bool> ddp_stacks;  // made_by_ddp_reducer, once per stack
   for (size_t k = 0; k < dt.lives.size(); ++k) {
     auto& l = dt.lives[k];
     if (role[k] && role[k] != static_cast<uint8_t>(snap::OwnerRole::kInput)) {
@@ -214,6 +243,14 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
     if (!phases.automatic() || l.alloc < 0) continue;
     const auto w = phases.of(tr[static_cast<size_t>(l.alloc)]);
     const bool freed_within = l.free_us != kTimeMax && phases.span_at(l.free_us) == w.span;
+    if (!freed_within) {
+      auto [it, fresh] = ddp_stacks.try_emplace(l.stack, false);
+      if (fresh) it->second = made_by_ddp_reducer(s, l.stack);
+      if (it->second) {
+        l.category = Category::kCommunication;
+        continue;
+      }
+    }
     switch (w.phase) {
       case Phase::kForward:
       case Phase::kLoss:

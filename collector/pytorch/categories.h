@@ -15,6 +15,14 @@
 //       walk made while the tensor was alive (alloc time <= walk time <= free time) has a data
 //       pointer inside [addr, addr+size); the roles in that order when several match. (An input
 //       walk, snap::OwnerRole::kInput, joins the same way but counts only in rule 5.)
+//    1b. communication, with automatic phases: DDP's gradient buckets (the flat buffers its
+//       all-reduce runs on; the gradients are copies of them unless gradient_as_bucket_view, whose
+//       gradients, views into the buckets, rule 1 names first). DDP's C++ Reducer makes them where
+//       no Python walk can reach them (no binding returns them), at construction and again when
+//       it rebuilds them at the first forward: a tensor whose stack's innermost Python frame is
+//       DistributedDataParallel._ddp_init_helper or ._pre_forward, or _DDPJoinHook.main_hook
+//       (torch/nn/parallel/distributed.py) and that outlives its phase's stretch (the Reducer's map
+//       of used parameters, a few bytes, is made there too and is the all-reduce's as well).
 //    2. allocated in forward or loss (phases.h: the entry's phase): freed within that span ->
 //       temporary; else activation (what the forward left behind: saved tensors, its outputs,
 //       a wrapper's fp32 copy of them, the loss).

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/frames.h"
 #include "analysis/model.h"
 #include "pytorch/categories.h"
 #include "pytorch/phases.h"
@@ -52,10 +53,13 @@ std::string_view parameter_in(const std::vector<NameTable>& tables, const Tensor
 }
 
 // A root's own name where the snapshot knows one: the outermost module call's name when every
-// stack's outermost module call names the same module; else "(root)".
+// stack's outermost module call names the same module; else "(root)". A stack with an autograd
+// node's frame (autograd's engine thread) carries only its node's innermost module, never the
+// root's call: it says nothing of the root.
 std::string root_label(const snap::Snapshot& s) {
   std::set<std::string_view> outermost;
   for (const auto& st : s.stacks) {
+    if (std::any_of(st.begin(), st.end(), is_autograd_node_frame)) continue;
     for (auto f = st.rbegin(); f != st.rend(); ++f) {
       if (!f->module.empty()) {
         outermost.insert(f->module);

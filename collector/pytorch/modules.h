@@ -6,9 +6,12 @@
 //    tensor_names (the latest table of its role made while it was alive with a data pointer
 //    inside the tensor), less its last component; a parameter of a root itself belongs to no
 //    child and is shown under the root's class name when known, else "(root)". Any other tensor
-//    belongs to the innermost module call on its allocation's stack (snap::Frame::module). A
-//    tensor with neither is "(no module)": in backward (autograd's engine thread runs no Python)
-//    that is every autograd buffer, shown under its own row "(backward)".
+//    belongs to the innermost module call on its allocation's stack (snap::Frame::module): in
+//    backward, on autograd's engine thread (no Python of its own), the module whose forward made
+//    the autograd node that allocated it (the preload puts that module call's frame behind the
+//    node: preload/stacks/node_modules.h). A tensor with neither is "(no module)", in backward
+//    its own row "(backward)": what a node made outside any module call (the loss) or not filed
+//    (AccumulateGrad's temporaries, a torch whose node layout was refused).
 //  - depth d (--module-depth, >= 1): a module's row is its name's first d components (a root's
 //    class name is one component), so a row sums its whole subtree down from depth d.
 //  - a tensor's bytes here are MemTracker's (torch.distributed._tools.mem_tracker): its request

@@ -88,7 +88,8 @@ enum class Category : uint8_t {
   kParameterUnsharded,  // "parameter_unsharded": FSDP2's all-gathered parameters while they live
   kCublasWorkspace,     // "cublas_workspace": cuBLAS/cuBLASLt workspaces torch keeps per handle
                         // and stream (at::cuda::cublas[lt]_handle_stream_to_workspace)
-  kCommunication,       // "communication": FSDP2's all-gather and reduce-scatter flat buffers
+  kCommunication,       // "communication": FSDP2's all-gather and reduce-scatter flat buffers,
+                        // DDP's gradient buckets
   kKvCache,             // "kv_cache": the keys and values a model's forward returned under
                         // no_grad for its next forward (transformers' Cache: generate)
 };

@@ -1,4 +1,4 @@
-// Two switches for in-process A/B benchmarks, only in libcumemtrace_bench.so (built with
+// Switches for in-process A/B benchmarks, only in libcumemtrace_bench.so (built with
 // CUMEMTRACE_BENCH_SWITCHES; never shipped): whole runs of the same program differ by more than
 // the cost being measured, so a benchmark alternates blocks of calls recorded and not recorded
 // in one process, under the same host conditions (docs/performance.md). A snapshot of such a run
@@ -10,6 +10,7 @@
 
 namespace cumemtrace::preload {
 extern std::atomic<bool> g_torch_blocks_paused;  // hooks/torch_tracker.cpp
+extern std::atomic<bool> g_node_modules_paused;  // hooks/torch_sequence.cpp
 }  // namespace cumemtrace::preload
 
 // For bench/gpu/async_pool_pair.cu: while `paused` is nonzero no hook records anything (the hooks
@@ -23,4 +24,10 @@ CUMEMTRACE_EXPORT int cumemtrace_bench_pause_recording(int paused) noexcept {
 // recorded (PyTorch still builds and passes them: the tracker cannot be detached).
 CUMEMTRACE_EXPORT void cumemtrace_bench_pause_torch_blocks(int paused) noexcept {
   cumemtrace::preload::g_torch_blocks_paused.store(paused != 0, std::memory_order_relaxed);
+}
+
+// For bench/bench_node_modules.py: while `paused` is nonzero, autograd nodes are numbered but not
+// filed with their module (stacks/node_modules.h); everything else records as usual.
+CUMEMTRACE_EXPORT void cumemtrace_bench_pause_node_modules(int paused) noexcept {
+  cumemtrace::preload::g_node_modules_paused.store(paused != 0, std::memory_order_relaxed);
 }

@@ -19,9 +19,17 @@ every module call (docs/pytorch.md); the frames already hold the module.
 What is missed, by design: modules called outside any root the phases found (no name: the tensor
 goes to its innermost named module, or none); CPython 3.9/3.10 (frames keep locals elsewhere: no
 module on frames); code compiled by torch.compile (no frames inside: the compiled root's name).
+Backward: autograd's engine thread runs no Python, so its allocations have no module frame of
+their own. The preload files, at each autograd node's creation, the innermost module call of the
+creating thread (preload/stacks/node_modules.h), and gives an engine-thread allocation the module
+of the node it evaluates. What that needs is checked here once (node_layout): the node's
+sequence number and creating thread's id where torch 2.11's Node keeps them, then a probe node
+made inside a probe module call must come back filed with that module; otherwise one
+`cumemtrace:` line and those allocations stay in the "(backward)" row.
 Errors: the caller (Phases) turns everything off with one `cumemtrace:` line.
 """
 import ctypes
+import os
 import sys
 import weakref
 
@@ -82,6 +90,67 @@ def lines_records(pairs):
     return out
 
 
+# torch::autograd::Node (torch/csrc/autograd/function.h, torch 2.11): its vtable pointer, the
+# weak_ptr of enable_shared_from_this, then sequence_nr_, topological_nr_, has_parent_ (padded)
+# and thread_id_: byte offsets on x86-64 with libstdc++.
+NODE_SEQUENCE_OFFSET = 24
+NODE_THREAD_OFFSET = 48
+# A C++ node's Python object (THPCppFunction): PyObject_HEAD, then its std::shared_ptr<Node>.
+CPP_FUNCTION_NODE_OFFSET = 16
+CPP_FUNCTION_SIZE = 32
+CURRENT_THREAD_ID = "_ZN2at14RecordFunction15currentThreadIdEv"
+
+
+def node_address(grad_fn):
+    """The torch::autograd::Node* behind a C++ node's Python object (a generated node such as
+    MulBackward0), or None when the object is not laid out as THPCppFunction."""
+    if type(grad_fn).__basicsize__ != CPP_FUNCTION_SIZE:
+        return None
+    return ctypes.c_void_p.from_address(id(grad_fn) + CPP_FUNCTION_NODE_OFFSET).value or None
+
+
+def node_layout(torch, sink):
+    """Checks torch's Node layout on two live nodes and tells the preload (sink.node_layout), then
+    checks the whole route on a probe module call. Returns None when backward allocations get their
+    node's module, else why not."""
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "lib",
+                                   "libtorch_cpu.so"))
+    thread_id = getattr(lib, CURRENT_THREAD_ID)
+    thread_id.restype = ctypes.c_uint64
+    with torch.enable_grad():
+        x = torch.ones(1, requires_grad=True)
+        nodes = [(x * 2).grad_fn, (x + 1).grad_fn]
+    me = thread_id()
+    for n in nodes:
+        at = node_address(n)
+        if at is None:
+            return "%s is not a C++ node object of the known size" % type(n).__name__
+        seq = ctypes.c_uint64.from_address(at + NODE_SEQUENCE_OFFSET).value
+        tid = ctypes.c_uint64.from_address(at + NODE_THREAD_OFFSET).value
+        if seq != n._sequence_nr() or tid != me:
+            return "torch's autograd Node is not laid out as in torch 2.11"
+    if nodes[0]._sequence_nr() == nodes[1]._sequence_nr():
+        return "two nodes share a sequence number"
+    rc = sink.node_layout(NODE_SEQUENCE_OFFSET, NODE_THREAD_OFFSET,
+                          ctypes.cast(thread_id, ctypes.c_void_p).value)
+    if rc != 0:
+        return "the preload refused the node layout (%d)" % rc
+
+    class _Probe(torch.nn.Module):
+        def forward(self, t):
+            return t * 2
+
+    probe = _Probe()
+    with torch.enable_grad():
+        y = probe(torch.ones(1, requires_grad=True))
+    word = sink.node_module(node_address(y.grad_fn))
+    if word >> 62 != 2 or word & ((1 << 47) - 1) != id(probe):
+        sink.node_layout(-1, -1, None)  # off: no walk at each node for nothing
+        return "a node made in a module call was not filed with it (is " \
+               "at::sequence_number::get_and_increment reached through the preload?)"
+    return None
+
+
 class PreloadNames:
     """Sends through libcumemtrace.so's exported functions (include/cumemtrace.h), GIL held."""
 
@@ -95,6 +164,17 @@ class PreloadNames:
 
     def module_code(self, address):
         self._code(address)
+
+    def node_layout(self, sequence_offset, thread_offset, current_thread_id):
+        lib = ctypes.PyDLL(None)
+        fn = lib.cumemtrace_torch_node_layout
+        fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p], ctypes.c_int
+        return fn(sequence_offset, thread_offset, current_thread_id)
+
+    def node_module(self, node):
+        fn = ctypes.PyDLL(None).cumemtrace_torch_node_module
+        fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_uint64
+        return fn(node)
 
     def names(self, what, pairs):
         for i, text in enumerate(lines_records(pairs)):
@@ -176,7 +256,22 @@ class Modules:
 def make(torch, err=None):
     """Modules with the preload's sink, or None (one `cumemtrace:` line) when it cannot be."""
     try:
-        return Modules(torch, PreloadNames())
+        sink = PreloadNames()
+        modules = Modules(torch, sink)
     except (AttributeError, RuntimeError, OSError) as e:
         (err or sys.stderr).write("cumemtrace: no module names (%s: %s)\n" % (type(e).__name__, e))
         return None
+    if sys.version_info < (3, 11):
+        return modules  # no module on frames (above): nothing to file nodes with
+    try:
+        why = node_layout(torch, sink)
+    except (AttributeError, RuntimeError, OSError, ValueError) as e:
+        why = "%s: %s" % (type(e).__name__, e)
+        try:
+            sink.node_layout(-1, -1, None)  # off, in case it was told before the error
+        except (AttributeError, OSError):
+            pass
+    if why:
+        (err or sys.stderr).write("cumemtrace: backward allocations without their module (%s)\n"
+                                  % why)
+    return modules

@@ -59,6 +59,9 @@ What is missed, by design:
   - without always_call (torch < 2.1) a root whose forward raises leaves its range open.
 Errors: no exception of ours reaches the program. The first one prints one `cumemtrace:` line and
 turns all of this off (hooks removed, backward unwrapped). CUMEMTRACE_PHASES=0 turns it off.
+pause() and resume() take every hook and wrapper out and put them back, between steps, keeping
+what was learned: for benchmarks that alternate the two in one process
+(bench/gpu/trainer_overhead.py); nothing reads an environment variable per step.
 """
 import array
 import ctypes
@@ -179,33 +182,14 @@ class Phases:
         self._loss_type = getattr(loss_mod, "_Loss", None) or ()
         self._volatile_state = False  # an optimizer keeps lists of tensors in its state (LBFGS)
         self._always_call = True
+        self._paused_state = None  # pause(): {"discovering": bool} until resume()
 
     # --- installing and removing ------------------------------------------------------------
 
     def install(self):
         torch = self._torch
-        module_mod = importlib.import_module("torch.nn.modules.module")
-        warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
-        self._warning_filter = warnings.filters[0]
-        self._global_handles.append(module_mod.register_module_forward_pre_hook(self._pre_hook))
-        try:
-            post = module_mod.register_module_forward_hook(self._post_hook, always_call=True)
-        except TypeError:  # torch < 2.1
-            self._always_call = False
-            self._note("torch %s has no always_call forward hooks: a forward that raises leaves "
-                       "its phase open" % torch.__version__)
-            post = module_mod.register_module_forward_hook(self._post_hook)
-        self._global_handles.append(post)
-        self._discovering = True
-
-        optim = importlib.import_module("torch.optim.optimizer")  # not an attribute in 2.11
-        if hasattr(optim, "register_optimizer_step_pre_hook"):
-            self._optimizer_handles = [
-                optim.register_optimizer_step_pre_hook(self._optimizer_pre_hook),
-                optim.register_optimizer_step_post_hook(self._optimizer_post_hook)]
-        else:
-            self._note("torch %s has no global optimizer step hooks: no auto:optimizer phases or "
-                       "ownership walks" % torch.__version__)
+        self._add_global_hooks()
+        self._add_optimizer_hooks()
 
         autograd = torch.autograd
         bw = (self._backward_begin, self._backward_end)
@@ -219,6 +203,80 @@ class Phases:
         zg = (self._zero_grad_begin, self._zero_grad_end)
         self._wrap(torch.optim.Optimizer, "zero_grad", *zg)
         self._wrap(torch.nn.Module, "zero_grad", *zg)
+
+    def _add_global_hooks(self):
+        module_mod = importlib.import_module("torch.nn.modules.module")
+        warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
+        self._warning_filter = warnings.filters[0]
+        self._global_handles.append(module_mod.register_module_forward_pre_hook(self._pre_hook))
+        try:
+            post = module_mod.register_module_forward_hook(self._post_hook, always_call=True)
+        except TypeError:  # torch < 2.1
+            if self._always_call:
+                self._note("torch %s has no always_call forward hooks: a forward that raises "
+                           "leaves its phase open" % self._torch.__version__)
+            self._always_call = False
+            post = module_mod.register_module_forward_hook(self._post_hook)
+        self._global_handles.append(post)
+        self._discovering = True
+
+    def _add_optimizer_hooks(self):
+        optim = importlib.import_module("torch.optim.optimizer")  # not an attribute in 2.11
+        if hasattr(optim, "register_optimizer_step_pre_hook"):
+            self._optimizer_handles = [
+                optim.register_optimizer_step_pre_hook(self._optimizer_pre_hook),
+                optim.register_optimizer_step_post_hook(self._optimizer_post_hook)]
+        elif not self._paused_state:  # said once, at install
+            self._note("torch %s has no global optimizer step hooks: no auto:optimizer phases or "
+                       "ownership walks" % self._torch.__version__)
+
+    def pause(self):
+        """Takes every hook and wrapper out, as uninstall() does, but keeps what was learned (the
+        roots, the optimizers, the walks sent, the module names), so that resume() puts the same
+        hooks back with no new discovery and nothing re-sent that did not change. While paused
+        nothing is marked or walked, and torch runs as if we were not there (Module._call_impl's
+        fast path included). For a benchmark that alternates the two in one process
+        (bench/gpu/trainer_overhead.py): call it between steps, on the thread that runs them.
+        Returns False, changing nothing, when already paused, turned off, or while a forward,
+        backward, zero_grad or optimizer step is in progress on this thread."""
+        tls = self._tls
+        if (self._off or self._paused_state or tls.depth or tls.forward_open or tls.backward
+                or tls.optimizers or tls.zero_grad):
+            return False
+        self._paused_state = {"discovering": self._discovering}
+        self._off = True  # a wrapper someone else wrapped over ours (not removable) passes
+        self._remove_global_hooks()
+        for root in list(self._roots.keys()):
+            for h in self._roots[root] or ():
+                h.remove()
+            self._roots[root] = None
+        for h in self._optimizer_handles:
+            h.remove()
+        self._optimizer_handles = []
+        for module, name, original, wrapper in self._wrapped_names:
+            if getattr(module, name, None) is wrapper:
+                setattr(module, name, original)
+        return True
+
+    def resume(self):
+        """Puts back what pause() took out: the discovery's global hooks if it was still going,
+        else the hooks on the known roots; the optimizer hooks; the wrappers (one that someone
+        replaced meanwhile stays theirs). Returns False when not paused."""
+        state = self._paused_state
+        if not state:
+            return False
+        if state["discovering"]:
+            self._add_global_hooks()
+        else:
+            for root in list(self._roots.keys()):
+                self._hook_root(root)
+        self._add_optimizer_hooks()
+        for module, name, original, wrapper in self._wrapped_names:
+            if getattr(module, name, None) is original:
+                setattr(module, name, wrapper)
+        self._paused_state = None
+        self._off = False
+        return True
 
     def set_workspaces(self, workspaces):
         """The reader of torch's cuBLAS workspace maps (cumemtrace_workspaces), or None."""
@@ -242,6 +300,7 @@ class Phases:
 
     def uninstall(self):
         self._off = True
+        self._paused_state = None
         self._fsdp_watched = False
         self._remove_global_hooks()
         for handles in list(self._roots.values()):
@@ -768,3 +827,13 @@ def install(torch, err=None):
                 pass
         err.write("cumemtrace: automatic phases not installed (%s: %s)\n" % (type(e).__name__, e))
     return _phases
+
+
+def pause():
+    """Pauses the installed phases (Phases.pause): True when they were on and now are paused."""
+    return _phases is not None and _phases.pause()
+
+
+def resume():
+    """Resumes paused phases (Phases.resume): True when they were paused and now are on."""
+    return _phases is not None and _phases.resume()

@@ -140,11 +140,13 @@ unsigned frames_through(const uint64_t* frames, unsigned n, const cfi::CodeRange
 // The native part of a stack event's frames, into `frames`: how many, and in *node the autograd
 // node's frame that stands for Python frames (0: none; it is the last of them). `npy` Python
 // frames were read; `loop_at`: where their evaluation loop's frame is (the walk may end there).
+// With a node, *module_out gets the line word of the module whose forward created it (0: none).
 __attribute__((always_inline)) inline unsigned native_frames(const EventArgs& a, uint64_t* frames,
                                                              unsigned npy, uint64_t loop_at,
                                                              const cfi::WalkStart* start,
                                                              cfi::FirstSeen* first_seen,
-                                                             uint64_t* node_out) noexcept {
+                                                             uint64_t* node_out,
+                                                             uint64_t* module_out) noexcept {
   // With Python frames, the native walk ends at the innermost evaluation loop: above it is the
   // interpreter running those frames, about half of a PyTorch op's stack from Python.
   if (config().native_above_python) loop_at = 0;
@@ -156,7 +158,8 @@ __attribute__((always_inline)) inline unsigned native_frames(const EventArgs& a,
   // On autograd's engine thread, which runs no Python, the node it evaluates stands for Python
   // frames (autograd_node.h): one frame, in place of a walk through the op and the dispatcher.
   const bool node_stands = npy == 0 && !whole_walks && (a.kind == wire::Kind::kTorchBlock || pool);
-  uint64_t node = node_stands ? autograd_node_frame() : 0;
+  uint64_t module = 0;
+  uint64_t node = node_stands ? autograd_node_frame(&module) : 0;
   // A PyTorch block event with Python frames (or a node) has those alone unless native ones are
   // asked for (session.h: Config::torch_native_stacks).
   const bool native = (npy == 0 && !node) || a.kind != wire::Kind::kTorchBlock || whole_walks;
@@ -170,7 +173,7 @@ __attribute__((always_inline)) inline unsigned native_frames(const EventArgs& a,
     // The walk ended in Engine::evaluate_function: this thread evaluates autograd nodes, from
     // this event on, which gets the stack the next ones will.
     note_engine_thread();
-    node = node_stands ? autograd_node_frame() : 0;
+    node = node_stands ? autograd_node_frame(&module) : 0;
     if (node) n = a.kind == wire::Kind::kTorchBlock ? 0 : frames_through(frames, n, pool);
   }
   // A pool allocation that PyTorch's allocator did not make (a C++ extension's own cudaMallocAsync
@@ -178,6 +181,7 @@ __attribute__((always_inline)) inline unsigned native_frames(const EventArgs& a,
   if (node && pool && !(n && pool->holds_return(frames[n - 1]))) node = 0;
   if (node && n < config().stack_depth) frames[n++] = node;
   *node_out = node;
+  *module_out = node ? module : 0;
   return n;
 }
 
@@ -228,12 +232,20 @@ __attribute__((noinline)) void record_with_stack(const EventArgs& a, RecordPolic
   cfi::FirstSeen first_seen;
   cfi::CacheStats walk_before{};
   if constexpr (kTimed) walk_before = cfi::thread_cache_stats();
-  uint64_t node = 0;
-  const unsigned n = native_frames(a, frames, npy, loop_at, start, &first_seen, &node);
+  uint64_t node = 0, module = 0;
+  const unsigned n = native_frames(a, frames, npy, loop_at, start, &first_seen, &node, &module);
   // Autograd's engine thread runs no Python: the frames of the thread that started the backward
-  // pass stand behind its node (backward_caller.h), so the site is that backward() line.
+  // pass stand behind its node (backward_caller.h), so the site is that backward() line; before
+  // them, the module call whose forward created the node (node_modules.h), as a frame of
+  // _wrapped_call_impl naming that module, which every view's module rule reads.
   if (npy == 0 && config().python_stacks && on_engine_thread()) {
-    npy = backward_caller_frames(py, wire::kMaxPythonFrames);
+    const uint64_t code = module ? module_code() : 0;
+    if (code) {
+      py[0] = code;
+      py[1] = module;
+    }
+    const unsigned own = code ? 1 : 0;
+    npy = own + backward_caller_frames(py + 2 * own, wire::kMaxPythonFrames - own);
   }
   cfi::CacheStats walk_after{};
   if constexpr (kTimed) walk_after = cfi::thread_cache_stats();

@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "stacks/node_modules.h"
+
 namespace cumemtrace::preload {
 
 namespace {
@@ -48,12 +50,14 @@ bool on_engine_thread() noexcept {
   return t_engine_thread;
 }
 
-uint64_t autograd_node_frame() noexcept {
+uint64_t autograd_node_frame(uint64_t* module_word) noexcept {
+  if (module_word) *module_word = 0;
   if (!t_engine_thread) return 0;
   const GetCurrentNode get = g_get.load(std::memory_order_acquire);
   if (!get) return 0;
   const SharedNode current = get();
   if (!current.node) return 0;
+  if (module_word) *module_word = node_module_word(current.node);
   const uint64_t apply = (*current.node)[g_apply_slot];
   return apply ? apply + 1 : 0;
 }

@@ -33,7 +33,8 @@ bool on_engine_thread() noexcept;
 
 // The frame that stands for the node the calling thread is evaluating: its apply()'s entry + 1
 // (a return address, as the collector reads every frame), or 0: not a marked engine thread, no
-// source named, or no node being evaluated right now.
-uint64_t autograd_node_frame() noexcept;
+// source named, or no node being evaluated right now. With `module_word`, also the line word of
+// the module whose forward created that node (node_modules.h; 0 when unknown).
+uint64_t autograd_node_frame(uint64_t* module_word = nullptr) noexcept;
 
 }  // namespace cumemtrace::preload

@@ -455,7 +455,10 @@ inline bool announce_if_new(uintptr_t code, uintptr_t filename, uintptr_t name, 
 
 // Walks the calling thread's frames from its thread state. Returns the number of pairs, or -1
 // when something did not look like the layout says (the caller turns the reader off).
-int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
+// With `stop_at_module`, the walk ends after the first frame whose line word names a module (the
+// innermost module call): node_modules.h wants only that one.
+int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at,
+                bool stop_at_module = false) noexcept {
   const CpythonLayout& L = g_raw.layout;
   const bool object_frames = L.model == FrameModel::kFrameObject;
   const bool checked = g_probation.load(std::memory_order_relaxed) > 0;
@@ -475,6 +478,10 @@ int raw_capture(uint64_t* out, unsigned max, uintptr_t* loop_at) noexcept {
   const uint64_t module_code = g_module_code.load(std::memory_order_relaxed);
   int n = 0;
   for (unsigned hops = 0; frame && static_cast<unsigned>(n) < max && hops < kMaxHops; ++hops) {
+    if (stop_at_module && n > 0 &&
+        (out[2 * n - 1] & wire::kPyModuleTagMask) == wire::kPyModuleTag) {
+      break;
+    }
     unsigned char frame_copy[kMaxFrameSpan];
     const unsigned char* fb =
         plausible_object(frame) ? view(frame_copy, frame, g_raw.frame_span, checked) : nullptr;
@@ -639,17 +646,27 @@ uint64_t python_watched_hits() noexcept {
   return t_py_watched_hits;
 }
 
-unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) noexcept {
-  *loop_at = 0;
+namespace {
+
+// Whether frames can be read now: CPython found (resolved by the first caller; the others go
+// without Python frames meanwhile) and its interpreter initialized.
+bool reader_ready() noexcept {
   int state = g_state.load(std::memory_order_acquire);
   if (state == kUnknown) {
-    // One thread resolves; the others go without Python frames meanwhile.
-    if (!g_state.compare_exchange_strong(state, kResolving, std::memory_order_acquire)) return 0;
+    if (!g_state.compare_exchange_strong(state, kResolving, std::memory_order_acquire)) {
+      return false;
+    }
     state = resolve() ? kAvailable : kAbsent;
     g_state.store(state, std::memory_order_release);
   }
-  if (state != kAvailable || max == 0) return 0;
-  if (!g_api.is_initialized()) return 0;
+  return state == kAvailable && g_api.is_initialized();
+}
+
+}  // namespace
+
+unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) noexcept {
+  *loop_at = 0;
+  if (max == 0 || !reader_ready()) return 0;
   if (g_raw_on.load(std::memory_order_relaxed)) {
     const bool probation = g_probation.load(std::memory_order_relaxed) > 0;
     uintptr_t at = 0;
@@ -661,6 +678,25 @@ unsigned capture_python_stack(uint64_t* out, unsigned max, uint64_t* loop_at) no
     raw_off("a frame did not match the CPython layout");
   }
   return g_api_gc ? api_capture(out, max) : 0;
+}
+
+uint64_t innermost_module_word() noexcept {
+  if (g_module_code.load(std::memory_order_relaxed) == 0 || !reader_ready()) return 0;
+  if (!g_raw_on.load(std::memory_order_relaxed)) return 0;  // the GIL-held path reads no module
+  const bool probation = g_probation.load(std::memory_order_relaxed) > 0;
+  uint64_t pairs[2 * wire::kMaxPythonFrames];
+  uintptr_t at = 0;
+  const int n = raw_capture(pairs, wire::kMaxPythonFrames, &at, /*stop_at_module=*/true);
+  if (n < 0 || (probation && !agrees_with_api(pairs, n))) {
+    raw_off("a frame did not match the CPython layout");
+    return 0;
+  }
+  const uint64_t word = n > 0 ? pairs[2 * n - 1] : 0;
+  return (word & wire::kPyModuleTagMask) == wire::kPyModuleTag ? word : 0;
+}
+
+uint64_t module_code() noexcept {
+  return g_module_code.load(std::memory_order_relaxed);
 }
 
 bool set_module_code(uint64_t code) noexcept {

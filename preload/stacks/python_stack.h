@@ -64,6 +64,15 @@ uint64_t python_watched_hits() noexcept;
 // Module._call_impl's fast path), while this costs one compare a frame and one load a module.
 bool set_module_code(uint64_t code) noexcept;
 
+// The calling thread's innermost module call: the line word (wire::kPyModuleTag, its line, the
+// module object) of its innermost _wrapped_call_impl frame, read as capture_python_stack reads
+// frames but only up to that one; 0 when it has none, no module code was told, or frames are not
+// read from memory (3.9/3.10 and the GIL-held path carry no module either).
+uint64_t innermost_module_word() noexcept;
+
+// The code object set_module_code was told (0: none): the code of a module call's frame.
+uint64_t module_code() noexcept;
+
 // CPython's code watcher (3.12+, hooks/python_code.cpp): a code object was made (event 0) or is
 // being freed (1: answers memoized for frames stop being trusted), and the watcher's id once
 // registered (from then on the memos may trust the generation).

@@ -503,3 +503,46 @@ TEST_CASE("categories: input walks tell the batch from the program's own tensors
   CHECK(cat(s, 0x100c00000) == Category::kInput);
   CHECK(cat(s, 0x100d00000) == Category::kProgram);
 }
+
+TEST_CASE("categories: DDP's gradient buckets are communication buffers", "[categories]") {
+  // DDP's Reducer makes its buckets in C++ straight from DistributedDataParallel._ddp_init_helper
+  // (construction, in setup) and rebuilds them from ._pre_forward (the first forward): kept, they
+  // are "communication"; what those frames make and free within the stretch stays temporary; the
+  // same bytes from the user's line are not; with gradient_as_bucket_view a gradient walk names
+  // the bucket first (rule 1).
+  TorchRunBuilder b;
+  const auto ddp = "/venv/lib/python3.11/site-packages/torch/nn/parallel/distributed.py";
+  const auto init = b.stack({{ddp, 1255, "DistributedDataParallel._ddp_init_helper"},
+                             {ddp, 900, "DistributedDataParallel.__init__"},
+                             {"train.py", 20, "<module>"}});
+  const auto rebuild = b.stack({{ddp, 1584, "DistributedDataParallel._pre_forward"},
+                                {ddp, 1650, "DistributedDataParallel._run_ddp_forward"},
+                                {"train.py", 30, "<module>"}});
+  const auto old_python = b.stack({{ddp, 1584, "_pre_forward"}, {"train.py", 30, "<module>"}});
+  const auto user = b.line("train.py", 40);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.alloc(10, 0x100000000, 2 * MiB, init);  // a bucket at construction, freed at the rebuild
+  b.alloc(11, 0x100200000, 512, init);      // the Reducer's map of used parameters, kept
+  b.alloc(12, 0x100300000, 2 * MiB, user);  // the user's own tensor: the program's
+  b.phase(100, 150, "auto:forward");
+  b.walk(100, snap::OwnerRole::kInput, {});
+  b.alloc(105, 0x100500000, 2 * MiB, rebuild);  // the rebuilt bucket, kept
+  b.free(106, 0x100000000);
+  b.alloc(107, 0x100700000, 1 * MiB, rebuild);  // made and freed in the forward: temporary
+  b.free(108, 0x100700000);
+  b.alloc(109, 0x100800000, 1 * MiB, old_python);  // CPython 3.10: no class in the name
+  b.alloc(110, 0x100900000, 4 * MiB, init);        // a bucket whose views are the gradients
+  b.phase(200, 250, "auto:backward");
+  b.phase(300, 350, "auto:optimizer");
+  b.walk(350, snap::OwnerRole::kGradient, {{0x100900000, 4 * MiB}});
+  b.mark(350, "auto:step");
+  auto s = b.finish();
+  label_categories(s);
+  CHECK(cat(s, 0x100000000) == Category::kCommunication);
+  CHECK(cat(s, 0x100200000) == Category::kCommunication);
+  CHECK(cat(s, 0x100300000) == Category::kProgram);
+  CHECK(cat(s, 0x100500000) == Category::kCommunication);
+  CHECK(cat(s, 0x100700000) == Category::kTemporary);
+  CHECK(cat(s, 0x100800000) == Category::kCommunication);
+  CHECK(cat(s, 0x100900000) == Category::kGradient);
+}

@@ -53,7 +53,10 @@ snap::Stack in_modules(int64_t line, const std::vector<std::string>& modules) {
 // With `workspaces`: torch's cuBLAS workspaces as a GPU run has them, made in step 1 and kept:
 // 32 MiB in enc's first forward (the Python thread's first cuBLAS call), 32 MiB in backward
 // (autograd's thread's first), walked (role kCublasWorkspace) at the first step's end.
-snap::Snapshot net_run(bool workspaces = false) {
+// With `backward_modules`: the engine thread's stacks as the preload records them when it knows
+// each node's module (preload/stacks/node_modules.h): the node's frame, the module call that made
+// the node (dec.0's for the 1 MiB autograd buffer), then the backward() line lent by the caller.
+snap::Snapshot net_run(bool workspaces = false, bool backward_modules = false) {
   TorchRunBuilder b;
   const auto ag = TorchRunBuilder::kAutogradTid;
   const auto setup = b.line("train.py", 10, "<module>");
@@ -61,6 +64,11 @@ snap::Snapshot net_run(bool workspaces = false) {
   const auto dec0 = b.stack(in_modules(30, {"Net", "dec.0"}));
   const auto dec1 = b.stack(in_modules(30, {"Net", "dec.1"}));
   const auto engine = b.native("libtorch_cpu.so", "torch::autograd::generated::MmBackward0::apply");
+  const snap::Frame node = {
+      "libtorch_cpu.so", 0,
+      "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, "
+      "std::allocator<at::Tensor> >&&)"};
+  const auto dec0_node = b.stack({node, call("dec.0"), {"train.py", 42, "<module>"}});
   const auto adam = b.line("adam.py", 178, "_init_group");
   const uint64_t scale = 0x100000000, w_enc = 0x100100000, w_dec0 = 0x100500000,
                  w_dec1 = 0x100700000;
@@ -97,7 +105,7 @@ snap::Snapshot net_run(bool workspaces = false) {
     b.alloc(t + 121, g_dec1, 1 * MiB, engine, ag);
     b.free(t + 130, 0x103400000, ag);
     b.alloc(t + 131, g_dec0, 2 * MiB, engine, ag);
-    b.alloc(t + 140, 0x103700000, 1 * MiB, engine, ag);
+    b.alloc(t + 140, 0x103700000, 1 * MiB, backward_modules ? dec0_node : engine, ag);
     b.free(t + 141, 0x103700000, ag);
     if (workspaces && k == 0) b.alloc(t + 145, 0x10c000000, 32 * MiB, engine, ag);
     b.free(t + 150, 0x103000000, ag);
@@ -389,4 +397,21 @@ TEST_CASE("a module's bytes are its tensors' requests, not their blocks' unsplit
   REQUIRE(v);
   CHECK(find(*v, "enc")->parameters == 4 * MiB);
   CHECK(find(*v, "enc")->forward_peak == 26 * MiB);
+}
+
+TEST_CASE("backward buffers by the module whose forward made their node") {
+  // The 1 MiB autograd buffer's stack names dec.0 behind its node: dec.0's row, never
+  // "(backward)", and the engine stack (only its node's module) leaves the root's name alone.
+  const auto s = net_run(false, true);
+  const auto v = build_module_view(s, 2);
+  REQUIRE(v);
+  CHECK(find(*v, "(backward)") == nullptr);
+  REQUIRE(find(*v, "Net"));  // the root's own `scale`, by its class name
+  CHECK(find(*v, "Net")->parameters == 1 * MiB);
+  REQUIRE(find(*v, "dec.0"));
+  CHECK(find(*v, "dec.0")->backward_peak == 29 * MiB);
+  const auto l = build_ledger(s, SiteTable(s), 2);
+  REQUIRE(l);
+  // The buffer came and went inside backward: its 29 MiB moment is dec.0's; nothing it added.
+  CHECK(by_module(phase_of(l->devices.at(0).steady, Phase::kBackward)) == Rows{{"enc", 1 * kMiB}});
 }

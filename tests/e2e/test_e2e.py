@@ -405,15 +405,19 @@ def test_preload_exports_only_its_hooks():
             "cumemtrace_mark", "cumemtrace_range_push", "cumemtrace_range_pop",
             "cumemtrace_snapshot", "cumemtrace_torch_attach", "cumemtrace_rank_info",
             "cumemtrace_python_code_event", "cumemtrace_torch_module_code", "cumemtrace_torch_names",
-            "cumemtrace_torch_backward_caller", "InitializeInjectionNvtx2"} <= set(names)
-    assert len(names) == 84
-    # The benchmarks' library exports the same and its two pause switches, which the product
+            "cumemtrace_torch_backward_caller", "InitializeInjectionNvtx2",
+            # PyTorch's autograd node numbering, interposed (hooks/torch_sequence.cpp)
+            "_ZN2at15sequence_number17get_and_incrementEv", "cumemtrace_torch_node_layout",
+            "cumemtrace_torch_node_module"} <= set(names)
+    assert len(names) == 87
+    # The benchmarks' library exports the same and its three pause switches, which the product
     # never does.
     out = subprocess.run(["nm", "-D", "--defined-only", BENCH_PRELOAD], capture_output=True,
                          text=True).stdout
     bench = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
     assert bench == sorted(names + ["cumemtrace_bench_pause_recording",
-                                    "cumemtrace_bench_pause_torch_blocks"])
+                                    "cumemtrace_bench_pause_torch_blocks",
+                                    "cumemtrace_bench_pause_node_modules"])
 
 
 def test_preload_and_cli_need_only_libc():

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import BENCH_PRELOAD, BUILD, CT, MiB, SOURCE, base_env, run_preloaded, snapshots
 
 SCRIPT = os.path.join(SOURCE, "tests", "e2e", "torch_blocks.py")
@@ -909,3 +911,39 @@ def test_backward_allocations_are_the_backward_lines(tmp_path):
         main_at = "torch_blocks.py:%d" % main_line
         assert {k: v for k, v in stacks.items() if at in k} == {
             (node_at, at, main_at): "16kB", (at, main_at): "8kB"}, stacks
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="module frames: CPython 3.11+")
+def test_backward_allocations_are_their_nodes_modules(tmp_path):
+    """Autograd's engine thread runs no Python: each node made in forward is filed by the preload
+    with the module call it was made in (its number through the interposed
+    at::sequence_number::get_and_increment), and the node's backward allocations get that
+    module's frame before the backward() caller's. Every view reads it through the one module
+    rule: the ledger's backward by module holds exactly each module's backward bytes, the loss's
+    node (no module) alone stays "(backward)"; the site stays the backward() line."""
+    p, snaps = run(tmp_path, "backward_by_module")
+    assert p.returncode == 0 and refusals(p) == [], p.stderr
+    (path,) = [os.path.join(tmp_path / "traces", n) for n in snaps if ".oom." not in n]
+    tr = final(snaps)["device_traces"][0]
+    engine = [e for e in tr if e["action"] == "alloc" and e["size"] in
+              (1024, 2048, 3072, 5120, 7168)]
+    assert len(engine) == 10, engine
+    call = line_of("by-module-backward")
+    for e in engine:
+        mods = [f.get("module") for f in e["frames"] if f.get("module")]
+        want = {1024: ["a"], 2048: ["a"], 3072: ["b.inner"], 5120: ["Net"], 7168: []}[e["size"]]
+        assert mods == want, e
+        py = [(f["name"], f["line"]) for f in e["frames"] if f["filename"].endswith(".py")]
+        assert len(py) >= 2 and py[-2] == ("backward_by_module", call), e
+    rep = report_json(path, "--module-depth", "2")
+    (dev,) = rep["pytorch_ledger"]["devices"]
+    (bw,) = [ph for ph in dev["steady_step"]["phases"] if ph["phase"] == "backward"]
+    assert sorted((m["module"], m["bytes"]) for m in bw["added_by_module"]) == [
+        ("(backward)", 7168), ("Net", 5120), ("a", 3072), ("b.inner", 3072)], bw
+    site = "backward_by_module (torch_blocks.py:%d)" % call
+    assert {s["site"].split(" via ")[0] for s in bw["added_by_site"]} == {site}, bw
+    rep1 = report_json(path, "--module-depth", "1")
+    (bw1,) = [ph for ph in rep1["pytorch_ledger"]["devices"][0]["steady_step"]["phases"]
+              if ph["phase"] == "backward"]
+    assert sorted((m["module"], m["bytes"]) for m in bw1["added_by_module"]) == [
+        ("(backward)", 7168), ("Net", 5120), ("a", 3072), ("b", 3072)], bw1

@@ -8,6 +8,7 @@ import time
 import torch
 
 MiB = 1 << 20
+KiB = 1 << 10
 
 
 def basic():
@@ -174,6 +175,83 @@ def engine_thread_backward():
         mark(b"auto:step")
 
 
+def backward_by_module():
+    # A forward through module calls that makes autograd nodes (as PyTorch's ops do), then a
+    # backward whose engine thread (no Python) evaluates them, each allocating and keeping its
+    # bytes. The fake torch has no nn for cumemtrace_modules to read, so what it tells the preload
+    # is told here as it tells it: Module._wrapped_call_impl's code (the fake's, whose first local
+    # is `self`, as torch's), torch's node layout, and the module table. Bytes name the
+    # module whose forward made the node: a (1 KiB, 2 KiB), Net itself between its children
+    # (5 KiB), b.inner (3 KiB), and the loss outside any module (7 KiB).
+    import ctypes
+    lib = ctypes.PyDLL(None)
+    push, pop, mark = lib.cumemtrace_range_push, lib.cumemtrace_range_pop, lib.cumemtrace_mark
+    lend = lib.cumemtrace_torch_backward_caller
+    lend.argtypes, lend.restype = [ctypes.c_int], ctypes.c_int
+    lib.cumemtrace_torch_module_code.argtypes = [ctypes.c_void_p]
+    lib.cumemtrace_torch_node_layout.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    names = lib.cumemtrace_torch_names
+    names.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint64]
+
+    from torch.module_call import Module
+
+    class Op(Module):
+        def __init__(self, *sizes):
+            self.sizes = sizes
+
+        def forward(self):
+            for n in self.sizes:
+                torch.cuda.make_node(n)
+
+    class Outer(Module):
+        def __init__(self):
+            self.inner = Op(3 * KiB)
+
+        def forward(self):
+            self.inner()
+
+    class Net(Module):
+        def __init__(self):
+            self.a, self.b = Op(1 * KiB, 2 * KiB), Outer()
+
+        def forward(self):
+            self.a()
+            torch.cuda.make_node(5 * KiB)  # Net's own op, between its children
+            self.b()
+
+    def backward():  # as cumemtrace_phases' wrapper of autograd: lends its caller's frames
+        push(b"auto:backward")
+        if lend(1) < 2:  # this frame skipped: the scenario's line and <module>
+            sys.exit("backward_caller lent no frames")
+        try:
+            return torch.cuda.backward_of_nodes()
+        finally:
+            lend(-1)
+            pop()
+
+    if lib.cumemtrace_torch_module_code(id(Module._wrapped_call_impl.__code__)) != 0:
+        sys.exit("module code refused")
+    if lib.cumemtrace_torch_node_layout(24, 48, torch.cuda.current_thread_id_address) != 0:
+        sys.exit("node layout refused")
+    net = Net()
+    table = "".join("%x %s\n" % (id(m), n) for m, n in (
+        (net, "Net"), (net.a, "a"), (net.b, "b"), (net.b.inner, "b.inner"))).encode()
+    names(0, 1, table, len(table))
+    torch.cuda.alloc(4096)  # the process's first block: CUDA is initialised before the steps
+    kept = []
+    for step in range(2):
+        push(b"auto:forward")
+        net()
+        pop()
+        push(b"auto:loss")
+        torch.cuda.make_node(7 * KiB)  # the loss: no module
+        pop()
+        kept += backward()  # LINE by-module-backward
+        push(b"auto:optimizer")
+        pop()
+        mark(b"auto:step")
+
+
 def kill():
     torch.cuda.alloc(1000)
     torch.cuda.alloc(3 * MiB)
@@ -190,4 +268,5 @@ if __name__ == "__main__":
      "engine_thread_unknown_nodes": engine_thread_unknown_nodes,
      "engine_thread_from_driver": engine_thread_from_driver,
      "engine_thread_backward": engine_thread_backward,
+     "backward_by_module": backward_by_module,
      "bench_pause": bench_pause}[sys.argv[1]]()

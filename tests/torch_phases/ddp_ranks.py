@@ -18,6 +18,24 @@ import cumemtrace_phases  # noqa: E402
 from conftest import Recorder  # noqa: E402
 
 out_dir = sys.argv[1]
+# Where DDP's C++ Reducer is built and rebuilds its gradient buckets, seen by its callers: the
+# collector's rule for DDP's buckets (collector/pytorch/categories.h, rule 1b) names these frames.
+reducer_calls = []
+
+
+class Reducer(dist.Reducer):
+    def __init__(self, *args, **kwargs):
+        reducer_calls.append(["Reducer", sys._getframe(1).f_code.co_qualname])
+        super().__init__(*args, **kwargs)
+
+    def _rebuild_buckets(self):
+        rebuilt = super()._rebuild_buckets()
+        if rebuilt:
+            reducer_calls.append(["_rebuild_buckets", sys._getframe(1).f_code.co_qualname])
+        return rebuilt
+
+
+dist.Reducer = Reducer
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 rec, err = Recorder(), io.StringIO()
@@ -37,6 +55,7 @@ phases.uninstall()
 params = list(model.parameters())
 with open(os.path.join(out_dir, "rank%d.json" % rank), "w") as f:
     json.dump({"marks": rec.marks(), "walks": rec.walks(), "err": err.getvalue(),
+               "reducer_calls": reducer_calls,
                "params": sum(p.nbytes for p in params),
                "grads": sorted([p.grad.data_ptr(), p.grad.nbytes] for p in params),
                "state": sum(v.nbytes for s in opt.state.values() for v in s.values()

@@ -489,3 +489,77 @@ def test_backward_lends_its_callers_frames(phases):
     (lent, back) = rec.callers
     assert lent[0][:2] == ("__init__.py", "grad") and back is None
     assert err.getvalue() == ""
+
+
+def hooks_on(model, loss_fn):
+    """Hooks and wrappers of ours in place: (global and optimizer hooks, per-root hooks, wrapped
+    engine run)."""
+    per_root = sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in (model, loss_fn))
+    return hooks_left(), per_root, torch.autograd._engine_run_backward is not ENGINE_RUN
+
+
+def test_pause_takes_every_hook_out_and_resume_puts_them_back(phases):
+    """The benchmarks' switch (bench/gpu/trainer_overhead.py): paused steps run with nothing of
+    ours in torch and leave no mark; resumed steps are marked as before, with no new discovery and
+    no walk sent again (nothing changed meanwhile)."""
+    ph, rec, err = phases
+    model, loss_fn = mlp(), nn.MSELoss()
+    opt = torch.optim.Adam(model.parameters())
+    train(model, opt, 2, set_to_none=False, loss_fn=loss_fn)
+    assert hooks_on(model, loss_fn) == (2, 4, True)  # the optimizer's two, two a root
+    walks = owner_walks(rec)
+    assert ph.pause() and not ph.pause()
+    assert hooks_on(model, loss_fn) == (0, 0, False)
+    wrapped = [(m, n, o, w) for m, n, o, w in ph._wrapped_names]
+    assert len(wrapped) >= 3  # the engine run, the two zero_grad (and FSDP2's, once imported)
+    assert all(getattr(m, n) is o for m, n, o, _ in wrapped)
+    before = len(rec.events)
+    train(model, opt, 3, set_to_none=False, loss_fn=loss_fn)
+    assert len(rec.events) == before  # nothing marked, nothing walked
+    assert ph.resume() and not ph.resume()
+    assert hooks_on(model, loss_fn) == (2, 4, True)
+    assert all(getattr(m, n) is w for m, n, _, w in wrapped)
+    train(model, opt, 2, set_to_none=False, loss_fn=loss_fn)
+    assert rec.marks() == one_step_marks() * 4
+    assert owner_walks(rec) == walks  # the same parameters, gradients and state: not sent again
+    assert [w[0] for w in rec.walks()].count(INPUT) == 2  # train() makes a new batch: its walk
+    assert err.getvalue() == ""
+
+
+def test_pause_during_discovery_resumes_discovery(phases):
+    ph, rec, err = phases
+    assert ph.pause()
+    assert hooks_left() == 0
+    model = mlp()
+    train(model, torch.optim.SGD(model.parameters(), lr=0.1), 1)
+    assert rec.events == []
+    assert ph.resume()
+    assert len(MODULE._global_forward_pre_hooks) == 1  # still discovering: the roots are unknown
+    train(model, torch.optim.SGD(model.parameters(), lr=0.1), 2)
+    assert rec.marks() == one_step_marks() * 2
+
+
+def test_pause_refused_inside_a_step(phases):
+    """Inside a forward (or backward, step, zero_grad) pause changes nothing: the ranges it would
+    leave open stay balanced."""
+    ph, rec, err = phases
+    model = mlp()
+    results = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            results.append(ph.pause())
+            return model(x)
+
+    probe = Probe()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = batch()
+    nn.functional.mse_loss(probe(x), y).backward()
+    opt.step()
+    assert results == [False]
+    assert rec.marks() == fwd() + bwd() + opt_step()
+
+
+def test_module_pause_and_resume_without_phases(monkeypatch):
+    monkeypatch.setattr(cumemtrace_phases, "_phases", None)
+    assert cumemtrace_phases.pause() is False and cumemtrace_phases.resume() is False

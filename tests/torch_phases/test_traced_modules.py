@@ -31,3 +31,25 @@ def test_allocations_carry_their_modules(tmp_path):
     assert call["name"] == "Module._wrapped_call_impl"
     assert call["filename"].endswith("torch/nn/modules/module.py")
     assert call["line"] > 0
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="module frames: CPython 3.11+")
+def test_autograd_nodes_are_filed_with_their_module(tmp_path):
+    # Every node of a real model's graph (preload/stacks/node_modules.h): the module the preload
+    # filed it with is the innermost module call whose sequence-number interval holds its number
+    # (PyTorch's own numbering, through hooks of the script): the transpose made before a Linear's
+    # first allocation, the in-place ReLU and the view at a block's end, the residual add in the
+    # parent; the loss's nodes are no module's.
+    import json
+    script = os.path.join(os.path.dirname(SCRIPT), "traced_node_modules.py")
+    p, _ = run(tmp_path, script=script)
+    # The script allocates no device memory (the nodes are the subject): only that is said.
+    assert [ln for ln in our_lines(p) if not ln.startswith("cumemtrace: no CUDA allocation")] == []
+    (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    nodes = json.loads(line)["nodes"]
+    assert len(nodes) == 19, nodes
+    assert [n for n in nodes if n[1] != n[2]] == []
+    assert {tuple(n) for n in nodes if n[1] is None} == {("MeanBackward0", None, None),
+                                                         ("PowBackward0", None, None)}
+    assert ["ViewBackward0", "blocks.1", "blocks.1"] in nodes
+    assert ["ReluBackward0", "blocks.0.act", "blocks.0.act"] in nodes

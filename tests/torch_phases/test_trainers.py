@@ -327,9 +327,12 @@ def test_ddp_under_torchrun_phases_per_rank(tmp_path):
     """DistributedDataParallel on gloo, world 2, launched by torchrun (ddp_ranks.py): every rank
     has its own phases (DDP's wrapper is the root; the reducer's all-reduce runs inside backward)
     and walks its own replica: parameters, gradients and momentum, 848 bytes each. DDP's reducer
-    buckets are not walked: with gradient_as_bucket_view=True the gradients are views into them
-    (the gradient walk's pointers lie inside the buckets, which the analysis then labels
-    gradient); by default they are flat copies made when DDP is built, docs/pytorch.md."""
+    buckets are not walked (no binding returns them): with gradient_as_bucket_view=True the
+    gradients are views into them (the gradient walk's pointers lie inside the buckets, which the
+    analysis then labels gradient); by default they are flat copies, which the collector labels
+    communication by the frames that make them (categories.h rule 1b): the Reducer is built from
+    DistributedDataParallel._ddp_init_helper and rebuilds its buckets (the second forward, once
+    the first backward has seen the parameters' order) from ._pre_forward, as checked here."""
     env = dict(os.environ, CT_SOURCE=os.environ.get("CT_SOURCE", os.path.join(
         os.path.dirname(__file__), "..", "..")), OMP_NUM_THREADS="1")
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -341,6 +344,9 @@ def test_ddp_under_torchrun_phases_per_rank(tmp_path):
         with open(tmp_path / ("rank%d.json" % rank)) as f:
             got = json.load(f)
         assert got["err"] == ""
+        assert got["reducer_calls"] == [
+            ["Reducer", "DistributedDataParallel._ddp_init_helper"],
+            ["_rebuild_buckets", "DistributedDataParallel._pre_forward"]]
         assert [tuple(m) for m in got["marks"]] == (zg() + fwd() + bwd() + opt_step()) * 2
         walks = [(r, [tuple(x) for x in w]) for r, w in got["walks"]]
         assert [r for r, _ in walks] == [PARAMETER, INPUT, GRADIENT, OPTIMIZER_STATE, GRADIENT]

@@ -16,6 +16,14 @@ _cpu.fake_torch_allocs_on_engine_thread.restype = None
 _cpu.fake_torch_allocs_on_engine_thread.argtypes = [
     ctypes.c_size_t, ctypes.c_void_p * 2, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
 
+_cpu.fake_torch_make_node.restype = ctypes.c_uint64
+_cpu.fake_torch_make_node.argtypes = [ctypes.c_size_t]
+_cpu.fake_torch_backward_of_nodes.restype = ctypes.c_size_t
+_cpu.fake_torch_backward_of_nodes.argtypes = [ctypes.c_void_p * 64, ctypes.c_size_t]
+# at::RecordFunction::currentThreadId, whose id each node keeps (not an API of PyTorch's Python).
+current_thread_id_address = ctypes.cast(_cpu._ZN2at14RecordFunction15currentThreadIdEv,
+                                        ctypes.c_void_p).value
+
 _initialized = False
 _devices = 0
 _queued = []
@@ -78,6 +86,26 @@ def allocs_on_engine_thread(nbytes, from_driver=False):
     got = [in_node[0], in_node[1], outside_node.value]
     if not all(got):
         raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % nbytes)
+    return got
+
+
+def make_node(nbytes):
+    """A forward op's autograd node, made (and numbered) on the calling thread; the next
+    backward_of_nodes() evaluates it, where it allocates `nbytes`. Its sequence number (not an API
+    of PyTorch)."""
+    return _cpu.fake_torch_make_node(nbytes)
+
+
+def backward_of_nodes():
+    """The backward of the nodes made since the last one, on an engine thread that runs no
+    Python: each node, latest first, allocates its bytes. Their addresses (not an API of
+    PyTorch)."""
+    _lazy_init()
+    out = (ctypes.c_void_p * 64)()
+    n = _cpu.fake_torch_backward_of_nodes(out, 64)
+    got = [out[i] for i in range(n)]
+    if not all(got):
+        raise OutOfMemoryError("CUDA out of memory in backward")
     return got
 
 
