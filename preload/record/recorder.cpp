@@ -100,11 +100,14 @@ struct RecordPolicy {
 
 // The one decision of what an event holds, from the configuration and the event. The meter leaves
 // out the records that wait for the collector (their wait is not recording) and the last one.
+// A pool sample (pool_sampler.h) is the tool's reading, not the program's act: no reader wants
+// its frames, and its walk, made whenever the interval falls due, would be the one that marks
+// an engine thread when it falls inside a node (native_frames), changing the node's own stack.
 inline RecordPolicy policy_of(const EventArgs& a) noexcept {
   const Config& c = config();
   const bool waits = waits_for_collector(a);
   return {a.stack && c.stack_depth && a.kind != wire::Kind::kExit &&
-              (c.free_stacks || !releases_memory(a)),
+              a.kind != wire::Kind::kPoolUsage && (c.free_stacks || !releases_memory(a)),
           waits, __builtin_expect(c.debug, false) && !waits && a.kind != wire::Kind::kExit};
 }
 

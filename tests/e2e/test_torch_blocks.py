@@ -321,19 +321,27 @@ def test_autograds_engine_thread_names_no_node_after_a_walk_past_the_allocator(t
     # (a C++ extension's op calling cudaMallocAsync itself) walks past where PyTorch's tensors
     # stop: its own frames say who asked, and no node's frame is put after them. The thread's
     # first such walk ends at evaluate_function (the walk that marks the thread), later ones at
-    # the thread's start.
-    p, snaps = run(tmp_path, "engine_thread_from_driver",
-                   PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
-    assert p.returncode == 0 and refusals(p) == [], p.stderr
-    tr = final(snaps)["device_traces"][0]
-    allocs = [[f["name"] for f in e["frames"]] for e in tr if e["action"] == "alloc" and
-              not any(f["filename"].endswith(".py") for f in e["frames"])]
-    assert len(allocs) == 3, allocs
-    first, second = allocs[0], allocs[1]
-    assert first[0].startswith("torch::autograd::generated::driver_pool_malloc("), first
-    assert first[-2:] == [APPLY, EVALUATE], first
-    assert second[:len(first)] == first and second[-1] in ("clone", "__clone3"), second
-    assert second.count(APPLY) == 1, second
+    # the thread's start. Whether the pool is sampled on that thread first (the process's first
+    # pool allocation is the node's: "sampled") changes nothing: a sample is not the program's
+    # event and takes no walk, so it cannot be the walk that marks the thread (it was, when a
+    # sample fell due on the node's first allocation: a run under load).
+    for scenario in ("engine_thread_from_driver", "engine_thread_from_driver_sampled"):
+        p, snaps = run(tmp_path / scenario, scenario,
+                       PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+        assert p.returncode == 0 and refusals(p) == [], p.stderr
+        snap = final(snaps)
+        tr = snap["device_traces"][0]
+        allocs = [[f["name"] for f in e["frames"]] for e in tr if e["action"] == "alloc" and
+                  not any(f["filename"].endswith(".py") for f in e["frames"])]
+        assert len(allocs) == 3, allocs
+        first, second = allocs[0], allocs[1]
+        assert first[0].startswith("torch::autograd::generated::driver_pool_malloc("), first
+        assert first[-2:] == [APPLY, EVALUATE], first
+        assert second[:len(first)] == first and second[-1] in ("clone", "__clone3"), second
+        assert second.count(APPLY) == 1, second
+        if scenario.endswith("_sampled"):  # the first sample: at the node's first allocation
+            m = snap["cumemtrace"]["pool_memory"][0]
+            assert (m["device"], m["reserved_bytes"], m["used_bytes"]) == (0, 2 * MiB, 2000), m
 
 
 def test_autograds_engine_thread_walks_up_to_evaluate_function_without_nodes(tmp_path):

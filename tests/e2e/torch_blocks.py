@@ -18,7 +18,7 @@ def basic():
     torch.cuda.alloc(11 * MiB)
     torch.cuda.free(a, deferred=True)
     torch.cuda.free(b)  # LINE basic-free-b
-    e = torch.cuda.alloc(30 * MiB)
+    e = torch.cuda.alloc(30 * MiB)  # LINE basic-e
     torch.cuda.free(e)
     torch.cuda.empty_cache()
 
@@ -126,6 +126,13 @@ def engine_thread_from_driver():
     for p in torch.cuda.allocs_on_engine_thread(2000, from_driver=True):
         torch.cuda.free(p)
     torch.cuda.free(a)
+
+
+def engine_thread_from_driver_sampled():
+    # The same node, its engine thread making the process's first pool allocation: the pool is
+    # sampled right then, on that thread, inside the node (pool_sampler.h).
+    for p in torch.cuda.allocs_on_engine_thread(2000, from_driver=True):
+        torch.cuda.free(p)
 
 
 def engine_thread_unknown_torch():
@@ -267,6 +274,7 @@ if __name__ == "__main__":
      "engine_thread_unknown_torch": engine_thread_unknown_torch,
      "engine_thread_unknown_nodes": engine_thread_unknown_nodes,
      "engine_thread_from_driver": engine_thread_from_driver,
+     "engine_thread_from_driver_sampled": engine_thread_from_driver_sampled,
      "engine_thread_backward": engine_thread_backward,
      "backward_by_module": backward_by_module,
      "bench_pause": bench_pause}[sys.argv[1]]()
