@@ -65,9 +65,7 @@ std::string job_page(const Options& o, SnapshotInputs& in, int& exit_code) {
     if (ls.path == "-") {
       load = analysis::in_memory(ls.snapshot);
     } else {
-      load = [path = ls.path] {
-        return std::make_shared<const snap::Snapshot>(read_snapshot_for_views(path));
-      };
+      load = analysis::from_file([path = ls.path] { return read_snapshot_for_views(path); });
     }
     inputs.push_back({ls.path, ls.summary.get(), std::move(load)});
   }

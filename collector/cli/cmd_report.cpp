@@ -60,12 +60,14 @@ int report_many(const Opts& o) {
       [&](analysis::LoadedSnapshot& ls) {
         const analysis::SiteTable sites(ls.snapshot, o.report.full_names);
         try {
-          analysis::Report r = analysis::build_report(ls.snapshot, sites, ls.path, o.report.range,
-                                                      o.report.module_depth);
+          // One analysed view for its report and its summary: each device replayed once.
+          const analysis::AnalysedSnapshot view(ls.snapshot);
+          analysis::Report r =
+              analysis::build_report(view, sites, ls.path, o.report.range, o.report.module_depth);
           analysis::SummarizedFile file;
           if (auto f = analysis::summarized_file(ls.path)) file = std::move(*f);
           ls.summary = std::make_shared<const analysis::ProcessSummary>(
-              analysis::summarize_process(ls.snapshot, r, std::move(file)));
+              analysis::summarize_process(view, r, std::move(file)));
           reports.push_back(o.each ? std::optional(std::move(r)) : std::nullopt);
           report_errors.emplace_back();
         } catch (const analysis::RangeNotFound& e) {
@@ -106,9 +108,7 @@ int report_many(const Opts& o) {
       load = analysis::in_memory(*b.whole);
     } else {
       // Read again as the first pass read it: PyTorch's block bytes labelled.
-      load = [path = b.file] {
-        return std::make_shared<const snap::Snapshot>(read_snapshot_for_views(path));
-      };
+      load = analysis::from_file([path = b.file] { return read_snapshot_for_views(path); });
     }
     inputs.push_back({b.file, b.summary.get(), std::move(load), b.report ? &*b.report : nullptr});
   }

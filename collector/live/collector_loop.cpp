@@ -202,11 +202,13 @@ void Collector::finish(ProcessSession& s) {
     fmt::print(stderr, "cumemtrace: {}\n", e.what());
   }
   if (snapshot) {
+    // One analysed view for the paragraph and the summary: each device replayed once.
+    const analysis::AnalysedSnapshot view(*snapshot);
     std::string path;
     try {
       path = s.write(*snapshot);
       if (opts_.summary) {
-        fmt::print(stderr, "cumemtrace: wrote {}\n{}", path, summarize(*snapshot));
+        fmt::print(stderr, "cumemtrace: wrote {}\n{}", path, summarize(view));
       }
     } catch (const std::exception& e) {
       // A full disk: `run`'s limits still judge the snapshot, under a name that says why there
@@ -217,7 +219,7 @@ void Collector::finish(ProcessSession& s) {
     // instead of the whole file. A summary that cannot be written costs only that speed.
     analysis::ProcessSummary summary;
     try {
-      summary = analysis::summarize_snapshot(*snapshot, path);
+      summary = analysis::summarize_snapshot(view, path);
       if (!path.empty()) {
         analysis::write_summary_file(summary, path);
         // A bounded capture counts it against --max-disk, never dropped (live/disk_budget.h).

@@ -12,7 +12,8 @@
 
 namespace cumemtrace::collect {
 
-std::string summarize(const snap::Snapshot& s) {
+std::string summarize(const analysis::AnalysedSnapshot& view) {
+  const snap::Snapshot& s = view.snapshot();
   if (!s.tool) return {};
   const auto& t = *s.tool;
   std::string exe = t.exe.substr(t.exe.rfind('/') == std::string::npos ? 0 : t.exe.rfind('/') + 1);
@@ -39,7 +40,7 @@ std::string summarize(const snap::Snapshot& s) {
   for (const auto& a : held) live_by_device[a.device] += a.size;
   const int n = analysis::device_count(s);
   for (int d = 0; d < n; ++d) {
-    const analysis::DeviceReplay rp(s, d);
+    const analysis::DeviceReplay& rp = view.replay(d);
     const auto& tl = rp.timeline();
     const uint64_t held_d = live_by_device.count(d) ? live_by_device[d] : 0;
     if (!tl.highest_known().bytes && !held_d && !tl.has_driver && !tl.has_reserved) continue;

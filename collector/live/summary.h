@@ -11,11 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "analysis/analysed_snapshot.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::collect {
 
-std::string summarize(const snap::Snapshot& s);
+// `view`: the snapshot's analysed view, shared with the collector's other readers of it (its
+// process summary) so that each device is replayed once.
+std::string summarize(const analysis::AnalysedSnapshot& view);
 std::string summarize_job(const std::vector<const snap::Snapshot*>& processes);
 
 }  // namespace cumemtrace::collect

@@ -250,15 +250,14 @@ std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& s
                                    int module_depth) {
   const snap::Snapshot& s = a.snapshot();
   if (!has_pytorch(s)) return std::nullopt;
-  const Phases ph(s);
+  const Phases& ph = phases_of(a);
   if (!ph.automatic()) return std::nullopt;
   Ledger l;
-  std::optional<TensorModules> modules;
+  const TensorModules* m = nullptr;  // the view's one (analysed_snapshot.h derived)
   if (has_module_names(s)) {
-    modules.emplace(s);
+    m = &a.derived<TensorModules>();
     l.module_depth = std::max(module_depth, 1);
   }
-  const TensorModules* m = modules ? &*modules : nullptr;
   l.training = ph.training();
   l.steps = ph.steps().size();
   l.complete_steps = ph.complete_steps();

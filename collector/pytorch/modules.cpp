@@ -168,7 +168,7 @@ std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth
   }
   ModuleView v;
   v.depth = std::max(depth, 1);
-  const Phases ph(s);
+  const Phases& ph = phases_of(a);
   const auto& steps = ph.steps();
   // The reference step: the last complete one (training); else the whole run.
   int ref_step = -1;
@@ -183,7 +183,7 @@ std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth
     }
   }
   v.reference = ref_step >= 0 ? fmt::format("end of step {}", ref_step + 1) : "end of the trace";
-  const TensorModules modules(s);
+  const TensorModules& modules = a.derived<TensorModules>();  // one per view
   std::unordered_map<std::string, ModuleRow> rows;
   auto row = [&](const std::string& key) -> ModuleRow& {
     auto [it, inserted] = rows.try_emplace(key);

@@ -282,12 +282,13 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
     // Settings the rules cannot parse: whether expandable segments were on stays unknown.
     if (s.tool && s.tool->pytorch) expandable = s.tool->pytorch->expandable_segments;
   }
-  // Who holds the memory: the ledger's moment (one Phases for the snapshot, the tensors and their
+  // Who holds the memory: the ledger's moment (the view's one Phases, the tensors and their
   // categories per device).
   // Made on the first device with an OOM: a snapshot without one costs nothing here.
-  std::optional<Phases> phases;
-  // Gradients named by their parameter, as the ledger's moments name them (one line per tensor).
-  std::optional<TensorModules> names;
+  const Phases* phases = nullptr;
+  // Gradients named by their parameter, as the ledger's moments name them (one line per tensor);
+  // the view's one TensorModules.
+  const TensorModules* names = nullptr;
   bool categorized = false;
   for (size_t d = 0; d < s.device_traces.size(); ++d) {
     const auto& tr = s.device_traces[d];
@@ -296,9 +297,9 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
       continue;
     const DeviceReplay& replay = a.replay(static_cast<int>(d));
     if (!phases) {
-      phases.emplace(s);
+      phases = &phases_of(a);
       categorized = labels_categories(s, *phases);
-      if (has_module_names(s)) names.emplace(s);
+      if (has_module_names(s)) names = &a.derived<TensorModules>();
     }
     const DeviceTensors tensors = device_tensors(s, static_cast<int>(d), *phases);
     for (size_t i = 0; i < tr.size(); ++i) {
@@ -366,8 +367,8 @@ std::vector<OomVerdict> oom_verdicts(const AnalysedSnapshot& a, const SiteTable&
       }
       v.categorized = categorized;
       v.phased = phases->automatic();
-      v.held = moment_at("oom", static_cast<std::ptrdiff_t>(i), *phases, replay, tensors, sites,
-                         names ? &*names : nullptr);
+      v.held =
+          moment_at("oom", static_cast<std::ptrdiff_t>(i), *phases, replay, tensors, sites, names);
       if (tensors.lives.empty()) {
         // No PyTorch tensors on the device: the program's own allocations hold it, by site.
         for (const auto& st : by_site(replay.live_after(static_cast<std::ptrdiff_t>(i)), sites)) {

@@ -1,6 +1,7 @@
 #include "pytorch/phases.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <limits>
 
@@ -57,7 +58,16 @@ bool gap_phase(Phase p) {
   return p == Phase::kOther || p == Phase::kSetup || p == Phase::kData;
 }
 
+namespace {
+std::atomic<uint64_t> phases_built{0};
+}  // namespace
+
+uint64_t Phases::built() {
+  return phases_built.load(std::memory_order_relaxed);
+}
+
 Phases::Phases(const snap::Snapshot& s) {
+  phases_built.fetch_add(1, std::memory_order_relaxed);
   if (s.tool) {
     for (const auto& [tid, name] : s.tool->threads) {
       if (name.rfind(kAutogradThreadPrefix, 0) != 0) continue;

@@ -44,6 +44,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "analysis/analysed_snapshot.h"
 #include "snapshot/snapshot.h"
 
 namespace cumemtrace::analysis {
@@ -96,6 +97,9 @@ struct StepSpan {
 class Phases {
  public:
   explicit Phases(const snap::Snapshot& s);
+  // How many this process has built (every thread): the tests' count of Phases per command
+  // (phases_of: one per analysed snapshot).
+  static uint64_t built();
 
   bool automatic() const { return automatic_; }  // any auto:* annotation
   bool training() const { return training_; }    // any auto:step MARK
@@ -121,5 +125,11 @@ class Phases {
   std::vector<StepSpan> steps_;
   std::unordered_set<uint32_t> autograd_tids_;
 };
+
+// The snapshot's phases, built once per analysed view (analysis/analysed_snapshot.h): every
+// view of one command reads the same.
+inline const Phases& phases_of(const AnalysedSnapshot& a) {
+  return a.derived<Phases>();
+}
 
 }  // namespace cumemtrace::analysis

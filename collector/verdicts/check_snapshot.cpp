@@ -286,11 +286,12 @@ struct GrowthMoments {
   size_t lost = 0;  // older than the kept trace (--max-trace-events)
 };
 
-GrowthMoments growth_moments(const snap::Snapshot& s, const CheckOptions& o) {
+GrowthMoments growth_moments(const AnalysedSnapshot& view, const CheckOptions& o) {
+  const snap::Snapshot& s = view.snapshot();
   GrowthMoments m;
   m.automatic = o.mark.empty();
   if (m.automatic) {
-    const Phases ph(s);
+    const Phases& ph = phases_of(view);
     for (const auto& st : ph.steps())
       if (st.complete) m.times.push_back(st.end_us - 1);  // the step's last microsecond
   } else {
@@ -563,7 +564,7 @@ Watermark SnapshotJudge::layer_peak_on(int d, bool driver, bool allocated) {
 }
 
 void SnapshotJudge::growth(uint64_t limit) {
-  GrowthMoments m = growth_moments(s_, o_);
+  GrowthMoments m = growth_moments(view_, o_);
   if (m.lost > m.skip && m.times.size() >= m.skip + 2) {
     // Every compared mark fell before the kept trace: said once.
     if (m.times.size() - m.lost < 2) {
@@ -693,13 +694,12 @@ void SnapshotJudge::growth_per_step(uint64_t limit) {
         "under cumemtrace with the automatic phases, docs/pytorch.md) with PyTorch tensors";
     r_.findings.push_back(std::move(f));
   }
-  std::optional<Phases> phases;
   for (const auto& dl : ledger() ? ledger()->devices : std::vector<DeviceLedger>{}) {
     Growth windowed;
     if (window_) {  // the steps that end within the range (a pytest test's)
-      if (!phases) phases.emplace(s_);
-      windowed = analysis::growth_per_step(*phases, replay(dl.device),
-                                           device_tensors(s_, dl.device, *phases), sites_,
+      const Phases& phases = phases_of(view_);
+      windowed = analysis::growth_per_step(phases, replay(dl.device),
+                                           device_tensors(s_, dl.device, phases), sites_,
                                            window_->start_us, window_->end_us);
     }
     const Growth& g = window_ ? windowed : dl.growth;

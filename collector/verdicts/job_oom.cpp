@@ -27,7 +27,14 @@ std::tuple<bool, int, int, std::string> order_key(const JobOomInput& in) {
 }  // namespace
 
 SnapshotLoader in_memory(const snap::Snapshot& s) {
-  return [&s] { return std::shared_ptr<const snap::Snapshot>(&s, [](const snap::Snapshot*) {}); };
+  auto view = std::make_shared<const AnalysedSnapshot>(s);
+  return [view] { return view; };
+}
+
+SnapshotLoader from_file(std::function<snap::Snapshot()> read) {
+  return [read = std::move(read)] {
+    return std::make_shared<const AnalysedSnapshot>(std::make_shared<const snap::Snapshot>(read()));
+  };
 }
 
 std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
@@ -61,12 +68,12 @@ std::optional<JobOom> first_job_oom(const std::vector<JobOomInput>& in) {
                    [&](size_t a, size_t b) { return order_key(in[a]) < order_key(in[b]); });
   const int64_t t = j.oom.time_us;
   for (size_t i : order) {
-    const auto full = in[i].load();
-    const snap::Snapshot& o = *full;
+    const auto view = in[i].load();
+    const snap::Snapshot& o = view->snapshot();
     const bool started = time_origin(o) <= t;
     const int n = device_count(o);
     for (int d = 0; d < n; ++d) {
-      const DeviceReplay rp(o, d);
+      const DeviceReplay& rp = view->replay(d);
       const Timeline& tl = rp.timeline();
       if (!tl.highest_known().bytes) continue;  // a device it never held memory on
       HeldAtOom h;

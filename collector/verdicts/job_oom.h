@@ -23,20 +23,25 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "analysis/analysed_snapshot.h"
 #include "pytorch/oom_verdict.h"
 #include "snapshot/snapshot.h"
 #include "verdicts/process_summary.h"
 
 namespace cumemtrace::analysis {
 
-// Reads a process's full snapshot, for a view over many processes that holds only each one's
-// summary (process_summary.h; `report DIR`: a job of 1,024 ranks is 20 GB of snapshots); one that
-// holds the snapshot returns it without a copy. Throws snap::ReadError when the file cannot be
-// read any more.
-using SnapshotLoader = std::function<std::shared_ptr<const snap::Snapshot>()>;
+// Reads a process's full snapshot and gives its analysed view (analysis/analysed_snapshot.h, owning
+// the snapshot), for a view over many processes that holds only each one's summary
+// (process_summary.h; `report DIR`: a job of 1,024 ranks is 20 GB of snapshots). A loader of a
+// file reads it at each call, and the caller keeps the view only while it uses it: holding every
+// rank's snapshot would not fit. Throws snap::ReadError when the file cannot be read any more.
+using SnapshotLoader = std::function<std::shared_ptr<const AnalysedSnapshot>()>;
 
-// A loader of a snapshot held in memory (no copy; `s` must outlive it).
+// A loader of a snapshot held in memory (no copy; `s` must outlive it): every call gives the same
+// view, so the job's OOM, the rank table and the job page replay its devices once.
 SnapshotLoader in_memory(const snap::Snapshot& s);
+// A loader that reads its file with `read` at each call (a view of its own each time).
+SnapshotLoader from_file(std::function<snap::Snapshot()> read);
 
 struct JobOomInput {
   std::string file;

@@ -107,10 +107,11 @@ Growth growth_from(const json& j) {
 
 // What check's limits measure on `device` at the end: the same functions check_snapshot.cpp uses
 // (range.h layer_peak; the ledger's leak rule, else every allocation live at exit).
-DeviceLimits measure_limits(const snap::Snapshot& s, int device,
+DeviceLimits measure_limits(const AnalysedSnapshot& a, int device,
                             const std::optional<Ledger>& ledger) {
+  const snap::Snapshot& s = a.snapshot();
   DeviceLimits m;
-  const DeviceReplay rp(s, device);
+  const DeviceReplay& rp = a.replay(device);
   const Timeline& tl = rp.timeline();
   auto layer = [&](bool driver, bool allocated) {
     const Watermark p = layer_peak(rp, s, device, driver, allocated);
@@ -147,7 +148,8 @@ std::string process_name(const ProcessSummary& p) {
                      : fmt::format("pid {} ({})", p.tool->pid, exe);
 }
 
-ProcessSummary summarize_process(const snap::Snapshot& s, const Report& r, SummarizedFile file) {
+ProcessSummary summarize_process(const AnalysedSnapshot& a, const Report& r, SummarizedFile file) {
+  const snap::Snapshot& s = a.snapshot();
   ProcessSummary p;
   p.file = std::move(file);
   if (s.tool) {
@@ -200,7 +202,7 @@ ProcessSummary summarize_process(const snap::Snapshot& s, const Report& r, Summa
         if (ds.growth->by_site.size() > 1) ds.growth->by_site.resize(1);
       }
     }
-    ds.limits = measure_limits(s, tl.device, r.ledger);
+    ds.limits = measure_limits(a, tl.device, r.ledger);
     ds.live_at_exit_bytes = d.live_at_exit_bytes;
     ds.live_at_exit_count = d.live_at_exit_count;
     for (const auto& o : r.ooms) ds.ooms += o.device == tl.device;
@@ -226,13 +228,13 @@ ProcessSummary summarize_process(const snap::Snapshot& s, const Report& r, Summa
   return p;
 }
 
-ProcessSummary summarize_snapshot(const snap::Snapshot& s, const std::string& path) {
-  const SiteTable sites(s);
-  const Report r = build_report(s, sites, path);
+ProcessSummary summarize_snapshot(const AnalysedSnapshot& a, const std::string& path) {
+  const SiteTable sites(a.snapshot());
+  const Report r = build_report(a, sites, path);
   SummarizedFile file;
   if (!path.empty())
     if (auto f = summarized_file(path)) file = std::move(*f);
-  return summarize_process(s, r, std::move(file));
+  return summarize_process(a, r, std::move(file));
 }
 
 std::optional<SummarizedFile> summarized_file(const std::string& path) {

@@ -29,6 +29,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "analysis/analysed_snapshot.h"
 #include "analysis/rank_identity.h"
 #include "snapshot/snapshot.h"
 #include "verdicts/report.h"
@@ -102,13 +103,14 @@ struct ProcessSummary {
   std::optional<FirstOom> first_oom;
 };
 
-// `r`: build_report(s, ...)'s; `file`: the snapshot's file as stat gives it (summarized_file).
-// The first OOM's line is named with folded names (frames.h), as job_oom.h shows it.
-ProcessSummary summarize_process(const snap::Snapshot& s, const Report& r, SummarizedFile file);
+// `r`: build_report(a, ...)'s, from the same analysed view (its replays measure the limits too);
+// `file`: the snapshot's file as stat gives it (summarized_file). The first OOM's line is named
+// with folded names (frames.h), as job_oom.h shows it.
+ProcessSummary summarize_process(const AnalysedSnapshot& a, const Report& r, SummarizedFile file);
 
 // The same from the snapshot alone (its report with report's defaults), `path` the file it was
 // written to or read from ("" when none: the summary names no file and is never current).
-ProcessSummary summarize_snapshot(const snap::Snapshot& s, const std::string& path);
+ProcessSummary summarize_snapshot(const AnalysedSnapshot& a, const std::string& path);
 
 // The process's identity (rank_identity.h).
 RankIdentity summary_identity(const ProcessSummary& p);

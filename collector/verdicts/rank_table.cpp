@@ -62,10 +62,11 @@ uint64_t measured(const DeviceReplay& rp, size_t column, std::ptrdiff_t index) {
   return rp.bytes_after(index);
 }
 
-std::optional<Divergence> find_divergence(const snap::Snapshot& a, int dev_a,
-                                          const snap::Snapshot& b, int dev_b, size_t column,
+std::optional<Divergence> find_divergence(const AnalysedSnapshot& va, int dev_a,
+                                          const AnalysedSnapshot& vb, int dev_b, size_t column,
                                           bool above, const RankThresholds& t) {
-  const DeviceReplay ra(a, dev_a), rb(b, dev_b);
+  const snap::Snapshot &a = va.snapshot(), &b = vb.snapshot();
+  const DeviceReplay &ra = va.replay(dev_a), &rb = vb.replay(dev_b);
   // Only a difference the same way as the flagged one counts (a rank that holds more is not
   // "diverging" where it merely started later).
   auto apart = [&](uint64_t v, uint64_t median) {
@@ -87,7 +88,7 @@ std::optional<Divergence> find_divergence(const snap::Snapshot& a, int dev_a,
     return true;
   };
   // Automatic steps: compare the ends of the same step (its last microsecond, as check does).
-  const Phases pa(a), pb(b);
+  const Phases &pa = phases_of(va), &pb = phases_of(vb);
   if (pa.training() && pb.training()) {
     const auto& sa = pa.steps();
     const auto& sb = pb.steps();
@@ -237,20 +238,21 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
   for (const auto& in : inputs) ooms.push_back({in.file, in.summary, in.load});
   table.first_oom = first_job_oom(ooms);
 
-  // A row shown in detail: its full snapshot and the report of it (the lines live at its peak).
+  // A row shown in detail: its analysed snapshot and the report of it (the lines live at its
+  // peak), both from the one view: its devices replayed once for the report and the divergence.
   struct Detail {
-    std::shared_ptr<const snap::Snapshot> snapshot;
+    std::shared_ptr<const AnalysedSnapshot> view;
     std::shared_ptr<const Report> report;
   };
   auto detail = [&](size_t input) {
     const RankInput& in = inputs[input];
     Detail d;
-    d.snapshot = in.load();
+    d.view = in.load();
     if (in.report) {
       d.report = std::shared_ptr<const Report>(in.report, [](const Report*) {});
     } else {
-      const SiteTable sites(*d.snapshot, opts.full_names);
-      d.report = std::make_shared<const Report>(build_report(*d.snapshot, sites, in.file));
+      const SiteTable sites(d.view->snapshot(), opts.full_names);
+      d.report = std::make_shared<const Report>(build_report(*d.view, sites, in.file));
     }
     return d;
   };
@@ -306,7 +308,7 @@ RankTable build_rank_table(const std::vector<RankInput>& inputs, const RankThres
       }
       const Detail row_full = detail(row_input[i]);
       const int median_device = table.rows[median_row].device;
-      row.divergence = find_divergence(*row_full.snapshot, row.device, *median_full->snapshot,
+      row.divergence = find_divergence(*row_full.view, row.device, *median_full->view,
                                        median_device, measure, above, t);
       row.lines = site_changes(device_of(*row_full.report, row.device),
                                device_of(*median_full->report, median_device));

@@ -318,8 +318,8 @@ std::string render_job_html(const analysis::RankTable& table,
     const auto in = std::find_if(inputs.begin(), inputs.end(),
                                  [&](const analysis::RankInput& x) { return x.file == p.file; });
     if (in == inputs.end()) continue;
-    const auto full = in->load();
-    const ReportModel m = build_report_model(*full, small);
+    const auto view = in->load();
+    const ReportModel m = build_report_model(*view, small);
     json devices = json::array();
     for (const auto& d : m.devices) devices.push_back(device_json(d, true));
     charts.push_back({{"file", p.file}, {"process", p.name}, {"devices", std::move(devices)}});

@@ -210,8 +210,9 @@ void merge_phases(ReportDevice& d, const ReportOptions& opt) {
   d.phases = std::move(merged);
 }
 
-void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& devices,
-               const ReportOptions& opt) {
+void add_marks(ReportDevice& d, const analysis::AnalysedSnapshot& view,
+               const std::set<int>& devices, const ReportOptions& opt) {
+  const snap::Snapshot& s = view.snapshot();
   if (!d.time_axis) return;  // no clock to place them on
   std::map<std::string, std::vector<int64_t>> open;
   for (const auto& a : s.annotations) {
@@ -262,7 +263,7 @@ void add_marks(ReportDevice& d, const snap::Snapshot& s, const std::set<int>& de
   // The phases as the analysis cuts them (one truth: the ledger's spans, nested phases
   // innermost); one still open at the end of the trace (a program killed mid-step) lasts to the
   // end. The rectangles abut: each ends where the next span begins.
-  const analysis::Phases ph(s);
+  const analysis::Phases& ph = analysis::phases_of(view);
   if (ph.automatic()) {
     for (const auto& sp : ph.spans()) {
       const auto name = analysis::phase_name(sp.phase);
@@ -613,7 +614,7 @@ ReportDevice build_device(const analysis::AnalysedSnapshot& view, int device,
   // The peak's live set is the device's memory: PyTorch's tensors and cache (where its segments
   // are split) and every other driver allocation.
   d.at_peak.count_text = analysis::plural(d.at_peak.count, "allocation");
-  add_marks(d, s, devices, opt);
+  add_marks(d, view, devices, opt);
   return d;
 }
 

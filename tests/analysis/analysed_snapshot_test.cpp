@@ -11,11 +11,13 @@
 #include "analysis/model.h"
 #include "io/snapshot_input.h"
 #include "pytorch/categories.h"
+#include "pytorch/phases.h"
 #include "pytorch/whatif.h"
 #include "support/torch_fixture.h"
 #include "support/torch_oom_snapshot.h"
 #include "verdicts/check.h"
 #include "verdicts/diff.h"
+#include "verdicts/process_summary.h"
 #include "verdicts/report.h"
 
 using namespace cumemtrace;
@@ -43,6 +45,14 @@ uint64_t replays_of(F&& f) {
   const uint64_t before = DeviceReplay::built();
   f();
   return DeviceReplay::built() - before;
+}
+
+// Phases built while `f` runs (pytorch/phases.h phases_of: one per analysed view).
+template <typename F>
+uint64_t phases_of_call(F&& f) {
+  const uint64_t before = Phases::built();
+  f();
+  return Phases::built() - before;
 }
 
 }  // namespace
@@ -109,4 +119,45 @@ TEST_CASE("an analysed view builds a device's replay on first use and keeps it")
   CHECK(&view.replay(0) == &first);
   CHECK(DeviceReplay::built() == before + 1);
   CHECK(view.devices() == device_count(s));
+}
+
+TEST_CASE("report, check and diff build a snapshot's phases once") {
+  // The OOM run has automatic phases: the ledger, the by-module view, the OOM verdicts and
+  // check's growth all read them.
+  const snap::Snapshot s = oom_run();
+  CHECK(phases_of_call([&] {
+          const AnalysedSnapshot view(s);
+          const SiteTable sites(s);
+          const Report r = build_report(view, sites, "x.json");
+          std::ostringstream text;
+          print_report_text(r, s, sites, {}, text);
+        }) == 1);
+  snap::Snapshot ended = oom_run();
+  ended.tool->reason = "exit";
+  CheckOptions o;
+  o.max_leaked_bytes = 1ull << 40;
+  o.max_growth = 1ull << 40;
+  o.max_growth_per_step = 1ull << 40;
+  std::vector<LoadedSnapshot> in;
+  in.emplace_back("x.json", ended);
+  std::ostringstream out, err;
+  CHECK(phases_of_call([&] { run_check(in, o, out, err); }) == 1);
+  CHECK(phases_of_call([&] { diff_snapshots(s, "a.json", ended, "b.json"); }) == 2);
+}
+
+TEST_CASE("a process's report and its summary share one replay per device (report DIR, run)") {
+  // report DIR without summaries and the collector at a process's end: the report, then the
+  // summary's limit measures, from one view.
+  for (const auto& s : {oom_run(), torch_fixture()}) {
+    uint64_t phases = 0;
+    const uint64_t n = replays_of([&] {
+      phases = phases_of_call([&] {
+        const AnalysedSnapshot view(s);
+        const ProcessSummary p = summarize_snapshot(view, "");
+        CHECK(p.devices.size() >= 1);
+      });
+    });
+    CHECK(n == static_cast<uint64_t>(device_count(s)));
+    CHECK(phases == (has_pytorch(s) ? 1u : 0u));  // the ledger asks for them
+  }
 }

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pytorch/phases.h"
 #include "support/snapshot_builder.h"
 #include "verdicts/check.h"
 #include "verdicts/diff.h"
@@ -87,10 +88,10 @@ struct LightJob {
       summaries.push_back(summary_from_json(nlohmann::json::parse(summary_json(p).dump())));
     std::vector<RankInput> in;
     for (size_t i = 0; i < summaries.size(); ++i)
-      in.push_back({rank_file(i), &summaries[i], [this, &full, i] {
+      in.push_back({rank_file(i), &summaries[i], from_file([this, &full, i] {
                       ++loads;
-                      return std::make_shared<const snap::Snapshot>(full.snaps[i]);
-                    }});
+                      return full.snaps[i];
+                    })});
     table = build_rank_table(in, t);
   }
 };
@@ -427,9 +428,14 @@ TEST_CASE("rank table: the same from tool sections, reading snapshots only where
           "[ranks]") {
   // The skewed rank: its snapshot and the median rank's, for where it diverges; no other.
   Job skew({ranked(2, 0), ranked(1, 80 * MiB), ranked(0, 0)});
+  const uint64_t replays = DeviceReplay::built(), phases = Phases::built();
   LightJob light(skew);
   CHECK(rank_table_json(light.table, 10) == rank_table_json(skew.table, 10));
   CHECK(light.loads == 2);
+  // Each snapshot read is analysed once: its 3 devices replayed once for its report and where it
+  // diverges, its phases built once (analysis/analysed_snapshot.h).
+  CHECK(DeviceReplay::built() - replays == 2 * 3);
+  CHECK(Phases::built() - phases == 2);
   // Nothing flagged: none.
   Job calm({ranked(0, 0), ranked(1, 0), ranked(2, 0)});
   LightJob calm_light(calm);

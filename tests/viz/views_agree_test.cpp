@@ -13,11 +13,16 @@
 
 #include "analysis/breakdown_format.h"
 #include "analysis/frames.h"
+#include "analysis/model.h"
 #include "live/summary.h"
 #include "pytorch/categories.h"
+#include "pytorch/phases.h"
+#include "support/snapshot_builder.h"
 #include "support/torch_oom_snapshot.h"
 #include "verdicts/check.h"
 #include "verdicts/diff.h"
+#include "verdicts/process_summary.h"
+#include "verdicts/rank_table.h"
 #include "verdicts/report.h"
 #include "viz/collapsed_writer.h"
 #include "viz/html_report.h"
@@ -570,4 +575,51 @@ TEST_CASE("a downsampled chart keeps each bucket's highest tensors under a stead
   }
   // Every bucket (five by entries, five by time: the same cuts here) shows the 32 MiB.
   REQUIRE(highest == 5);
+}
+
+namespace {
+
+// Rank r of 3 on its own device r: weights, 3 automatic steps of a temporary; rank 1 keeps
+// `extra` a step (flagged against the median).
+cumemtrace::snap::Snapshot job_rank(int rank, uint64_t extra) {
+  cumemtrace::testing::SnapshotBuilder b(3);
+  auto& t = b.tool();
+  t.pid = 100 + rank;
+  t.rank = {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "3"}};
+  const auto w = b.site("load_weights", "train.py", 5);
+  const auto f = b.site("forward", "train.py", 10);
+  const auto c = b.site("cache", "train.py", 20);
+  b.alloc(0x10000000, 1024u << 20, w, rank);
+  for (uint64_t step = 0; step < 3; ++step) {
+    b.alloc(0x80000000, 100u << 20, f, rank);
+    if (extra) b.alloc(0xa0000000 + step * 0x10000000, extra, c, rank);
+    b.free(0x80000000, rank);
+    b.mark("auto:step", rank);
+  }
+  return b.finish();
+}
+
+}  // namespace
+
+TEST_CASE("the job page and its rank table replay each in-memory snapshot's devices once") {
+  namespace a = cumemtrace::analysis;
+  const std::vector<cumemtrace::snap::Snapshot> snaps = {job_rank(0, 0), job_rank(1, 80u << 20),
+                                                         job_rank(2, 0)};
+  std::vector<a::ProcessSummary> summaries;
+  for (const auto& s : snaps) summaries.push_back(a::summarize_snapshot(s, ""));
+  const uint64_t replays = a::DeviceReplay::built(), phases = a::Phases::built();
+  std::vector<a::RankInput> in;
+  for (size_t i = 0; i < snaps.size(); ++i)
+    in.push_back({"r" + std::to_string(i) + ".json", &summaries[i], a::in_memory(snaps[i])});
+  const a::RankTable table = a::build_rank_table(in, {});
+  REQUIRE(table.rows.size() == 3);
+  CHECK_FALSE(table.rows[1].flagged.empty());  // the rank table compared it with the median
+  const std::string page = cumemtrace::viz::render_job_html(table, in, "job", 0, {}, 10);
+  CHECK(page.find("\"page\":\"job\"") != std::string::npos);
+  // One view per snapshot for the rank table and the page: the flagged rank and the median rank
+  // replay their 3 devices once each for their reports (6), which their divergence and their
+  // charts reuse; the third rank's chart replays the one device it used (1). Before, each consumer
+  // replayed on its own: 6 + 2 (the divergence) + 3 (the charts). Phases: once per snapshot asked.
+  CHECK(a::DeviceReplay::built() - replays == 6 + 1);
+  CHECK(a::Phases::built() - phases == 3);
 }
