@@ -153,9 +153,16 @@ def main():
                  for s in opt.state.values() for t in s.values()
                  if torch.is_tensor(t) and t.is_cuda}
         params = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
+        # Each tensor rounded up to 512 B, PyTorch's smallest block, as MemTracker counts a CUDA
+        # tensor and as the ledger's "tensors" count (categories.h tensor_bytes): ResNet's
+        # 256 B BatchNorm vectors are 512 B there.
+        def rounded(d):
+            return sum((b + 511) // 512 * 512 for b in d.values())
         result = {"readings": readings,
                   "parameter_bytes": sum(params.values()),
                   "optimizer_state_bytes": sum(state.values()),
+                  "parameter_tensor_bytes": rounded(params),
+                  "optimizer_state_tensor_bytes": rounded(state),
                   "kept_output_bytes": kept[0].numel() * kept[0].element_size() if kept else 0,
                   "max_allocated": torch.cuda.max_memory_allocated(),
                   "max_reserved": torch.cuda.max_memory_reserved()}

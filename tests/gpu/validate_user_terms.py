@@ -103,14 +103,18 @@ def check_model(out, m):
     peak = dev["allocated_peak"]
     # The tensors' own bytes (what named_parameters() and the optimizer's state add up to) and
     # the blocks holding them (what memory_allocated() counts: the categories add up to it).
+    # (each rounded up to 512 B as MemTracker counts; numel * element_size shown beside)
     cats = dict(peak["tensor_bytes_by_category"])
     row("%s: parameters at the allocated peak (tensor bytes)" % m,
-        cats.get("parameter", 0) == truth["parameter_bytes"],
-        "%d / %d B" % (cats.get("parameter", 0), truth["parameter_bytes"]))
+        cats.get("parameter", 0) == truth["parameter_tensor_bytes"],
+        "%d / %d B (numel * element_size %d B)" % (
+            cats.get("parameter", 0), truth["parameter_tensor_bytes"], truth["parameter_bytes"]))
     if truth["optimizer_state_bytes"]:
         row("%s: optimizer state at the allocated peak (tensor bytes)" % m,
-            cats.get("optimizer_state", 0) == truth["optimizer_state_bytes"],
-            "%d / %d B" % (cats.get("optimizer_state", 0), truth["optimizer_state_bytes"]))
+            cats.get("optimizer_state", 0) == truth["optimizer_state_tensor_bytes"],
+            "%d / %d B (numel * element_size %d B)" % (
+                cats.get("optimizer_state", 0), truth["optimizer_state_tensor_bytes"],
+                truth["optimizer_state_bytes"]))
     blocks = sum(by_category(peak).values())
     row("%s: categories' blocks add up to the allocated peak" % m,
         blocks == peak["allocated_bytes"], "%d / %d B" % (blocks, peak["allocated_bytes"]))
