@@ -286,6 +286,95 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
   return dt;
 }
 
+uint64_t HeldAtStep::bytes(bool in_segment) const {
+  uint64_t sum = 0;
+  for (const auto& t : tensors) {
+    if (t.in_segment == in_segment)
+      sum += (t.bytes + snap::kBlockUnit - 1) / snap::kBlockUnit * snap::kBlockUnit;
+  }
+  return sum;
+}
+
+HeldAtStep held_outside_blocks(const snap::Snapshot& s, int device, const Phases& phases,
+                               const DeviceTensors& dt, int step) {
+  HeldAtStep out;
+  const auto& steps = phases.steps();
+  if (!s.tool || !phases.training() || step < 0 || static_cast<size_t>(step) >= steps.size() ||
+      !steps[static_cast<size_t>(step)].complete || device < 0 ||
+      static_cast<size_t>(device) >= s.device_traces.size()) {
+    return out;
+  }
+  const int64_t mark = steps[static_cast<size_t>(step)].end_us - 1;  // its auto:step MARK
+  // The walk of the step's post-hook comes after the MARK, before the next phase begins.
+  int64_t limit = kTimeMax;
+  const auto& spans = phases.spans();
+  for (size_t j = phases.span_at(mark + 1); j < spans.size(); ++j) {
+    if (spans[j].begin_us > mark && !gap_phase(spans[j].phase)) {
+      limit = spans[j].begin_us;
+      break;
+    }
+  }
+  const snap::OwnerWalk* walk = nullptr;
+  for (const auto& w : s.tool->ownership) {
+    if (w.role == snap::OwnerRole::kGradient && w.time_us < limit &&
+        (!walk || w.time_us >= walk->time_us)) {
+      walk = &w;
+    }
+  }
+  out.step = step;
+  out.time_us = walk ? std::max(mark, walk->time_us) : mark;
+  const int64_t t = out.time_us;
+  if (s.tool->pytorch) {
+    for (const auto& p : s.tool->pytorch->private_pools)
+      out.graph_pool |= p.kind == "cuda_graph" && p.time_us <= t;
+  }
+  if (!walk) return out;
+  out.walk_us = walk->time_us;
+  // The tensors and PyTorch's segments (cudaMalloc'd or mapped) live at t.
+  std::map<uint64_t, uint64_t> live, segments;
+  for (const auto& l : dt.lives) {
+    if (l.alloc_us <= t && l.free_us >= t) {
+      auto& size = live[l.addr];
+      size = std::max(size, l.size);
+    }
+  }
+  for (const auto& e : s.device_traces[static_cast<size_t>(device)]) {
+    if (e.time_us > t) break;
+    if (e.source != snap::Source::kPytorch) continue;
+    if (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentMap) {
+      segments[e.addr] = e.size;
+    } else if (e.action == Action::kSegmentFree || e.action == Action::kSegmentUnmap) {
+      segments.erase(e.addr);
+    }
+  }
+  auto inside = [](const std::map<uint64_t, uint64_t>& m, uint64_t p) {
+    auto it = m.upper_bound(p);
+    return it != m.begin() && p - std::prev(it)->first < std::prev(it)->second;
+  };
+  // A pointer of another device's memory is in none of this device's segments and blocks: it is
+  // that device's to list (each device judges its own), unless no device holds it.
+  auto any_device_segment = [&](uint64_t p) {
+    for (size_t d = 0; d < s.device_traces.size(); ++d) {
+      if (static_cast<int>(d) == device) continue;
+      for (const auto& e : s.device_traces[d]) {
+        if (e.time_us > t) break;
+        if (e.source == snap::Source::kPytorch &&
+            (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentMap) && p >= e.addr &&
+            p - e.addr < e.size)
+          return true;
+      }
+    }
+    return false;
+  };
+  for (const auto& [p, bytes] : walk->tensors) {
+    if (inside(live, p)) continue;
+    const bool in_segment = inside(segments, p);
+    if (!in_segment && (device != 0 || any_device_segment(p))) continue;
+    out.tensors.push_back({p, bytes, Category::kGradient, in_segment});
+  }
+  return out;
+}
+
 void label_categories(snap::Snapshot& s) {
   const Phases phases(s);
   if (!labels_categories(s, phases)) return;

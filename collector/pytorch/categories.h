@@ -39,6 +39,18 @@
 //       walks (an older preload) keeps the former rule: alive when the next forward starts ->
 //       input.
 //    Without automatic phases only rule 1 applies; the rest is unknown.
+//  - held outside PyTorch's blocks (held_outside_blocks): at a training step's end (its auto:step
+//    MARK) the gradients are the latest gradient walk's, the one made before the next phase after
+//    the MARK begins (the walks are re-sent only when the pointers moved, so a step without a walk
+//    kept the last one's). A walked gradient no live tensor holds at that moment lives where the
+//    allocator keeps no block: with torch.compile(mode="reduce-overhead") (CUDA graph trees) a
+//    graph replay rebuilds its outputs over its private pool's memory with no allocator call
+//    (torch._C._construct_storage_from_data_pointer), so the gradients of every replayed step sit
+//    in pool blocks the trace shows freed (memory_allocated() does not count them; reserved
+//    does). Such a gradient inside one of PyTorch's segments of the device, after a CUDA graph's
+//    private pool was used (the tool section's pytorch.private_pools, kind cuda_graph), is the
+//    graph pool's; one inside a segment with no graph pool used, or in no PyTorch segment of the
+//    device, is listed as such (never counted silently as nothing): the ledger says why.
 //  - PyTorch's segment events (segment_*: reserved memory, the cache, no tensor's) and its other
 //    entries (oom, snapshot) -> unknown (memory_viz needs one "unknown" entry: snapshot.h).
 //  - every driver-level (non-PyTorch) entry -> library.
@@ -82,6 +94,30 @@ struct DeviceTensors {
   std::vector<TensorLife> lives;
   std::vector<int32_t> life_of;  // per trace entry: index into lives, -1 for other entries
 };
+
+// A walked tensor no live PyTorch block held at a step's end (contract: "held outside").
+struct HeldTensor {
+  uint64_t addr = 0;
+  uint64_t bytes = 0;  // the walk's (numel x element size)
+  snap::Category category = snap::Category::kGradient;
+  bool in_segment = false;  // inside one of PyTorch's segments of the device
+};
+
+struct HeldAtStep {
+  int step = -1;            // 0-based; -1: no complete step
+  int64_t time_us = 0;      // the moment judged: the step's MARK, or its walk when later
+  int64_t walk_us = 0;      // the gradient walk that listed them (its names table follows)
+  bool graph_pool = false;  // a CUDA graph's private pool was used before that moment
+  std::vector<HeldTensor> tensors;
+  // Bytes (tensor_bytes' rounding to 512 B: as MemTracker and the ledger count a tensor) of the
+  // tensors inside PyTorch's segments (`in_segment`) or outside them.
+  uint64_t bytes(bool in_segment) const;
+};
+
+// The tensors held outside PyTorch's blocks at the end of training step `step` (0-based) on
+// `device` (contract); empty (step -1) when the step is not a complete training step.
+HeldAtStep held_outside_blocks(const snap::Snapshot& s, int device, const Phases& phases,
+                               const DeviceTensors& dt, int step);
 
 // The tensors of one device's trace and their categories (the rules above).
 DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& phases);

@@ -280,6 +280,8 @@ std::optional<Ledger> build_ledger(const AnalysedSnapshot& a, const SiteTable& s
     dl.reserved_peak =
         moment_at("reserved peak", rp.timeline().reserved.index, ph, rp, dt, sites, m);
     dl.growth = growth_per_step(ph, rp, dt, sites);
+    if (l.training && l.complete_steps > 0)
+      dl.held = held_outside_blocks(s, d, ph, dt, static_cast<int>(l.complete_steps) - 1);
 
     // Leaks (contract): after the warm-up, never past the last step begun.
     dl.warmup = std::min(warmup_steps(l.complete_steps), static_cast<int>(l.steps) - 1);
@@ -478,6 +480,48 @@ Ledger without_small_lines(Ledger l, uint64_t min_line) {
   return l;
 }
 
+// Why the held tensors are where they are (contract), as the text and the JSON say it.
+std::string held_why(const HeldAtStep& h, bool in_segment) {
+  if (!in_segment) {
+    return "at data pointers in no PyTorch segment of this device: the trace cannot place them";
+  }
+  if (h.graph_pool) {
+    return "in a CUDA graph pool: the graphs' replays rebuild their outputs over the pool's "
+           "memory with no allocator call, so memory_allocated() counts it free and reserved "
+           "holds it";
+  }
+  return "in memory PyTorch's allocator holds as free, with no CUDA graph pool used: the trace "
+         "cannot say what holds them";
+}
+
+void print_held(std::ostream& out, const Ledger& l, const DeviceLedger& d) {
+  const auto& h = d.held;
+  for (const bool in_segment : {true, false}) {
+    const uint64_t bytes = h.bytes(in_segment);
+    if (!bytes) continue;
+    const auto n = std::count_if(h.tensors.begin(), h.tensors.end(),
+                                 [&](const HeldTensor& t) { return t.in_segment == in_segment; });
+    out << fmt::format(
+        "  device {}, held outside PyTorch's allocated blocks at the end of {}: gradient {} ({}), "
+        "{}\n",
+        d.device, step_name(l, h.step), format_bytes(bytes),
+        plural(static_cast<uint64_t>(n), "tensor"), held_why(h, in_segment));
+  }
+}
+
+nlohmann::json held_json(const HeldAtStep& h) {
+  if (h.step < 0) return nlohmann::json();
+  nlohmann::json j = {{"step", h.step + 1},
+                      {"time_us", h.time_us},
+                      {"graph_pool", h.graph_pool},
+                      {"gradient_bytes", h.bytes(true)},
+                      {"outside_segments_bytes", h.bytes(false)},
+                      {"tensors", h.tensors.size()}};
+  if (h.bytes(true)) j["why"] = held_why(h, true);
+  if (h.bytes(false)) j["outside_segments_why"] = held_why(h, false);
+  return j;
+}
+
 }  // namespace
 
 void print_ledger_text(const Ledger& all, int64_t origin, size_t top, std::ostream& out,
@@ -498,6 +542,7 @@ void print_ledger_text(const Ledger& all, int64_t origin, size_t top, std::ostre
                          step_name(l, *d.steady_step));
       print_phases(out, d.steady, top);
     }
+    print_held(out, l, d);
     out << fmt::format("  device {}, at the peaks:\n", d.device);
     print_moment(out, l, d.allocated_peak, origin, top);
     print_moment(out, l, d.reserved_peak, origin, top);
@@ -549,7 +594,8 @@ nlohmann::json ledger_json(const Ledger& all, size_t top, uint64_t min_line) {
                                       : nlohmann::json()},
         {"allocated_peak", moment_json(d.allocated_peak, top)},
         {"reserved_peak", moment_json(d.reserved_peak, top)},
-        {"growth", std::move(growth)}};
+        {"growth", std::move(growth)},
+        {"held_outside_blocks", held_json(d.held)}};
     devs.push_back(std::move(jd));
   }
   return {{"training", l.training},

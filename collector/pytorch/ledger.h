@@ -27,6 +27,11 @@
 //    after the warm-up (in a step past W) that are not parameters, gradients or optimizer state,
 //    plus driver-level allocations of other libraries made after the warm-up and still held.
 //    PyTorch's cache is never a leak (it is not a tensor).
+//  - held outside PyTorch's blocks at the end of the last complete training step (categories.h
+//    held_outside_blocks): the walked gradients no live block holds, in a CUDA graph pool (torch.
+//    compile mode="reduce-overhead": its replays' outputs, which memory_allocated() does not
+//    count) or, where they cannot be placed, listed with why. They are in no list above (those
+//    add up to memory_allocated()); the view by module counts them (modules.h).
 // Steps are numbered from 1 where shown (text and JSON), from 0 in phases.h.
 #pragma once
 
@@ -43,6 +48,7 @@
 #include "analysis/analysed_snapshot.h"
 #include "analysis/frames.h"
 #include "analysis/model.h"
+#include "pytorch/categories.h"
 #include "pytorch/phases.h"
 
 namespace cumemtrace::analysis {
@@ -121,6 +127,7 @@ struct DeviceLedger {
   int warmup = 0;                  // the warm-up the leak rule used
   std::vector<Allocation> leaked;  // the leak rule's allocations (contract)
   uint64_t leaked_bytes = 0;
+  HeldAtStep held;  // at the end of the last complete step (contract); step -1: none
 };
 
 struct Ledger {

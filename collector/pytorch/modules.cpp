@@ -223,6 +223,23 @@ std::optional<ModuleView> build_module_view(const AnalysedSnapshot& a, int depth
       if (phase == Phase::kForward) r.forward_peak = std::max(r.forward_peak, allocated);
       if (phase == Phase::kBackward) r.backward_peak = std::max(r.backward_peak, allocated);
     }
+    // Gradients held outside PyTorch's blocks at the reference step's end (a CUDA graph pool's
+    // replay outputs: categories.h held_outside_blocks) are their parameters' modules' too; the
+    // ones no segment holds are the ledger's to list.
+    if (ref_step >= 0) {
+      const HeldAtStep held = held_outside_blocks(s, d, ph, dt, ref_step);
+      for (const auto& h : held.tensors) {
+        if (!h.in_segment) continue;
+        TensorLife t;  // as the walk saw it, for its names table (made right after the walk)
+        t.addr = h.addr;
+        t.size = t.requested = h.bytes;
+        t.category = h.category;
+        t.alloc_us = held.walk_us;
+        t.free_us = kTimeMax;
+        row(module_at_depth(modules.module_of(t, Phase::kBackward), v.depth)).gradients +=
+            tensor_bytes(t);
+      }
+    }
   }
   for (auto& [key, r] : rows) {
     if (r.total() || r.forward_peak || r.backward_peak) v.rows.push_back(std::move(r));
