@@ -111,6 +111,11 @@ class TorchRunBuilder {
     s_.tool->tensor_names.push_back(std::move(n));
   }
 
+  // A private pool in use from t (PyTorch's info: kind "cuda_graph" or "mempool").
+  void pool_use(int64_t t, const std::string& kind) {
+    s_.tool->pytorch->private_pools.push_back({t, kind});
+  }
+
   snap::Snapshot finish() {
     snap::Snapshot out = s_;
     for (const auto& [addr, size] : segments_) {
