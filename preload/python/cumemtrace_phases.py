@@ -32,7 +32,11 @@ wait_for_unshard begins (before the copy-out frees it) and its reduce-scatter in
 post_backward; the KV cache a root's forward returns under no_grad (inference, generate:
 transformers' Cache in its output's `cache`/`past_key_values`, role 8) at that forward's end;
 torch's cuBLAS workspaces (role 6, cumemtrace_workspaces.py) at each step's walk
-and, while no optimizer is known (inference), at each root forward's end. A role is sent only when its
+and, while no optimizer is known (inference), at each root forward's end, and right before
+torch._C._cuda_clearCublasWorkspaces frees them (CUDA graph trees, torch.compile
+mode="reduce-overhead", clear them before and after every warm-up and recording: the workspace a
+recording made in the graph pool, the one every replay then uses, lives only between two clears
+and no step's walk would see it). A role is sent only when its
 list changed since it was last sent (a walk replaces that role's previous one; communication
 buffers are sent at every walk: a new buffer often lands where the last one was). A step's walk is
 one pass over the gradients' data pointers: parameters and state are walked again only when their
@@ -203,6 +207,31 @@ class Phases:
         zg = (self._zero_grad_begin, self._zero_grad_end)
         self._wrap(torch.optim.Optimizer, "zero_grad", *zg)
         self._wrap(torch.nn.Module, "zero_grad", *zg)
+        self._watch_workspace_clears()
+
+    def _watch_workspace_clears(self):
+        """Walks the cuBLAS workspaces right before torch._C._cuda_clearCublasWorkspaces frees
+        them (the module docstring says why). Looked up on torch._C at each call by torch's own
+        callers (cudagraph_trees.clear_cublass_cache), so replacing it there reaches them; a torch
+        without it (CPU builds) has nothing to watch."""
+        C = self._torch._C
+        original = getattr(C, "_cuda_clearCublasWorkspaces", None)
+        if original is None:
+            return
+
+        def clear_workspaces(*args, **kwargs):
+            if not self._off:
+                try:
+                    self._workspace_walk()
+                except Exception as e:  # never the program's failure
+                    self._fail("cuBLAS workspace walk before a clear", e)
+            return original(*args, **kwargs)
+
+        clear_workspaces.__wrapped__ = original
+        clear_workspaces.__name__ = getattr(original, "__name__", "_cuda_clearCublasWorkspaces")
+        clear_workspaces.__doc__ = getattr(original, "__doc__", None)
+        setattr(C, "_cuda_clearCublasWorkspaces", clear_workspaces)
+        self._wrapped_names.append((C, "_cuda_clearCublasWorkspaces", original, clear_workspaces))
 
     def _add_global_hooks(self):
         module_mod = importlib.import_module("torch.nn.modules.module")

@@ -2,7 +2,8 @@
 workspace maps read in libtorch_cuda.so of the venv's real torch (a CUDA build; on the CPU the maps
 are empty, and their empty shape is what is checked before any walk), the red-black tree reader on
 a tree laid out here as libstdc++ lays out std::map<tuple<void*, void*>, DataPtr>, and the walks
-the phases send (role 6) after each step and, for inference, after each root forward."""
+the phases send (role 6) after each step and, for inference, after each root forward, and right
+before torch clears them (CUDA graph trees' clear_cublass_cache around each recording)."""
 import ctypes
 import io
 import struct
@@ -139,3 +140,21 @@ def test_a_map_gone_wrong_stops_only_its_walk(phases):
     assert err.getvalue() == ("cumemtrace: cuBLAS workspaces no longer read (LayoutError: a map "
                               "of 9999 nodes with root 0x1); they keep the label of the phase "
                               "that made them\n")
+
+
+def test_a_clear_walks_them_first(phases):
+    """CUDA graph trees (torch.compile mode="reduce-overhead") clear torch's workspaces before and
+    after each warm-up and recording: the workspace a recording made in the graph pool lives only
+    between two clears, so it is walked right before each, through torch's own caller."""
+    from torch._inductor import cudagraph_trees
+    ph, rec, err = phases
+    original = ph._wrapped_names[-1][2]
+    ph.set_workspaces(FakeWorkspaces([0x5000], []))
+    cudagraph_trees.clear_cublass_cache()  # a recording's workspace, about to be freed
+    assert walks_of(rec, WORKSPACE) == [[(0x5000, 0)]]
+    cudagraph_trees.clear_cublass_cache()  # cleared: none left, the empty list is sent
+    assert walks_of(rec, WORKSPACE) == [[(0x5000, 0)], []]
+    assert torch._C._cuda_clearCublasWorkspaces.__wrapped__ is original
+    ph.uninstall()
+    assert torch._C._cuda_clearCublasWorkspaces is original
+    assert err.getvalue() == ""
