@@ -7,13 +7,17 @@
 // and say why; where they cannot be placed, say so.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "io/snapshot_input.h"
 #include "pytorch/categories.h"
 #include "pytorch/ledger.h"
 #include "pytorch/modules.h"
+#include "pytorch/whatif.h"
 #include "support/torch_run_builder.h"
 
 using namespace cumemtrace;
@@ -171,4 +175,29 @@ TEST_CASE("graph pool: an eager loop's gradients are blocks, nothing is held out
   CHECK(j["tensors"] == 0);
   CHECK(j["gradient_bytes"] == 0);
   CHECK(text.find("held outside") == std::string::npos);
+}
+
+TEST_CASE("graph pool fixture: the replays' gradients equal torch's, by module too", "[fixture]") {
+  // tests/fixtures/h100-compiled-reduce-overhead (README): before, the ledger and the view by
+  // module had no gradient at the end of step 6 (0 B against torch's 33,640,960).
+  const std::string dir = CUMEMTRACE_FIXTURES "/h100-compiled-reduce-overhead";
+  std::ifstream in(dir + "/truth.json");
+  REQUIRE(in);
+  const auto truth = nlohmann::json::parse(in);
+  snap::Snapshot s = snap::read_snapshot_any(dir + "/snapshot.json");
+  label_block_sizes(s);
+  const auto j = held_json_of(s);
+  CHECK(j["step"] == 6);
+  CHECK(j["graph_pool"] == true);
+  CHECK(j["tensors"] == 6);
+  CHECK(j["gradient_bytes"] == truth["gradient"].get<uint64_t>());
+  CHECK(j["outside_segments_bytes"] == 0);
+  const auto v = build_module_view(s, 1);
+  REQUIRE(v);
+  std::map<std::string, uint64_t> grads;
+  for (const auto& r : v->rows) grads[r.module] = r.gradients;
+  // each Linear's weight and bias (fp32, 512 B blocks): 0 4096x1024 + 4096, 2 1024x4096 + 1024
+  CHECK(grads["0"] == 16 * MiB + 16384);
+  CHECK(grads["2"] == 16 * MiB + 4096);
+  CHECK(grads["4"] == 65536 + 512);
 }
