@@ -20,8 +20,14 @@ stay automatic). One table row per comparison, '| scenario | what | PASS/FAIL | 
 - the bytes of tensors labelled parameter, gradient and optimizer_state live at validate:end
   equal the framework's own (within 1%: a large block may keep up to 1 MiB it did not split;
   both sides printed);
+  compiled: the gradients of a replayed step are the CUDA graphs' outputs, rebuilt over the
+  graph pool with no allocator call (their blocks are freed in the trace): ours are the ledger's
+  gradients held in the graph pool at the end of the last step (held_outside_blocks; validate:end
+  follows that step with no zero_grad between) plus the live tensors labelled gradient;
 - torch's cuBLAS workspaces live at validate:end are labelled cublas_workspace (every scenario
-  runs cuBLAS);
+  runs cuBLAS); compiled: CUDA graph trees clear torch's workspaces after every warm-up and
+  recording, so none is live at the end: the recordings' workspaces (allocated while the graphs
+  are recorded, CUDAGraphNode._record) must be labelled cublas_workspace instead;
 - the ledger's allocated peak against max_memory_allocated() (printed; PASS within 1%).
 Exit 1 on any FAIL or error.
 """
@@ -341,16 +347,35 @@ def check(name, ct, out):
         row(name, "validate:end mark", False, "not in the snapshot")
         return
     live = live_by_category(snap, ends[-1])
+    held = dev.get("held_outside_blocks") or {}
     for cat in ("parameter", "gradient", "optimizer_state", "kv_cache"):
         if cat not in truth:
             continue
         ours, theirs = live.get(cat, 0), truth[cat]
-        row(name, cat + " bytes at the end = the framework's", close(ours, theirs),
-            "%d / %d B" % (ours, theirs))
+        detail = "%d / %d B" % (ours, theirs)
+        if cat == "gradient" and held.get("gradient_bytes"):
+            pool = held["gradient_bytes"]
+            detail = "%d / %d B (%d B in blocks + %d B held in %s)" % (
+                ours + pool, theirs, ours, pool,
+                "the CUDA graph pool" if held.get("graph_pool") else "no block")
+            ours += pool
+        row(name, cat + " bytes at the end = the framework's", close(ours, theirs), detail)
+    if held.get("outside_segments_bytes"):
+        row(name, "walked gradients the trace cannot place", False,
+            "%d B: %s" % (held["outside_segments_bytes"], held.get("outside_segments_why")))
     # torch's cuBLAS workspaces (32 MiB per thread that ran cuBLAS on Hopper, cuBLASLt's 1 MiB)
     # have their category, read from torch's own maps: not activation or autograd for ever
-    row(name, "cuBLAS workspaces labelled as such", live.get("cublas_workspace", 0) > 0,
-        "%.2f MiB" % (live.get("cublas_workspace", 0) / MIB))
+    if name == "compiled":
+        rec = [e for e in snap["device_traces"][0] if e["action"] == "alloc" and
+               e.get("source") == "pytorch" and any(
+                   f.get("name") == "CUDAGraphNode._record" for f in e.get("frames") or [])]
+        ws = [e["size"] for e in rec if e.get("category") == "cublas_workspace"]
+        row(name, "the recordings' cuBLAS workspaces labelled", bool(ws),
+            "%d of %d recording allocations, %.2f MiB; %.2f MiB live at the end" % (
+                len(ws), len(rec), sum(ws) / MIB, live.get("cublas_workspace", 0) / MIB))
+    else:
+        row(name, "cuBLAS workspaces labelled as such", live.get("cublas_workspace", 0) > 0,
+            "%.2f MiB" % (live.get("cublas_workspace", 0) / MIB))
     others = {k: v for k, v in live.items()
               if k not in ("parameter", "gradient", "optimizer_state", "kv_cache")}
     row(name, "other tensors live at the end (shown)", True,
