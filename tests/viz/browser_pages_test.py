@@ -20,6 +20,8 @@ a person reads on them against the CLI's own JSON:
 4. Two runs (html A B): the diff page's rows are `diff --format json`'s, row for row.
 5. `whatif --format html` on the real torch 2.11 fixture: its table is `whatif --format json`'s;
    with an OOM appended to the fixture, the OOM card carries the same table.
+6. The H100 torch.compile(mode="reduce-overhead") fixture: the ledger on the page is report's,
+   and it says where the replayed steps' gradients are (held in the CUDA graph pool, 32.1 MiB).
 Screenshots: DIR/page-*.png. Exit 77 (skipped) only when no Chromium binary exists.
 """
 import argparse
@@ -152,6 +154,10 @@ def ledger_paths(led):
                 out[json.dumps(path + ["other_libraries", lib])] = b
             for j, s in enumerate(m["by_site"]):
                 out[json.dumps(path + ["by_site", j, "bytes"])] = s["bytes"]
+        held = d.get("held_outside_blocks") or {}
+        for key in ("gradient_bytes", "outside_segments_bytes"):
+            if held.get(key):
+                out[json.dumps(base + ["held_outside_blocks", key])] = held[key]
         g = d["growth"]
         if g["judged"]:
             out[json.dumps(base + ["growth", "bytes_per_step"])] = g["bytes_per_step"]
@@ -161,10 +167,11 @@ def ledger_paths(led):
     return out
 
 
-def check_ledger(cumemtrace, browser, snap, page, out):
+def ledger_shown(cumemtrace, browser, snap, page):
+    """The page's tree and report's ledger paths, after checking that the page shows exactly
+    report's ledger numbers, each as report formats it."""
     rep = json.loads(run(cumemtrace, "report", "--format", "json", snap))
-    led = rep["pytorch_ledger"]
-    want = ledger_paths(led)
+    want = ledger_paths(rep["pytorch_ledger"])
     tree = page_tree(browser, page)
     shown = {}
     for n in tree.root.find(lambda n: "data-ledger" in n.attrs):
@@ -173,11 +180,16 @@ def check_ledger(cumemtrace, browser, snap, page, out):
         # What a person reads is report's number as report formats it (deltas signed).
         assert fmt_bytes(abs(b)) in text, f"ledger {n.attrs['data-ledger']}: shows {text!r}, holds {b}"
         shown[n.attrs["data-ledger"]] = b
-    # The phases by module (the Linear calls name blocks.0 and blocks.1) are shown too.
-    assert any("added_by_module" in k for k in want), sorted(want)[:5]
     assert shown == want, (f"ledger: page and report differ:\n missing {set(want) - set(shown)}\n"
                            f" extra {set(shown) - set(want)}\n differing "
                            f"{[(k, shown[k], want[k]) for k in set(shown) & set(want) if shown[k] != want[k]]}")
+    return tree, want
+
+
+def check_ledger(cumemtrace, browser, snap, page, out):
+    tree, want = ledger_shown(cumemtrace, browser, snap, page)
+    # The phases by module (the Linear calls name blocks.0 and blocks.1) are shown too.
+    assert any("added_by_module" in k for k in want), sorted(want)[:5]
     growth = " ".join(n.text() for n in tree.root.find(lambda n: "growth" in n.classes()))
     assert "grows 1.00 MiB a step" in growth, growth
     lines = [n.text() for n in tree.root.find(lambda n: "ledger-growth" in n.classes())]
@@ -199,7 +211,7 @@ def check_ledger(cumemtrace, browser, snap, page, out):
     time_share = (txs[-1] - txs[0]) / (float(tsvg.attrs["viewbox"].split()[2]) - 90)
     assert tsvg.attrs.get("data-axis") == "time" and time_share < 0.05, time_share
     screenshot(browser, page, out / "page-leak.png")
-    print(f"ok ledger: {len(shown)} numbers equal report's; steps take {step_share:.0%} of the "
+    print(f"ok ledger: {len(want)} numbers equal report's; steps take {step_share:.0%} of the "
           f"step axis, {time_share:.1%} of the time axis")
 
 
@@ -368,10 +380,24 @@ def check_whatif(cumemtrace, browser, fixture, out):
     print(f"ok oom card: its what-if table has whatif's {len(rows)} rows")
 
 
+def check_graph_pool(cumemtrace, browser, snap, out):
+    page = out / "graph_pool.html"
+    run(cumemtrace, "html", snap, "-o", page)
+    tree, want = ledger_shown(cumemtrace, browser, snap, page)
+    assert want.get('["devices",0,"held_outside_blocks","gradient_bytes"]') == 33640960
+    held = [n.text() for n in tree.root.find(lambda n: "held" in n.classes())]
+    assert held == ["held outside PyTorch's allocated blocks at the end of step 6: gradient "
+                    "32.1 MiB, in a CUDA graph pool: the graphs' replays rebuild their outputs "
+                    "over the pool's memory with no allocator call, so memory_allocated() counts "
+                    "it free and reserved holds it"], held
+    print(f"ok graph pool: {len(want)} ledger numbers equal report's; the pool's gradients shown")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cumemtrace", required=True)
     ap.add_argument("--fixture", required=True)
+    ap.add_argument("--graph-pool-fixture", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     browser = find_browser()
@@ -394,6 +420,7 @@ def main():
     run(sys.executable, HERE / "make_synthetic.py", "--pytorch-steps", "20", base)
     check_diff(a.cumemtrace, browser, base, leak, out)
     check_whatif(a.cumemtrace, browser, Path(a.fixture), out)
+    check_graph_pool(a.cumemtrace, browser, Path(a.graph_pool_fixture), out)
     return 0
 
 

@@ -778,6 +778,19 @@
     };
     phaseTable(d.first_step, 'first_step', unit + ' ' + d.first_step.step + ', the first');
     if (d.steady_step) phaseTable(d.steady_step, 'steady_step', unit + ' ' + d.steady_step.step + ', the steady state (the last complete one)');
+    // Gradients held outside PyTorch's blocks (a CUDA graph pool's replay outputs), apart from the
+    // lists that add up to memory_allocated(): the ledger's held_outside_blocks.
+    const held = d.held_outside_blocks;
+    if (held) {
+      const hp = base.concat(['held_outside_blocks']);
+      for (const [key, why] of [['gradient_bytes', held.why], ['outside_segments_bytes', held.outside_segments_why]]) {
+        if (!held[key]) continue;
+        box.append(el('div', { class: 'held', 'data-held': key },
+          'held outside PyTorch\'s allocated blocks at the end of ' + unit + ' ' + held.step + ': gradient ',
+          el('b', { 'data-bytes': held[key], 'data-ledger': JSON.stringify(hp.concat([key])), text: fmtBytes(held[key]) }),
+          ', ' + why));
+      }
+    }
     // The peaks: what PyTorch's tensors were, by category and line; its cache, other libraries,
     // the CUDA context.
     box.append(el('h4', { text: 'At the peaks' }));
