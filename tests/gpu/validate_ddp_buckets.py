@@ -18,8 +18,8 @@ final snapshot's end is after destroy_process_group, when DDP has let go of its 
 - gradient_as_bucket_view=True: the buckets are the gradients (the gradient walk's pointers lie
   in them): no "communication" bytes beyond the Reducer's map of used parameters, and the
   "gradient" tensors' bytes equal the parameters' bytes.
-Bytes are PyTorch's blocks (each tensor's request rounded up to 512 B): equal up to 511 B a
-tensor.
+Bytes are PyTorch's blocks (each tensor's request rounded up to 512 B), so a category equals the
+tensors' bytes up to 511 B a tensor.
 """
 import ctypes
 import json
@@ -60,7 +60,9 @@ DDP_FRAMES = ("DistributedDataParallel._ddp_init_helper", "DistributedDataParall
 
 def live_at_mark(snap):
     """({category: bytes}, bytes of the blocks made at DDP's Reducer frames) of the PyTorch
-    tensors alive at the validate:end mark, or (None, None) without that mark."""
+    tensors alive at the validate:end mark, or (None, None) without that mark. A trace entry's
+    size is the request, as in PyTorch's own snapshots; counted here as PyTorch's block, the
+    request rounded up to 512 B (what memory_allocated() adds up)."""
     marks = [a["time_us"] for a in snap.get("external_annotations", [])
              if a["name"] == "validate:end"]
     if not marks:
@@ -74,7 +76,7 @@ def live_at_mark(snap):
         if e["action"] == "alloc":
             py = [f for f in e.get("frames", []) if f.get("filename", "").endswith(".py")]
             ddp = bool(py) and py[0].get("name") in DDP_FRAMES
-            live[e["addr"]] = (e.get("category"), e["size"], ddp)
+            live[e["addr"]] = (e.get("category"), -(-e["size"] // 512) * 512, ddp)
         elif e["action"] in ("free_requested", "free_completed"):
             live.pop(e["addr"], None)
     out, ddp_bytes = {}, 0
@@ -121,8 +123,8 @@ def main():
         if live is None:
             row("%s: the validate:end mark in the snapshot" % mode, False, "no such mark")
             continue
-        # A trace entry's size is PyTorch's block (the request rounded up to 512 B): each of at
-        # most n_params buckets or gradients may hold up to 511 B more; the used map one block.
+        # Blocks (live_at_mark): each of at most n_params buckets or gradients may hold up to
+        # 511 B more than its tensor; the used map is one block.
         p_bytes, n = truth["param_bytes"], truth["n_params"]
         slack = 512 * n
         total = sum(live.values())
