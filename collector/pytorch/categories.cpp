@@ -5,6 +5,7 @@
 #include <map>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "analysis/frames.h"
 
@@ -339,12 +340,26 @@ HeldAtStep held_outside_blocks(const snap::Snapshot& s, int device, const Phases
     }
   }
   for (const auto& e : s.device_traces[static_cast<size_t>(device)]) {
-    if (e.time_us > t) break;
-    if (e.source != snap::Source::kPytorch) continue;
+    if (e.time_us > t || e.source != snap::Source::kPytorch)
+      continue;  // threads' stamps interleave
     if (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentMap) {
       segments[e.addr] = e.size;
     } else if (e.action == Action::kSegmentFree || e.action == Action::kSegmentUnmap) {
       segments.erase(e.addr);
+    }
+  }
+  // What was there before the trace began (a capture that attached late) and is still there at
+  // its end: the end state's segments and allocated blocks no trace entry made.
+  std::unordered_set<uint64_t> traced;
+  for (const auto& e : s.device_traces[static_cast<size_t>(device)]) {
+    if (e.source == snap::Source::kPytorch) traced.insert(e.addr);
+  }
+  for (const auto& g : s.segments) {
+    if (g.device != device || g.source != snap::Source::kPytorch) continue;
+    if (!traced.count(g.address)) segments.emplace(g.address, g.total_size);
+    for (const auto& b : g.blocks) {
+      if (b.state.starts_with("active") && !traced.count(b.address))
+        live.emplace(b.address, b.size);
     }
   }
   auto inside = [](const std::map<uint64_t, uint64_t>& m, uint64_t p) {
@@ -357,8 +372,7 @@ HeldAtStep held_outside_blocks(const snap::Snapshot& s, int device, const Phases
     for (size_t d = 0; d < s.device_traces.size(); ++d) {
       if (static_cast<int>(d) == device) continue;
       for (const auto& e : s.device_traces[d]) {
-        if (e.time_us > t) break;
-        if (e.source == snap::Source::kPytorch &&
+        if (e.time_us <= t && e.source == snap::Source::kPytorch &&
             (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentMap) && p >= e.addr &&
             p - e.addr < e.size)
           return true;

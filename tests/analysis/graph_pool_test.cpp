@@ -148,6 +148,23 @@ TEST_CASE("graph pool: gradients that no block or pool explains are listed with 
                                    "segment of this device"));
 }
 
+TEST_CASE("graph pool: a gradient in a block from before the trace is that block's") {
+  // A capture that attached late: the gradient's segment and block were made before the trace
+  // began and are in the end state only. Held by a block: nothing to list.
+  auto s = compiled_run(true, 0x300000000);
+  snap::Segment g;
+  g.address = 0x300000000;
+  g.total_size = g.allocated_size = g.active_size = g.requested_size = 8 * MiB;
+  g.source = snap::Source::kPytorch;
+  g.blocks.push_back({0x300000000, 8 * MiB, 4 * MiB, "active_allocated"});
+  for (auto& e : s.device_traces[0])  // its trace entries gone: it was there all along
+    if (e.addr == 0x300000000) e.addr = 0x380000000;
+  s.segments.push_back(g);
+  const auto j = held_json_of(s);
+  CHECK(j["tensors"] == 0);
+  CHECK(j["outside_segments_bytes"] == 0);
+}
+
 TEST_CASE("graph pool: an eager loop's gradients are blocks, nothing is held outside") {
   // The same loop with step 3 eager: its backward makes the gradient again where the walk saw it.
   TorchRunBuilder b;
