@@ -49,8 +49,10 @@
 //    in pool blocks the trace shows freed (memory_allocated() does not count them; reserved
 //    does). Such a gradient inside one of PyTorch's segments of the device, after a CUDA graph's
 //    private pool was used (the tool section's pytorch.private_pools, kind cuda_graph), is the
-//    graph pool's; one inside a segment with no graph pool used, or in no PyTorch segment of the
-//    device, is listed as such (never counted silently as nothing): the ledger says why.
+//    graph pool's; one inside a segment with no graph pool used, or in no PyTorch segment of any
+//    device (listed on device 0), is listed as such (never counted silently as nothing): the
+//    ledger says why. Blocks and segments the end state holds that no trace entry made (a capture
+//    that attached late) count as there all along.
 //  - PyTorch's segment events (segment_*: reserved memory, the cache, no tensor's) and its other
 //    entries (oom, snapshot) -> unknown (memory_viz needs one "unknown" entry: snapshot.h).
 //  - every driver-level (non-PyTorch) entry -> library.

@@ -23,7 +23,8 @@
 //    parameters, gradients, optimizer_state: the bytes of the tensors of those categories live
 //    at the reference moment (the end of the last complete training step, the last auto:step
 //    MARK; without steps the end of the trace), the gradients held outside PyTorch's blocks then
-//    (a CUDA graph pool's replay outputs: categories.h held_outside_blocks) included;
+//    but inside its segments (a CUDA graph pool's replay outputs: categories.h
+//    held_outside_blocks) included;
 //    activations: the tensors of category activation (allocated in forward and alive when
 //    backward starts: what the module saved for backward),
 //    summed over the reference step (the last complete step, else the whole run);
