@@ -760,7 +760,8 @@ class Phases:
         self._sent[role] = pairs
         self._sink.owners(role, [x for pair in pairs for x in pair])
         if self._modules:
-            self._modules.on_owners(role, found, self._params, list(self._optimizers))
+            self._modules.on_owners(role, found, self._params, list(self._optimizers),
+                                    self._local_tensors)
 
     def _walk(self, roles):
         """Sends each role whose list changed. A step's walk (all three roles) costs one pass over

@@ -6,13 +6,11 @@ Lightning's automatic optimization) are marked inside the optimizer's pair: the 
 the innermost (collector/pytorch/phases.h)."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from conftest import bwd, fwd, loss, opt_step, zg
@@ -256,27 +254,6 @@ def test_transformers_trainer_gradient_accumulation(phases, tmp_path):
     # the batch enters the root's forward as keyword arguments
     assert len(last_walk(rec, INPUT)) >= 2
     assert err.getvalue() == ""
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def process_group(request):
-    """world size 1 on gloo, or 2 on PyTorch's fake process group (no peers: shapes and local
-    shards are real, the collectives do nothing)."""
-    world = request.param
-    if world == 1:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-        dist.init_process_group("gloo", rank=0, world_size=1)
-    else:
-        from torch.testing._internal.distributed.fake_pg import FakeStore
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-    yield world
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("process_group", [1, 2], indirect=True)
