@@ -451,7 +451,8 @@ def test_two_snapshots_of_one_process():
         out, _ = expect_rc(["report", *files], 0)
         lines = out.splitlines()
         expect(lines[0] == f"cumemtrace report: 1 process of 2 files ({oom} left out: pid 4243 "
-               f"(python3.12) again, whose {final} holds more of it)", f"report {files}: {lines[0]}")
+               f"(python3.12) again, whose {final} holds more of it)",
+               f"report {files}: {lines[0]}")
         expect(lines[2].startswith("First OOM of the job: pid 4243 (python3.12) on cuda:0 at "
                                    "+3.652506 s since the job's start: exhaustion: 900 MiB"),
                f"report {files}: one OOM, its process named once: {lines[2]}")
@@ -614,7 +615,8 @@ def main():
               test_run_usage_and_refusals_leave_nothing, test_convert_to_a_full_stdout,
               test_drops,
               test_growth_and_suppressions, test_formats, test_diff, test_torch_fixture,
-              test_summaries_of_a_real_job, test_two_snapshots_of_one_process, test_real_collector_output, test_schema, test_outputs_never_destroy_data,
+              test_summaries_of_a_real_job, test_two_snapshots_of_one_process,
+              test_real_collector_output, test_schema, test_outputs_never_destroy_data,
               test_inputs_are_bounded_and_never_hang, test_usage_messages):
         t()
     if FAILURES:
