@@ -265,6 +265,12 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
           l.category = Category::kAutograd;
         break;
       case Phase::kOptimizer:
+        // Within its step, not only its span: a closure's forward and backward cut
+        // optimizer.step(closure) into several optimizer spans (LBFGS keeps its direction and
+        // line-search tensors across the closure's evaluations and frees them before it returns).
+        if (freed_within || (l.free_us != kTimeMax && phases.step_at(l.free_us) == w.step))
+          l.category = Category::kTemporary;
+        break;
       case Phase::kZeroGrad:
         if (freed_within) l.category = Category::kTemporary;
         break;

@@ -32,7 +32,9 @@
 //       latest gradient walk made before it was allocated -> gradient (the walks are re-sent only
 //       when the gradients' pointers moved: after zero_grad(set_to_none=True) each step's new
 //       gradients mostly land where the last ones were); else autograd.
-//    4. allocated in the optimizer step or zero_grad: freed within it -> temporary, else unknown.
+//    4. allocated in the optimizer step or zero_grad: freed within it (the optimizer's: within
+//       its step, whose closure's forward and backward may cut it into several spans: LBFGS's
+//       working tensors) -> temporary, else unknown.
 //    5. allocated in setup or data (outside every phase): passed to a root module's forward (an
 //       input walk saw it) -> input; freed within the same stretch -> temporary; else program
 //       (the program's own: a tensor the user's code made and keeps). A snapshot without input

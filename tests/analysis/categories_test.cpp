@@ -344,6 +344,34 @@ TEST_CASE("categories: checkpoint recompute is backward's, never forward's", "[c
   CHECK(cat(s, 0x100300000) == Category::kAutograd);
 }
 
+TEST_CASE("categories: optimizer.step(closure)'s own tensors freed within the step are temporary",
+          "[categories]") {
+  // LBFGS: the step's own tensors (direction, line search) live across the closure's forward and
+  // backward, which cut the step into several optimizer spans; freed before the step returns.
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 40);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.start(100, "auto:optimizer");
+  b.phase(130, 140, "auto:forward");
+  b.phase(160, 170, "auto:backward");
+  b.alloc(180, 0x100000000, 1 * MiB, ln);  // made between evaluations, freed after the next
+  b.alloc(185, 0x100100000, 1 * MiB, ln);  // made there and kept past the step
+  b.alloc(186, 0x100200000, 1 * MiB, ln);  // made and freed in one optimizer span
+  b.free(187, 0x100200000);
+  b.phase(230, 240, "auto:forward");
+  b.phase(260, 270, "auto:backward");
+  b.free(290, 0x100000000);
+  b.end(400, "auto:optimizer");
+  b.mark(400, "auto:step");
+  b.phase(500, 510, "auto:forward");
+  b.free(505, 0x100100000);
+  auto s = b.finish();
+  label_categories(s);
+  CHECK(cat(s, 0x100000000) == Category::kTemporary);
+  CHECK(cat(s, 0x100100000) == Category::kUnknown);
+  CHECK(cat(s, 0x100200000) == Category::kTemporary);
+}
+
 TEST_CASE("categories: inference, activations alive at the forward's end", "[categories]") {
   TorchRunBuilder b;
   const auto ln = b.line("infer.py", 5);
