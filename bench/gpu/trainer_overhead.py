@@ -38,6 +38,12 @@ a FAIL with its reason, as is an on vs bare over the limit whose bare A/A is lar
 limit (then the verdict says the runs cannot tell). Exit 1 on any FAIL, 2 on bad arguments.
 Six process starts are most of its time (each run trains 135 steps at the defaults).
 
+--python-costs: one more traced run per workload whose Python side times its own parts with
+time.perf_counter (the hooks, the ownership walks, the module names, the calls into the preload;
+each part's time includes the parts it calls) and prints their median microseconds per on-step
+beside the table: where the Python side's cost goes. Its own timers make that run's on blocks
+slower, so it is not part of the verdict.
+
 --tiny: the same on the CPU at toy sizes (1-layer GPT-2 of width 32, ResNet-18 on 32 x 32 images
 of batch 2), so that tests can run it (tests/torch_phases/test_trainer_overhead.py); its timings
 mean nothing. --out DIR keeps each child's result (DIR/<mode>-<workload>.json) and the traced
@@ -117,6 +123,42 @@ def python_side_switch():
         mark(ON_MARK if on else OFF_MARK)
 
     return switch
+
+
+# The Python side's parts timed by --python-costs: (object's attribute on the Phases, name) ->
+# what they are. Hooks and wrappers resolve these per call, so wrapping them on the instance
+# after install takes effect from the first resume().
+COSTED = {
+    "phases": ("_pre_hook", "_post_hook", "_optimizer_pre_hook", "_optimizer_post_hook", "_walk",
+               "_workspace_walk", "_send_inputs", "_send"),
+    "sink": ("push", "pop", "mark", "backward_caller", "owners"),
+    "modules": ("on_step", "on_owners"),
+}
+
+
+def time_parts(phases, costs, calls, state):
+    """Wraps the Phases' parts (COSTED) with timers adding into costs[name] (seconds) and
+    calls[name] while state["on"]."""
+    owners = {"phases": phases, "sink": phases._sink, "modules": phases._modules}
+
+    def timed(obj, name):
+        f = getattr(obj, name)
+
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                if state["on"]:
+                    costs[name] = costs.get(name, 0.0) + time.perf_counter() - t
+                    calls[name] = calls.get(name, 0) + 1
+
+        setattr(obj, name, wrapper)
+
+    for what, names in COSTED.items():
+        if owners[what] is not None:
+            for name in names:
+                timed(owners[what], name)
 
 
 def resnet18(nn, num_classes=1000):
@@ -233,6 +275,14 @@ def child(a):
     else:
         sys.exit("trainer_overhead.py: no CUDA device (use --tiny for the CPU)")
     switch = python_side_switch() if a.mode == "traced" else (lambda on: None)
+    costs, calls, state = {}, {}, {"on": False}
+    if a.python_costs:
+        time_parts(sys.modules["cumemtrace_phases"]._phases, costs, calls, state)
+        plain_switch = switch
+
+        def switch(on):
+            plain_switch(on)
+            state["on"] = on
     schedule = Schedule(a.warmup, a.alternations, a.block_steps, switch, sync)
     run = run_gpt2 if a.child == "gpt2" else run_resnet18
     what = run(torch, device, a.tiny, schedule)
@@ -241,8 +291,11 @@ def child(a):
                  % (len(schedule.blocks), len(schedule.states)))
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
     with open(a.result, "w") as f:
+        on_steps = a.alternations * a.block_steps
         json.dump({"workload": a.child, "mode": a.mode, "what": what, "device": name,
-                   "blocks": schedule.blocks}, f)
+                   "blocks": schedule.blocks,
+                   "us_per_on_step": {k: 1e6 * v / on_steps for k, v in costs.items()},
+                   "calls_in_on_blocks": calls}, f)
 
 
 # ---- the driver: the children, the table, the verdict -----------------------------------------
@@ -302,16 +355,20 @@ def table(rows, limit):
     return "\n".join(lines)
 
 
-def run_child(a, mode, workload, out, index):
-    """Runs one child; returns ([(on, ms)] or None, its description, an error line or "")."""
-    result = os.path.join(out, "%s%s-%s.json" % (mode, index or "", workload))
+def run_child(a, mode, workload, out, index, costs=None):
+    """Runs one child; returns ([(on, ms)] or None, its description, an error line or ""). With
+    `costs` (a dict), a traced child times the Python side's parts into it."""
+    tag = "costs" if costs is not None else mode
+    result = os.path.join(out, "%s%s-%s.json" % (tag, index or "", workload))
     cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, "--mode", mode,
            "--result", result, "--warmup", str(a.warmup), "--alternations",
            str(a.alternations), "--block-steps", str(a.block_steps)] + (["--tiny"] if a.tiny
                                                                         else [])
+    if costs is not None:
+        cmd.append("--python-costs")
     if mode == "traced":
-        cmd = [a.cumemtrace, "run", "-q", "-o", os.path.join(out, "traced-" + workload), "--",
-               *cmd]
+        cmd = [a.cumemtrace, "run", "-q", "-o", os.path.join(out, "%s-%s" % (
+            "costed" if costs is not None else "traced", workload)), "--", *cmd]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     lines = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]
     if p.returncode != 0 or not os.path.exists(result):
@@ -319,6 +376,8 @@ def run_child(a, mode, workload, out, index):
                                                   lines[-1] if lines else "no output")
     with open(result) as f:
         got = json.load(f)
+    if costs is not None:
+        costs.update(got.get("us_per_on_step", {}))
     return [tuple(b) for b in got["blocks"]], "%s on %s" % (got["what"], got["device"]), ""
 
 
@@ -350,6 +409,14 @@ def driver(a):
                     bare_runs.append(blocks)
                 else:
                     traced = blocks
+            cost_note = None
+            if a.python_costs:
+                costs = {}
+                _, _, err = run_child(a, "traced", w, out, 0, costs)
+                cost_note = ("%s: the Python side's parts, us per on-step (each includes what it "
+                             "calls): %s" % (w, err or ", ".join(
+                                 "%s %.1f" % (k, v) for k, v in sorted(
+                                     costs.items(), key=lambda kv: -kv[1]))))
             row = summarize(w, bare_runs, traced, a.max_overhead)
             if errors:
                 row["verdict"], row["why"] = "FAIL", "; ".join(errors)
@@ -358,6 +425,8 @@ def driver(a):
                          "%d bare run(s), 1 traced; %.0f s" % (
                              w, what or "no run", a.warmup, 2 * a.alternations + 1,
                              a.block_steps, len(bare_runs), time.perf_counter() - start))
+            if cost_note:
+                notes.append(cost_note)
     finally:
         if not a.out:
             shutil.rmtree(out, ignore_errors=True)
@@ -380,6 +449,8 @@ def main():
                     "bare (the A/A)")
     ap.add_argument("--max-overhead", type=float, default=1.0, help="percent")
     ap.add_argument("--tiny", action="store_true", help="CPU, toy sizes (for tests)")
+    ap.add_argument("--python-costs", action="store_true",
+                    help="one more traced run timing the Python side's parts (not judged)")
     ap.add_argument("--child", choices=WORKLOADS, help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=("bare", "traced"), help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)

@@ -6,16 +6,22 @@ Prints '| what | PASS/FAIL | ours / theirs |' rows; exit 1 on any FAIL or error.
 Usage: python3 tests/gpu/validate_ddp_buckets.py [BUILD (default build)] [OUT (default
 /tmp/cumemtrace-ddp-buckets)]. About 20 s.
 
-What must agree, at the end of the trace (the tensors alive then, by their category):
-- default: the live "communication" tensors' bytes equal the parameters' bytes (one flat bucket
-  copy of every gradient), plus at most the Reducer's map of used parameters (one block); the
-  gradients are still the parameters' bytes (their own copies);
+What must agree, at the mark `validate:end` the training child makes after its last step (the
+final snapshot's end is after destroy_process_group, when DDP has let go of its buckets):
+- both modes: the live tensors' blocks add up to torch.cuda.memory_allocated() then, and none is
+  "unknown" or "program";
+- default: the live "communication" tensors are exactly the live blocks made at DDP's Reducer
+  frames (DistributedDataParallel._ddp_init_helper, ._pre_forward: the buckets made at
+  construction and rebuilt at the second forward; on NCCL the construction's set stays alive
+  beside the rebuilt one until the process group goes) and at least one flat copy of every
+  parameter; the gradients are still the parameters' bytes (their own copies);
 - gradient_as_bucket_view=True: the buckets are the gradients (the gradient walk's pointers lie
-  in them): no "communication" bytes beyond that map, and the "gradient" tensors' bytes equal the
-  parameters' bytes.
-Bytes are PyTorch's blocks (each tensor's request rounded up to 512 B): equal up to 511 B a
-tensor.
+  in them): no "communication" bytes beyond the Reducer's map of used parameters, and the
+  "gradient" tensors' bytes equal the parameters' bytes.
+Bytes are PyTorch's blocks (each tensor's request rounded up to 512 B), so a category equals the
+tensors' bytes up to 511 B a tensor.
 """
+import ctypes
 import json
 import os
 import subprocess
@@ -41,26 +47,43 @@ def train(view, truth_path):
         model(x).sum().backward()
         opt.step()
     torch.cuda.synchronize()
+    ctypes.PyDLL(None).cumemtrace_mark(b"validate:end")
     params = list(model.parameters())
     with open(truth_path, "w") as f:
         json.dump({"param_bytes": sum(p.numel() * p.element_size() for p in params),
-                   "n_params": len(params)}, f)
+                   "n_params": len(params), "allocated": torch.cuda.memory_allocated()}, f)
     dist.destroy_process_group()
 
 
-def live_by_category(snap):
+DDP_FRAMES = ("DistributedDataParallel._ddp_init_helper", "DistributedDataParallel._pre_forward")
+
+
+def live_at_mark(snap):
+    """({category: bytes}, bytes of the blocks made at DDP's Reducer frames) of the PyTorch
+    tensors alive at the validate:end mark, or (None, None) without that mark. A trace entry's
+    size is the request, as in PyTorch's own snapshots; counted here as PyTorch's block, the
+    request rounded up to 512 B (what memory_allocated() adds up)."""
+    marks = [a["time_us"] for a in snap.get("external_annotations", [])
+             if a["name"] == "validate:end"]
+    if not marks:
+        return None, None
     live = {}
     for e in snap["device_traces"][0]:
+        if e["time_us"] > marks[0]:
+            break
         if e.get("source") != "pytorch":
             continue
         if e["action"] == "alloc":
-            live[e["addr"]] = (e.get("category"), e["size"])
+            py = [f for f in e.get("frames", []) if f.get("filename", "").endswith(".py")]
+            ddp = bool(py) and py[0].get("name") in DDP_FRAMES
+            live[e["addr"]] = (e.get("category"), -(-e["size"] // 512) * 512, ddp)
         elif e["action"] in ("free_requested", "free_completed"):
             live.pop(e["addr"], None)
-    out = {}
-    for cat, size in live.values():
+    out, ddp_bytes = {}, 0
+    for cat, size, ddp in live.values():
         out[cat] = out.get(cat, 0) + size
-    return out
+        ddp_bytes += size if ddp else 0
+    return out, ddp_bytes
 
 
 rows, failed = [], []
@@ -96,15 +119,27 @@ def main():
             row("%s: one snapshot" % mode, False, str(snaps))
             continue
         truth = json.load(open(truth_path))
-        live = live_by_category(json.load(open(os.path.join(t_dir, snaps[0]))))
-        # A trace entry's size is PyTorch's block (the request rounded up to 512 B): each of at
-        # most n_params buckets or gradients may hold up to 511 B more; the used map one block.
+        live, ddp_bytes = live_at_mark(json.load(open(os.path.join(t_dir, snaps[0]))))
+        if live is None:
+            row("%s: the validate:end mark in the snapshot" % mode, False, "no such mark")
+            continue
+        # Blocks (live_at_mark): each of at most n_params buckets or gradients may hold up to
+        # 511 B more than its tensor; the used map is one block.
         p_bytes, n = truth["param_bytes"], truth["n_params"]
         slack = 512 * n
+        total = sum(live.values())
+        row("%s: live blocks at validate:end = memory_allocated()" % mode,
+            total == truth["allocated"], "%d / %d" % (total, truth["allocated"]))
+        odd = {c: b for c, b in live.items() if c in ("unknown", "program", None)}
+        row("%s: nothing unknown or the program's at validate:end" % mode, not odd, str(odd))
         comm, grads = live.get("communication", 0), live.get("gradient", 0)
         if mode == "copy":
-            row("default: communication = parameters' bytes (+ used map)",
-                p_bytes <= comm <= p_bytes + slack + 512, "%d / %d" % (comm, p_bytes))
+            sets = comm / p_bytes if p_bytes else 0
+            row("default: communication = blocks made at DDP's Reducer frames",
+                comm == ddp_bytes, "%d / %d" % (comm, ddp_bytes))
+            row("default: communication >= one copy of the parameters (%.2f sets)" % sets,
+                p_bytes <= comm and (comm - p_bytes * round(sets)) <= round(sets) * (slack + 512),
+                "%d / %d x %d" % (comm, round(sets), p_bytes))
         else:
             row("gradient_as_bucket_view: no communication beyond the used map",
                 comm <= 512, "%d / at most 512" % comm)

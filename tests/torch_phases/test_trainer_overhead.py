@@ -50,7 +50,7 @@ def tiny_run(tmp_path_factory):
     p = subprocess.run([sys.executable, BENCH, "--tiny", "--cumemtrace", CT, "--out", str(out),
                         "--warmup", str(WARMUP), "--alternations", str(ALTERNATIONS),
                         "--block-steps", str(BLOCK_STEPS), "--bare-runs", "1",
-                        "--max-overhead", "1000"],
+                        "--max-overhead", "1000", "--python-costs"],
                        env=env, capture_output=True, text=True, timeout=600)
     return p, out
 
@@ -99,8 +99,8 @@ def test_table_has_a_row_per_workload_and_the_exit_code_is_its_verdict(tiny_run)
                             r), r
     assert p.returncode == (1 if any("FAIL" in r for r in rows) else 0), p.stdout + p.stderr
     results = sorted(os.path.basename(f) for f in glob.glob(str(out / "*.json")))
-    assert results == ["bare-gpt2.json", "bare-resnet18.json", "traced-gpt2.json",
-                       "traced-resnet18.json"]
+    assert results == ["bare-gpt2.json", "bare-resnet18.json", "costs-gpt2.json",
+                       "costs-resnet18.json", "traced-gpt2.json", "traced-resnet18.json"]
     with open(out / "traced-resnet18.json") as f:
         got = json.load(f)
     assert [on for on, _ in got["blocks"]] == [False, True] * ALTERNATIONS + [False]
@@ -157,3 +157,24 @@ def test_a_failing_traced_run_is_a_fail_with_its_reason(tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr
     assert ("FAIL: traced resnet18 exited 1: trainer_overhead.py: cumemtrace's automatic phases "
             "are not installed") in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("workload", ["gpt2", "resnet18"])
+def test_python_costs_time_only_the_on_blocks(tiny_run, workload):
+    """--python-costs: one more traced child whose timers count only inside on blocks: exactly
+    one optimizer step post-hook and one backward lend per on-step (and its take-back), and the
+    note names the parts with their microseconds."""
+    p, out = tiny_run
+    with open(os.path.join(str(out), "costs-%s.json" % workload)) as f:
+        got = json.load(f)
+    on_steps = ALTERNATIONS * BLOCK_STEPS
+    calls = got["calls_in_on_blocks"]
+    assert calls["_optimizer_post_hook"] == on_steps
+    assert calls["_optimizer_pre_hook"] == on_steps
+    assert calls["backward_caller"] == 2 * on_steps  # lent at backward's start, taken back
+    assert calls["mark"] == on_steps  # auto:step
+    assert set(got["us_per_on_step"]) == set(calls)
+    note = [ln for ln in p.stdout.splitlines()
+            if ln.startswith("%s: the Python side's parts" % workload)]
+    assert len(note) == 1
+    assert re.search(r"_optimizer_post_hook \d+\.\d", note[0])
