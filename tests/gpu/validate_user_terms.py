@@ -135,7 +135,10 @@ def check_model(out, m):
         # (what memory_allocated() counts) also hold large blocks' unsplit remainders, up to
         # 1 MiB each, which MemTracker never sees.
         mt = load(mt_path).get("memtracker_pre_backward") or {}
-        mt_cats = {k: v for cats_mt in mt.values() for k, v in cats_mt.items()}
+        mt_cats = {}  # by category, every device together (the optimizer's step counts: CPU)
+        for cats_mt in mt.values():
+            for k, v in cats_mt.items():
+                mt_cats[k] = mt_cats.get(k, 0) + v
         act = sum(v for k, v in mt_cats.items() if "ACT" in k.upper())
         steady = phases_by_name(dev["steady_step"]) if dev.get("steady_step") else {}
         fwd = steady.get("forward", {})
