@@ -1,14 +1,19 @@
 // `cumemtrace report FILE`: where a snapshot's memory went (see verdicts/report.h); on a bounded
 // capture's EXE.PID.intervals.json, its intervals (cli/intervals_report.h).
 // `cumemtrace report FILE FILE...` or `report DIR`: the processes side by side first, a job's
-// ranks in rank order (verdicts/rank_table.h), then each file's own report with --each. A file
-// that cannot be read is one line on stderr; the others are shown and the exit status is 2.
+// ranks in rank order (verdicts/rank_table.h), then each file's own report with --each. Processes
+// are counted by process, files by file: several snapshots of one process (its OOM's beside its
+// final one) are one row, the one that holds most of it (process_of_files), the others said. A
+// file that cannot be read is one line on stderr; the others are shown and the exit status is 2.
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -22,6 +27,8 @@
 #include "cli/snapshot_inputs.h"
 #include "io/snapshot_input.h"
 #include "snapshot/size_format.h"
+#include "verdicts/limits.h"
+#include "verdicts/process_summary.h"
 #include "verdicts/rank_table.h"
 #include "verdicts/report.h"
 
@@ -37,6 +44,34 @@ struct Opts {
   double skew_percent = 10;
   uint64_t skew_bytes = 64ull << 20;
 };
+
+// Of files that are snapshots of one process (the same host, pid and start: an OOM's or a
+// periodic snapshot beside its final one), the one that holds most of it: written at its end over
+// one written while it ran, else the one with more events recorded; the first given on a tie.
+// Returns, per file, the index of the file kept for its process (its own index when kept). A file
+// without a tool section (PyTorch's own) is a process of its own.
+template <typename Built>
+std::vector<size_t> process_of_files(const std::vector<Built>& built) {
+  std::vector<size_t> kept(built.size());
+  std::map<std::tuple<std::string, int, int64_t>, size_t> first;  // process -> file kept so far
+  for (size_t i = 0; i < built.size(); ++i) {
+    kept[i] = i;
+    const auto& t = built[i].summary ? built[i].summary->tool : std::nullopt;
+    if (!t) continue;
+    auto [it, fresh] = first.try_emplace({t->hostname, t->pid, t->start_time_us}, i);
+    if (fresh) continue;
+    const auto& k = *built[it->second].summary->tool;
+    const bool better = analysis::mid_run_reason(k.reason) != analysis::mid_run_reason(t->reason)
+                            ? analysis::mid_run_reason(k.reason)
+                            : t->events_total > k.events_total;
+    if (better) it->second = i;
+  }
+  for (size_t i = 0; i < built.size(); ++i) {
+    const auto& t = built[i].summary ? built[i].summary->tool : std::nullopt;
+    if (t) kept[i] = first.at({t->hostname, t->pid, t->start_time_us});
+  }
+  return kept;
+}
 
 // Reports many files: the rank table, then (--each) every file's report. A process is read as
 // its summary (verdicts/process_summary.h) where a current one lies beside its snapshot; else its
@@ -101,8 +136,16 @@ int report_many(const Opts& o) {
     if (o.each) b.sites = std::make_unique<analysis::SiteTable>(ls.snapshot, o.report.full_names);
     built.push_back(std::move(b));
   }
+  // One row per process (process_of_files); the files left out are said, and --each still
+  // reports each of them.
+  const std::vector<size_t> kept = process_of_files(built);
+  std::vector<std::pair<size_t, size_t>> left_out;  // (file left out, the file kept instead)
+  for (size_t i = 0; i < built.size(); ++i)
+    if (kept[i] != i) left_out.emplace_back(i, kept[i]);
   std::vector<analysis::RankInput> inputs;
-  for (auto& b : built) {
+  for (size_t i = 0; i < built.size(); ++i) {
+    if (kept[i] != i) continue;
+    auto& b = built[i];
     analysis::SnapshotLoader load;
     if (b.whole) {
       load = analysis::in_memory(*b.whole);
@@ -118,6 +161,10 @@ int report_many(const Opts& o) {
     nlohmann::json j;
     j["ranks"] = analysis::rank_table_json(table, o.report.top);
     j["skipped_snapshots"] = in.skipped;
+    nlohmann::json same = nlohmann::json::array();
+    for (const auto& [i, k] : left_out)
+      same.push_back({{"file", built[i].file}, {"same_process_as", built[k].file}});
+    j["same_process_files"] = std::move(same);
     nlohmann::json unreadable = nlohmann::json::array();
     for (const auto& ls : in.files)
       if (!ls.unreadable.empty())
@@ -133,8 +180,11 @@ int report_many(const Opts& o) {
     std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   } else {
     std::cout << fmt::format("cumemtrace report: {} of {}",
-                             analysis::plural(built.size(), "process"),
+                             analysis::plural(inputs.size(), "process"),
                              analysis::plural(in.files.size(), "file"));
+    for (const auto& [i, k] : left_out)
+      std::cout << fmt::format(" ({} left out: {} again, whose {} holds more of it)", built[i].file,
+                               analysis::process_name(*built[i].summary), built[k].file);
     if (in.skipped)
       std::cout << fmt::format(
           " ({} written while a process ran left out: the same processes "

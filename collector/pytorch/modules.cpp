@@ -42,14 +42,23 @@ std::vector<NameTable> tables_of(const snap::Snapshot& s, snap::OwnerRole role) 
 }
 
 // The parameter name of a tensor of `role`: the latest table made while it was alive that names
-// a pointer inside it; empty when none does.
-std::string_view parameter_in(const std::vector<NameTable>& tables, const TensorLife& t) {
+// a pointer inside it; else, for a gradient made again where the walks saw one (categories.h rule
+// 3: no walk, so no table, comes while it lives when the gradients' pointers did not move), the
+// latest table made before its allocation when that names its address; empty otherwise.
+std::string_view parameter_in(const std::vector<NameTable>& tables, const TensorLife& t,
+                              bool regrown) {
   for (auto it = tables.rbegin(); it != tables.rend(); ++it) {
     if (it->time_us < t.alloc_us || it->time_us > t.free_us) continue;
     auto p = it->by_pointer.lower_bound(t.addr);
     if (p != it->by_pointer.end() && p->first < t.addr + t.size) return p->second;
   }
-  return {};
+  if (!regrown) return {};
+  const NameTable* latest = nullptr;  // ring order is nearly, not strictly, time order
+  for (const auto& n : tables)
+    if (n.time_us < t.alloc_us && (!latest || n.time_us >= latest->time_us)) latest = &n;
+  if (!latest) return {};
+  const auto p = latest->by_pointer.find(t.addr);
+  return p == latest->by_pointer.end() ? std::string_view() : std::string_view(p->second);
 }
 
 // A root's own name where the snapshot knows one: the outermost module call's name when every
@@ -113,7 +122,7 @@ std::string_view TensorModules::parameter_of(const TensorLife& t) const {
                    : t.category == Category::kGradient       ? 1
                    : t.category == Category::kOptimizerState ? 2
                                                              : -1;
-  return role < 0 ? std::string_view() : parameter_in(names_[role], t);
+  return role < 0 ? std::string_view() : parameter_in(names_[role], t, role == 1);
 }
 
 std::string TensorModules::module_of(const TensorLife& t, Phase phase) const {

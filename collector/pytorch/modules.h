@@ -4,14 +4,16 @@
 //  - a tensor's module: a parameter, gradient or optimizer state tensor (categories.h) belongs to
 //    the module that owns its parameter: the parameter's name from the tool section's
 //    tensor_names (the latest table of its role made while it was alive with a data pointer
-//    inside the tensor), less its last component; a parameter of a root itself belongs to no
-//    child and is shown under the root's class name when known, else "(root)". Any other tensor
-//    belongs to the innermost module call on its allocation's stack (snap::Frame::module): in
-//    backward, on autograd's engine thread (no Python of its own), the module whose forward made
-//    the autograd node that allocated it (the preload puts that module call's frame behind the
-//    node: preload/stacks/node_modules.h). A tensor with neither is "(no module)", in backward
-//    its own row "(backward)": what a node made outside any module call (the loss) or not filed
-//    (AccumulateGrad's temporaries, a torch whose node layout was refused).
+//    inside the tensor; a gradient made again where the walks saw one, which categories.h's rule
+//    3 labels with no walk while it lives, takes the latest gradient table made before its
+//    allocation that names its address), less its last component; a parameter of a root itself
+//    belongs to no child and is shown under the root's class name when known, else "(root)". Any
+//    other tensor belongs to the innermost module call on its allocation's stack
+//    (snap::Frame::module): in backward, on autograd's engine thread (no Python of its own), the
+//    module whose forward made the autograd node that allocated it (the preload puts that module
+//    call's frame behind the node: preload/stacks/node_modules.h). A tensor with neither is "(no
+//    module)", in backward its own row "(backward)": what a node made outside any module call (the
+//    loss) or not filed (AccumulateGrad's temporaries, a torch whose node layout was refused).
 //  - depth d (--module-depth, >= 1): a module's row is its name's first d components (a root's
 //    class name is one component), so a row sums its whole subtree down from depth d.
 //  - a tensor's bytes here are MemTracker's (torch.distributed._tools.mem_tracker): its request

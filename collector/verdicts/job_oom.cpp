@@ -102,10 +102,14 @@ std::vector<std::string> job_oom_lines(const JobOom& j, size_t top) {
   if (j.ooms > 1)
     more = fmt::format(" (the first of {} in {})", plural(j.ooms, "OOM"),
                        plural(j.processes_with_oom, "process"));
+  // A rank's name gets its pid; a process named by its pid ("pid 7 (app)") has it already.
+  const std::string pid = fmt::format("pid {}", j.pid);
+  const bool named_by_pid = j.name == pid || j.name.starts_with(pid + " ");
   out.push_back(
-      fmt::format("first OOM of the job{}: {} (pid {}) on cuda:{} at {} since the job's "
+      fmt::format("first OOM of the job{}: {}{} on cuda:{} at {} since the job's "
                   "start: {}",
-                  more, j.name, j.pid, j.oom.device, format_time(j.since_start_us, 0), j.oom.line));
+                  more, j.name, named_by_pid ? "" : fmt::format(" ({})", pid), j.oom.device,
+                  format_time(j.since_start_us, 0), j.oom.line));
   out.push_back(
       fmt::format("  the request: {} at {}", snap::format_bytes(j.oom.requested), j.oom.site));
   // A large job: the `top` rows that held most, largest first; every one is in the JSON.

@@ -81,8 +81,10 @@ std::string every_limit_flag() {
 }
 
 bool mid_run_snapshot(const snap::Snapshot& s) {
-  if (!s.tool) return false;  // PyTorch's own snapshot: whatever its program dumped
-  const std::string& r = s.tool->reason;
+  return s.tool && mid_run_reason(s.tool->reason);  // no tool: PyTorch's own, whatever it holds
+}
+
+bool mid_run_reason(const std::string& r) {
   // "peak" and "growth": bounded capture's windows (live/process_session.h).
   return r == "periodic" || r == "request" || r == "oom" || r == "peak" || r == "growth";
 }

@@ -88,6 +88,8 @@ std::string every_limit_flag();
 // True for a snapshot written while its process ran (tool section reason "periodic", "request"
 // or "oom"): what it holds is not what the process left at its end.
 bool mid_run_snapshot(const snap::Snapshot& s);
+// The same rule on a tool section's `reason` alone (a process's summary keeps it).
+bool mid_run_reason(const std::string& reason);
 
 // The table as JSON: {"limits": [{"name", "flag", "check", "help", "needs", "at_end"}...]}.
 void write_limits_json(std::ostream& out);

@@ -228,11 +228,13 @@ class Modules:
         self._param_names = None
         self._sink.names(NAMES_MODULES, sorted(self._table.items()))
 
-    def on_owners(self, role, found, params, optimizers):
+    def on_owners(self, role, found, params, optimizers, local_tensors=lambda t: None):
         """The phases sent `found` ({data pointer: bytes}) for `role` (1 parameters, 2 gradients,
         3 optimizer state) over `params` and `optimizers`: each pointer gets the name of its
-        parameter (a pointer of no named parameter gets none). Other roles (inputs, unsharded
-        parameters) are not named."""
+        parameter (a pointer of no named parameter gets none). A tensor subclass is named by the
+        tensors the walk keyed it by: `local_tensors` is the walk's own rule
+        (Phases._local_tensors: a DTensor's local shard; its own data_ptr() is 0), None for a
+        tensor keyed as it is. Other roles (inputs, unsharded parameters) are not named."""
         if role not in (1, 2, 3):
             return
         names = self._param_names
@@ -247,17 +249,24 @@ class Modules:
             owned = ((p, [v for v in st.values() if isinstance(v, tensor)])
                      for opt in optimizers for p, st in opt.state.items())
         pairs = {}
-        for p, tensors in owned:
-            name = names.get(id(p))
-            if name is None:
-                continue
+
+        def name_all(tensors, name):
             for t in tensors:
+                inner = local_tensors(t)
+                if inner is not None:
+                    name_all(inner, name)
+                    continue
                 try:
                     ptr = t.data_ptr()
                 except RuntimeError:  # a layout without one block, as the walk skips it
                     continue
                 if ptr in found and ptr not in pairs:
                     pairs[ptr] = name
+
+        for p, tensors in owned:
+            name = names.get(id(p))
+            if name is not None:
+                name_all(tensors, name)
         pairs = tuple(sorted(pairs.items()))
         if self._sent_roles.get(role) == pairs:
             return

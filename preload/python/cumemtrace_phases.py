@@ -7,7 +7,8 @@ the annotation contract that the analysis reads (docs/pytorch.md):
   START/END "auto:loss"       instead of auto:forward when that root is a loss module
                               (torch.nn.modules.loss._Loss: nn.MSELoss, nn.CrossEntropyLoss...),
   START/END "auto:backward"   around the outermost autograd run (Tensor.backward,
-                              torch.autograd.backward and torch.autograd.grad all end in
+                              torch.autograd.backward and torch.autograd.grad, the seed
+                              gradient they make included; all end in
                               torch.autograd._engine_run_backward) outside a forward; while
                               it runs, the caller's Python frames are lent to autograd's engine
                               threads (cumemtrace_torch_backward_caller), so that their
@@ -193,11 +194,16 @@ class Phases:
 
         autograd = torch.autograd
         bw = (self._backward_begin, self._backward_end)
+        # The public entry points (Tensor.backward calls the first through the module): backward
+        # begins where the user's call does, before _make_grads makes the seed gradient (a
+        # ones_like of the loss, 512 B on a GPU) that the engine then consumes; marked from the
+        # engine run instead, that block fell before the phase (in "loss", or in a closure's
+        # "optimizer" under Lightning, as unknown). The engine run too: a caller holding its
+        # own reference to backward or grad still reaches it (the outermost call marks).
+        self._wrap(autograd, "backward", *bw)
+        self._wrap(autograd, "grad", *bw)
         if callable(getattr(autograd, "_engine_run_backward", None)):
             self._wrap(autograd, "_engine_run_backward", *bw)
-        else:  # older torch: the public entry points (Tensor.backward calls the first)
-            self._wrap(autograd, "backward", *bw)
-            self._wrap(autograd, "grad", *bw)
         # The only zero_grad definitions in torch (subclasses and wrappers such as accelerate's
         # AcceleratedOptimizer end in Optimizer's); wrapped on the classes.
         zg = (self._zero_grad_begin, self._zero_grad_end)
@@ -760,7 +766,8 @@ class Phases:
         self._sent[role] = pairs
         self._sink.owners(role, [x for pair in pairs for x in pair])
         if self._modules:
-            self._modules.on_owners(role, found, self._params, list(self._optimizers))
+            self._modules.on_owners(role, found, self._params, list(self._optimizers),
+                                    self._local_tensors)
 
     def _walk(self, roles):
         """Sends each role whose list changed. A step's walk (all three roles) costs one pass over

@@ -56,7 +56,11 @@ snap::Stack in_modules(int64_t line, const std::vector<std::string>& modules) {
 // With `backward_modules`: the engine thread's stacks as the preload records them when it knows
 // each node's module (preload/stacks/node_modules.h): the node's frame, the module call that made
 // the node (dec.0's for the 1 MiB autograd buffer), then the backward() line lent by the caller.
-snap::Snapshot net_run(bool workspaces = false, bool backward_modules = false) {
+// With `walk_once`: the gradients are walked and named at the first step's end only, as the
+// phases do when the next step's gradients land where the last ones were (their pointers did
+// not move: cumemtrace_phases.py's Phases._walk sends nothing new).
+snap::Snapshot net_run(bool workspaces = false, bool backward_modules = false,
+                       bool walk_once = false) {
   TorchRunBuilder b;
   const auto ag = TorchRunBuilder::kAutogradTid;
   const auto setup = b.line("train.py", 10, "<module>");
@@ -123,10 +127,12 @@ snap::Snapshot net_run(bool workspaces = false, bool backward_modules = false) {
         b.walk(t + 300, snap::OwnerRole::kCublasWorkspace, {{0x10a000000, 0}, {0x10c000000, 0}});
       }
     }
-    b.walk(t + 300, snap::OwnerRole::kGradient,
-           {{g_enc, 4 * MiB}, {g_dec0, 2 * MiB}, {g_dec1, 1 * MiB}});
-    b.names(t + 300, snap::OwnerRole::kGradient,
-            {{g_enc, "enc.weight"}, {g_dec0, "dec.0.weight"}, {g_dec1, "dec.1.weight"}});
+    if (!walk_once || k == 0) {
+      b.walk(t + 300, snap::OwnerRole::kGradient,
+             {{g_enc, 4 * MiB}, {g_dec0, 2 * MiB}, {g_dec1, 1 * MiB}});
+      b.names(t + 300, snap::OwnerRole::kGradient,
+              {{g_enc, "enc.weight"}, {g_dec0, "dec.0.weight"}, {g_dec1, "dec.1.weight"}});
+    }
     b.mark(t + 300, "auto:step");
   }
   return b.finish();
@@ -321,6 +327,30 @@ TEST_CASE("the ledger's phases by module, and gradients named by their parameter
   const auto lp = build_ledger(plain, SiteTable(plain), 2);
   CHECK(lp->module_depth == 0);
   CHECK(phase_of(lp->devices.at(0).steady, Phase::kForward).added_by_module.empty());
+}
+
+TEST_CASE("gradients made again where the last walk saw them keep their parameter's name") {
+  // The phases walk the gradients only when their pointers moved: with zero_grad(set_to_none)
+  // step 2's gradients land where step 1's were and no walk or name table comes while they live
+  // (GPT-2 on an H100: every steady backward gradient was at its autograd node's line).
+  const auto s = net_run(false, true, true);  // the autograd buffer filed with dec.0
+  const auto l = build_ledger(s, SiteTable(s), 2);
+  REQUIRE(l);
+  const auto& bwd = phase_of(l->devices.at(0).steady, Phase::kBackward);
+  Rows grads;
+  for (const auto& sb : bwd.added_by_site)
+    if (sb.category == snap::Category::kGradient) grads.emplace_back(sb.site, sb.bytes);
+  CHECK(grads == Rows{{"grad of enc.weight", 4 * kMiB},
+                      {"grad of dec.0.weight", 2 * kMiB},
+                      {"grad of dec.1.weight", 1 * kMiB}});
+  CHECK(by_module(bwd) == Rows{{"enc", 1 * kMiB}});
+  // The view by module puts them on their parameters' modules at the end of step 2.
+  const auto v = build_module_view(s, 2);
+  REQUIRE(v);
+  CHECK(find(*v, "enc")->gradients == 4 * MiB);
+  CHECK(find(*v, "dec.0")->gradients == 2 * MiB);
+  CHECK(find(*v, "dec.1")->gradients == 1 * MiB);
+  CHECK(find(*v, "(backward)") == nullptr);  // nothing of backward left without a module
 }
 
 TEST_CASE("check --max-module-bytes: every module at the depth; over the limit named") {

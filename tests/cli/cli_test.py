@@ -441,6 +441,36 @@ def test_summaries_of_a_real_job():
            f"check DIR: the failing rank alone is read ({rc})")
 
 
+def test_two_snapshots_of_one_process():
+    """The real H100 run with one OOM (torch-2.11-fraction-oom): its snapshot written at the OOM
+    and its final one are one process, whichever order they come in; the table keeps the final
+    one (it holds the OOM too), counts one OOM in one process and names no other process."""
+    d = os.path.join(ARGS.fixtures, "torch-2.11-fraction-oom")
+    oom, final = os.path.join(d, "oom.json"), os.path.join(d, "snapshot.json")
+    for files in ([oom, final], [final, oom]):
+        out, _ = expect_rc(["report", *files], 0)
+        lines = out.splitlines()
+        expect(lines[0] == f"cumemtrace report: 1 process of 2 files ({oom} left out: pid 4243 "
+               f"(python3.12) again, whose {final} holds more of it)",
+               f"report {files}: {lines[0]}")
+        expect(lines[2].startswith("First OOM of the job: pid 4243 (python3.12) on cuda:0 at "
+                                   "+3.652506 s since the job's start: exhaustion: 900 MiB"),
+               f"report {files}: one OOM, its process named once: {lines[2]}")
+        expect("the other processes then" not in out, f"report {files}: no other process")
+        rows = [ln for ln in lines if ln.startswith("  pid ")]
+        expect(len(rows) == 1 and rows[0].split()[-1] == "MiB" and "286 MiB" in rows[0],
+               f"report {files}: one row, the final snapshot's (286 MiB live at exit): {rows}")
+        j = json.loads(expect_rc(["report", "--format", "json", *files], 0)[0])
+        expect(j["same_process_files"] == [{"file": oom, "same_process_as": final}],
+               f"report --format json {files}: {j['same_process_files']}")
+        expect(len(j["ranks"]["rows"]) == 1 and j["ranks"]["first_oom"]["ooms"] == 1
+               and j["ranks"]["first_oom"]["processes_with_oom"] == 1,
+               f"report --format json {files}: one row, one OOM")
+    # --each still reports each file.
+    out, _ = expect_rc(["report", "--each", oom, final], 0)
+    expect(out.count("Top allocation sites by bytes") == 2, "report --each: both files' reports")
+
+
 def test_real_collector_output():
     """The collector's own files, from a test program run on the fake driver, gate correctly."""
     if not os.path.exists(ARGS.traced_program):
@@ -585,7 +615,8 @@ def main():
               test_run_usage_and_refusals_leave_nothing, test_convert_to_a_full_stdout,
               test_drops,
               test_growth_and_suppressions, test_formats, test_diff, test_torch_fixture,
-              test_summaries_of_a_real_job, test_real_collector_output, test_schema, test_outputs_never_destroy_data,
+              test_summaries_of_a_real_job, test_two_snapshots_of_one_process,
+              test_real_collector_output, test_schema, test_outputs_never_destroy_data,
               test_inputs_are_bounded_and_never_hang, test_usage_messages):
         t()
     if FAILURES:

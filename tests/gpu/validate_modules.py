@@ -8,8 +8,8 @@ Usage: python3 tests/gpu/validate_modules.py [BUILD (default build)] [OUT (defau
 /tmp/cumemtrace-modules)]. About a minute on an H100.
 
 What must agree, per module row that MemTracker also has (a called module at depths 1 to 5):
-- parameters: exactly the sum of named_parameters() under the row (a tied weight counts under
-  its first name, as named_parameters() lists it);
+- parameters, and gradients at the step's end: exactly the sum of named_parameters() under the
+  row (a tied weight counts under its first name, as named_parameters() lists it);
 - activations (what the module's forward saved, alive when backward starts) with MemTracker's
   activations the module's forward left (its Post-Forward minus Pre-Forward "Activation") less
   the module's outputs freed before backward starts (FreedOutputs: GPT-2's embeddings' outputs,
@@ -453,6 +453,11 @@ def compare(name, out, ct):
         for key, b in sorted(want.items()):
             got = ours.get(key, {}).get("parameters", 0)
             row("%s d%d %s: parameters = named_parameters()" % (name, depth, key),
+                "PASS" if got == b else "FAIL", "%d / %d" % (got, b))
+            # every parameter has its gradient at the step's end (zero_grad(set_to_none) runs at
+            # the next step's start): each made again where the last walk saw one keeps its name
+            got = ours.get(key, {}).get("gradients", 0)
+            row("%s d%d %s: gradients = named_parameters()" % (name, depth, key),
                 "PASS" if got == b else "FAIL", "%d / %d" % (got, b))
         for key, r in sorted(ours.items()):
             m = mt.get(key)

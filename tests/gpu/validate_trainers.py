@@ -22,6 +22,9 @@ stay automatic). One table row per comparison, '| scenario | what | PASS/FAIL | 
   both sides printed);
 - torch's cuBLAS workspaces live at validate:end are labelled cublas_workspace (every scenario
   runs cuBLAS);
+- no tensor of category "unknown" in the first and steady steps' phases (NO_UNKNOWN);
+- FSDP2: the by-module view's parameters, gradients and optimizer state per module (depth 1)
+  equal the module's own local shards, to the byte, and "(no module)" holds none of them;
 - the ledger's allocated peak against max_memory_allocated() (printed; PASS within 1%).
 Exit 1 on any FAIL or error.
 """
@@ -44,6 +47,11 @@ SCENARIOS = {
     "generate": None,  # inference: GENERATE_TOKENS forwards, no step (checked apart)
 }
 GENERATE_TOKENS = 8
+# Scenarios whose first and steady steps must hold no tensor of category "unknown" (Lightning:
+# the loss's seed gradient, made by backward() inside its closure, was one: 512 B). Not yet LBFGS
+# (its working tensors live across the closure's calls: ~100 MB "unknown") or the Trainer
+# (clip_grad_norm_'s total norm, made between backward and the step: 512 B).
+NO_UNKNOWN = {"lightning", "fsdp2", "checkpoint", "compiled"}
 
 
 # ---- the scenarios (run under cumemtrace) -------------------------------------------------------
@@ -172,10 +180,24 @@ def run_fsdp2(torch, truth_path):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
     params = list(model.parameters())
-    return params, [p.grad for p in params], state_tensors(opt), (model, dist)
+    return params, [p.grad for p in params], state_tensors(opt), (model, dist, opt)
 
 
-def write_truth(torch, truth_path, params, grads, state, kv_cache=None):
+def module_truth(model, opt):
+    """Per module of depth 1 that holds parameters: its parameters', gradients' and optimizer
+    state's bytes (this rank's local shards under FSDP2), as the by-module view counts them."""
+    out = {}
+    for name, m in model.named_children():
+        params = list(m.parameters())
+        if params:
+            out[name] = {"parameters": block_bytes(params),
+                         "gradients": block_bytes(p.grad for p in params),
+                         "optimizer_state": block_bytes(
+                             v for p in params for v in opt.state.get(p, {}).values())}
+    return out
+
+
+def write_truth(torch, truth_path, params, grads, state, kv_cache=None, modules=None):
     """The framework's own figures now, and the one mark (validate:end) that says when."""
     import ctypes
     torch.cuda.synchronize()
@@ -184,6 +206,8 @@ def write_truth(torch, truth_path, params, grads, state, kv_cache=None):
              "max_memory_allocated": torch.cuda.max_memory_allocated()}
     if kv_cache is not None:
         truth["kv_cache"] = block_bytes(kv_cache)
+    if modules is not None:
+        truth["modules"] = modules
     if not truth["parameter"]:
         raise SystemExit("no parameter on the GPU at the truth's moment: nothing to compare")
     with open(truth_path, "w") as f:
@@ -259,7 +283,8 @@ def scenario(name, truth_path):
     if got is None:
         return None
     params, grads, state, keep = got
-    write_truth(torch, truth_path, params, grads, state)
+    write_truth(torch, truth_path, params, grads, state,
+                modules=module_truth(keep[0], keep[2]) if name == "fsdp2" else None)
     if name == "fsdp2":
         keep[1].destroy_process_group()
     return keep
@@ -356,10 +381,38 @@ def check(name, ct, out):
     row(name, "other tensors live at the end (shown)", True,
         ", ".join("%s %s" % (k, "%.2f MiB" % (v / MIB)) for k, v in sorted(others.items(),
                                                                           key=str)) or "none")
+    if name in NO_UNKNOWN:
+        unknown = ["%s %s %+d B" % (key.split("_")[0], ph["phase"],
+                                    ph["added_tensor_bytes_by_category"]["unknown"])
+                   for key in ("first_step", "steady_step")
+                   for ph in (dev.get(key) or {}).get("phases", [])
+                   if ph.get("added_tensor_bytes_by_category", {}).get("unknown")]
+        row(name, "no tensor \"unknown\" in the steps' phases", not unknown,
+            ", ".join(unknown) or "none")
+    if "modules" in truth:
+        check_modules(name, ct, path, truth["modules"])
     peak = (dev.get("allocated_peak") or {}).get("allocated_bytes", 0)
     mma = truth["max_memory_allocated"]
     row(name, "allocated peak vs max_memory_allocated()", close(peak, mma),
         "%d / %d B (%+d)" % (peak, mma, peak - mma))
+
+
+def check_modules(name, ct, path, want):
+    """The by-module view at depth 1 (report --module-depth 1): each module's parameters,
+    gradients and optimizer state equal its own (this rank's shards), to the byte; none of
+    those bytes is "(no module)"."""
+    rep = json.loads(subprocess.run([ct, "report", "--format", "json", "--top", "1000",
+                                     "--module-depth", "1", path],
+                                    capture_output=True, text=True).stdout or "{}")
+    rows_ = {r["module"]: r for r in (rep.get("modules") or {}).get("rows", [])}
+    for module, cats in sorted(want.items()):
+        for cat, theirs in sorted(cats.items()):
+            ours = rows_.get(module, {}).get(cat, 0)
+            row(name, "module %s: %s = its own" % (module, cat), ours == theirs,
+                "%d / %d B" % (ours, theirs))
+    nobody = rows_.get("(no module)", {})
+    stray = sum(nobody.get(c, 0) for c in ("parameters", "gradients", "optimizer_state"))
+    row(name, "(no module): no parameter, gradient or state", stray == 0, "%d B" % stray)
 
 
 def main():

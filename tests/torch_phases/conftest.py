@@ -3,11 +3,13 @@ the real PyTorch (tests run by the torch venv's Python, CPU tensors: device filt
 import importlib
 import io
 import os
+import socket
 import sys
 import threading
 
 import pytest
 import torch
+import torch.distributed as dist
 
 SOURCE = os.environ.get("CT_SOURCE", os.path.join(os.path.dirname(__file__), "../.."))
 sys.path.insert(0, os.path.join(SOURCE, "preload", "python"))
@@ -100,3 +102,24 @@ def bwd():
 
 def opt_step():
     return [("START", "auto:optimizer"), ("END", "auto:optimizer"), ("MARK", "auto:step")]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def process_group(request):
+    """world size 1 on gloo, or 2 on PyTorch's fake process group (no peers: shapes and local
+    shards are real, the collectives do nothing)."""
+    world = request.param
+    if world == 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    else:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    yield world
+    dist.destroy_process_group()

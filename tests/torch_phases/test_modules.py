@@ -138,6 +138,50 @@ def test_per_module_parameters_are_the_models_own(named, make):
     assert len(set(state.values())) == len(list(model.parameters()))
 
 
+@pytest.mark.parametrize("process_group", [1, 2], indirect=True)
+def test_fsdp2_shards_are_named_by_their_parameter(named, process_group):
+    """FSDP2 (fully_shard: DTensor parameters, gradients and Adam state, whose own data_ptr() is
+    0) on gloo (world 1) and the fake process group (world 2): the walk keys each by its local
+    shard, and the names key the same pointers, so each module holds its shards' bytes."""
+    from torch.distributed.fsdp import fully_shard
+    rec, names, err = named
+    world = process_group
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    fully_shard(model[0])
+    fully_shard(model[2])
+    fully_shard(model)
+    assert next(model.parameters()).data_ptr() == 0
+    opt = torch.optim.AdamW(model.parameters())
+    x, y = torch.randn(2, 8), torch.randn(2, 4)
+    for _ in range(2):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    assert err.getvalue() == ""
+    walks = {role: pairs for role, pairs in rec.walks() if role in (PARAMETER, GRADIENT, STATE)}
+    by_name = {n: p for n, p in model.named_parameters()}
+
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    want = {PARAMETER: {local(p).data_ptr(): n for n, p in by_name.items()},
+            GRADIENT: {local(p.grad).data_ptr(): n for n, p in by_name.items()},
+            STATE: {local(v).data_ptr(): n for n, p in by_name.items()
+                    for v in opt.state[p].values()}}
+    for role in (PARAMETER, GRADIENT, STATE):
+        assert names.latest(role) == want[role], role
+        assert set(names.latest(role)) == {ptr for ptr, _ in walks[role]}, role
+    # Bytes per module: this rank's shards (dim 0 of each weight and bias), Adam's exp_avg and
+    # exp_avg_sq as sharded as their parameter, and its `step`, a plain 4-byte scalar each.
+    shard = {1: {"0": 16 * 8 * 4 + 16 * 4, "2": 4 * 16 * 4 + 4 * 4},
+             2: {"0": 8 * 8 * 4 + 8 * 4, "2": 2 * 16 * 4 + 2 * 4}}[world]
+    assert by_module(walks[PARAMETER], names.latest(PARAMETER), 1) == shard
+    assert by_module(walks[GRADIENT], names.latest(GRADIENT), 1) == shard
+    assert by_module(walks[STATE], names.latest(STATE), 1) == {
+        m: 2 * b + 2 * 4 for m, b in shard.items()}
+
+
 def test_wrapper_prefixes_are_stripped(named):
     rec, names, err = named
 

@@ -6,13 +6,11 @@ Lightning's automatic optimization) are marked inside the optimizer's pair: the 
 the innermost (collector/pytorch/phases.h)."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from conftest import bwd, fwd, loss, opt_step, zg
@@ -123,6 +121,61 @@ def test_lightning_automatic_optimization(phases):
     assert sum(b for _, b in last_walk(rec, GRADIENT)) == nbytes(p.grad for p in params)
     assert sum(b for _, b in last_walk(rec, OPTIMIZER_STATE)) == nbytes(
         v for s in opt.state.values() for v in s.values()) == 2 * 848 + 4 * 4
+    assert err.getvalue() == ""
+
+
+def seed_spy(monkeypatch, rec):
+    """Records ("SEED", bytes) in rec's events each time backward or grad makes its seed
+    gradients (torch.autograd._make_grads: a ones_like of the loss when none is given)."""
+    make = torch.autograd._make_grads
+
+    def spy(*args, **kwargs):
+        seeds = make(*args, **kwargs)
+        rec.events.append(("SEED", sum(g.nbytes for g in seeds if g is not None)))
+        return seeds
+
+    monkeypatch.setattr(torch.autograd, "_make_grads", spy)
+
+
+def test_lightning_closure_seed_gradient_is_backward(phases, monkeypatch):
+    """Lightning's closure calls loss.backward() inside optimizer.step(closure): the loss's seed
+    gradient (torch.ones_like(loss), 512 B on a GPU) is made inside auto:backward, not in the
+    optimizer's remainder (on an H100 it was the first step's "optimizer: unknown +512 B")."""
+    pl = pytest.importorskip("pytorch_lightning")
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+
+        def training_step(self, batch, i):
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters())
+
+    ph, rec, err = phases
+    seed_spy(monkeypatch, rec)
+    torch.manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(4, 8), torch.randn(4, 4))
+    trainer = pl.Trainer(max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Module(), torch.utils.data.DataLoader(data, batch_size=2))
+    backward = [("START", "auto:backward"), ("SEED", 4), ("END", "auto:backward")]
+    assert rec.marks() == zg() + (OPT_START + fwd() + zg() + backward + OPT_END) * 2
+    assert err.getvalue() == ""
+
+
+def test_plain_loop_and_grad_seed_gradients_are_backward(phases, monkeypatch):
+    ph, rec, err = phases
+    seed_spy(monkeypatch, rec)
+    model = mlp()
+    x = torch.randn(2, 8, requires_grad=True)
+    model(x).sum().backward()
+    torch.autograd.grad(model(x).sum(), [x])
+    backward = [("START", "auto:backward"), ("SEED", 4), ("END", "auto:backward")]
+    assert rec.marks() == fwd() + backward + fwd() + backward
     assert err.getvalue() == ""
 
 
@@ -256,27 +309,6 @@ def test_transformers_trainer_gradient_accumulation(phases, tmp_path):
     # the batch enters the root's forward as keyword arguments
     assert len(last_walk(rec, INPUT)) >= 2
     assert err.getvalue() == ""
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def process_group(request):
-    """world size 1 on gloo, or 2 on PyTorch's fake process group (no peers: shapes and local
-    shards are real, the collectives do nothing)."""
-    world = request.param
-    if world == 1:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-        dist.init_process_group("gloo", rank=0, world_size=1)
-    else:
-        from torch.testing._internal.distributed.fake_pg import FakeStore
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-    yield world
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("process_group", [1, 2], indirect=True)
