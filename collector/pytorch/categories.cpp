@@ -230,9 +230,28 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
       if (p == l.addr && bytes <= l.size) return true;
     return false;
   };
-  bool input_walks = false;
+  // A batch made again where the last input walk saw one (rule 5's carry-over, contract): the
+  // input walk is sent only when the root's inputs' pointers changed, so each step's new batch,
+  // landing where the last one was, gets no walk of its own.
+  std::vector<const snap::OwnerWalk*> input_walks_by_time;
   if (s.tool)
-    for (const auto& w : s.tool->ownership) input_walks |= w.role == snap::OwnerRole::kInput;
+    for (const auto& w : s.tool->ownership)
+      if (w.role == snap::OwnerRole::kInput) input_walks_by_time.push_back(&w);
+  std::stable_sort(input_walks_by_time.begin(), input_walks_by_time.end(),
+                   [](const auto* a, const auto* b) { return a->time_us < b->time_us; });
+  const bool input_walks = !input_walks_by_time.empty();
+  auto carried_input = [&](const TensorLife& l, size_t f) {
+    if (f == kNone || l.free_us < spans[f].begin_us) return false;  // not alive into it
+    auto it =
+        std::lower_bound(input_walks_by_time.begin(), input_walks_by_time.end(), spans[f].begin_us,
+                         [](const auto* w, int64_t t) { return w->time_us < t; });
+    // A walk sent in that forward is the current one: it was joined with the tensor's life.
+    if (it != input_walks_by_time.end() && (*it)->time_us <= spans[f].end_us) return false;
+    if (it == input_walks_by_time.begin()) return false;  // no walk yet: nothing to carry
+    for (const auto& [p, bytes] : (*std::prev(it))->tensors)
+      if (p >= l.addr && p < l.addr + l.size) return true;
+    return false;
+  };
   std::unordered_map<int32_t, bool> ddp_stacks;  // made_by_ddp_reducer, once per stack
   for (size_t k = 0; k < dt.lives.size(); ++k) {
     auto& l = dt.lives[k];
@@ -266,6 +285,12 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
           l.category = Category::kAutograd;
         break;
       case Phase::kOptimizer:
+        // Within its step, not only its span: a closure's forward and backward cut
+        // optimizer.step(closure) into several optimizer spans (LBFGS keeps its direction and
+        // line-search tensors across the closure's evaluations and frees them before it returns).
+        if (freed_within || (l.free_us != kTimeMax && phases.step_at(l.free_us) == w.step))
+          l.category = Category::kTemporary;
+        break;
       case Phase::kZeroGrad:
         if (freed_within) l.category = Category::kTemporary;
         break;
@@ -274,7 +299,8 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
       case Phase::kOther: {
         const size_t f = next_forward[w.span];
         const bool walked_input = role[k] == static_cast<uint8_t>(snap::OwnerRole::kInput);
-        if (input_walks ? walked_input : f != kNone && l.free_us >= spans[f].begin_us)
+        if (input_walks ? walked_input || carried_input(l, f)
+                        : f != kNone && l.free_us >= spans[f].begin_us)
           l.category = Category::kInput;
         else if (freed_within)
           l.category = Category::kTemporary;

@@ -32,10 +32,15 @@
 //       latest gradient walk made before it was allocated -> gradient (the walks are re-sent only
 //       when the gradients' pointers moved: after zero_grad(set_to_none=True) each step's new
 //       gradients mostly land where the last ones were); else autograd.
-//    4. allocated in the optimizer step or zero_grad: freed within it -> temporary, else unknown.
+//    4. allocated in the optimizer step or zero_grad: freed within it (the optimizer's: within
+//       its step, whose closure's forward and backward may cut it into several spans: LBFGS's
+//       working tensors) -> temporary, else unknown.
 //    5. allocated in setup or data (outside every phase): passed to a root module's forward (an
-//       input walk saw it) -> input; freed within the same stretch -> temporary; else program
-//       (the program's own: a tensor the user's code made and keeps). A snapshot without input
+//       input walk saw it; or, alive when the next forward starts, no input walk sent in that
+//       forward and the latest one before it has a data pointer inside it: the walk is re-sent
+//       only when the inputs' pointers change, so each step's new batch, landing where the last
+//       one was, has none of its own) -> input; freed within the same stretch -> temporary; else
+//       program (the program's own: a tensor the user's code made and keeps). A snapshot without input
 //       walks (an older preload) keeps the former rule: alive when the next forward starts ->
 //       input.
 //    Without automatic phases only rule 1 applies; the rest is unknown.

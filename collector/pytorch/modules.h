@@ -33,7 +33,13 @@
 //    forward_peak / backward_peak: the highest tensor bytes (the sum of the live tensors' bytes
 //    above, cuBLAS workspaces left out) right after an allocation the row's subtree made in
 //    forward / backward (its gradients in backward): the whole program's tensors at the row's
-//    worst moment, as MemTracker's per-module "Peak-Forward" totals are. cuBLAS workspaces
+//    worst moment, as MemTracker's per-module "Peak-Forward" totals are. Every block counts, also
+//    the buffers a kernel takes and gives back inside one op (a reduction's global buffer, a
+//    contiguous copy of a strided gradient), which MemTracker (a dispatch mode: ops' outputs
+//    only) cannot see: they are the module's op's memory at that moment. A row's backward peak is
+//    taken at its own allocations only, so it ends with its module's last node (MemTracker keeps
+//    a module whose forward got no grad-requiring input open to the end of backward: its
+//    "Peak-Backward" is then that of every module after it). cuBLAS workspaces
 //    (categories.h) are no module's: MemTracker does not see them (they are no tensors), and
 //    counting them put every module's forward peak 65 MiB high on an H100 (32 MiB per thread
 //    that ran cuBLAS, forward's and autograd's, and cuBLASLt's 1 MiB).

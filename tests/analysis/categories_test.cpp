@@ -344,6 +344,34 @@ TEST_CASE("categories: checkpoint recompute is backward's, never forward's", "[c
   CHECK(cat(s, 0x100300000) == Category::kAutograd);
 }
 
+TEST_CASE("categories: optimizer.step(closure)'s own tensors freed within the step are temporary",
+          "[categories]") {
+  // LBFGS: the step's own tensors (direction, line search) live across the closure's forward and
+  // backward, which cut the step into several optimizer spans; freed before the step returns.
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 40);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.start(100, "auto:optimizer");
+  b.phase(130, 140, "auto:forward");
+  b.phase(160, 170, "auto:backward");
+  b.alloc(180, 0x100000000, 1 * MiB, ln);  // made between evaluations, freed after the next
+  b.alloc(185, 0x100100000, 1 * MiB, ln);  // made there and kept past the step
+  b.alloc(186, 0x100200000, 1 * MiB, ln);  // made and freed in one optimizer span
+  b.free(187, 0x100200000);
+  b.phase(230, 240, "auto:forward");
+  b.phase(260, 270, "auto:backward");
+  b.free(290, 0x100000000);
+  b.end(400, "auto:optimizer");
+  b.mark(400, "auto:step");
+  b.phase(500, 510, "auto:forward");
+  b.free(505, 0x100100000);
+  auto s = b.finish();
+  label_categories(s);
+  CHECK(cat(s, 0x100000000) == Category::kTemporary);
+  CHECK(cat(s, 0x100100000) == Category::kUnknown);
+  CHECK(cat(s, 0x100200000) == Category::kTemporary);
+}
+
 TEST_CASE("categories: inference, activations alive at the forward's end", "[categories]") {
   TorchRunBuilder b;
   const auto ln = b.line("infer.py", 5);
@@ -502,6 +530,51 @@ TEST_CASE("categories: input walks tell the batch from the program's own tensors
   for (auto c : loss) CHECK(c == Category::kActivation);
   CHECK(cat(s, 0x100c00000) == Category::kInput);
   CHECK(cat(s, 0x100d00000) == Category::kProgram);
+}
+
+TEST_CASE("categories: each step's batch at the last one's pointer is input without a new walk",
+          "[categories]") {
+  // The input walk is re-sent only when the root's inputs' pointers change (cumemtrace_phases.py
+  // _send): a loop making a new batch every step gets it back from the cache where the last one
+  // was, so from step 2 on no walk comes (ResNet-18 on an H100: its 36.75 MiB batch read
+  // "program", 0 B of input at the allocated peak).
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 50);
+  const auto ag = TorchRunBuilder::kAutogradTid;
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.alloc(10, 0x100000000, 2 * MiB, ln);  // step 1's batch
+  b.phase(100, 150, "auto:forward");
+  b.walk(100, snap::OwnerRole::kInput, {{0x100000000, 2 * MiB}});
+  b.phase(200, 250, "auto:backward");
+  b.phase(300, 350, "auto:optimizer");
+  b.mark(350, "auto:step");
+  b.free(360, 0x100000000);                // step 1's batch dies with the step's locals
+  b.alloc(370, 0x100000000, 2 * MiB, ln);  // step 2's, where it was: no walk at its forward
+  b.alloc(380, 0x100400000, 1 * MiB, ln);  // the program's own, kept
+  b.phase(400, 450, "auto:forward");
+  b.phase(500, 550, "auto:backward");
+  b.phase(600, 650, "auto:optimizer");
+  b.mark(650, "auto:step");
+  b.free(660, 0x100000000);
+  b.alloc(670, 0x100000000, 2 * MiB, ln);  // made at the old pointer, freed before the forward
+  b.free(680, 0x100000000);
+  b.alloc(690, 0x100000000, 2 * MiB, ln);  // at the old pointer, kept, but not passed: step 3's
+  b.alloc(695, 0x100600000, 2 * MiB, ln);  // batch is elsewhere, and its forward sends a walk
+  b.phase(700, 750, "auto:forward");
+  b.walk(700, snap::OwnerRole::kInput, {{0x100600000, 2 * MiB}});
+  b.phase(800, 850, "auto:backward");
+  b.free(840, 0x100000000, ag);
+  b.free(845, 0x100600000, ag);
+  auto s = b.finish();
+  label_categories(s);
+  const auto at = cats(s, 0x100000000);  // four lives of three entries each
+  REQUIRE(at.size() == 12);
+  CHECK(at[0] == Category::kInput);
+  CHECK(at[3] == Category::kInput);      // step 2's batch: the carried walk names it
+  CHECK(at[6] == Category::kTemporary);  // not alive when the next forward starts
+  CHECK(at[9] == Category::kProgram);    // step 3's forward sent a walk that does not name it
+  CHECK(cat(s, 0x100400000) == Category::kProgram);
+  CHECK(cat(s, 0x100600000) == Category::kInput);
 }
 
 TEST_CASE("categories: DDP's gradient buckets are communication buffers", "[categories]") {

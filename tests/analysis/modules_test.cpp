@@ -445,3 +445,75 @@ TEST_CASE("backward buffers by the module whose forward made their node") {
   // The buffer came and went inside backward: its 29 MiB moment is dec.0's; nothing it added.
   CHECK(by_module(phase_of(l->devices.at(0).steady, Phase::kBackward)) == Rows{{"enc", 1 * kMiB}});
 }
+
+TEST_CASE("backward peaks hold an op's own buffers and end with the module's last node") {
+  // A GPT block's MLP and a GPT-2's embeddings, shaped as the H100 run has them
+  // (tests/gpu/validate_modules.py): each Linear's backward sums its gradient over the rows for
+  // the bias through a reduction buffer and semaphores it frees before returning (Reduce.cuh;
+  // MemTracker, a dispatch mode, never sees them), and wte's backward runs after wpe's (whose
+  // forward got no input that requires grad: MemTracker keeps its window open to the end).
+  TorchRunBuilder b;
+  const auto ag = TorchRunBuilder::kAutogradTid;
+  auto node = [&](const std::string& fn, const std::string& module) {
+    return b.stack({{"libtorch_cpu.so", 0, "torch::autograd::generated::" + fn + "::apply"},
+                    call(module),
+                    {"train.py", 42, "step"}});
+  };
+  const auto setup = b.line("train.py", 10, "<module>");
+  b.segment(1, 0x200000000, 512 * MiB);
+  b.alloc(10, 0x200000000, 10 * MiB, setup);  // the model, 10 MiB
+  b.phase(100, 200, "auto:forward");
+  b.alloc(110, 0x200a00000, 4 * MiB, b.stack(in_modules(20, {"GPT2", "wte"})));         // 14
+  b.alloc(111, 0x200e00000, 1 * MiB, b.stack(in_modules(21, {"GPT2", "wpe"})));         // 15
+  b.alloc(120, 0x201000000, 16 * MiB, b.stack(in_modules(30, {"GPT2", "h.0.mlp.0"})));  // 31
+  b.alloc(121, 0x202000000, 16 * MiB, b.stack(in_modules(31, {"GPT2", "h.0.mlp.1"})));  // 47
+  b.alloc(122, 0x203000000, 4 * MiB, b.stack(in_modules(32, {"GPT2", "h.0.mlp.2"})));   // 51
+  b.phase(300, 400, "auto:backward");
+  const auto mlp2 = node("AddmmBackward0", "h.0.mlp.2");
+  b.alloc(301, 0x204000000, 16 * MiB, mlp2, ag);  // grad input: 67
+  b.alloc(302, 0x205000000, 4 * MiB, mlp2, ag);   // weight's gradient: 71
+  b.alloc(303, 0x206000000, 8 * MiB, mlp2, ag);   // the bias sum's reduction buffer: 79
+  b.alloc(304, 0x206800000, 16, mlp2, ag);        // and its semaphores: 79 MiB + 512
+  b.free(305, 0x206800000, ag);
+  b.free(306, 0x206000000, ag);  // 71
+  b.free(307, 0x202000000, ag);  // GELU's output, mlp.2's saved input: 55
+  b.free(308, 0x203000000, ag);  // 51
+  const auto mlp1 = node("GeluBackward0", "h.0.mlp.1");
+  b.alloc(310, 0x202000000, 16 * MiB, mlp1, ag);  // 67 (MemTracker's block peak is here)
+  b.free(311, 0x204000000, ag);                   // 51
+  b.free(312, 0x201000000, ag);                   // GELU's saved input: 35
+  const auto mlp0 = node("AddmmBackward0", "h.0.mlp.0");
+  b.alloc(320, 0x201000000, 4 * MiB, mlp0, ag);   // 39
+  b.alloc(321, 0x201400000, 4 * MiB, mlp0, ag);   // 43
+  b.alloc(322, 0x201800000, 8192, mlp0, ag);      // 43 MiB + 8 KiB
+  b.alloc(323, 0x203000000, 32 * MiB, mlp0, ag);  // 75 MiB + 8 KiB
+  b.alloc(324, 0x201802000, 64, mlp0, ag);        // 75 MiB + 8 KiB + 512
+  b.free(325, 0x201802000, ag);
+  b.free(326, 0x203000000, ag);
+  b.free(327, 0x202000000, ag);                                               // 27 MiB + 8 KiB
+  b.alloc(330, 0x207000000, 1 * MiB, node("EmbeddingBackward0", "wpe"), ag);  // 28 MiB + 8 KiB
+  const auto wte = node("EmbeddingBackward0", "wte");
+  b.alloc(340, 0x207100000, 4 * MiB, wte, ag);  // 32 MiB + 8 KiB
+  b.alloc(341, 0x207500000, 2 * MiB, wte, ag);  // its sort buffer: 34 MiB + 8 KiB
+  b.free(342, 0x207500000, ag);
+  b.phase(500, 600, "auto:optimizer");
+  b.mark(600, "auto:step");
+  const auto s = b.finish();
+
+  const auto v = build_module_view(s, 4);
+  REQUIRE(v);
+  auto bwd = [&](const std::string& m) {
+    const auto* r = find(*v, m);
+    REQUIRE(r);
+    return r->backward_peak;
+  };
+  CHECK(bwd("h.0.mlp.2") == 79 * MiB + 512);
+  CHECK(bwd("h.0.mlp.1") == 67 * MiB);
+  CHECK(bwd("h.0.mlp.0") == 75 * MiB + 8192 + 512);
+  CHECK(bwd("wpe") == 28 * MiB + 8192);  // its own node's, not wte's after it
+  CHECK(bwd("wte") == 34 * MiB + 8192);
+  const auto v2 = build_module_view(s, 2);
+  REQUIRE(v2);
+  REQUIRE(find(*v2, "h.0"));
+  CHECK(find(*v2, "h.0")->backward_peak == 79 * MiB + 512);
+}

@@ -99,6 +99,7 @@ def main():
     torch.manual_seed(0)
     model, opt, batch, loss_fn, amp, model_input = build(args.model)
     readings, kept = [], []
+    result_batch = [None]
 
     def read(what, step):
         readings.append({"at": what, "step": step,
@@ -107,6 +108,9 @@ def main():
 
     def one_step(i):
         x = batch(i)
+        # The batch's own bytes (its storage rounded up to 512 B, as MemTracker and the
+        # ledger's tensor bytes count it): what cumemtrace must call "input".
+        result_batch[0] = (x.untyped_storage().nbytes() + 511) // 512 * 512
         opt.zero_grad(set_to_none=True)
         inp = model_input(x)
         read("forward_start", i)
@@ -166,6 +170,7 @@ def main():
                   "kept_output_bytes": kept[0].numel() * kept[0].element_size() if kept else 0,
                   "max_allocated": torch.cuda.max_memory_allocated(),
                   "max_reserved": torch.cuda.max_memory_reserved()}
+    result["batch_tensor_bytes"] = result_batch[0]
     result["model"] = args.model
     result["steps"] = args.steps
     with open(args.truth, "w") as f:
