@@ -43,6 +43,7 @@ WRAPPER_NAMES = tuple(p[:-1] for p in WRAPPER_PREFIXES)
 
 # One record's text at most (wire kMaxExtraSlots * kPayloadBytes).
 RECORD_BYTES = 64 * 56
+MAX_KEPT_LINES = 1 << 16  # lines_records' memo: cleared when full
 
 
 def strip_wrappers(name):
@@ -67,6 +68,18 @@ def module_names(root):
     return {k: (v if v else label) for k, v in names.items()}
 
 
+def module_shape(root):
+    """The ids of every module under `root`, depth first through each module's own `_modules`:
+    what changes when a module is added, removed or replaced anywhere under it. Read at every
+    step's end, so it skips named_modules()' generators and names (a third of the time)."""
+    out, todo = [], [root]
+    while todo:
+        m = todo.pop()
+        out.append(id(m))
+        todo.extend(c for c in m._modules.values() if c is not None)
+    return out
+
+
 def parameter_names(roots):
     """{id(parameter): stripped fully qualified name} over the roots' named_parameters()."""
     names = {}
@@ -76,12 +89,20 @@ def parameter_names(roots):
     return names
 
 
-def lines_records(pairs):
+def lines_records(pairs, lines=None):
     """The (address, name) pairs as texts of whole "<hex> <name>\\n" lines, each at most one
-    record long (a longer line is cut: names are never that long)."""
+    record long (a longer line is cut: names are never that long). `lines`, a dict, keeps each
+    pair's line for the next call (the gradients' tables are sent again at most steps, mostly
+    over the same pairs)."""
     out, cur, size = [], [], 0
-    for address, name in pairs:
-        line = ("%x %s\n" % (address, name)).encode("utf-8", "replace")[:RECORD_BYTES]
+    for pair in pairs:
+        line = lines.get(pair) if lines is not None else None
+        if line is None:
+            line = ("%x %s\n" % pair).encode("utf-8", "replace")[:RECORD_BYTES]
+            if lines is not None:
+                if len(lines) >= MAX_KEPT_LINES:
+                    lines.clear()
+                lines[pair] = line
         if size + len(line) > RECORD_BYTES and cur:
             out.append(b"".join(cur))
             cur, size = [], 0
@@ -168,6 +189,7 @@ class PreloadNames:
         self._names = lib.cumemtrace_torch_names
         self._names.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint64]
         self._names.restype = ctypes.c_int
+        self._lines = {}  # lines_records' memo
 
     def module_code(self, address):
         self._code(address)
@@ -184,7 +206,7 @@ class PreloadNames:
         return fn(node)
 
     def names(self, what, pairs):
-        for i, text in enumerate(lines_records(pairs)):
+        for i, text in enumerate(lines_records(pairs, self._lines)):
             self._names(what, 1 if i == 0 else 0, text, len(text))
 
 
@@ -193,8 +215,9 @@ class Modules:
 
     def __init__(self, torch, sink):
         self._tensor = torch.Tensor
+        self._plain = (torch.Tensor, torch.nn.Parameter)  # keyed by their own data_ptr()
         self._sink = sink
-        self._counts = {}  # id(root) -> its module count when its table was sent
+        self._shapes = {}  # id(root) -> its module_shape when its table was sent
         self._table = {}  # id(module) -> name, over every root sent
         self._roots = weakref.WeakSet()  # every root named, for parameter names
         self._param_names = None  # id(parameter) -> name; None: to rebuild
@@ -209,21 +232,21 @@ class Modules:
     def on_root(self, root):
         """A root was found (its forward is starting): its modules' names."""
         self._roots.add(root)
-        self._send_table(root, sum(1 for _ in root.modules()))
+        self._send_table(root, module_shape(root))
 
     def on_step(self):
-        """At a step's end: a root whose module count changed is named again; at the first, the
-        node route is checked (node_route)."""
+        """At a step's end: a root whose modules changed (one added, removed or replaced anywhere
+        under it) is named again; at the first, the node route is checked (node_route)."""
         if self._node_check is not None:
             check, self._node_check = self._node_check, None
             check()
         for root in list(self._roots):
-            count = sum(1 for _ in root.modules())
-            if self._counts.get(id(root)) != count:
-                self._send_table(root, count)
+            shape = module_shape(root)
+            if self._shapes.get(id(root)) != shape:
+                self._send_table(root, shape)
 
-    def _send_table(self, root, count):
-        self._counts[id(root)] = count
+    def _send_table(self, root, shape):
+        self._shapes[id(root)] = shape
         self._table.update(module_names(root))
         self._param_names = None
         self._sink.names(NAMES_MODULES, sorted(self._table.items()))
@@ -249,10 +272,11 @@ class Modules:
             owned = ((p, [v for v in st.values() if isinstance(v, tensor)])
                      for opt in optimizers for p, st in opt.state.items())
         pairs = {}
+        plain = self._plain
 
         def name_all(tensors, name):
             for t in tensors:
-                inner = local_tensors(t)
+                inner = None if type(t) in plain else local_tensors(t)
                 if inner is not None:
                     name_all(inner, name)
                     continue

@@ -730,6 +730,8 @@ class Phases:
         """The tensors a wrapper subclass holds (DTensor: its local shard), or None for a tensor
         walked as it is. Keyed by the local storage: a DTensor's own data_ptr() is 0 and its
         storage reports the global size."""
+        if type(t) in self._plain:  # the usual case, without a failed attribute lookup
+            return None
         flatten = getattr(t, "__tensor_flatten__", None)
         if flatten is None:
             return None

@@ -218,6 +218,37 @@ def test_a_new_submodule_renames_at_the_step(named):
     assert names.latest(0)[id(model.extra)] == "extra"
 
 
+def test_a_replaced_submodule_renames_at_the_step(named):
+    """Replacing a module (the count stays the same) names the new object at the step's end, and
+    a step that changed nothing sends no table."""
+    rec, names, err = named
+    model = GPT()
+    opt = torch.optim.Adam(model.parameters())
+    idx = torch.randint(0, 64, (2, 8))
+    for _ in range(2):
+        model(idx).sum().backward()
+        opt.step()
+    sent = len([w for w, _ in names.tables if w == 0])
+    old = model.h[1].mlp[0]
+    model.h[1].mlp[0] = nn.Linear(old.in_features, old.out_features)
+    model(idx).sum().backward()
+    opt.step()
+    assert len([w for w, _ in names.tables if w == 0]) == sent + 1
+    assert names.latest(0)[id(model.h[1].mlp[0])] == "h.1.mlp.0"
+    model(idx).sum().backward()
+    opt.step()
+    assert len([w for w, _ in names.tables if w == 0]) == sent + 1
+
+
+def test_records_memo_gives_the_same_texts():
+    pairs = [(0x7f0000000000 + i, "transformer.h.%d.mlp.c_fc" % i) for i in range(400)]
+    memo = {}
+    first = cumemtrace_modules.lines_records(pairs, memo)
+    assert first == cumemtrace_modules.lines_records(pairs) == \
+        cumemtrace_modules.lines_records(pairs, memo)
+    assert len(memo) == 400
+
+
 def test_records_hold_whole_lines():
     pairs = [(0x7f0000000000 + i, "transformer.h.%d.mlp.c_fc" % i) for i in range(400)]
     texts = cumemtrace_modules.lines_records(pairs)
