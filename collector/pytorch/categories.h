@@ -40,8 +40,8 @@
 //       forward and the latest one before it has a data pointer inside it: the walk is re-sent
 //       only when the inputs' pointers change, so each step's new batch, landing where the last
 //       one was, has none of its own) -> input; freed within the same stretch -> temporary; else
-//       program (the program's own: a tensor the user's code made and keeps). A snapshot without input
-//       walks (an older preload) keeps the former rule: alive when the next forward starts ->
+//       program (the program's own: a tensor the user's code made and keeps). A snapshot without
+//       input walks (an older preload) keeps the former rule: alive when the next forward starts ->
 //       input.
 //    Without automatic phases only rule 1 applies; the rest is unknown.
 //  - held outside PyTorch's blocks (held_outside_blocks): at a training step's end (its auto:step
