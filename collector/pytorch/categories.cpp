@@ -252,6 +252,23 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
       if (p >= l.addr && p < l.addr + l.size) return true;
     return false;
   };
+  // The auto:optimizer intervals ([START, END], outermost: the hooks mark only the outermost
+  // step). An "optimizer" span also holds the stretch between backward and the step, where the
+  // program's own code runs (gradient clipping, GradScaler's unscale_): rule 4's exception.
+  std::vector<std::pair<int64_t, int64_t>> steps_run;
+  {
+    int depth = 0;
+    for (const auto& a : s.annotations) {
+      if (a.name != kAutoOptimizer) continue;
+      if (a.stage == "START" && depth++ == 0) steps_run.push_back({a.time_us, kTimeMax});
+      if (a.stage == "END" && depth > 0 && --depth == 0) steps_run.back().second = a.time_us;
+    }
+  }
+  auto in_step_run = [&](int64_t t) {
+    auto it = std::upper_bound(steps_run.begin(), steps_run.end(), t,
+                               [](int64_t v, const auto& r) { return v < r.first; });
+    return it != steps_run.begin() && t <= std::prev(it)->second;
+  };
   std::unordered_map<int32_t, bool> ddp_stacks;  // made_by_ddp_reducer, once per stack
   for (size_t k = 0; k < dt.lives.size(); ++k) {
     auto& l = dt.lives[k];
@@ -290,6 +307,8 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
         // line-search tensors across the closure's evaluations and frees them before it returns).
         if (freed_within || (l.free_us != kTimeMax && phases.step_at(l.free_us) == w.step))
           l.category = Category::kTemporary;
+        else if (input_walks && !in_step_run(l.alloc_us))
+          l.category = Category::kProgram;  // made before the step ran, kept past it
         break;
       case Phase::kZeroGrad:
         if (freed_within) l.category = Category::kTemporary;

@@ -34,7 +34,10 @@
 //       gradients mostly land where the last ones were); else autograd.
 //    4. allocated in the optimizer step or zero_grad: freed within it (the optimizer's: within
 //       its step, whose closure's forward and backward may cut it into several spans: LBFGS's
-//       working tensors) -> temporary, else unknown.
+//       working tensors) -> temporary; else, made in the optimizer span's stretch before the
+//       auto:optimizer interval (gradient clipping's total norm, GradScaler's found_inf: the
+//       program's code between backward and the step) with input walks -> program; else
+//       unknown.
 //    5. allocated in setup or data (outside every phase): passed to a root module's forward (an
 //       input walk saw it; or, alive when the next forward starts, no input walk sent in that
 //       forward and the latest one before it has a data pointer inside it: the walk is re-sent

@@ -494,6 +494,31 @@ TEST_CASE("phases: a loss module's call and the stretches around it are one loss
   CHECK(got == want);
 }
 
+TEST_CASE("categories: what the program makes between backward and the step and keeps is its own",
+          "[categories]") {
+  // transformers' Trainer: clip_grad_norm_'s total norm, made after backward and before
+  // optimizer.step(), kept for the logs; the step's own tensor kept past it stays unknown.
+  TorchRunBuilder b;
+  const auto ln = b.line("train.py", 60);
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.phase(100, 150, "auto:forward");
+  b.walk(100, snap::OwnerRole::kInput, {{0x100f00000, 1 * MiB}});
+  b.phase(200, 250, "auto:backward");
+  b.alloc(260, 0x100000000, 4, ln);  // the total norm, kept past the step: program
+  b.alloc(270, 0x100100000, 4, ln);  // made there and freed within the step: temporary
+  b.free(320, 0x100100000);
+  b.phase(300, 350, "auto:optimizer");
+  b.alloc(310, 0x100200000, 1 * MiB, ln);  // the step's own, kept, no walk: unknown
+  b.mark(350, "auto:step");
+  b.phase(400, 450, "auto:forward");
+  b.free(410, 0x100000000);
+  auto s = b.finish();
+  label_categories(s);
+  CHECK(cat(s, 0x100000000) == Category::kProgram);
+  CHECK(cat(s, 0x100100000) == Category::kTemporary);
+  CHECK(cat(s, 0x100200000) == Category::kUnknown);
+}
+
 TEST_CASE("categories: input walks tell the batch from the program's own tensors", "[categories]") {
   TorchRunBuilder b;
   const auto ln = b.line("train.py", 50);

@@ -55,10 +55,10 @@ SCENARIOS = {
 GENERATE_TOKENS = 8
 # Scenarios whose first and steady steps must hold no tensor of category "unknown" (Lightning:
 # the loss's seed gradient, made by backward() inside its closure, was one: 512 B; LBFGS: its
-# working tensors, freed within the step but across the closure's calls, were ~100 MB). Not yet
-# the Trainer (clip_grad_norm_'s total norm, made between backward and the step and kept for its
-# logs: 512 B).
-NO_UNKNOWN = {"lightning", "lbfgs", "fsdp2", "checkpoint", "compiled"}
+# working tensors, freed within the step but across the closure's calls, were ~100 MB; the
+# Trainer: clip_grad_norm_'s total norm, made between backward and the step and kept for its
+# logs, 512 B, is the program's own).
+NO_UNKNOWN = {"trainer", "lightning", "lbfgs", "fsdp2", "checkpoint", "compiled"}
 
 
 # ---- the scenarios (run under cumemtrace) -------------------------------------------------------
