@@ -269,11 +269,25 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
                                [](int64_t v, const auto& r) { return v < r.first; });
     return it != steps_run.begin() && t <= std::prev(it)->second;
   };
+  // Whether the latest gradient walk made while `l` lived points into it.
+  auto latest_grad_walk_in = [&](const TensorLife& l) {
+    auto it = std::upper_bound(grad_walks.begin(), grad_walks.end(), l.free_us,
+                               [](int64_t t, const auto* w) { return t < w->time_us; });
+    if (it == grad_walks.begin() || (*std::prev(it))->time_us < l.alloc_us) return false;
+    for (const auto& [p, bytes] : (*std::prev(it))->tensors)
+      if (p >= l.addr && p < l.addr + l.size) return true;
+    return false;
+  };
   std::unordered_map<int32_t, bool> ddp_stacks;  // made_by_ddp_reducer, once per stack
   for (size_t k = 0; k < dt.lives.size(); ++k) {
     auto& l = dt.lives[k];
     if (role[k] && role[k] != static_cast<uint8_t>(snap::OwnerRole::kInput)) {
       l.category = category_of_role(static_cast<snap::OwnerRole>(role[k]));
+      // A DDP bucket the gradients were views of until the buckets were rebuilt, kept alive
+      // after (by NCCL's work): the latest gradient walk while it lives is not in it (rule 1b).
+      if (l.category == Category::kGradient && !latest_grad_walk_in(l) &&
+          made_by_ddp_reducer(s, l.stack))
+        l.category = Category::kCommunication;
       continue;
     }
     l.category = Category::kUnknown;

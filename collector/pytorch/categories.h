@@ -22,7 +22,10 @@
 //       it rebuilds them at the first forward: a tensor whose stack's innermost Python frame is
 //       DistributedDataParallel._ddp_init_helper or ._pre_forward, or _DDPJoinHook.main_hook
 //       (torch/nn/parallel/distributed.py) and that outlives its phase's stretch (the Reducer's map
-//       of used parameters, a few bytes, is made there too and is the all-reduce's as well).
+//       of used parameters, a few bytes, is made there too and is the all-reduce's as well); also
+//       such a bucket that rule 1 named gradient but that the latest gradient walk made while it
+//       lived does not reach (gradient_as_bucket_view: the construction's bucket, which the first
+//       step's gradients were views of, kept after the rebuild by NCCL's work).
 //    2. allocated in forward or loss (phases.h: the entry's phase): freed within that span ->
 //       temporary; else activation (what the forward left behind: saved tensors, its outputs,
 //       a wrapper's fp32 copy of them, the loss).

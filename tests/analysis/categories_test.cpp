@@ -644,3 +644,32 @@ TEST_CASE("categories: DDP's gradient buckets are communication buffers", "[cate
   CHECK(cat(s, 0x100800000) == Category::kCommunication);
   CHECK(cat(s, 0x100900000) == Category::kGradient);
 }
+
+TEST_CASE("categories: a bucket the gradients were views of until the rebuild is communication",
+          "[categories]") {
+  // gradient_as_bucket_view on NCCL: step 1's gradients are views of the construction's bucket;
+  // the rebuilt bucket holds them from step 2 on, while NCCL may keep the first one alive.
+  TorchRunBuilder b;
+  const auto ddp = "/venv/lib/python3.11/site-packages/torch/nn/parallel/distributed.py";
+  const auto init = b.stack(
+      {{ddp, 1255, "DistributedDataParallel._ddp_init_helper"}, {"train.py", 20, "<module>"}});
+  const auto rebuild =
+      b.stack({{ddp, 1584, "DistributedDataParallel._pre_forward"}, {"train.py", 30, "<module>"}});
+  b.segment(1, 0x100000000, 64 * MiB);
+  b.alloc(10, 0x100000000, 4 * MiB, init);
+  b.phase(100, 150, "auto:forward");
+  b.phase(200, 250, "auto:backward");
+  b.phase(300, 350, "auto:optimizer");
+  b.walk(350, snap::OwnerRole::kGradient, {{0x100000000, 4 * MiB}});
+  b.mark(350, "auto:step");
+  b.phase(400, 450, "auto:forward");
+  b.alloc(405, 0x100400000, 4 * MiB, rebuild);
+  b.phase(500, 550, "auto:backward");
+  b.phase(600, 650, "auto:optimizer");
+  b.walk(650, snap::OwnerRole::kGradient, {{0x100400000, 4 * MiB}});
+  b.mark(650, "auto:step");
+  auto s = b.finish();
+  label_categories(s);
+  CHECK(cat(s, 0x100000000) == Category::kCommunication);
+  CHECK(cat(s, 0x100400000) == Category::kGradient);
+}
