@@ -163,6 +163,31 @@ std::vector<uint8_t> join_walks(const std::vector<snap::TraceEntry>& tr,
   return role;
 }
 
+// The ownership walks of one role, by time.
+std::vector<const snap::OwnerWalk*> walks_by_time(const snap::Snapshot& s, snap::OwnerRole role) {
+  std::vector<const snap::OwnerWalk*> out;
+  if (s.tool)
+    for (const auto& w : s.tool->ownership)
+      if (w.role == role) out.push_back(&w);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto* a, const auto* b) { return a->time_us < b->time_us; });
+  return out;
+}
+
+// The latest of `walks` (by time) made at or before `t`, or null.
+const snap::OwnerWalk* latest_walk(const std::vector<const snap::OwnerWalk*>& walks, int64_t t) {
+  auto it = std::upper_bound(walks.begin(), walks.end(), t,
+                             [](int64_t v, const auto* w) { return v < w->time_us; });
+  return it == walks.begin() ? nullptr : *std::prev(it);
+}
+
+// Whether `w` holds a data pointer inside the tensor's block.
+bool reaches(const snap::OwnerWalk& w, const TensorLife& l) {
+  for (const auto& [p, bytes] : w.tensors)
+    if (p >= l.addr && p < l.addr + l.size) return true;
+  return false;
+}
+
 // Whether `stack`'s innermost Python frame is DistributedDataParallel._ddp_init_helper or
 // ._pre_forward, or _DDPJoinHook.main_hook (torch/nn/parallel/distributed.py): the frames from
 // which DDP's C++ Reducer makes its gradient buckets (contract, rule 1b; checked on torch 2.11 by
@@ -211,72 +236,34 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
   // A gradient made again where the current gradient walk saw one (rule 3's exception, contract):
   // the walks are sent only when the gradients' pointers moved, so with zero_grad(set_to_none)
   // each step's new gradients usually land where the last walk's were and no new walk comes.
-  std::vector<const snap::OwnerWalk*> grad_walks;  // by time
-  if (s.tool)
-    for (const auto& w : s.tool->ownership)
-      if (w.role == snap::OwnerRole::kGradient) grad_walks.push_back(&w);
-  std::stable_sort(grad_walks.begin(), grad_walks.end(),
-                   [](const auto* a, const auto* b) { return a->time_us < b->time_us; });
+  const auto grad_walks = walks_by_time(s, snap::OwnerRole::kGradient);
   std::vector<size_t> next_optimizer(spans.size(), kNone);
   for (size_t j = spans.size(); j-- > 1;)
     next_optimizer[j - 1] = spans[j].phase == Phase::kOptimizer ? j : next_optimizer[j];
   auto regrown_gradient = [&](const TensorLife& l, size_t span) {
     const size_t o = next_optimizer[span];
     if (o == kNone || l.free_us < spans[o].begin_us) return false;  // not alive into the step
-    auto it = std::upper_bound(grad_walks.begin(), grad_walks.end(), l.alloc_us,
-                               [](int64_t t, const auto* w) { return t < w->time_us; });
-    if (it == grad_walks.begin()) return false;  // no walk yet: nothing to carry over
-    for (const auto& [p, bytes] : (*std::prev(it))->tensors)
+    const auto* w = latest_walk(grad_walks, l.alloc_us);
+    if (!w) return false;  // no walk yet: nothing to carry over
+    for (const auto& [p, bytes] : w->tensors)
       if (p == l.addr && bytes <= l.size) return true;
     return false;
   };
   // A batch made again where the last input walk saw one (rule 5's carry-over, contract): the
   // input walk is sent only when the root's inputs' pointers changed, so each step's new batch,
   // landing where the last one was, gets no walk of its own.
-  std::vector<const snap::OwnerWalk*> input_walks_by_time;
-  if (s.tool)
-    for (const auto& w : s.tool->ownership)
-      if (w.role == snap::OwnerRole::kInput) input_walks_by_time.push_back(&w);
-  std::stable_sort(input_walks_by_time.begin(), input_walks_by_time.end(),
-                   [](const auto* a, const auto* b) { return a->time_us < b->time_us; });
+  const auto input_walks_by_time = walks_by_time(s, snap::OwnerRole::kInput);
   const bool input_walks = !input_walks_by_time.empty();
   auto carried_input = [&](const TensorLife& l, size_t f) {
     if (f == kNone || l.free_us < spans[f].begin_us) return false;  // not alive into it
-    auto it =
-        std::lower_bound(input_walks_by_time.begin(), input_walks_by_time.end(), spans[f].begin_us,
-                         [](const auto* w, int64_t t) { return w->time_us < t; });
+    const auto* w = latest_walk(input_walks_by_time, spans[f].end_us);
     // A walk sent in that forward is the current one: it was joined with the tensor's life.
-    if (it != input_walks_by_time.end() && (*it)->time_us <= spans[f].end_us) return false;
-    if (it == input_walks_by_time.begin()) return false;  // no walk yet: nothing to carry
-    for (const auto& [p, bytes] : (*std::prev(it))->tensors)
-      if (p >= l.addr && p < l.addr + l.size) return true;
-    return false;
-  };
-  // The auto:optimizer intervals ([START, END], outermost: the hooks mark only the outermost
-  // step). An "optimizer" span also holds the stretch between backward and the step, where the
-  // program's own code runs (gradient clipping, GradScaler's unscale_): rule 4's exception.
-  std::vector<std::pair<int64_t, int64_t>> steps_run;
-  {
-    int depth = 0;
-    for (const auto& a : s.annotations) {
-      if (a.name != kAutoOptimizer) continue;
-      if (a.stage == "START" && depth++ == 0) steps_run.push_back({a.time_us, kTimeMax});
-      if (a.stage == "END" && depth > 0 && --depth == 0) steps_run.back().second = a.time_us;
-    }
-  }
-  auto in_step_run = [&](int64_t t) {
-    auto it = std::upper_bound(steps_run.begin(), steps_run.end(), t,
-                               [](int64_t v, const auto& r) { return v < r.first; });
-    return it != steps_run.begin() && t <= std::prev(it)->second;
+    return w && w->time_us < spans[f].begin_us && reaches(*w, l);
   };
   // Whether the latest gradient walk made while `l` lived points into it.
   auto latest_grad_walk_in = [&](const TensorLife& l) {
-    auto it = std::upper_bound(grad_walks.begin(), grad_walks.end(), l.free_us,
-                               [](int64_t t, const auto* w) { return t < w->time_us; });
-    if (it == grad_walks.begin() || (*std::prev(it))->time_us < l.alloc_us) return false;
-    for (const auto& [p, bytes] : (*std::prev(it))->tensors)
-      if (p >= l.addr && p < l.addr + l.size) return true;
-    return false;
+    const auto* w = latest_walk(grad_walks, l.free_us);
+    return w && w->time_us >= l.alloc_us && reaches(*w, l);
   };
   std::unordered_map<int32_t, bool> ddp_stacks;  // made_by_ddp_reducer, once per stack
   for (size_t k = 0; k < dt.lives.size(); ++k) {
@@ -321,7 +308,7 @@ DeviceTensors device_tensors(const snap::Snapshot& s, int device, const Phases& 
         // line-search tensors across the closure's evaluations and frees them before it returns).
         if (freed_within || (l.free_us != kTimeMax && phases.step_at(l.free_us) == w.step))
           l.category = Category::kTemporary;
-        else if (input_walks && !in_step_run(l.alloc_us))
+        else if (input_walks && !phases.in_optimizer_step(l.alloc_us))
           l.category = Category::kProgram;  // made before the step ran, kept past it
         break;
       case Phase::kZeroGrad:

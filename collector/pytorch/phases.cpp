@@ -126,6 +126,8 @@ Phases::Phases(const snap::Snapshot& s) {
       const Phase inside = before == Phase::kBackward ? before : p;
       if (open.empty() || inside != before) close_at(a->time_us);
       if (open.empty() && p == Phase::kForward) outer_forwards.push_back(a->time_us);
+      if (p == Phase::kOptimizer && std::find(open.begin(), open.end(), p) == open.end())
+        optimizer_steps_.push_back({a->time_us, kTimeMax});
       open.push_back(p);
     } else if (a->stage == "END") {
       auto it = std::find(open.rbegin(), open.rend(), p);
@@ -137,6 +139,8 @@ Phases::Phases(const snap::Snapshot& s) {
                                ? Phase::kBackward
                                : rest.back()) != before;
       if (changes) close_at(after(a->time_us));
+      if (p == Phase::kOptimizer && std::find(rest.begin(), rest.end(), p) == rest.end())
+        optimizer_steps_.back().second = a->time_us;
       open = std::move(rest);
     }
   }
@@ -243,6 +247,12 @@ size_t Phases::span_at(int64_t time_us) const {
   auto it = std::upper_bound(spans_.begin(), spans_.end(), time_us,
                              [](int64_t t, const PhaseSpan& sp) { return t < sp.begin_us; });
   return it == spans_.begin() ? 0 : static_cast<size_t>(it - spans_.begin()) - 1;
+}
+
+bool Phases::in_optimizer_step(int64_t time_us) const {
+  auto it = std::upper_bound(optimizer_steps_.begin(), optimizer_steps_.end(), time_us,
+                             [](int64_t t, const auto& r) { return t < r.first; });
+  return it != optimizer_steps_.begin() && time_us <= std::prev(it)->second;
 }
 
 int Phases::step_at(int64_t time_us) const {

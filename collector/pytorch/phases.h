@@ -42,6 +42,7 @@
 #include <limits>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "analysis/analysed_snapshot.h"
@@ -110,6 +111,10 @@ class Phases {
   size_t span_at(int64_t time_us) const;
   int step_at(int64_t time_us) const;
   bool autograd_thread(uint32_t tid) const { return autograd_tids_.count(tid) != 0; }
+  // Whether time_us lies inside an outermost auto:optimizer interval ([START, END]): the step
+  // itself, not the stretch between backward and the step that its "optimizer" span also holds
+  // (gradient clipping, GradScaler's unscale_: the program's own code).
+  bool in_optimizer_step(int64_t time_us) const;
 
   struct Where {
     Phase phase = Phase::kOther;
@@ -124,6 +129,7 @@ class Phases {
   std::vector<PhaseSpan> spans_;
   std::vector<StepSpan> steps_;
   std::unordered_set<uint32_t> autograd_tids_;
+  std::vector<std::pair<int64_t, int64_t>> optimizer_steps_;  // [START, END], by time
 };
 
 // The snapshot's phases, built once per analysed view (analysis/analysed_snapshot.h): every

@@ -221,23 +221,16 @@ class Phases:
         callers (cudagraph_trees.clear_cublass_cache), so replacing it there reaches them; a torch
         without it (CPU builds) has nothing to watch."""
         C = self._torch._C
-        original = getattr(C, "_cuda_clearCublasWorkspaces", None)
-        if original is None:
-            return
+        if getattr(C, "_cuda_clearCublasWorkspaces", None) is not None:
+            self._wrap(C, "_cuda_clearCublasWorkspaces", self._before_workspace_clear,
+                       lambda opened: None)
 
-        def clear_workspaces(*args, **kwargs):
-            if not self._off:
-                try:
-                    self._workspace_walk()
-                except Exception as e:  # never the program's failure
-                    self._fail("cuBLAS workspace walk before a clear", e)
-            return original(*args, **kwargs)
-
-        clear_workspaces.__wrapped__ = original
-        clear_workspaces.__name__ = getattr(original, "__name__", "_cuda_clearCublasWorkspaces")
-        clear_workspaces.__doc__ = getattr(original, "__doc__", None)
-        setattr(C, "_cuda_clearCublasWorkspaces", clear_workspaces)
-        self._wrapped_names.append((C, "_cuda_clearCublasWorkspaces", original, clear_workspaces))
+    def _before_workspace_clear(self):
+        if not self._off:
+            try:
+                self._workspace_walk()
+            except Exception as e:  # never the program's failure
+                self._fail("cuBLAS workspace walk before a clear", e)
 
     def _add_global_hooks(self):
         module_mod = importlib.import_module("torch.nn.modules.module")
